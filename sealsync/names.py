@@ -1,0 +1,52 @@
+"""Validation of data-file names, the one gate between a name and a path join.
+
+Names travel in logs and on the wire relative to a data dir, POSIX style (DESIGN §2).
+A name that is absolute, climbs with ``..``, holds a NUL or a newline (logs are
+line based), or is absurdly long never reaches the file system (DESIGN §8.8).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from .errors import BadName
+
+MAX_NAME_BYTES = 1024
+MAX_PART_BYTES = 255
+DATA_ROOTS = ("sequence", "unsequence")
+DATA_SUFFIXES = (".tsfile", ".parquet")
+SIDECAR_SUFFIXES = (".resource", ".mods")
+
+
+def check_relative(name: str) -> str:
+    """Return ``name`` if it is a safe relative POSIX path, else raise BadName."""
+    if not isinstance(name, str) or not name:
+        raise BadName("empty file name")
+    shown = name[:80].encode("unicode_escape").decode("ascii")
+    raw = name.encode("utf-8", errors="surrogateescape")
+    if len(raw) > MAX_NAME_BYTES:
+        raise BadName(f"file name longer than {MAX_NAME_BYTES} bytes: {shown}...")
+    if any(ch in name for ch in "\x00\n\r\\"):
+        raise BadName(f"file name with a NUL, newline or backslash: {shown}")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise BadName(f"file name with a control character: {shown}")
+    if name.startswith("/"):
+        raise BadName(f"absolute file name: {shown}")
+    parts = name.split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise BadName(f"file name with an empty, '.' or '..' component: {shown}")
+        if len(part.encode("utf-8", errors="surrogateescape")) > MAX_PART_BYTES:
+            raise BadName(f"file name component longer than {MAX_PART_BYTES} bytes: {shown}")
+    return name
+
+
+def check_data_name(name: str) -> str:
+    """A data file's name: safe, under ``sequence/`` or ``unsequence/``, a known suffix."""
+    check_relative(name)
+    path = PurePosixPath(name)
+    if len(path.parts) < 2 or path.parts[0] not in DATA_ROOTS:
+        raise BadName(f"data file not under sequence/ or unsequence/: {name}")
+    if path.suffix not in DATA_SUFFIXES:
+        raise BadName(f"not a .tsfile or .parquet data file: {name}")
+    return name

@@ -1,0 +1,538 @@
+"""The wire protocol, in one place both sides import (DESIGN §5).
+
+A session is one SSH channel on the ``sealsync`` subsystem carrying length-prefixed
+frames: a 5-byte header (kind: u8, payload length: u32, big endian) and a payload.
+Control frames carry a JSON object with exactly the keys their message declares;
+``SCHEMA`` and ``CHUNK`` carry raw bytes so that bulk data is never re-encoded.
+
+Every field is validated when a frame is decoded, before any caller sees it: names
+go through :mod:`sealsync.names`, numbers are bounded, strings are length-limited
+and free of NUL and newlines (they end up in line-based logs). A frame that fails
+validation raises :class:`ProtocolError`; the receiver answers with ``ERROR`` and
+ends that session only.
+
+The order of a session, sender (C) and receiver (S)::
+
+    C: HELLO                       S: WELCOME | ERROR
+    C: SCHEMA*                     S: SCHEMA_ACK (one per SCHEMA)
+    per data dir:
+      C: ROUND_START               S: ROUND_READY (status ready | busy)
+      C: OWNERS_QUERY?             S: OWNERS
+      C: DELETE*                   S: DELETE_ACK (one per DELETE, in order, pipelined)
+      C: (FILE_BEGIN CHUNK* FILE_END)*   S: VERDICT (one per file, in order, pipelined)
+      C: ROUND_END                 S: ROUND_DONE
+    C: BYE
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import Any, ClassVar, Protocol
+
+from .errors import BadName, SealsyncError
+from .names import check_data_name
+
+PROTOCOL_VERSION = 1
+SUBSYSTEM = "sealsync"
+
+HEADER = struct.Struct("!BI")
+MAX_CONTROL_PAYLOAD = 256 * 1024
+MAX_CHUNK_PAYLOAD = 1024 * 1024
+MAX_SCHEMA_PAYLOAD = 1024 * 1024
+MAX_FILE_SIZE = 1 << 40
+MAX_SIDECAR_SIZE = 1 << 30
+MAX_TEXT = 1024
+MAX_DEVICES_PER_QUERY = 4096
+MAX_DATA_DIRS = 1024
+MAX_FILE_ID = 1 << 53
+
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_MD5_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+class ProtocolError(SealsyncError):
+    """A frame that is malformed, out of bounds, or not expected at this point."""
+
+    def __init__(self, message: str, code: str = "protocol") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Kind(IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    SCHEMA = 3
+    SCHEMA_ACK = 4
+    ROUND_START = 5
+    ROUND_READY = 6
+    OWNERS_QUERY = 7
+    OWNERS = 8
+    DELETE = 9
+    DELETE_ACK = 10
+    FILE_BEGIN = 11
+    CHUNK = 12
+    FILE_END = 13
+    VERDICT = 14
+    ROUND_END = 15
+    ROUND_DONE = 16
+    ERROR = 17
+    BYE = 18
+
+
+class Verdict:
+    """The outcomes of one offered file."""
+
+    VERIFIED = "verified"  # stored, logged, handed to the loader
+    MISMATCH = "mismatch"  # MD5 or size wrong: the sender resends
+    CONFLICT = "conflict"  # a device belongs to another sender
+    REFUSED = "refused"  # not a valid data file, or the receiver could not store it
+
+
+VERDICTS = frozenset({Verdict.VERIFIED, Verdict.MISMATCH, Verdict.CONFLICT, Verdict.REFUSED})
+ROUND_STATUSES = frozenset({"ready", "busy"})
+
+
+# --- field validators -------------------------------------------------------------
+
+
+def _text(value: Any, what: str, limit: int = MAX_TEXT, empty_ok: bool = True) -> str:
+    if not isinstance(value, str):
+        raise ProtocolError(f"{what}: expected a string")
+    if len(value.encode("utf-8", errors="surrogatepass")) > limit:
+        raise ProtocolError(f"{what}: longer than {limit} bytes")
+    if not empty_ok and not value:
+        raise ProtocolError(f"{what}: empty")
+    if "\x00" in value or "\n" in value or "\r" in value:
+        raise ProtocolError(f"{what}: holds a NUL or newline")
+    return value
+
+
+def _int(value: Any, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError(f"{what}: expected an integer")
+    if not lo <= value <= hi:
+        raise ProtocolError(f"{what}: {value} outside [{lo}, {hi}]")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{what}: expected a boolean")
+    return value
+
+
+def _uuid(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _UUID_RE.match(value):
+        raise ProtocolError(f"{what}: not a lowercase UUID")
+    return value
+
+
+def _md5(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _MD5_RE.match(value):
+        raise ProtocolError(f"{what}: not a lowercase hex MD5")
+    return value
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ProtocolError(f"{what}: expected a string")
+    try:
+        return check_data_name(value)
+    except BadName as exc:
+        raise ProtocolError(f"{what}: {exc}", code="bad-name") from exc
+
+
+def check_device(value: Any, what: str = "device") -> str:
+    """Device ids end up in ``device_owner.log`` lines: bounded, no NUL or newline."""
+    return _text(value, what, empty_ok=False)
+
+
+# --- messages ----------------------------------------------------------------------
+
+
+class Message:
+    """A control message: a frozen dataclass whose fields are the JSON keys."""
+
+    kind: ClassVar[Kind]
+
+    def validate(self) -> None:  # overridden where fields need checks
+        """Raise ProtocolError if a field is out of bounds."""
+
+    def payload(self) -> bytes:
+        body = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Message:
+        try:
+            body = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolError(f"{cls.kind.name}: payload is not JSON") from exc
+        if not isinstance(body, dict):
+            raise ProtocolError(f"{cls.kind.name}: payload is not an object")
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        if set(body) != names:
+            raise ProtocolError(f"{cls.kind.name}: expected keys {sorted(names)}")
+        msg = cls(**body)
+        msg.validate()
+        return msg
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    kind: ClassVar[Kind] = Kind.HELLO
+    version: int
+    uuid: str
+    name: str
+
+    def validate(self) -> None:
+        _int(self.version, "HELLO.version", 1, 1 << 16)
+        _uuid(self.uuid, "HELLO.uuid")
+        _text(self.name, "HELLO.name", 256)
+
+
+@dataclass(frozen=True)
+class Welcome(Message):
+    kind: ClassVar[Kind] = Kind.WELCOME
+    version: int
+    receiver: str
+
+    def validate(self) -> None:
+        _int(self.version, "WELCOME.version", 1, 1 << 16)
+        _text(self.receiver, "WELCOME.receiver", 256)
+
+
+@dataclass(frozen=True)
+class SchemaAck(Message):
+    """The receiver holds this sender's schema log up to ``position`` bytes."""
+
+    kind: ClassVar[Kind] = Kind.SCHEMA_ACK
+    position: int
+
+    def validate(self) -> None:
+        _int(self.position, "SCHEMA_ACK.position", 0, MAX_FILE_SIZE)
+
+
+@dataclass(frozen=True)
+class RoundStart(Message):
+    """Starts a round for the sender's data dir number ``data_dir``."""
+
+    kind: ClassVar[Kind] = Kind.ROUND_START
+    data_dir: int
+
+    def validate(self) -> None:
+        _int(self.data_dir, "ROUND_START.data_dir", 0, MAX_DATA_DIRS - 1)
+
+
+@dataclass(frozen=True)
+class RoundReady(Message):
+    kind: ClassVar[Kind] = Kind.ROUND_READY
+    status: str
+    message: str
+
+    def validate(self) -> None:
+        if self.status not in ROUND_STATUSES:
+            raise ProtocolError("ROUND_READY.status: unknown")
+        _text(self.message, "ROUND_READY.message")
+
+
+@dataclass(frozen=True)
+class OwnersQuery(Message):
+    """Asks who owns these devices, so a refused file is not resent just to be refused."""
+
+    kind: ClassVar[Kind] = Kind.OWNERS_QUERY
+    devices: list[str]
+
+    def validate(self) -> None:
+        if not isinstance(self.devices, list) or len(self.devices) > MAX_DEVICES_PER_QUERY:
+            raise ProtocolError(f"OWNERS_QUERY.devices: a list of at most {MAX_DEVICES_PER_QUERY}")
+        for device in self.devices:
+            check_device(device, "OWNERS_QUERY.devices[]")
+
+
+@dataclass(frozen=True)
+class Owners(Message):
+    """Owner UUID per queried device; an empty string means unowned."""
+
+    kind: ClassVar[Kind] = Kind.OWNERS
+    owners: dict[str, str]
+
+    def validate(self) -> None:
+        if not isinstance(self.owners, dict) or len(self.owners) > MAX_DEVICES_PER_QUERY:
+            raise ProtocolError("OWNERS.owners: a bounded object")
+        for device, owner in self.owners.items():
+            check_device(device, "OWNERS.owners key")
+            if owner != "":
+                _uuid(owner, "OWNERS.owners value")
+
+
+@dataclass(frozen=True)
+class Delete(Message):
+    kind: ClassVar[Kind] = Kind.DELETE
+    name: str
+
+    def validate(self) -> None:
+        _name(self.name, "DELETE.name")
+
+
+@dataclass(frozen=True)
+class DeleteAck(Message):
+    kind: ClassVar[Kind] = Kind.DELETE_ACK
+    name: str
+
+    def validate(self) -> None:
+        _name(self.name, "DELETE_ACK.name")
+
+
+@dataclass(frozen=True)
+class FileBegin(Message):
+    """Opens a file stream: ``size`` bytes of data file, then its sidecars' bytes.
+
+    ``mods_size`` is -1 when the file has no ``X.mods``. The stream's bytes follow in
+    CHUNK frames in that order; FILE_END carries the MD5 of the whole stream.
+    """
+
+    kind: ClassVar[Kind] = Kind.FILE_BEGIN
+    file_id: int
+    name: str
+    size: int
+    resource_size: int
+    mods_size: int
+
+    def validate(self) -> None:
+        _int(self.file_id, "FILE_BEGIN.file_id", 0, MAX_FILE_ID)
+        _name(self.name, "FILE_BEGIN.name")
+        _int(self.size, "FILE_BEGIN.size", 0, MAX_FILE_SIZE)
+        _int(self.resource_size, "FILE_BEGIN.resource_size", 0, MAX_SIDECAR_SIZE)
+        _int(self.mods_size, "FILE_BEGIN.mods_size", -1, MAX_SIDECAR_SIZE)
+
+    @property
+    def stream_size(self) -> int:
+        return self.size + self.resource_size + max(self.mods_size, 0)
+
+
+@dataclass(frozen=True)
+class FileEnd(Message):
+    kind: ClassVar[Kind] = Kind.FILE_END
+    file_id: int
+    md5: str
+
+    def validate(self) -> None:
+        _int(self.file_id, "FILE_END.file_id", 0, MAX_FILE_ID)
+        _md5(self.md5, "FILE_END.md5")
+
+
+@dataclass(frozen=True)
+class FileVerdict(Message):
+    kind: ClassVar[Kind] = Kind.VERDICT
+    file_id: int
+    name: str
+    status: str
+    reason: str
+
+    def validate(self) -> None:
+        _int(self.file_id, "VERDICT.file_id", 0, MAX_FILE_ID)
+        _name(self.name, "VERDICT.name")
+        if self.status not in VERDICTS:
+            raise ProtocolError("VERDICT.status: unknown")
+        _text(self.reason, "VERDICT.reason")
+
+
+@dataclass(frozen=True)
+class RoundEnd(Message):
+    kind: ClassVar[Kind] = Kind.ROUND_END
+
+
+@dataclass(frozen=True)
+class RoundDone(Message):
+    """``loaded`` is True when the receiver applied the whole round before answering."""
+
+    kind: ClassVar[Kind] = Kind.ROUND_DONE
+    loaded: bool
+
+    def validate(self) -> None:
+        _bool(self.loaded, "ROUND_DONE.loaded")
+
+
+@dataclass(frozen=True)
+class Error(Message):
+    """Ends the session; ``code`` is machine-readable (busy, auth, protocol, bad-name...)."""
+
+    kind: ClassVar[Kind] = Kind.ERROR
+    code: str
+    message: str
+
+    def validate(self) -> None:
+        _text(self.code, "ERROR.code", 64, empty_ok=False)
+        _text(self.message, "ERROR.message")
+
+
+@dataclass(frozen=True)
+class Bye(Message):
+    kind: ClassVar[Kind] = Kind.BYE
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A piece of the sender's schema log starting at byte ``offset`` of that log."""
+
+    offset: int
+    data: bytes
+    kind: ClassVar[Kind] = Kind.SCHEMA
+    _HEAD: ClassVar[struct.Struct] = struct.Struct("!Q")
+
+    def payload(self) -> bytes:
+        return self._HEAD.pack(self.offset) + self.data
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Schema:
+        if len(payload) < cls._HEAD.size:
+            raise ProtocolError("SCHEMA: payload shorter than its offset")
+        (offset,) = cls._HEAD.unpack_from(payload)
+        _int(offset, "SCHEMA.offset", 0, MAX_FILE_SIZE)
+        return cls(offset, bytes(payload[cls._HEAD.size :]))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Raw bytes of the file stream opened by the last FILE_BEGIN."""
+
+    data: bytes | memoryview
+    kind: ClassVar[Kind] = Kind.CHUNK
+
+    def payload(self) -> bytes | memoryview:
+        return self.data
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Chunk:
+        return cls(payload)
+
+
+AnyMessage = Message | Schema | Chunk
+
+_CONTROL: dict[Kind, type[Message]] = {
+    cls.kind: cls
+    for cls in (
+        Hello, Welcome, SchemaAck, RoundStart, RoundReady, OwnersQuery, Owners, Delete,
+        DeleteAck, FileBegin, FileEnd, FileVerdict, RoundEnd, RoundDone, Error, Bye,
+    )
+}
+_LIMITS: dict[Kind, int] = {Kind.CHUNK: MAX_CHUNK_PAYLOAD, Kind.SCHEMA: MAX_SCHEMA_PAYLOAD + 8}
+
+
+def payload_limit(kind: Kind) -> int:
+    return _LIMITS.get(kind, MAX_CONTROL_PAYLOAD)
+
+
+# --- encoding and decoding (pure) --------------------------------------------------
+
+
+def encode(msg: AnyMessage) -> bytes:
+    """One frame as bytes; for chunks prefer :func:`send` which avoids the copy."""
+    payload = msg.payload()
+    if len(payload) > payload_limit(msg.kind):
+        raise ProtocolError(f"{msg.kind.name}: payload of {len(payload)} bytes over the limit")
+    return HEADER.pack(msg.kind, len(payload)) + bytes(payload)
+
+
+def decode_header(header: bytes) -> tuple[Kind, int]:
+    """Kind and payload length; refuses unknown kinds and lengths over the kind's limit."""
+    kind_no, length = HEADER.unpack(header)
+    try:
+        kind = Kind(kind_no)
+    except ValueError:
+        raise ProtocolError(f"unknown frame kind {kind_no}") from None
+    if length > payload_limit(kind):
+        raise ProtocolError(f"{kind.name}: length {length} over the limit {payload_limit(kind)}")
+    return kind, length
+
+
+def decode(kind: Kind, payload: bytes) -> AnyMessage:
+    """A validated message from a frame's kind and payload."""
+    if kind is Kind.CHUNK:
+        return Chunk.from_payload(payload)
+    if kind is Kind.SCHEMA:
+        return Schema.from_payload(payload)
+    try:
+        return _CONTROL[kind].from_payload(payload)
+    except TypeError as exc:  # a JSON value of a type the constructor cannot take
+        raise ProtocolError(f"{kind.name}: bad field: {exc}") from exc
+
+
+def decode_frames(data: bytes) -> tuple[list[AnyMessage], bytes]:
+    """Every complete frame in ``data`` and the leftover bytes (for tests and fuzzing)."""
+    out: list[AnyMessage] = []
+    view = memoryview(data)
+    while len(view) >= HEADER.size:
+        kind, length = decode_header(bytes(view[: HEADER.size]))
+        if len(view) < HEADER.size + length:
+            break
+        out.append(decode(kind, bytes(view[HEADER.size : HEADER.size + length])))
+        view = view[HEADER.size + length :]
+    return out, bytes(view)
+
+
+# --- stream I/O over a channel or socket -----------------------------------------
+
+
+class Stream(Protocol):
+    """What a paramiko Channel and a socket both offer."""
+
+    def recv(self, n: int) -> bytes: ...
+
+    def sendall(self, data: bytes | memoryview) -> None: ...
+
+
+class ConnectionClosed(ProtocolError):
+    """The peer closed the stream (cleanly between frames, or mid-frame)."""
+
+    def __init__(self, message: str = "connection closed by peer") -> None:
+        super().__init__(message, code="closed")
+
+
+def recv_exact(stream: Stream, n: int) -> bytes:
+    """Exactly ``n`` bytes; ConnectionClosed if the peer closes first."""
+    if n == 0:
+        return b""
+    buf = bytearray()
+    while len(buf) < n:
+        part = stream.recv(min(n - len(buf), 1 << 20))
+        if not part:
+            raise ConnectionClosed(
+                "connection closed by peer" if not buf else "connection closed mid-frame"
+            )
+        buf += part
+    return bytes(buf)
+
+
+def receive(stream: Stream) -> AnyMessage:
+    """Read and validate the next frame."""
+    kind, length = decode_header(recv_exact(stream, HEADER.size))
+    return decode(kind, recv_exact(stream, length))
+
+
+def send(stream: Stream, msg: AnyMessage) -> None:
+    """Write one frame; chunk payloads go out as a view, without a copy."""
+    payload = msg.payload()
+    if len(payload) > payload_limit(msg.kind):
+        raise ProtocolError(f"{msg.kind.name}: payload of {len(payload)} bytes over the limit")
+    header = HEADER.pack(msg.kind, len(payload))
+    if msg.kind is Kind.CHUNK and len(payload) > 4096:
+        stream.sendall(header)
+        stream.sendall(memoryview(payload))
+    else:
+        stream.sendall(header + bytes(payload))
+
+
+def expect(msg: AnyMessage, *types: type) -> Any:
+    """``msg`` if it is one of ``types``; an ERROR from the peer or anything else raises."""
+    if isinstance(msg, types):
+        return msg
+    if isinstance(msg, Error):
+        raise ProtocolError(f"receiver: {msg.message}", code=msg.code)
+    wanted = " or ".join(t.kind.name for t in types)  # type: ignore[attr-defined]
+    raise ProtocolError(f"expected {wanted}, got {msg.kind.name}", code="unexpected")
