@@ -1,0 +1,329 @@
+"""The ``sealsync`` console script (DESIGN §7).
+
+Exit codes are the contract with cron and scripts: 0 success, 1 failure, 2 usage or
+configuration error, 75 another sender holds the lock, 130 interrupted. Every
+expected failure is one line on stderr, ``sealsync: error: ...``; an unexpected one
+is one line too, with the traceback only under ``-v``. The mapping lives in
+``SealsyncGroup.invoke`` so that it holds for ``main()`` and for click's test runner.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import socket
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .config import (
+    ReceiverEndpoint,
+    SenderConfig,
+    load_any,
+    load_loader_config,
+    load_receiver_config,
+    load_sender_config,
+)
+from .errors import EXIT_FAILURE, EXIT_USAGE, SealsyncError
+
+EXIT_INTERRUPTED = 130
+log = logging.getLogger("sealsync")
+
+
+@dataclass
+class Options:
+    verbose: int = 0
+    quiet: bool = False
+
+
+class Failure(click.ClickException):
+    """A failure already worded for the user; click prints it and exits with its code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"sealsync: {self.message}", err=True)
+
+
+class SealsyncGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except SealsyncError as e:
+            raise Failure(f"error: {_one_line(str(e))}", e.exit_code) from e
+        except KeyboardInterrupt:
+            raise Failure("interrupted", EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            _silence_stdout()
+            raise Failure("error: output closed", EXIT_FAILURE) from None
+        except Exception as e:
+            verbose = isinstance(ctx.obj, Options) and ctx.obj.verbose > 0
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            hint = "" if verbose else " (run with -v for the traceback)"
+            raise Failure(
+                f"internal error: {type(e).__name__}: {_one_line(str(e))}{hint}", EXIT_FAILURE
+            ) from e
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, let the interpreter's final flush fail quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _setup_logging(verbose: int, quiet: bool) -> None:
+    level = (
+        logging.ERROR
+        if quiet
+        else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    )
+    log.setLevel(level)
+    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("sealsync: %(levelname)s: %(message)s"))
+        log.addHandler(handler)
+
+
+CONFIG_PATH = click.Path(path_type=Path, dir_okay=True)  # the loader reports a bad path itself
+
+
+@click.group(cls=SealsyncGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="sealsync")
+@click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv for debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
+    """Ship sealed time-series data files between instances, load them exactly once.
+
+    Exit codes: 0 success, 1 failure, 2 usage or configuration error, 75 another
+    sender holds the lock for that receiver.
+    """
+    ctx.obj = Options(verbose=verbose, quiet=quiet)
+    _setup_logging(verbose, quiet)
+
+
+def _receivers(config: SenderConfig, name: str | None) -> list[ReceiverEndpoint]:
+    if name is None:
+        return list(config.receivers)
+    try:
+        return [config.receiver(name)]
+    except SealsyncError as e:
+        raise SealsyncError(str(e), EXIT_USAGE) from None
+
+
+@cli.command(short_help="Run one round to every (or one) receiver.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Sender TOML.")
+@click.option("--receiver", "receiver_name", metavar="NAME", help="Only this receiver.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing, take no lock.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def send(
+    opts: Options, config_path: Path, receiver_name: str | None, dry_run: bool, as_json: bool
+) -> None:
+    """Run one round to every receiver of the config (or only --receiver NAME).
+
+    A round takes the receiver's lock without waiting (exit 75 if another sender
+    holds it), recovers from a crashed round, then ships new files and deletions.
+
+    --dry-run prints, per receiver and data dir, the files a round would ship and
+    delete and the names it refuses, including what recovery of a crashed round
+    would change first. It writes nothing and contacts no receiver; because it
+    changes nothing it does not take the lock either, so it also works while a
+    round is running (its plan then reflects the state at the moment it reads).
+    """
+    config = load_sender_config(config_path)
+    receivers = _receivers(config, receiver_name)
+    if dry_run:
+        _dry_run(config, receivers, as_json)
+        return
+    failures: list[SealsyncError] = []
+    for receiver in receivers:
+        try:
+            _send_one(config, receiver, opts)
+        except SealsyncError as e:
+            if len(receivers) == 1:
+                raise
+            click.echo(f"sealsync: error: {receiver.name}: {_one_line(str(e))}", err=True)
+            failures.append(e)
+    if failures:
+        codes = {e.exit_code for e in failures}
+        raise click.exceptions.Exit(codes.pop() if len(codes) == 1 else EXIT_FAILURE)
+
+
+def _send_one(config: SenderConfig, receiver: ReceiverEndpoint, opts: Options) -> None:
+    from .sender.lock import receiver_lock
+
+    with receiver_lock(config.schema_dir, receiver.host, receiver.port):
+        try:
+            round_module = importlib.import_module("sealsync.sender.round")
+        except ModuleNotFoundError as e:
+            if e.name != "sealsync.sender.round":
+                raise
+            raise SealsyncError("sending is not available yet (transfer not implemented)") from None
+        round_module.run_round(config, receiver)
+
+
+def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: bool) -> None:
+    from .sender.plan import plan
+
+    plans = [(r, plan(config, r)) for r in receivers]
+    if as_json:
+        doc = {
+            "dry_run": True,
+            "receivers": [
+                {
+                    "name": r.name,
+                    "host": r.host,
+                    "port": r.port,
+                    "data_dirs": [
+                        {
+                            "data_dir": str(p.data_dir),
+                            "recovery": p.recovery,
+                            "new": list(p.new),
+                            "deleted": list(p.deleted),
+                            "rejected": [{"name": n, "reason": why} for n, why in p.rejected],
+                        }
+                        for p in dir_plans
+                    ],
+                }
+                for r, dir_plans in plans
+            ],
+        }
+        click.echo(json.dumps(doc, indent=2))
+        return
+    click.echo("dry run: nothing is changed, no receiver is contacted")
+    for r, dir_plans in plans:
+        click.echo(f"receiver {r.name} ({r.address})")
+        for p in dir_plans:
+            click.echo(f"  data dir {p.data_dir}")
+            if p.recovery:
+                click.echo(f"    recovery: {p.recovery}")
+            for title, names in (("new", p.new), ("deleted", p.deleted)):
+                click.echo(f"    {title} ({len(names)}):")
+                for name in names:
+                    click.echo(f"      {name}")
+            click.echo(f"    rejected ({len(p.rejected)}):")
+            for name, why in p.rejected:
+                click.echo(f"      {name}: {why}")
+
+
+def _not_implemented(command: str) -> SealsyncError:
+    return SealsyncError(f"{command} is not implemented yet")
+
+
+@cli.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
+def serve(config_path: Path) -> None:
+    """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly."""
+    load_receiver_config(config_path)
+    raise _not_implemented("serve")
+
+
+@cli.command(short_help="Run one Spark ingest of the loaded files.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Loader TOML.")
+@click.option("--master", metavar="URL", help="Spark master (default: the config's, local[*]).")
+@click.option("--full", is_flag=True, help="Rebuild the table from scratch.")
+def load(config_path: Path, master: str | None, full: bool) -> None:
+    """One Spark ingest run: every file loaded on the receiver, exactly once."""
+    load_loader_config(config_path)
+    raise _not_implemented("load")
+
+
+@cli.command(short_help="Show the sync state of a sender or receiver.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Any sealsync TOML.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(config_path: Path, as_json: bool) -> None:
+    """Sender: per receiver, last round, pending, refused. Receiver: senders, owners,
+    rounds in flight."""
+    load_any(config_path)
+    raise _not_implemented("status")
+
+
+@cli.command(short_help="List device owners, or release devices.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
+@click.argument("action", required=False, type=click.Choice(["release"]))
+@click.argument("devices", nargs=-1, metavar="[DEVICE]...")
+def owners(config_path: Path, action: str | None, devices: tuple[str, ...]) -> None:
+    """List devices by owner; `owners --config R.toml release DEVICE...` frees devices so
+    that another sender may claim them."""
+    if action == "release" and not devices:
+        raise click.UsageError("release needs at least one DEVICE")
+    load_receiver_config(config_path)
+    raise _not_implemented("owners")
+
+
+@cli.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing key.")
+@click.option(
+    "--comment", default=None, help="Comment of the public key (default: sealsync@<host>)."
+)
+def keygen(path: Path, force: bool, comment: str | None) -> None:
+    """Write an Ed25519 private key at PATH (mode 0600) and its public key at PATH.pub,
+    both in OpenSSH format; print the public key line."""
+    from .keys import fingerprint, generate_keypair, public_path
+
+    if comment is None:
+        comment = f"sealsync@{socket.gethostname()}"
+    line = generate_keypair(path, comment=comment, force=force)
+    click.echo(line)
+    click.echo(f"private key: {path}")
+    click.echo(f"public key:  {public_path(path)}")
+    click.echo(f"fingerprint: {fingerprint(line)}")
+
+
+@cli.command(short_help="Run the whole pipeline on this machine.")
+@click.option("--workdir", type=click.Path(path_type=Path, file_okay=False), help="Work folder.")
+def demo(workdir: Path | None) -> None:
+    """The whole pipeline on this machine: an edge instance, a receiver on loopback,
+    sender rounds, a Spark load, and a summary."""
+    raise _not_implemented("demo")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code (the console script passes it to sys.exit)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rv = cli.main(args=args, prog_name="sealsync", standalone_mode=False)
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("sealsync: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_FAILURE
+    return rv if isinstance(rv, int) else 0

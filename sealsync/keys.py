@@ -1,0 +1,119 @@
+"""Ed25519 key pairs for senders and receivers (``sealsync keygen``).
+
+paramiko reads Ed25519 keys but cannot generate them, so generation and the OpenSSH
+serialization come from ``cryptography`` (already a paramiko dependency). Keys are
+OpenSSH formats so that ``ssh-keygen``, ``authorized_keys`` and ``known_hosts`` tooling
+all work with them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from .durable import fsync_dir
+from .errors import SealsyncError
+
+
+def public_path(path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + ".pub")
+
+
+def _write_new(path: Path, data: bytes, mode: int, force: bool) -> None:
+    """Write ``data`` at ``path`` with ``mode`` from the first byte on.
+
+    The temporary is created with ``mode`` (O_EXCL, fchmod against a lax umask), so a
+    private key is never readable by others, not even for an instant; it is then
+    linked into place, which fails instead of overwriting unless ``force``.
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if force:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # atomic "create if absent": no check-then-write race
+            os.unlink(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def generate_keypair(
+    path: str | os.PathLike[str], comment: str = "sealsync", force: bool = False
+) -> str:
+    """Write a new Ed25519 key at ``path`` (0600) and ``path.pub``; return the public line.
+
+    An existing key is kept unless ``force``: overwriting a deployed identity would
+    lock its sender out of every receiver that trusts it.
+    """
+    path = Path(path)
+    pub = public_path(path)
+    if any(ch in comment for ch in "\r\n\x00"):
+        raise SealsyncError("key comment must be a single line")
+    if not force:
+        for p in (path, pub):
+            if p.exists() or p.is_symlink():
+                raise SealsyncError(f"{p} already exists (use --force to overwrite)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = Ed25519PrivateKey.generate()
+        private = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+        public_blob = key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+        line = public_blob.decode("ascii") + (f" {comment}" if comment else "")
+        _write_new(path, private, 0o600, force)
+        _write_new(pub, (line + "\n").encode("utf-8"), 0o644, force)
+    except FileExistsError as e:
+        target = e.filename2 or e.filename or path  # os.link names the target second
+        raise SealsyncError(f"{target} already exists (use --force to overwrite)") from None
+    except OSError as e:
+        raise SealsyncError(f"cannot write key {path}: {e.strerror or e}") from None
+    return line
+
+
+def _key_blob(key: object) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        parts = key.split()
+        if len(parts) < 2:
+            raise SealsyncError(f"not an OpenSSH public key line: {key[:40]!r}")
+        try:
+            return base64.b64decode(parts[1], validate=True)
+        except ValueError:
+            raise SealsyncError(f"not an OpenSSH public key line: {key[:40]!r}") from None
+    asbytes = getattr(key, "asbytes", None)  # paramiko.PKey
+    if callable(asbytes):
+        return asbytes()
+    raise TypeError(f"cannot take the fingerprint of {type(key).__name__}")
+
+
+def fingerprint(key: str | bytes | object) -> str:
+    """OpenSSH-style ``SHA256:...`` fingerprint of a public key line, blob or paramiko key.
+
+    The same string ``ssh-keygen -lf`` prints, so operators can compare keys by eye.
+    """
+    digest = hashlib.sha256(_key_blob(key)).digest()
+    return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")

@@ -1,0 +1,93 @@
+"""Where the sender keeps its state (DESIGN §2).
+
+The folder names are the seed's (``<host>_<port>``) so that an operator who knows the
+original tool finds everything where they expect it; all path building lives here so
+that no other module joins state paths by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sealsync.errors import ConfigError
+
+SENDER_FOLDER = "sync-sender"
+SCHEMA_SYNC_FOLDER = "sync"
+
+
+def receiver_key(host: str, port: int) -> str:
+    """``<host>_<port>``, safe as one folder name.
+
+    An IPv6 address keeps its identity but loses its colons (``::1`` -> ``--1``) because
+    a colon is awkward in folder names on some systems and tools; brackets around an
+    IPv6 literal are dropped so ``[::1]`` and ``::1`` share one state folder.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ConfigError(f"receiver port must be an integer from 1 to 65535, got {port!r}")
+    if not isinstance(host, str):
+        raise ConfigError(f"receiver host must be a string, got {host!r}")
+    name = host.strip()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    name = name.replace(":", "-")
+    shown = host.encode("unicode_escape").decode("ascii")
+    if not name or name in (".", ".."):
+        raise ConfigError(f"receiver host is empty or not a host name: {shown!r}")
+    if any(ch in name for ch in "/\\") or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise ConfigError(f"receiver host with a slash or control character: {shown!r}")
+    return f"{name}_{port}"
+
+
+@dataclass(frozen=True)
+class SenderPaths:
+    """The state of one data dir towards one receiver."""
+
+    data_dir: Path
+    host: str
+    port: int
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.data_dir) / SENDER_FOLDER / receiver_key(self.host, self.port)
+
+    @property
+    def last_local_files(self) -> Path:
+        return self.folder / "last_local_files.txt"
+
+    @property
+    def current_local_files(self) -> Path:
+        return self.folder / "current_local_files.txt"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.folder / "snapshot"
+
+    @property
+    def sync_log(self) -> Path:
+        return self.folder / "sync.log"
+
+
+@dataclass(frozen=True)
+class SchemaPaths:
+    """Per-receiver state that is shared by all data dirs, so it lives in the schema dir."""
+
+    schema_dir: Path
+    host: str
+    port: int
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.schema_dir) / SCHEMA_SYNC_FOLDER / receiver_key(self.host, self.port)
+
+    @property
+    def lock(self) -> Path:
+        return self.folder / "sync.lock"
+
+    @property
+    def schema_pos(self) -> Path:
+        return self.folder / "sync_schema_pos"
+
+    @property
+    def schema_log(self) -> Path:
+        return Path(self.schema_dir) / "mlog.txt"

@@ -1,0 +1,97 @@
+"""What a data dir holds now: the I/O half of file selection (DESIGN §3 step 1, §8.3).
+
+Both ``sequence/`` and ``unsequence/`` are walked at any depth (the original tool
+never synced unsequence files). ``present`` feeds the deletion side of the diff, so
+a folder that cannot be read stops the scan: treating its files as gone would tell
+the receiver to delete them. Symbolic links are never followed or shipped: a link
+could smuggle any file of the machine, or a file twice, into a round.
+
+The walk uses ``os.scandir`` and plain strings (no ``Path`` per file, no ``stat``:
+the entry types come from the directory listing) so that 100,000 files take a
+fraction of a second.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from sealsync.errors import SealsyncError
+from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, data_name_problem
+
+SYMLINK = "symbolic link, not followed"
+NOT_REGULAR = "not a regular file"
+NOT_FOLDER = "not a folder"
+
+
+@dataclass(frozen=True)
+class DataDirScan:
+    sealed: frozenset[str]
+    """Data files with their ``X.resource`` and without ``X.merge``: ready to ship."""
+    present: frozenset[str]
+    """Every data file that exists, sealed or not: only their absence means deleted."""
+    rejected: tuple[tuple[str, str], ...]
+    """(name, reason) for entries never shipped: hostile names, links, special files."""
+
+
+def scan(data_dir: os.PathLike[str] | str) -> DataDirScan:
+    sealed: list[str] = []
+    present: list[str] = []
+    rejected: list[tuple[str, str]] = []
+    base = os.fspath(data_dir)
+    for root in DATA_ROOTS:
+        top = os.path.join(base, root)
+        if os.path.islink(top):
+            rejected.append((root, SYMLINK))
+        elif os.path.isdir(top):
+            _walk(top, root, sealed, present, rejected)
+        elif os.path.lexists(top):
+            rejected.append((root, NOT_FOLDER))
+    return DataDirScan(frozenset(sealed), frozenset(present), tuple(sorted(rejected)))
+
+
+def _walk(
+    top: str,
+    rel_top: str,
+    sealed: list[str],
+    present: list[str],
+    rejected: list[tuple[str, str]],
+) -> None:
+    stack = [(top, rel_top)]
+    while stack:
+        folder, rel = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except FileNotFoundError:
+            continue  # removed while we walked (TTL, merge): its files are gone indeed
+        except OSError as exc:
+            raise SealsyncError(f"cannot read data folder {folder}: {exc.strerror}") from exc
+        names = set()
+        regular = set()
+        data = []
+        for entry in entries:
+            name = entry.name
+            names.add(name)
+            try:
+                if entry.is_symlink():
+                    rejected.append((f"{rel}/{name}", SYMLINK))
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, f"{rel}/{name}"))
+                elif entry.is_file(follow_symlinks=False):
+                    regular.add(name)
+                    if name.endswith(DATA_SUFFIXES):
+                        data.append(name)
+                elif name.endswith(DATA_SUFFIXES):
+                    rejected.append((f"{rel}/{name}", NOT_REGULAR))
+            except FileNotFoundError:
+                continue  # vanished between listing and type check
+        for name in data:
+            relname = f"{rel}/{name}"
+            problem = data_name_problem(relname)
+            if problem is not None:
+                rejected.append((relname, problem))
+                continue
+            present.append(relname)
+            if f"{name}.resource" in regular and f"{name}.merge" not in names:
+                sealed.append(relname)

@@ -1,0 +1,32 @@
+"""The diff between what a data dir holds and what a receiver already has (DESIGN §3.1).
+
+Pure set logic, so that it is tested exhaustively without a file system.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import dataclass
+
+from .scan import DataDirScan
+
+
+@dataclass(frozen=True)
+class Selection:
+    new: tuple[str, ...]
+    """Sealed files the receiver does not have yet, sorted."""
+    deleted: tuple[str, ...]
+    """Synced files whose data file is gone, sorted."""
+
+
+def select(scan: DataDirScan, last: Set[str]) -> Selection:
+    """``new = sealed - last``; ``deleted = last - present``.
+
+    Deletion looks at ``present``, not ``sealed``: a synced file that later gains a
+    ``.mods`` or a ``.merge`` (or loses its ``.resource``) still exists, and telling the
+    receiver it was deleted would lose the whole file there (DESIGN §8.2).
+    """
+    return Selection(
+        new=tuple(sorted(scan.sealed - last)),
+        deleted=tuple(sorted(last - scan.present)),
+    )

@@ -1,0 +1,59 @@
+"""The sender's recovery, the seed's algorithm step by step (DESIGN §3 "Recovery").
+
+It is also the clean-up after a successful round: one code path for both means the
+path that runs after a crash is the one every round exercises. Each step is
+idempotent and durable before the next (``durable`` fsyncs the folder after every
+unlink, rename and replace), so a crash at any instant followed by a rerun ends in
+the same ``last_local_files.txt``: ``(last - deleted) | new`` for what ``sync.log``
+recorded, nothing more and nothing less.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sealsync import durable
+from sealsync.sender.manage.layout import SenderPaths
+from sealsync.sender.manage.state import read_file_set, write_file_set
+from sealsync.synclog import apply_sync_log, read_sync_log
+
+
+def recover(paths: SenderPaths) -> None:
+    """Bring ``paths.folder`` to a state with no round in flight."""
+    if not paths.folder.is_dir():
+        return  # never synced with this receiver from this data dir
+    current, last, sync_log = paths.current_local_files, paths.last_local_files, paths.sync_log
+    if current.exists():  # 1
+        if last.exists():  # 2: last is still the truth; current is redone from it and the log
+            durable.remove(current)
+        else:  # cleanup wrote current in full (atomically), then deleted last
+            durable.rename(current, last)  # 7
+            _drop_round(paths)  # 8
+            return
+    if sync_log.exists():  # 3
+        names = apply_sync_log(read_file_set(last), read_sync_log(sync_log))  # 4
+        write_file_set(current, names)  # 5
+        durable.remove(last)  # 6
+        durable.rename(current, last)  # 7
+    _drop_round(paths)  # 8
+
+
+def _drop_round(paths: SenderPaths) -> None:
+    """Step 8: the snapshot first, the log last, so a log left behind still means "redo 4-8"."""
+    _remove_tree(paths.snapshot)
+    durable.remove(paths.sync_log)
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        durable.remove(path)
+    elif path.is_dir():
+        shutil.rmtree(path)
+        durable.fsync_dir(path.parent)
+
+
+def recover_all(data_dirs: list[Path], host: str, port: int) -> None:
+    """Recover every data dir that has a state folder for this receiver."""
+    for data_dir in data_dirs:
+        recover(SenderPaths(Path(data_dir), host, port))

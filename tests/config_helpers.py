@@ -1,0 +1,157 @@
+"""Builders for config files and small instances, shared by the config/CLI/lock tests.
+
+Not a test module (no ``test_`` prefix); imported by name because pytest puts this
+folder on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sealsync.keys import generate_keypair
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string for our values
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise TypeError(type(v))
+
+
+def dump_toml(doc: Mapping[str, Any]) -> str:
+    """Enough TOML for config files: top-level tables, arrays of tables, scalars, lists."""
+    out: list[str] = []
+    for key, value in doc.items():
+        if not isinstance(value, Mapping | list) or (
+            isinstance(value, list) and not all(isinstance(x, Mapping) for x in value)
+        ):
+            out.insert(0, f"{key} = {_value(value)}")
+    for key, value in doc.items():
+        if isinstance(value, Mapping):
+            out.append(f"\n[{key}]")
+            out.extend(f"{k} = {_value(v)}" for k, v in value.items())
+        elif isinstance(value, list) and value and all(isinstance(x, Mapping) for x in value):
+            for item in value:
+                out.append(f"\n[[{key}]]")
+                out.extend(f"{k} = {_value(v)}" for k, v in item.items())
+    return "\n".join(out) + "\n"
+
+
+def write_config(path: Path, doc: Mapping[str, Any]) -> Path:
+    path.write_text(dump_toml(doc), encoding="utf-8")
+    return path
+
+
+def sender_doc() -> dict[str, Any]:
+    return {
+        "sender": {
+            "schema_dir": "edge/schema",
+            "data_dirs": ["edge/data"],
+            "identity": "keys/edge",
+            "known_hosts": "keys/known_hosts",
+            "max_retries": 5,
+        },
+        "receiver": [{"name": "dc1", "host": "127.0.0.1", "port": 5555}],
+    }
+
+
+def make_sender_instance(root: Path) -> None:
+    """The folders and files a sender config needs to exist (keys are real keys)."""
+    (root / "edge/schema").mkdir(parents=True, exist_ok=True)
+    (root / "edge/data").mkdir(parents=True, exist_ok=True)
+    if not (root / "keys/edge").exists():
+        generate_keypair(root / "keys/edge", comment="edge")
+    (root / "keys/known_hosts").write_text("")
+
+
+def make_sender(root: Path, doc: Mapping[str, Any] | None = None) -> Path:
+    """A sender instance under ``root`` and its config ``root/S.toml``."""
+    make_sender_instance(root)
+    return write_config(root / "S.toml", sender_doc() if doc is None else doc)
+
+
+def receiver_doc() -> dict[str, Any]:
+    return {
+        "receiver": {
+            "listen": "127.0.0.1:5555",
+            "host_key": "keys/host",
+            "authorized_keys": "keys/authorized_keys",
+            "allow": ["127.0.0.0/8"],
+            "schema_dir": "dc/schema",
+            "data_dirs": ["dc/data"],
+        }
+    }
+
+
+def make_receiver(root: Path, doc: Mapping[str, Any] | None = None) -> Path:
+    (root / "keys").mkdir(parents=True, exist_ok=True)
+    (root / "keys/host").write_text("not parsed at load\n")
+    (root / "keys/authorized_keys").write_text("")
+    return write_config(root / "R.toml", receiver_doc() if doc is None else doc)
+
+
+def loader_doc() -> dict[str, Any]:
+    return {
+        "loader": {
+            "receiver_data_dirs": ["dc/data"],
+            "table_path": "warehouse/points",
+            "state_dir": "warehouse/_state",
+        }
+    }
+
+
+def make_loader(root: Path, doc: Mapping[str, Any] | None = None) -> Path:
+    (root / "dc/data").mkdir(parents=True, exist_ok=True)
+    return write_config(root / "L.toml", loader_doc() if doc is None else doc)
+
+
+def write_sealed(data_dir: Path, name: str, *, sealed: bool = True, mods: bool = False) -> None:
+    """A fake data file (plain bytes are enough for selection) and its sidecars."""
+    path = data_dir / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"TsFile" + name.encode() + b"TsFile")
+    if sealed:
+        path.with_name(path.name + ".resource").write_bytes(b"resource")
+    if mods:
+        path.with_name(path.name + ".mods").write_bytes(b"mods")
+
+
+HOLDER = """
+import sys
+from filelock import FileLock
+lock = FileLock(sys.argv[1], timeout=5)
+lock.acquire()
+print("locked", flush=True)
+sys.stdin.read()
+lock.release()
+"""
+
+
+@contextmanager
+def held_elsewhere(path: Path) -> Iterator[None]:
+    """Hold the lock file at ``path`` from another process for the ``with`` body."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
+        yield
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0

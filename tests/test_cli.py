@@ -1,0 +1,486 @@
+"""The console script: commands, exit codes, one-line errors, and the dry run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from config_helpers import (
+    held_elsewhere,
+    make_loader,
+    make_receiver,
+    make_sender,
+    sender_doc,
+    write_config,
+    write_sealed,
+)
+from filelock import FileLock, Timeout
+
+import sealsync.cli
+from sealsync.cli import cli, main
+from sealsync.config import ReceiverEndpoint, SenderConfig
+from sealsync.errors import SealsyncError
+from sealsync.sender.manage.layout import SenderPaths
+from sealsync.sender.manage.scan import SYMLINK
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = ["demo", "keygen", "load", "owners", "send", "serve", "status"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_process(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sealsync", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def assert_one_error_line(err: str, expected: str) -> None:
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert "Traceback" not in err
+    assert err == f"sealsync: error: {expected}\n"
+
+
+# ---------------------------------------------------------------- the group
+
+
+def test_help_lists_every_command_with_one_line() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    listed = result.stdout.split("Commands:\n", 1)[1].splitlines()
+    assert [line.split()[0] for line in listed] == COMMANDS
+    assert all(len(line.split(maxsplit=1)) == 2 for line in listed)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str) -> None:
+    result = CliRunner().invoke(cli, [command, "--help"])
+    assert result.exit_code == 0
+    assert result.stdout.startswith(f"Usage: cli {command} ")
+
+
+def test_version() -> None:
+    result = CliRunner().invoke(cli, ["--version"])
+    assert (result.exit_code, result.stdout) == (0, "sealsync, version 0.1.0\n")
+
+
+def test_usage_error_exits_2_with_clicks_message(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "send", "--bogus")
+    assert code == 2 and out == ""
+    assert err == (
+        "Usage: sealsync send [OPTIONS]\n"
+        "Try 'sealsync send --help' for help.\n\n"
+        "Error: No such option '--bogus'.\n"
+    )
+    code, _, err = run(capsys, "send")
+    assert code == 2 and err.endswith("Error: Missing option '--config'.\n")
+
+
+def test_console_script_and_module_agree(tmp_path: Path) -> None:
+    script = ROOT / ".venv" / "bin" / "sealsync"
+    missing = tmp_path / "missing.toml"
+    for argv in ([str(script)], [sys.executable, "-m", "sealsync"]):
+        result = subprocess.run(
+            [*argv, "send", "--config", str(missing)], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 2
+        assert result.stdout == ""
+        assert_one_error_line(
+            result.stderr, f"{missing}: cannot read config: No such file or directory"
+        )
+
+
+# ---------------------------------------------------------------- config errors, every command
+
+
+BAD_CONFIG_COMMANDS = [
+    ["send", "--config"],
+    ["send", "--dry-run", "--config"],
+    ["serve", "--config"],
+    ["load", "--config"],
+    ["status", "--config"],
+    ["owners", "--config"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD_CONFIG_COMMANDS)
+def test_bad_config_is_exit_2_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    path = write_config(tmp_path / "bad.toml", {"sender": {"schema_dir": "x", "tpyo": 1}})
+    code, out, err = run(capsys, *argv, str(path))
+    assert code == 2 and out == ""
+    assert err.startswith(f"sealsync: error: {path}: [")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bad_config_through_a_real_process(tmp_path: Path) -> None:
+    doc = sender_doc()
+    doc["sender"]["max_retries"] = True
+    path = make_sender(tmp_path, doc)
+    result = run_process("send", "--config", str(path))
+    assert result.returncode == 2 and result.stdout == ""
+    assert_one_error_line(
+        result.stderr, f"{path}: [sender] max_retries: must be an integer, got a boolean"
+    )
+    syntax = tmp_path / "syntax.toml"
+    syntax.write_text("[receiver\n")
+    result = run_process("serve", "--config", str(syntax))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"sealsync: error: {syntax}: TOML syntax error: ")
+    assert result.stderr.count("\n") == 1 and "line 1" in result.stderr
+
+
+def test_unknown_receiver_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = make_sender(tmp_path)
+    code, out, err = run(capsys, "send", "--config", str(path), "--receiver", "dc9", "--dry-run")
+    assert (code, out) == (2, "")
+    assert_one_error_line(err, f"{path}: no [[receiver]] named 'dc9' (known: dc1)")
+
+
+# ---------------------------------------------------------------- stubs
+
+
+def test_stubs_validate_then_say_not_implemented(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sender, receiver, loader = make_sender(tmp_path), make_receiver(tmp_path), make_loader(tmp_path)
+    cases = [
+        (["serve", "--config", str(receiver)], "serve"),
+        (["load", "--config", str(loader), "--master", "local[2]", "--full"], "load"),
+        (["status", "--config", str(sender), "--json"], "status"),
+        (["status", "--config", str(receiver)], "status"),
+        (["status", "--config", str(loader)], "status"),
+        (["owners", "--config", str(receiver)], "owners"),
+        (["owners", "--config", str(receiver), "release", "root.sg1.d1", "root.sg1.d2"], "owners"),
+        (["demo", "--workdir", str(tmp_path / "demo")], "demo"),
+    ]
+    for argv, name in cases:
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (1, ""), argv
+        assert_one_error_line(err, f"{name} is not implemented yet")
+
+
+def test_serve_refuses_a_sender_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sender = make_sender(tmp_path)
+    code, _, err = run(capsys, "serve", "--config", str(sender))
+    assert code == 2
+    assert err.startswith(f"sealsync: error: {sender}: [") and err.count("\n") == 1
+
+
+def test_owners_release_needs_devices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    receiver = make_receiver(tmp_path)
+    code, _, err = run(capsys, "owners", "--config", str(receiver), "release")
+    assert code == 2 and "release needs at least one DEVICE" in err
+    code, _, err = run(capsys, "owners", "--config", str(receiver), "free", "d1")
+    assert code == 2 and "'free' is not 'release'" in err
+
+
+# ---------------------------------------------------------------- unexpected failures
+
+
+def test_internal_error_is_one_line_traceback_only_with_v(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(path: Path) -> None:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(sealsync.cli, "load_sender_config", boom)
+    code, out, err = run(capsys, "send", "--config", "x.toml")
+    assert (code, out) == (1, "")
+    assert err == (
+        "sealsync: internal error: RuntimeError: boom second line (run with -v for the traceback)\n"
+    )
+    code, _, err = run(capsys, "-v", "send", "--config", "x.toml")
+    assert code == 1
+    assert err.startswith("Traceback (most recent call last):\n")
+    assert err.endswith("sealsync: internal error: RuntimeError: boom second line\n")
+
+
+def test_keyboard_interrupt_is_130_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(path: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sealsync.cli, "load_sender_config", interrupted)
+    assert run(capsys, "send", "--config", "x.toml") == (130, "", "sealsync: interrupted\n")
+
+
+# ---------------------------------------------------------------- send
+
+
+def test_send_without_transfer_takes_the_lock_then_fails_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "sealsync.sender.round", None)  # as if not written yet
+    path = make_sender(tmp_path)
+    code, out, err = run(capsys, "send", "--config", str(path))
+    assert (code, out) == (1, "")
+    assert_one_error_line(err, "sending is not available yet (transfer not implemented)")
+    lock = tmp_path / "edge/schema/sync/127.0.0.1_5555/sync.lock"
+    assert lock.exists()
+    with FileLock(lock, timeout=0):  # released on the way out
+        pass
+
+
+class FakeRound:
+    """Stands in for ``sealsync.sender.round``; records calls and checks the lock is held."""
+
+    def __init__(self, fail_for: str | None = None) -> None:
+        self.calls: list[tuple[SenderConfig, ReceiverEndpoint]] = []
+        self.fail_for = fail_for
+
+    def module(self) -> types.ModuleType:
+        module = types.ModuleType("sealsync.sender.round")
+        module.run_round = self.run_round  # type: ignore[attr-defined]
+        return module
+
+    def run_round(self, config: SenderConfig, receiver: ReceiverEndpoint) -> None:
+        lock = config.schema_dir / "sync" / f"{receiver.host}_{receiver.port}" / "sync.lock"
+        with pytest.raises(Timeout):  # a fresh instance = another holder: must be refused
+            FileLock(lock, timeout=0).acquire()
+        self.calls.append((config, receiver))
+        if receiver.name == self.fail_for:
+            raise SealsyncError("receiver unreachable")
+
+
+def two_receivers(tmp_path: Path) -> Path:
+    doc = sender_doc()
+    doc["receiver"].append({"name": "dc2", "host": "127.0.0.1", "port": 5556})
+    return make_sender(tmp_path, doc)
+
+
+def test_send_runs_a_round_per_receiver_under_its_lock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeRound()
+    monkeypatch.setitem(sys.modules, "sealsync.sender.round", fake.module())
+    path = two_receivers(tmp_path)
+    assert run(capsys, "send", "--config", str(path)) == (0, "", "")
+    assert [r.name for _, r in fake.calls] == ["dc1", "dc2"]
+    assert fake.calls[0][0].source == str(path)
+    fake.calls.clear()
+    assert run(capsys, "send", "--config", str(path), "--receiver", "dc2") == (0, "", "")
+    assert [r.name for _, r in fake.calls] == ["dc2"]
+
+
+def test_send_goes_on_after_one_receiver_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeRound(fail_for="dc1")
+    monkeypatch.setitem(sys.modules, "sealsync.sender.round", fake.module())
+    path = two_receivers(tmp_path)
+    code, out, err = run(capsys, "send", "--config", str(path))
+    assert [r.name for _, r in fake.calls] == ["dc1", "dc2"]
+    assert (code, out) == (1, "")
+    assert_one_error_line(err, "dc1: receiver unreachable")
+
+
+def test_send_with_several_receivers_locked_exits_75(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeRound()
+    monkeypatch.setitem(sys.modules, "sealsync.sender.round", fake.module())
+    path = two_receivers(tmp_path)
+    lock = tmp_path / "edge/schema/sync/127.0.0.1_5555/sync.lock"
+    with held_elsewhere(lock):
+        code, out, err = run(capsys, "send", "--config", str(path))
+    assert (code, out) == (75, "")
+    assert_one_error_line(err, f"dc1: another sender holds the lock for 127.0.0.1:5555 ({lock})")
+    assert [r.name for _, r in fake.calls] == ["dc2"]
+
+
+# ---------------------------------------------------------------- dry run
+
+DC1 = ("127.0.0.1", 5555)
+
+
+def state_snapshot(root: Path) -> dict[str, Any]:
+    """Every entry under ``root``: type, mode, size, mtime and content."""
+    snap: dict[str, Any] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            st = path.lstat()
+            content = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+            snap[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, content)
+    return snap
+
+
+def edge_instance(tmp_path: Path) -> tuple[Path, Path]:
+    """A sender instance whose dc1 state says a, m and gone were synced."""
+    doc = sender_doc()
+    doc["receiver"].append({"name": "dc2", "host": "127.0.0.1", "port": 5556})
+    config = make_sender(tmp_path, doc)
+    data = tmp_path / "edge/data"
+    write_sealed(data, "sequence/g1/0/a.tsfile")
+    write_sealed(data, "sequence/g1/0/b.tsfile")
+    write_sealed(data, "sequence/g1/0/c.tsfile", sealed=False)
+    write_sealed(data, "sequence/g1/0/m.tsfile", mods=True)  # gained .mods after syncing
+    write_sealed(data, "sequence/g1/1/x.parquet")
+    (data / "sequence/g1/1/x.parquet.merge").write_bytes(b"")  # being merged: not sealed
+    write_sealed(data, "unsequence/g1/0/u.tsfile")
+    (data / "sequence/g1/0/link.tsfile").symlink_to(data / "sequence/g1/0/a.tsfile")
+    state = SenderPaths(data, *DC1)
+    state.folder.mkdir(parents=True)
+    state.last_local_files.write_text(
+        "sequence/g1/0/a.tsfile\nsequence/g1/0/gone.tsfile\nsequence/g1/0/m.tsfile\n"
+    )
+    return config, data
+
+
+def dry_run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    code, out, err = run(capsys, "send", "--dry-run", "--json", *args)
+    assert (code, err) == (0, ""), err
+    return json.loads(out)
+
+
+def test_dry_run_plans_every_receiver_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, data = edge_instance(tmp_path)
+    before = state_snapshot(tmp_path)
+    doc = dry_run_json(capsys, "--config", str(config))
+    assert state_snapshot(tmp_path) == before
+    rejected = [{"name": "sequence/g1/0/link.tsfile", "reason": SYMLINK}]
+    assert doc == {
+        "dry_run": True,
+        "receivers": [
+            {
+                "name": "dc1",
+                "host": "127.0.0.1",
+                "port": 5555,
+                "data_dirs": [
+                    {
+                        "data_dir": str(data),
+                        "recovery": None,
+                        "new": ["sequence/g1/0/b.tsfile", "unsequence/g1/0/u.tsfile"],
+                        "deleted": ["sequence/g1/0/gone.tsfile"],
+                        "rejected": rejected,
+                    }
+                ],
+            },
+            {
+                "name": "dc2",
+                "host": "127.0.0.1",
+                "port": 5556,
+                "data_dirs": [
+                    {
+                        "data_dir": str(data),
+                        "recovery": None,
+                        "new": [
+                            "sequence/g1/0/a.tsfile",
+                            "sequence/g1/0/b.tsfile",
+                            "sequence/g1/0/m.tsfile",
+                            "unsequence/g1/0/u.tsfile",
+                        ],
+                        "deleted": [],
+                        "rejected": rejected,
+                    }
+                ],
+            },
+        ],
+    }
+
+
+def test_dry_run_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, data = edge_instance(tmp_path)
+    before = state_snapshot(tmp_path)
+    code, out, err = run(capsys, "send", "--config", str(config), "--dry-run", "--receiver", "dc1")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "dry run: nothing is changed, no receiver is contacted",
+        "receiver dc1 (127.0.0.1:5555)",
+        f"  data dir {data}",
+        "    new (2):",
+        "      sequence/g1/0/b.tsfile",
+        "      unsequence/g1/0/u.tsfile",
+        "    deleted (1):",
+        "      sequence/g1/0/gone.tsfile",
+        "    rejected (1):",
+        f"      sequence/g1/0/link.tsfile: {SYMLINK}",
+    ]
+    assert state_snapshot(tmp_path) == before
+
+
+def test_dry_run_shows_what_recovery_of_a_crashed_round_would_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, data = edge_instance(tmp_path)
+    state = SenderPaths(data, *DC1)
+    # the crashed round got gone deleted and b verified, then died mid-line
+    state.sync_log.write_text(
+        "sync start\nsync deleted file names start\nsequence/g1/0/gone.tsfile\n"
+        "sync deleted file names end\nsync tsfile start\nsequence/g1/0/b.tsfile\nunseq"
+    )
+    (state.snapshot / "sequence/g1/0").mkdir(parents=True)
+    before = state_snapshot(tmp_path)
+    doc = dry_run_json(capsys, "--config", str(config), "--receiver", "dc1")
+    assert state_snapshot(tmp_path) == before
+    plan = doc["receivers"][0]["data_dirs"][0]
+    assert plan["new"] == ["unsequence/g1/0/u.tsfile"]
+    assert plan["deleted"] == []
+    assert plan["recovery"] == (
+        "would apply the crashed round's sync.log (1 deleted, 1 new marked synced)"
+    )
+
+
+def test_dry_run_after_a_crash_in_clean_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, data = edge_instance(tmp_path)
+    state = SenderPaths(data, *DC1)
+    # clean-up wrote current (log applied) and deleted last, then died
+    state.last_local_files.rename(state.current_local_files)
+    state.current_local_files.write_text("sequence/g1/0/a.tsfile\nsequence/g1/0/b.tsfile\n")
+    state.sync_log.write_text("sync start\nsync tsfile start\nsequence/g1/0/b.tsfile\n")
+    before = state_snapshot(tmp_path)
+    plan = dry_run_json(capsys, "--config", str(config), "--receiver", "dc1")["receivers"][0][
+        "data_dirs"
+    ][0]
+    assert state_snapshot(tmp_path) == before
+    assert plan["new"] == ["sequence/g1/0/m.tsfile", "unsequence/g1/0/u.tsfile"]
+    assert plan["deleted"] == []
+    assert plan["recovery"].startswith("would finish a crashed clean-up")
+
+
+def test_dry_run_ignores_a_stale_current_next_to_last(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, data = edge_instance(tmp_path)
+    state = SenderPaths(data, *DC1)
+    state.current_local_files.write_text("sequence/g1/0/b.tsfile\n")  # half-done clean-up
+    plan = dry_run_json(capsys, "--config", str(config), "--receiver", "dc1")["receivers"][0][
+        "data_dirs"
+    ][0]
+    assert plan["new"] == ["sequence/g1/0/b.tsfile", "unsequence/g1/0/u.tsfile"]
+    assert plan["deleted"] == ["sequence/g1/0/gone.tsfile"]
+    assert plan["recovery"] == "would drop the stale current_local_files.txt"
+
+
+def test_dry_run_takes_no_lock_and_needs_no_receiver(tmp_path: Path) -> None:
+    config, _ = edge_instance(tmp_path)
+    with held_elsewhere(tmp_path / "edge/schema/sync/127.0.0.1_5555/sync.lock"):
+        result = run_process("send", "--config", str(config), "--dry-run", "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert json.loads(result.stdout)["receivers"][0]["data_dirs"][0]["new"] == [
+        "sequence/g1/0/b.tsfile",
+        "unsequence/g1/0/u.tsfile",
+    ]

@@ -1,0 +1,373 @@
+"""Config loading: every error class is one ConfigError line naming the file and the key."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from config_helpers import (
+    loader_doc,
+    make_loader,
+    make_receiver,
+    make_sender,
+    receiver_doc,
+    sender_doc,
+    write_config,
+)
+
+from sealsync.config import (
+    LoaderConfig,
+    ReceiverConfig,
+    ReceiverEndpoint,
+    SenderConfig,
+    load_any,
+    load_loader_config,
+    load_receiver_config,
+    load_sender_config,
+    parse_listen,
+)
+from sealsync.errors import EXIT_USAGE, ConfigError
+
+
+def config_error(load: Callable[[Path], Any], path: Path) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    message = str(info.value)
+    assert info.value.exit_code == EXIT_USAGE
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    return message
+
+
+# ---------------------------------------------------------------- sender
+
+
+def test_sender_loads_with_defaults_and_relative_paths(tmp_path: Path) -> None:
+    doc = sender_doc()
+    doc["receiver"].append({"host": "10.0.0.7", "port": 6000})
+    path = make_sender(tmp_path, doc)
+    config = load_sender_config(path)
+    assert config == SenderConfig(
+        schema_dir=tmp_path / "edge/schema",
+        data_dirs=[tmp_path / "edge/data"],
+        identity=tmp_path / "keys/edge",
+        known_hosts=tmp_path / "keys/known_hosts",
+        receivers=[
+            ReceiverEndpoint("dc1", "127.0.0.1", 5555),
+            ReceiverEndpoint("10.0.0.7:6000", "10.0.0.7", 6000),
+        ],
+        max_retries=5,
+        connect_timeout=10.0,
+        chunk_size=262144,
+        pipeline_depth=64,
+        source=str(path),
+    )
+    assert config.receiver("dc1") == config.receivers[0]
+    assert config.receiver("10.0.0.7:6000") == config.receivers[1]
+
+
+def test_sender_relative_paths_follow_the_config_folder_not_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = make_sender(tmp_path / "site")
+    monkeypatch.chdir(tmp_path)
+    config = load_sender_config(Path("site/S.toml"))
+    assert config.schema_dir == tmp_path / "site/edge/schema"
+    assert config.data_dirs == [tmp_path / "site/edge/data"]
+    assert path.exists()
+
+
+def test_sender_extras_are_read(tmp_path: Path) -> None:
+    doc = sender_doc()
+    doc["sender"].update(connect_timeout=2, chunk_size=65536, pipeline_depth=8, max_retries=1)
+    config = load_sender_config(make_sender(tmp_path, doc))
+    assert (config.connect_timeout, config.chunk_size, config.pipeline_depth) == (2.0, 65536, 8)
+    assert config.max_retries == 1
+
+
+def _set(table: str, key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        target = doc[table][0] if isinstance(doc[table], list) else doc[table]
+        target[key] = value
+
+    return change
+
+
+def _drop(table: str, key: str) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        target = doc[table][0] if isinstance(doc[table], list) else doc[table]
+        del target[key]
+
+    return change
+
+
+def _add_receiver(**kw: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda doc: doc["receiver"].append(kw)
+
+
+SENDER_ERRORS = [
+    # unknown keys, at every level
+    (_set("sender", "data_dir", ["edge/data"]), "[sender] data_dir: unknown key"),
+    (_set("receiver", "hots", "x"), "[[receiver]] #1 hots: unknown key"),
+    (lambda d: d.update(sendr={"a": 1}), "[sendr]: unknown table or key"),
+    (lambda d: d.update(max_retries=3), "[max_retries]: unknown table or key"),
+    # missing required keys and tables
+    (_drop("sender", "identity"), "[sender] identity: missing required key"),
+    (_drop("sender", "data_dirs"), "[sender] data_dirs: missing required key"),
+    (_drop("receiver", "port"), "[[receiver]] #1 port: missing required key"),
+    (lambda d: d.pop("receiver"), "[[receiver]]: missing"),
+    (lambda d: d.pop("sender"), "[sender]: missing table"),
+    # wrong types
+    (
+        _set("sender", "max_retries", True),
+        "[sender] max_retries: must be an integer, got a boolean",
+    ),
+    (_set("sender", "max_retries", 2.5), "[sender] max_retries: must be an integer, got a number"),
+    (_set("sender", "data_dirs", "edge/data"), "[sender] data_dirs: must be a list of strings"),
+    (_set("sender", "data_dirs", [1]), "[sender] data_dirs[0]: must be a string, got an integer"),
+    (_set("sender", "identity", 7), "[sender] identity: must be a string, got an integer"),
+    (_set("sender", "connect_timeout", False), "[sender] connect_timeout: must be a number"),
+    (_set("receiver", "port", "5555"), "[[receiver]] #1 port: must be an integer, got a string"),
+    (_set("receiver", "port", True), "[[receiver]] #1 port: must be an integer, got a boolean"),
+    (lambda d: d.update(sender=[1]), "[sender]: must be a table, got a list"),
+    (lambda d: d.update(receiver=5), "[[receiver]]: must be a non-empty array of tables"),
+    # bad values
+    (_set("receiver", "port", 0), "[[receiver]] #1 port: must be between 1 and 65535, got 0"),
+    (_set("receiver", "port", 65536), "[[receiver]] #1 port: must be between 1 and 65535"),
+    (_set("receiver", "host", ""), "[[receiver]] #1 host: must not be empty"),
+    (_set("receiver", "host", "a/b"), "[[receiver]] #1 host: not a host name or IP address"),
+    (_set("receiver", "host", "[::1]"), "[[receiver]] #1 host: not a host name or IP address"),
+    (_set("sender", "max_retries", 0), "[sender] max_retries: must be between 1 and 1000, got 0"),
+    (_set("sender", "connect_timeout", 0), "[sender] connect_timeout: must be greater than 0"),
+    (_set("sender", "chunk_size", 10), "[sender] chunk_size: must be between"),
+    (_set("sender", "pipeline_depth", 0), "[sender] pipeline_depth: must be between"),
+    (_set("sender", "data_dirs", []), "[sender] data_dirs: must not be empty"),
+    (
+        _set("sender", "data_dirs", ["edge/data", "edge/./data"]),
+        "[sender] data_dirs[1]: duplicate of data_dirs[0]",
+    ),
+    (
+        _add_receiver(name="dc1", host="10.0.0.1", port=1),
+        "[[receiver]] #2 name: duplicate of [[receiver]] #1: 'dc1'",
+    ),
+    (
+        _add_receiver(name="other", host="127.0.0.1", port=5555),
+        "[[receiver]] #2 port: duplicate of [[receiver]] #1: 127.0.0.1:5555",
+    ),
+    # paths that must exist
+    (_set("sender", "data_dirs", ["edge/nope"]), "[sender] data_dirs[0]: "),
+    (_set("sender", "schema_dir", "keys/edge"), "[sender] schema_dir: "),
+    (_set("sender", "identity", "keys/missing"), "[sender] identity: "),
+    (_set("sender", "known_hosts", "keys"), "[sender] known_hosts: "),
+]
+
+
+@pytest.mark.parametrize(("change", "expected"), SENDER_ERRORS)
+def test_sender_errors_name_the_file_and_key(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], expected: str
+) -> None:
+    doc = copy.deepcopy(sender_doc())
+    change(doc)
+    path = make_sender(tmp_path, doc)
+    message = config_error(load_sender_config, path)
+    assert message.startswith(f"{path}: {expected}"), message
+
+
+def test_sender_missing_paths_say_what_is_wrong(tmp_path: Path) -> None:
+    doc = sender_doc()
+    doc["sender"]["data_dirs"] = ["edge/nope"]
+    path = make_sender(tmp_path, doc)
+    assert config_error(load_sender_config, path) == (
+        f"{path}: [sender] data_dirs[0]: {tmp_path / 'edge/nope'} does not exist"
+    )
+    doc = sender_doc()
+    doc["sender"]["known_hosts"] = "keys"
+    write_config(path, doc)
+    assert config_error(load_sender_config, path) == (
+        f"{path}: [sender] known_hosts: {tmp_path / 'keys'} is not a regular file"
+    )
+
+
+def test_unreadable_and_missing_files(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    assert config_error(load_sender_config, missing) == (
+        f"{missing}: cannot read config: No such file or directory"
+    )
+    assert config_error(load_receiver_config, tmp_path).startswith(f"{tmp_path}: cannot read")
+
+
+def test_toml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "S.toml"
+    path.write_text('[sender]\nschema_dir = "a"\ndata_dirs = [\n"x" "y"]\n')
+    message = config_error(load_sender_config, path)
+    assert message.startswith(f"{path}: TOML syntax error: ")
+    assert "line 4" in message
+
+
+def test_non_utf8_file(tmp_path: Path) -> None:
+    path = tmp_path / "S.toml"
+    path.write_bytes(b'[sender]\nschema_dir = "\xff"\n')
+    assert config_error(load_sender_config, path) == f"{path}: not a UTF-8 text file"
+
+
+def test_unknown_receiver_name(tmp_path: Path) -> None:
+    path = make_sender(tmp_path)
+    config = load_sender_config(path)
+    with pytest.raises(ConfigError) as info:
+        config.receiver("dc9")
+    assert str(info.value) == f"{path}: no [[receiver]] named 'dc9' (known: dc1)"
+
+
+# ---------------------------------------------------------------- receiver
+
+
+def test_receiver_loads_and_creates_its_folders(tmp_path: Path) -> None:
+    path = make_receiver(tmp_path)
+    config = load_receiver_config(path)
+    assert config == ReceiverConfig(
+        listen_host="127.0.0.1",
+        listen_port=5555,
+        host_key=tmp_path / "keys/host",
+        authorized_keys=tmp_path / "keys/authorized_keys",
+        schema_dir=tmp_path / "dc/schema",
+        data_dirs=[tmp_path / "dc/data"],
+        allow=[ipaddress.ip_network("127.0.0.0/8")],
+        max_sessions=16,
+        idle_timeout=120.0,
+        source=str(path),
+    )
+    assert (tmp_path / "dc/schema").is_dir()
+    assert (tmp_path / "dc/data").is_dir()
+    assert config.listen == "127.0.0.1:5555"
+
+
+def test_receiver_default_allow_and_ipv6_listen(tmp_path: Path) -> None:
+    doc = receiver_doc()
+    del doc["receiver"]["allow"]
+    doc["receiver"]["listen"] = "[::1]:6000"
+    config = load_receiver_config(make_receiver(tmp_path, doc))
+    assert config.allow == [
+        ipaddress.ip_network("127.0.0.0/8"),
+        ipaddress.ip_network("::1/128"),
+    ]
+    assert (config.listen_host, config.listen_port, config.listen) == ("::1", 6000, "[::1]:6000")
+
+
+def test_receiver_from_mapping_accepts_the_table_or_the_document(tmp_path: Path) -> None:
+    make_receiver(tmp_path)
+    table = receiver_doc()["receiver"]
+    from_table = ReceiverConfig.from_mapping(table, tmp_path)
+    from_doc = ReceiverConfig.from_mapping({"receiver": table}, tmp_path)
+    assert from_table == from_doc
+    assert from_table.source == "<mapping>"
+    assert from_table.host_key == tmp_path / "keys/host"
+    with pytest.raises(ConfigError) as info:
+        ReceiverConfig.from_mapping({**table, "alow": []}, tmp_path)
+    assert str(info.value).startswith("<mapping>: [receiver] alow: unknown key")
+
+
+@pytest.mark.parametrize(
+    ("listen", "host", "port"),
+    [
+        ("127.0.0.1:5555", "127.0.0.1", 5555),
+        ("0.0.0.0:1", "0.0.0.0", 1),
+        ("localhost:65535", "localhost", 65535),
+        ("[::]:22", "::", 22),
+        ("[fe80::1%eth0]:22", "fe80::1%eth0", 22),
+    ],
+)
+def test_parse_listen(listen: str, host: str, port: int) -> None:
+    assert parse_listen(listen) == (host, port)
+
+
+RECEIVER_ERRORS = [
+    (_set("receiver", "listen", "127.0.0.1"), "[receiver] listen: must be host:port"),
+    (_set("receiver", "listen", "::1:5555"), "[receiver] listen: write an IPv6 address as"),
+    (_set("receiver", "listen", "[::1]5555"), "[receiver] listen: write an IPv6 address as"),
+    (_set("receiver", "listen", "[zz]:5555"), "[receiver] listen: 'zz' is not an IPv6 address"),
+    (_set("receiver", "listen", "h:99999"), "[receiver] listen: port must be between 1 and 65535"),
+    (_set("receiver", "listen", "h:0"), "[receiver] listen: port must be between 1 and 65535"),
+    (_set("receiver", "listen", 5555), "[receiver] listen: must be a string, got an integer"),
+    (_set("receiver", "allow", ["10.0.0.0/33"]), "[receiver] allow[0]: not a CIDR network"),
+    (_set("receiver", "allow", ["10.0.0.1/8"]), "[receiver] allow[0]: not a CIDR network"),
+    (_set("receiver", "allow", ["any"]), "[receiver] allow[0]: not a CIDR network"),
+    (_set("receiver", "allow", []), "[receiver] allow: must not be empty"),
+    (_set("receiver", "max_sessions", True), "[receiver] max_sessions: must be an integer"),
+    (_set("receiver", "idle_timeout", -1), "[receiver] idle_timeout: must be greater than 0"),
+    (_set("receiver", "host_key", "keys/none"), "[receiver] host_key: "),
+    (_set("receiver", "authorized_keys", "keys"), "[receiver] authorized_keys: "),
+    (_set("receiver", "data_dirs", ["keys/host"]), "[receiver] data_dirs[0]: "),
+    (_set("receiver", "schema_dir", "keys/host/x"), "[receiver] schema_dir: cannot create"),
+    (_drop("receiver", "listen"), "[receiver] listen: missing required key"),
+    (_set("receiver", "port", 5555), "[receiver] port: unknown key"),
+    (lambda d: d.update(sender={}), "[sender]: unknown table or key"),
+    (lambda d: d.update(receiver="x"), "[receiver]: must be a table, got a string"),
+]
+
+
+@pytest.mark.parametrize(("change", "expected"), RECEIVER_ERRORS)
+def test_receiver_errors_name_the_file_and_key(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], expected: str
+) -> None:
+    doc = copy.deepcopy(receiver_doc())
+    change(doc)
+    path = make_receiver(tmp_path, doc)
+    message = config_error(load_receiver_config, path)
+    assert message.startswith(f"{path}: {expected}"), message
+
+
+# ---------------------------------------------------------------- loader
+
+
+def test_loader_loads_without_creating_its_outputs(tmp_path: Path) -> None:
+    path = make_loader(tmp_path)
+    config = load_loader_config(path)
+    assert config == LoaderConfig(
+        receiver_data_dirs=[tmp_path / "dc/data"],
+        table_path=tmp_path / "warehouse/points",
+        state_dir=tmp_path / "warehouse/_state",
+        master="local[*]",
+        source=str(path),
+    )
+    assert not (tmp_path / "warehouse").exists()
+    assert LoaderConfig.from_mapping(loader_doc()["loader"], tmp_path).table_path == (
+        tmp_path / "warehouse/points"
+    )
+
+
+LOADER_ERRORS = [
+    (_set("loader", "receiver_data_dirs", ["dc/none"]), "[loader] receiver_data_dirs[0]: "),
+    (_set("loader", "master", ""), "[loader] master: must not be empty"),
+    (_set("loader", "master", ["local"]), "[loader] master: must be a string, got a list"),
+    (_drop("loader", "table_path"), "[loader] table_path: missing required key"),
+    (_set("loader", "tabel_path", "x"), "[loader] tabel_path: unknown key"),
+]
+
+
+@pytest.mark.parametrize(("change", "expected"), LOADER_ERRORS)
+def test_loader_errors_name_the_file_and_key(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], expected: str
+) -> None:
+    doc = copy.deepcopy(loader_doc())
+    change(doc)
+    path = make_loader(tmp_path, doc)
+    message = config_error(load_loader_config, path)
+    assert message.startswith(f"{path}: {expected}"), message
+
+
+# ---------------------------------------------------------------- load_any
+
+
+def test_load_any_tells_the_roles_apart(tmp_path: Path) -> None:
+    assert isinstance(load_any(make_sender(tmp_path)), SenderConfig)
+    assert isinstance(load_any(make_receiver(tmp_path)), ReceiverConfig)
+    assert isinstance(load_any(make_loader(tmp_path)), LoaderConfig)
+    other = write_config(tmp_path / "X.toml", {"recevier": {"listen": "h:1"}})
+    assert config_error(load_any, other) == (f"{other}: no [sender], [receiver] or [loader] table")
+    # an array [[receiver]] without [sender] is a sender file missing its table
+    only = write_config(tmp_path / "Y.toml", {"receiver": [{"host": "h", "port": 1}]})
+    assert config_error(load_any, only) == f"{only}: [sender]: missing table"

@@ -1,0 +1,161 @@
+"""Snapshots: hard links of a round's new files, a copy across file systems."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from sealsync.errors import BadName
+from sealsync.sender.manage.snapshot import hard_link, snapshot_path, take_snapshot
+
+A = "sequence/root.sg1/0/0/1-1-0.tsfile"
+B = "sequence/root.sg1/0/0/2-1-0.tsfile"
+C = "unsequence/root.sg2/0/3-1-0.parquet"
+
+
+def make_file(data_dir: Path, name: str, *, mods: bool = False) -> str:
+    path = data_dir / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"data of " + name.encode())
+    Path(f"{path}.resource").write_bytes(b"resource of " + name.encode())
+    if mods:
+        Path(f"{path}.mods").write_bytes(b"mods of " + name.encode())
+    return name
+
+
+def entries(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir())
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    data = tmp_path / "data"
+    return data, data / "sync-sender" / "h_1" / "snapshot"
+
+
+def test_links_share_the_inode_of_data_and_sidecars(dirs: tuple[Path, Path]) -> None:
+    data, snap = dirs
+    make_file(data, A, mods=True)
+    make_file(data, C)
+    assert take_snapshot(data, snap, [C, A]) == [A, C]
+    assert entries(snap) == sorted([A, f"{A}.resource", f"{A}.mods", C, f"{C}.resource"])
+    for name in (A, f"{A}.resource", f"{A}.mods", C, f"{C}.resource"):
+        assert os.stat(snap / name).st_ino == os.stat(data / name).st_ino, name
+    assert snapshot_path(snap, A) == snap / A
+
+
+def test_snapshot_survives_the_original_being_deleted(dirs: tuple[Path, Path]) -> None:
+    data, snap = dirs
+    make_file(data, A)
+    take_snapshot(data, snap, [A])
+    (data / A).unlink()
+    Path(f"{data / A}.resource").unlink()
+    assert snapshot_path(snap, A).read_bytes() == b"data of " + A.encode()
+
+
+def test_a_file_deleted_before_linking_is_dropped(dirs: tuple[Path, Path]) -> None:
+    data, snap = dirs
+    make_file(data, A)
+    make_file(data, B)
+    assert take_snapshot(data, snap, [A, B, C]) == [A, B]  # C vanished after selection
+    assert entries(snap) == sorted([A, f"{A}.resource", B, f"{B}.resource"])
+
+
+def test_a_vanishing_resource_drops_the_file(dirs: tuple[Path, Path]) -> None:
+    data, snap = dirs
+    make_file(data, A, mods=True)
+    make_file(data, B)
+
+    def link_racing_a_merge(src: str, dst: str) -> None:
+        if src.endswith(f"{A}.resource"):
+            os.unlink(src)  # a merge deletes the file between our two links
+        hard_link(src, dst)
+
+    assert take_snapshot(data, snap, [A, B], link=link_racing_a_merge) == [B]
+    assert entries(snap) == sorted([B, f"{B}.resource"])
+
+
+def test_a_vanishing_mods_keeps_the_file(dirs: tuple[Path, Path]) -> None:
+    data, snap = dirs
+    make_file(data, A, mods=True)
+
+    def link_racing(src: str, dst: str) -> None:
+        if src.endswith(".mods"):
+            os.unlink(src)
+        hard_link(src, dst)
+
+    assert take_snapshot(data, snap, [A], link=link_racing) == [A]
+    assert entries(snap) == sorted([A, f"{A}.resource"])
+
+
+def test_cross_device_falls_back_to_copy_for_the_round(dirs: tuple[Path, Path]) -> None:
+    data, snap = dirs
+    for name in (A, B, C):
+        make_file(data, name, mods=name == B)
+    calls = []
+
+    def link_other_fs(src: str, dst: str) -> None:
+        calls.append(src)
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    assert take_snapshot(data, snap, [A, B, C], link=link_other_fs) == [A, B, C]
+    assert calls == [str(data / A)]  # one failed link, then copies for the rest
+    copied = [A, f"{A}.resource", B, f"{B}.resource", f"{B}.mods", C, f"{C}.resource"]
+    assert entries(snap) == sorted(copied)
+    for name in copied:
+        assert (snap / name).read_bytes() == (data / name).read_bytes()
+        assert os.stat(snap / name).st_ino != os.stat(data / name).st_ino
+
+
+def test_other_link_errors_are_not_hidden(dirs: tuple[Path, Path]) -> None:
+    data, snap = dirs
+    make_file(data, A)
+
+    def link_disk_full(src: str, dst: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError) as info:
+        take_snapshot(data, snap, [A], link=link_disk_full)
+    assert info.value.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_a_file_swapped_for_a_symlink_is_dropped(dirs: tuple[Path, Path], copy: bool) -> None:
+    data, snap = dirs
+    make_file(data, A)
+    make_file(data, B)
+    secret = data.parent / "secret"
+    secret.write_bytes(b"secret")
+    (data / A).unlink()
+    os.symlink(secret, data / A)
+
+    def link(src: str, dst: str) -> None:
+        if copy:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        hard_link(src, dst)
+
+    assert take_snapshot(data, snap, [A, B], link=link) == [B]
+    assert entries(snap) == sorted([B, f"{B}.resource"])
+
+
+def test_stale_entries_from_an_earlier_round_are_replaced(dirs: tuple[Path, Path]) -> None:
+    data, snap = dirs
+    make_file(data, A)
+    (snap / A).parent.mkdir(parents=True)
+    (snap / A).write_bytes(b"stale")
+    assert take_snapshot(data, snap, [A]) == [A]
+    assert os.stat(snap / A).st_ino == os.stat(data / A).st_ino
+
+
+@pytest.mark.parametrize("name", ["../outside.tsfile", "sequence/../../x.tsfile", "/etc/x.tsfile",
+                                  "sequence/a\nb.tsfile", "sequence/x.resource"])
+def test_bad_names_never_reach_a_path_join(dirs: tuple[Path, Path], name: str) -> None:
+    data, snap = dirs
+    with pytest.raises(BadName):
+        take_snapshot(data, snap, [name])
+    with pytest.raises(BadName):
+        snapshot_path(snap, name)
+    assert not snap.exists()
