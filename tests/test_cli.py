@@ -92,7 +92,7 @@ def test_usage_error_exits_2_with_clicks_message(capsys: pytest.CaptureFixture[s
 
 
 def test_console_script_and_module_agree(tmp_path: Path) -> None:
-    script = ROOT / ".venv" / "bin" / "sealsync"
+    script = Path(sys.executable).parent / "sealsync"  # the console script of this environment
     missing = tmp_path / "missing.toml"
     for argv in ([str(script)], [sys.executable, "-m", "sealsync"]):
         result = subprocess.run(
