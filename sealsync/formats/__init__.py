@@ -1,0 +1,59 @@
+"""Data-file formats behind one interface (DESIGN §1).
+
+Each format module (``tsfile``, ``parquet``) provides the same functions;
+callers pick one by file name with :func:`format_for` and never branch on the
+format:
+
+* ``is_complete(path) -> bool``: cheap magic checks first, then the footer.
+* ``inspect(path) -> FileInfo``: devices and rows, or FormatError (one line,
+  naming the file). Any native-reader failure becomes FormatError.
+* ``devices(path) -> list[str]`` and ``row_count(path) -> int``.
+* ``to_arrow(path) -> pyarrow.Table``: ``time`` (int64 epoch ms), ``device``
+  (string), then one column per measurement: what the Spark loader reads.
+* ``write_arrow(path, table)``: the inverse, for the simulator and tests.
+
+A *row* is one (time, device) pair with one column per measurement, the unit
+Spark sees. TsFile readers are native code: run ``inspect`` on untrusted files
+in a worker process (see :mod:`sealsync.formats.tsfile`).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from ..errors import FormatError
+from . import parquet, tsfile
+from .common import DEVICE_COLUMN, TIME_COLUMN, FileInfo
+
+__all__ = [
+    "DEVICE_COLUMN",
+    "TIME_COLUMN",
+    "FileInfo",
+    "format_for",
+    "inspect",
+    "is_complete",
+    "parquet",
+    "tsfile",
+]
+
+_BY_SUFFIX: dict[str, ModuleType] = {tsfile.SUFFIX: tsfile, parquet.SUFFIX: parquet}
+
+
+def format_for(name: str | os.PathLike[str]) -> ModuleType:
+    """The format module for a data file name, by suffix; FormatError otherwise."""
+    text = os.fspath(name)
+    for suffix, module in _BY_SUFFIX.items():
+        if text.endswith(suffix) and len(os.path.basename(text)) > len(suffix):
+            return module
+    raise FormatError(f"{text}: not a data file (expected a .tsfile or .parquet name)")
+
+
+def inspect(path: str | os.PathLike[str]) -> FileInfo:
+    """Devices and rows of a data file, read from the file itself."""
+    return format_for(path).inspect(path)
+
+
+def is_complete(path: str | os.PathLike[str]) -> bool:
+    """Whether a data file is whole; an unknown suffix raises FormatError."""
+    return format_for(path).is_complete(path)

@@ -1,0 +1,137 @@
+"""Reading untrusted data files in worker processes (DESIGN §4).
+
+A received file is parsed by native code (the TsFile reader, Arrow's Parquet
+reader); a malformed file that crashes or hangs it must cost a worker, never the
+host server the receiver runs in. So ``formats.inspect`` runs in a process pool.
+
+Workers are started with ``forkserver`` (``spawn`` where that is unavailable):
+forking a multi-threaded server process (paramiko threads, loader threads) can
+copy a lock held by another thread into the child and deadlock it. As with any
+such pool, the host's main module must be importable without side effects (the
+``if __name__ == "__main__":`` idiom): workers import it.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sealsync.errors import FormatError
+
+if TYPE_CHECKING:
+    from sealsync.formats import FileInfo
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 300.0
+
+
+def _inspect_in_worker(path: str) -> FileInfo:
+    """Runs in the worker: any reader failure becomes a picklable FormatError."""
+    from sealsync import formats
+
+    inspect = formats.inspect  # outside the try: a missing reader is our bug, not the file's
+    try:
+        return inspect(Path(path))
+    except FormatError:
+        raise
+    except Exception as exc:  # a reader bug on hostile input is still "not a valid file"
+        raise FormatError(f"{Path(path).name}: unreadable: {type(exc).__name__}: {exc}") from None
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+class InspectPool:
+    """``formats.inspect`` in worker processes; a dead or hung worker is a FormatError.
+
+    The pool starts on first use (a receiver that never gets a file never pays for
+    the workers) and is replaced when a worker dies, so one hostile file does not
+    break the files after it.
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        timeout: float = DEFAULT_TIMEOUT,
+        target: Callable[[str], FileInfo] = _inspect_in_worker,
+    ) -> None:
+        """``target`` runs in the workers (a module-level function, for tests)."""
+        self.workers = workers
+        self.timeout = timeout
+        self._target = target
+        self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
+        self._closed = False
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise FormatError("the receiver is stopping: file not inspected")
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_context())
+            return self._pool
+
+    def _discard(self, pool: ProcessPoolExecutor, kill: bool) -> None:
+        """Drop ``pool`` if it is still the current one; the next call starts a fresh one."""
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        if kill:
+            # A hung reader never returns; shutdown() alone would leave it running.
+            # ``_processes`` is private but the only handle on the workers.
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                try:
+                    proc.kill()
+                except Exception:  # already gone
+                    pass
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def inspect(self, path: Path) -> FileInfo:
+        """The devices and rows of ``path``; FormatError if it is not a valid data file."""
+        pool = self._get_pool()
+        try:
+            future = pool.submit(self._target, str(path))
+        except (BrokenProcessPool, RuntimeError):  # broken by another file, or shut down
+            self._discard(pool, kill=False)
+            pool = self._get_pool()
+            future = pool.submit(self._target, str(path))
+        try:
+            return future.result(timeout=self.timeout)
+        except FormatError:
+            raise
+        except BrokenProcessPool:
+            log.warning("%s: the format reader's worker died; restarting the pool", path)
+            self._discard(pool, kill=False)
+            raise FormatError(f"{Path(path).name}: the file crashed the format reader") from None
+        except FutureTimeout:
+            log.warning("%s: the format reader hung; restarting the pool", path)
+            self._discard(pool, kill=True)
+            raise FormatError(
+                f"{Path(path).name}: the format reader did not finish in {self.timeout:g} s"
+            ) from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> InspectPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __call__(self, path: Path) -> FileInfo:
+        return self.inspect(path)

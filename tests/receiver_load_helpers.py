@@ -1,0 +1,119 @@
+"""Shared fixtures for the receiver loading tests: real TsFiles staged as a session would.
+
+A staged file is what the session leaves in a sender folder's ``data/``: the data file
+(a real, tiny tree-model TsFile written with the ``tsfile`` package) and its
+``.resource`` (and maybe ``.mods``), with its name logged in the folder's ``sync.log``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import tsfile
+
+from sealsync.formats import FileInfo
+from sealsync.formats import inspect as real_inspect
+from sealsync.receiver.layout import SenderFolder, SyncLog
+from sealsync.receiver.load.owners import DeviceOwners
+from sealsync.receiver.storage import DirectoryStorage, make_dirs
+
+UUID_A = "0b5d1f7e-3c1a-4c2e-9a51-5d0f2f6a0a01"
+UUID_B = "7a1e9c44-2b7d-4f10-8c3e-1f2d3c4b5a02"
+
+_stamp = itertools.count(1)
+
+
+def write_tsfile(path: Path, devices: Iterable[str]) -> None:
+    """A tiny complete TsFile holding ``devices``; every call writes different bytes."""
+    make_dirs(path.parent)
+    if path.exists():
+        path.unlink()
+    stamp = next(_stamp)
+    writer = tsfile.TsFileWriter(str(path))
+    for device in devices:
+        writer.register_timeseries(device, tsfile.TimeseriesSchema("s1", tsfile.TSDataType.INT64))
+        field = tsfile.Field("s1", stamp, tsfile.TSDataType.INT64)
+        writer.write_row_record(tsfile.RowRecord(device, stamp, [field]))
+    writer.close()
+
+
+def inspect(path: Path) -> FileInfo:
+    """The receiver's inspection: the real one, reading devices from the file itself."""
+    return real_inspect(path)
+
+
+def stage(
+    folder: SenderFolder,
+    name: str,
+    devices: Iterable[str] = ("root.sg.d0",),
+    mods: bytes | None = None,
+    resource: bytes = b"resource",
+) -> Path:
+    """Put ``name`` with its sidecars in the folder's ``data/``; returns the data file."""
+    path = folder.staged(name)
+    write_tsfile(path, devices)
+    Path(f"{path}.resource").write_bytes(resource)
+    if mods is not None:
+        Path(f"{path}.mods").write_bytes(mods)
+    return path
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    make_dirs(dst.parent)
+    dst.write_bytes(src.read_bytes())
+
+
+class Round:
+    """A round as the session writes it: ``sync.log`` lines, then ``sync.end``."""
+
+    def __init__(self, folder: SenderFolder) -> None:
+        self.folder = folder
+        make_dirs(folder.data)
+        self.log = SyncLog(folder.sync_log)
+        self.log.start()
+
+    def deleted(self, names: Iterable[str]) -> None:
+        self.log.deleted_start()
+        for name in names:
+            self.log.deleted(name)
+        self.log.deleted_end()
+
+    def new(self, names: Iterable[str]) -> None:
+        self.log.tsfile_start()
+        for name in names:
+            self.log.tsfile(name)
+        self.log.tsfile_end()
+
+    def end(self) -> None:
+        self.log.end()
+        self.log.close()
+        self.folder.sync_end.write_bytes(b"")
+
+
+def files_under(top: Path) -> set[str]:
+    """Every file below ``top``, relative, POSIX style."""
+    found = set()
+    for here, _dirs, files in os.walk(top):
+        for file in files:
+            found.add((Path(here) / file).relative_to(top).as_posix())
+    return found
+
+
+def sender_files_on_disk(data_dir: Path, uuid: str) -> set[str]:
+    """Relative names of data files a sender has on disk under the default layout."""
+    names = set()
+    for rel in files_under(data_dir):
+        parts = rel.split("/")
+        if parts[0] in ("sequence", "unsequence") and len(parts) >= 3 and parts[-2] == uuid:
+            if rel.endswith((".tsfile", ".parquet")):
+                names.add("/".join(parts[:-2] + parts[-1:]))
+    return names
+
+
+def make_env(tmp_path: Path) -> tuple[Path, DirectoryStorage, DeviceOwners]:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    return data_dir, DirectoryStorage([data_dir]), DeviceOwners(tmp_path / "schema")

@@ -1,0 +1,186 @@
+"""The receiver's gates: allow list by peer address, authorized_keys, UUID-to-key binding."""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from sealsync.keys import fingerprint, generate_keypair
+from sealsync.receiver.auth import (
+    AuthorizedKeys,
+    SenderKeys,
+    is_allowed,
+    parse_authorized_keys,
+    parse_sender_keys,
+    peer_address,
+)
+
+UUID_A = "1f0e6a52-9b8c-4d3e-8a7f-0c1b2d3e4f5a"
+UUID_B = "9c8b7a65-4d3e-4f2a-9b1c-0d2e3f4a5b6c"
+
+
+@pytest.fixture
+def pubs(tmp_path: Path) -> dict[str, str]:
+    """Three real Ed25519 public key lines (OpenSSH format)."""
+    out = {}
+    for name in ("a", "b", "c"):
+        out[name] = generate_keypair(tmp_path / "keys" / name, comment=f"user@{name}")
+    return out
+
+
+def blob(line: str) -> bytes:
+    return base64.b64decode(line.split()[1])
+
+
+# --- allow list ---------------------------------------------------------------------------
+
+
+def nets(*cidrs: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    return [ipaddress.ip_network(c) for c in cidrs]
+
+
+def test_peer_address_maps_ipv4_mapped_ipv6_to_ipv4() -> None:
+    assert peer_address("::ffff:10.1.2.3") == ipaddress.IPv4Address("10.1.2.3")
+    assert peer_address("fe80::1%eth0") == ipaddress.IPv6Address("fe80::1")
+    assert peer_address("127.0.0.1") == ipaddress.IPv4Address("127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    "ip, allowed",
+    [
+        ("127.0.0.1", False),
+        ("10.200.0.7", True),
+        ("::ffff:10.0.0.1", True),  # an IPv4 client on a dual-stack listener
+        ("::1", True),
+        ("2001:db8::1", False),
+        ("11.0.0.1", False),
+    ],
+)
+def test_allow_list_matches_only_its_networks(ip: str, allowed: bool) -> None:
+    assert is_allowed(peer_address(ip), nets("10.0.0.0/8", "::1/128")) is allowed
+
+
+def test_empty_allow_list_allows_nobody() -> None:
+    assert is_allowed(peer_address("127.0.0.1"), []) is False
+
+
+# --- authorized_keys -------------------------------------------------------------------------
+
+
+def test_parse_authorized_keys_takes_plain_lines_and_skips_the_rest(
+    pubs: dict[str, str],
+) -> None:
+    a, b, c = pubs["a"], pubs["b"], pubs["c"]
+    a_type = a.split()[0]
+    c_b64 = c.split()[1]
+    text = "\n".join(
+        [
+            "# a comment",
+            "",
+            a,
+            f'from="10.0.0.1" {b}',  # options are not enforced here, so not granted
+            f"ssh-rsa {c_b64} wrong-type",  # the blob says ssh-ed25519
+            f"{a_type} !!!notbase64",
+            f"{a_type}",
+            "   " + c + "   ",
+        ]
+    )
+    assert parse_authorized_keys(text) == {blob(a), blob(c)}
+
+
+def test_authorized_keys_reload_when_the_file_changes(tmp_path: Path, pubs: dict[str, str]) -> None:
+    path = tmp_path / "authorized_keys"
+    path.write_text(pubs["a"] + "\n")
+    keys = AuthorizedKeys(path)
+    assert keys.allows(blob(pubs["a"])) is True
+    assert keys.allows(blob(pubs["b"])) is False
+    path.write_text(pubs["b"] + "\n" + pubs["c"] + "\n")  # a revoked, b and c added
+    assert keys.allows(blob(pubs["a"])) is False
+    assert keys.allows(blob(pubs["b"])) is True
+    os.unlink(path)
+    assert keys.allows(blob(pubs["b"])) is False  # a vanished file grants nothing
+
+
+def test_authorized_keys_compare_with_paramiko_key_blobs(
+    tmp_path: Path, pubs: dict[str, str]
+) -> None:
+    path = tmp_path / "authorized_keys"
+    path.write_text(pubs["a"] + "\n")
+    key = paramiko.PKey.from_path(tmp_path / "keys" / "a")
+    other = paramiko.PKey.from_path(tmp_path / "keys" / "b")
+    keys = AuthorizedKeys(path)
+    assert keys.allows(key.asbytes()) is True
+    assert keys.allows(other.asbytes()) is False
+
+
+# --- UUID binding ---------------------------------------------------------------------------------
+
+
+def test_uuid_binds_to_the_first_key_and_refuses_another(
+    tmp_path: Path, pubs: dict[str, str]
+) -> None:
+    store = SenderKeys(tmp_path)
+    first = store.bind(UUID_A, pubs["a"], "10.0.0.5")
+    assert first is not None
+    assert (first.uuid, first.fingerprint, first.last_ip) == (
+        UUID_A,
+        fingerprint(pubs["a"]),
+        "10.0.0.5",
+    )
+    assert store.bind(UUID_A, pubs["b"], "10.0.0.5") is None
+    assert store.bind(UUID_B, pubs["b"], "10.0.0.6") is not None
+    moved = store.bind(UUID_A, pubs["a"], "10.0.0.9")  # same key, new address
+    assert moved is not None
+    assert (moved.last_ip, moved.first_seen) == ("10.0.0.9", first.first_seen)
+    path = tmp_path / "sync" / "sender_keys.txt"
+    lines = path.read_text().splitlines()
+    assert [line.split("\t")[:3] for line in lines] == [
+        [UUID_A, fingerprint(pubs["a"]), "10.0.0.9"],
+        [UUID_B, fingerprint(pubs["b"]), "10.0.0.6"],
+    ]
+    assert all(len(line.split("\t")) == 4 for line in lines)
+    assert lines[0].split("\t")[3] == first.first_seen
+    assert first.first_seen.endswith("+00:00")
+
+
+def test_deleting_a_binding_line_lets_a_new_key_bind(tmp_path: Path, pubs: dict[str, str]) -> None:
+    store = SenderKeys(tmp_path)
+    store.bind(UUID_A, pubs["a"], "10.0.0.5")
+    store.bind(UUID_B, pubs["b"], "10.0.0.6")
+    path = tmp_path / "sync" / "sender_keys.txt"
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[1:]))
+    assert store.bind(UUID_A, pubs["c"], "10.0.0.7") is not None
+    assert {b.uuid: b.fingerprint for b in store.bindings().values()} == {
+        UUID_A: fingerprint(pubs["c"]),
+        UUID_B: fingerprint(pubs["b"]),
+    }
+
+
+def test_binding_accepts_a_paramiko_key_or_a_fingerprint(
+    tmp_path: Path, pubs: dict[str, str]
+) -> None:
+    store = SenderKeys(tmp_path)
+    key = paramiko.PKey.from_path(tmp_path / "keys" / "a")
+    assert store.bind(UUID_A, key, "10.0.0.5") is not None
+    assert store.bind(UUID_A, fingerprint(pubs["a"]), "10.0.0.5") is not None
+    assert store.bind(UUID_A, fingerprint(pubs["b"]), "10.0.0.5") is None
+
+
+def test_malformed_binding_lines_are_skipped() -> None:
+    fp = "SHA256:" + "x" * 43
+    parsed = parse_sender_keys(
+        [
+            f"{UUID_A}\t{fp}\t10.0.0.1\t2024-01-01T00:00:00+00:00",
+            "garbage",
+            f"{UUID_B}\tnot-a-fingerprint\t10.0.0.1\tx",
+            f"{UUID_A}\tSHA256:later\t10.0.0.2\tx",  # the first binding wins
+            "",
+        ]
+    )
+    assert list(parsed) == [UUID_A]
+    assert parsed[UUID_A].fingerprint == fp

@@ -1,0 +1,650 @@
+"""The receiver's side of a session, driven over a socket pair (no SSH, in process).
+
+The data files here are small text stand-ins read by an in-process inspect function
+(``DEVICES:a,b``); the SSH tests in test_receiver_service.py use real TsFiles and the
+worker pool.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from receiver_service_helpers import UUID_A, UUID_B, files_under, md5
+
+from sealsync.errors import FormatError
+from sealsync.formats.common import FileInfo
+from sealsync.protocol import (
+    PROTOCOL_VERSION,
+    Bye,
+    Chunk,
+    Delete,
+    DeleteAck,
+    Error,
+    FileBegin,
+    FileEnd,
+    FileVerdict,
+    Hello,
+    Owners,
+    OwnersQuery,
+    RoundDone,
+    RoundEnd,
+    RoundReady,
+    RoundStart,
+    Schema,
+    SchemaAck,
+    Welcome,
+    receive,
+    send,
+)
+from sealsync.receiver import incoming as incoming_module
+from sealsync.receiver.auth import SenderKeys
+from sealsync.receiver.incoming import IncomingFile, stage_all
+from sealsync.receiver.layout import SenderFolder
+from sealsync.receiver.load.owners import DeviceOwners
+from sealsync.receiver.rounds import Rounds
+from sealsync.receiver.schema import SchemaStore
+from sealsync.receiver.session import Session, SessionContext, clean_text
+from sealsync.receiver.storage import DirectoryStorage
+
+PEER = "10.1.2.3"
+FP_A = "SHA256:keyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+FP_B = "SHA256:keyBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+
+
+def fake_inspect(path: Path) -> FileInfo:
+    """``DEVICES:d1,d2`` on the first line; anything else is not a data file."""
+    head = Path(path).read_bytes().split(b"\n", 1)[0]
+    if not head.startswith(b"DEVICES:"):
+        raise FormatError(f"{Path(path).name}: no DEVICES header")
+    devices = tuple(d for d in head[len(b"DEVICES:") :].decode().split(",") if d)
+    return FileInfo(devices=devices, rows=1)
+
+
+def data_file(*devices: str, body: bytes = b"payload") -> bytes:
+    return b"DEVICES:" + ",".join(devices).encode() + b"\n" + body
+
+
+class GatedStorage(DirectoryStorage):
+    """DirectoryStorage whose loads wait for ``gate`` (to observe a round mid-load)."""
+
+    def __init__(self, data_dirs: list[Path]) -> None:
+        super().__init__(data_dirs)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def load(self, sender: str, name: str, staged: Path) -> None:
+        assert self.gate.wait(10)
+        super().load(sender, name, staged)
+
+
+class Env:
+    def __init__(self, tmp_path: Path, n_dirs: int = 1, load_wait: float = 5.0) -> None:
+        self.tmp_path = tmp_path
+        self.data_dirs = [tmp_path / f"data{i}" for i in range(n_dirs)]
+        for d in self.data_dirs:
+            d.mkdir()
+        self.schema_dir = tmp_path / "schema"
+        self.storage = GatedStorage(self.data_dirs)
+        self.owners = DeviceOwners(self.schema_dir)
+        self.rounds = Rounds(self.storage, self.owners, fake_inspect)
+        self.ctx = SessionContext(
+            data_dirs=self.data_dirs,
+            owners=self.owners,
+            inspect=fake_inspect,
+            sender_keys=SenderKeys(self.schema_dir),
+            schema=SchemaStore(self.schema_dir),
+            rounds=self.rounds,
+            load_wait=load_wait,
+        )
+        self.threads: list[threading.Thread] = []
+        self.socks: list[socket.socket] = []
+
+    def connect(self, fingerprint: str = FP_A, peer: str = PEER) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        ours.settimeout(10)
+        theirs.settimeout(10)
+        session = Session(theirs, self.ctx, peer, fingerprint)
+
+        def run() -> None:
+            session.run()
+            theirs.close()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        self.socks.append(ours)
+        return ours
+
+    def folder(self, uuid: str = UUID_A, i: int = 0, peer: str = PEER) -> SenderFolder:
+        return SenderFolder(self.data_dirs[i], peer, uuid)
+
+    def close(self) -> None:
+        self.storage.gate.set()
+        for s in self.socks:
+            s.close()
+        for t in self.threads:
+            t.join(10)
+            assert not t.is_alive()
+        self.rounds.close()
+        self.owners.close()
+        self.ctx.executor.shutdown()
+
+
+@pytest.fixture
+def env(tmp_path: Path):
+    e = Env(tmp_path)
+    yield e
+    e.close()
+
+
+def hello(sock: socket.socket, uuid: str = UUID_A) -> None:
+    send(sock, Hello(PROTOCOL_VERSION, uuid, "edge"))
+    assert isinstance(receive(sock), Welcome)
+
+
+def start_round(sock: socket.socket, data_dir: int = 0) -> RoundReady:
+    send(sock, RoundStart(data_dir))
+    msg = receive(sock)
+    assert isinstance(msg, RoundReady)
+    return msg
+
+
+def offer(
+    sock: socket.socket,
+    file_id: int,
+    name: str,
+    data: bytes,
+    resource: bytes = b"res",
+    mods: bytes | None = None,
+    digest: str | None = None,
+    chunk: int = 5,
+) -> None:
+    stream = data + resource + (mods or b"")
+    send(
+        sock, FileBegin(file_id, name, len(data), len(resource), -1 if mods is None else len(mods))
+    )
+    for i in range(0, len(stream), chunk):
+        send(sock, Chunk(stream[i : i + chunk]))
+    send(sock, FileEnd(file_id, digest or md5(stream)))
+
+
+def verdict(sock: socket.socket) -> tuple[int, str, str, str]:
+    msg = receive(sock)
+    assert isinstance(msg, FileVerdict), msg
+    return msg.file_id, msg.name, msg.status, msg.reason
+
+
+def expect_error(sock: socket.socket, code: str) -> str:
+    msg = receive(sock)
+    assert isinstance(msg, Error), msg
+    assert msg.code == code, msg
+    assert sock.recv(1) == b""  # the receiver closed the session
+    return msg.message
+
+
+def loaded_path(data_dir: Path, uuid: str, name: str) -> Path:
+    *dirs, file = name.split("/")
+    return data_dir.joinpath(*dirs, uuid, file)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+# --- a whole round ---------------------------------------------------------------------
+
+
+def test_round_logs_in_the_sender_vocabulary_and_loads_in_order(env: Env) -> None:
+    old = "sequence/sg1/0/old.tsfile"
+    old_path = loaded_path(env.data_dirs[0], UUID_A, old)
+    old_path.parent.mkdir(parents=True)
+    old_path.write_bytes(b"old")
+    Path(f"{old_path}.resource").write_bytes(b"r")
+    env.storage.gate.clear()  # hold the loads so the round's state can be observed
+    env.ctx.load_wait = 0.2
+    files = {
+        "sequence/sg1/0/1-1-0.tsfile": (data_file("root.sg1.d1"), b"res1", None),
+        "sequence/sg1/0/2-1-0.tsfile": (data_file("root.sg1.d1", "root.sg1.d2"), b"", b"mods2"),
+        "unsequence/sg1/0/3-1-0.tsfile": (data_file("root.sg1.d2"), b"res3", b""),
+    }
+    sock = env.connect()
+    hello(sock)
+    assert start_round(sock) == RoundReady("ready", "")
+    send(sock, Delete(old))
+    send(sock, Delete("sequence/sg1/0/never-loaded.tsfile"))
+    for i, (name, (data, res, mods)) in enumerate(files.items()):
+        offer(sock, i, name, data, res, mods)
+    assert receive(sock) == DeleteAck(old)
+    assert receive(sock) == DeleteAck("sequence/sg1/0/never-loaded.tsfile")
+    assert [verdict(sock) for _ in files] == [
+        (i, name, "verified", "") for i, name in enumerate(files)
+    ]
+    send(sock, RoundEnd())
+    assert receive(sock) == RoundDone(False)  # loads are held at the gate
+    folder = env.folder()
+    assert folder.sync_log.read_text() == "\n".join(
+        [
+            "sync start",
+            "sync deleted file names start",
+            old,
+            "sequence/sg1/0/never-loaded.tsfile",
+            "sync deleted file names end",
+            "sync tsfile start",
+            *files,
+            "sync tsfile end",
+            "sync end",
+            "",
+        ]
+    )
+    assert folder.sync_end.exists()
+    for name, (data, res, mods) in files.items():
+        staged = folder.staged(name)
+        assert staged.read_bytes() == data
+        assert Path(f"{staged}.resource").read_bytes() == res
+        assert Path(f"{staged}.mods").exists() == (mods is not None)
+        if mods is not None:
+            assert Path(f"{staged}.mods").read_bytes() == mods
+    wait_for(lambda: not old_path.exists())  # deletes are not gated
+    env.storage.gate.set()
+    wait_for(  # .resource is moved last
+        lambda: all(
+            Path(f"{loaded_path(env.data_dirs[0], UUID_A, n)}.resource").exists() for n in files
+        )
+    )
+    for name, (data, res, mods) in files.items():
+        target = loaded_path(env.data_dirs[0], UUID_A, name)
+        assert target.read_bytes() == data
+        assert Path(f"{target}.resource").read_bytes() == res
+        if mods is not None:
+            assert Path(f"{target}.mods").read_bytes() == mods
+    assert env.owners.by_owner() == {UUID_A: ["root.sg1.d1", "root.sg1.d2"]}
+    # The next round finds the last one applied but not cleaned: recovery cleans it.
+    wait_for(lambda: env.rounds.loader(folder).pending() == 0)
+    assert start_round(sock) == RoundReady("ready", "")
+    send(sock, RoundEnd())
+    assert receive(sock) == RoundDone(True)
+    assert files_under(folder.root) == set()
+    send(sock, Bye())
+    assert sock.recv(1) == b""
+
+
+def test_round_without_deletes_or_files_has_an_empty_tsfile_section(env: Env) -> None:
+    env.storage.gate.clear()
+    env.ctx.load_wait = 0.0
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    send(sock, RoundEnd())
+    assert receive(sock) == RoundDone(True)  # nothing to load: finished at once
+    assert not env.folder().sync_log.exists()
+    env.storage.gate.set()
+
+
+def test_round_start_picks_data_dir_modulo_their_number(tmp_path: Path) -> None:
+    env = Env(tmp_path, n_dirs=2)
+    try:
+        env.storage.gate.clear()
+        env.ctx.load_wait = 0.0
+        sock = env.connect()
+        hello(sock)
+        start_round(sock, data_dir=3)
+        offer(sock, 0, "sequence/sg/0/a.tsfile", data_file("d"))
+        assert verdict(sock)[2] == "verified"
+        assert env.folder(i=1).staged("sequence/sg/0/a.tsfile").exists()
+        assert not (env.data_dirs[0] / "sync-receiver").exists()
+    finally:
+        env.close()
+
+
+# --- verdicts ----------------------------------------------------------------------------
+
+
+def test_bad_md5_and_wrong_sizes_are_mismatches_and_nothing_is_staged(env: Env) -> None:
+    env.storage.gate.clear()
+    env.ctx.load_wait = 0.0
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    good = data_file("root.d1")
+    name = "sequence/sg/0/f.tsfile"
+    offer(sock, 1, name, good, digest="0" * 32)
+    # more bytes than announced
+    send(sock, FileBegin(2, name, len(good), 3, -1))
+    send(sock, Chunk(good + b"res" + b"extra"))
+    send(sock, FileEnd(2, md5(good + b"res" + b"extra")))
+    # fewer bytes than announced
+    send(sock, FileBegin(3, name, len(good) + 10, 3, -1))
+    send(sock, Chunk(good + b"res"))
+    send(sock, FileEnd(3, md5(good + b"res")))
+    statuses = [verdict(sock) for _ in range(3)]
+    assert [(i, s) for i, _, s, _ in statuses] == [
+        (1, "mismatch"),
+        (2, "mismatch"),
+        (3, "mismatch"),
+    ]
+    assert statuses[0][3] == "MD5 mismatch"
+    assert statuses[1][3] == f"received {len(good) + 8} bytes, announced {len(good) + 3}"
+    folder = env.folder()
+    assert files_under(folder.data) == set()
+    offer(sock, 4, name, good)  # the resend is accepted
+    assert verdict(sock) == (4, name, "verified", "")
+    assert files_under(folder.data) == {"sequence/sg/0/f.tsfile", "sequence/sg/0/f.tsfile.resource"}
+
+
+def test_invalid_file_is_refused_and_conflict_names_device_and_owner(env: Env) -> None:
+    env.ctx.load_wait = 5.0
+    a = env.connect(FP_A)
+    hello(a, UUID_A)
+    start_round(a)
+    offer(a, 0, "sequence/sg/0/a.tsfile", data_file("root.d1", "root.d2"))
+    assert verdict(a)[2] == "verified"
+    send(a, RoundEnd())
+    assert receive(a) == RoundDone(True)
+    b = env.connect(FP_B)
+    hello(b, UUID_B)
+    start_round(b)
+    offer(b, 0, "sequence/sg/0/b.tsfile", data_file("root.d3", "root.d2"))
+    offer(b, 1, "sequence/sg/0/c.tsfile", b"not a data file")
+    offer(b, 2, "sequence/sg/0/d.tsfile", data_file("root.d3"))
+    assert verdict(b) == (
+        0,
+        "sequence/sg/0/b.tsfile",
+        "conflict",
+        f"device root.d2 is owned by sender {UUID_A}",
+    )
+    assert verdict_refused(b)[:2] == (1, "sequence/sg/0/c.tsfile")
+    assert verdict(b) == (2, "sequence/sg/0/d.tsfile", "verified", "")
+    send(b, RoundEnd())
+    assert receive(b) == RoundDone(True)
+    # the conflicting file claimed nothing: root.d3 went to B with d.tsfile only
+    assert env.owners.by_owner() == {UUID_A: ["root.d1", "root.d2"], UUID_B: ["root.d3"]}
+    assert not loaded_path(env.data_dirs[0], UUID_B, "sequence/sg/0/b.tsfile").exists()
+    assert not loaded_path(env.data_dirs[0], UUID_B, "sequence/sg/0/c.tsfile").exists()
+    assert loaded_path(env.data_dirs[0], UUID_B, "sequence/sg/0/d.tsfile").exists()
+
+
+def verdict_refused(sock: socket.socket) -> tuple[int, str, str, str]:
+    file_id, name, status, reason = verdict(sock)
+    assert status == "refused"
+    assert reason.startswith("not a valid data file: ")
+    assert reason == f"not a valid data file: {name.rsplit('/', 1)[1]}: no DEVICES header"
+    return file_id, name, status, reason
+
+
+def test_disk_full_is_refused_with_reason_and_the_session_goes_on(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.ctx.load_wait = 5.0
+    full = threading.Event()
+    full.set()
+
+    class FullDisk:
+        """The os module as incoming.py sees it, with a full disk while ``full`` is set."""
+
+        def __getattr__(self, name: str):
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data) -> int:
+            if full.is_set():
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return os.write(fd, data)
+
+    monkeypatch.setattr(incoming_module, "os", FullDisk())
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    offer(sock, 0, "sequence/sg/0/a.tsfile", data_file("root.d1"))
+    assert verdict(sock) == (
+        0,
+        "sequence/sg/0/a.tsfile",
+        "refused",
+        "receiver disk full: No space left on device",
+    )
+    folder = env.folder()
+    assert files_under(folder.data) == set()  # temporaries removed
+    full.clear()
+    offer(sock, 1, "sequence/sg/0/a.tsfile", data_file("root.d1"))
+    assert verdict(sock) == (1, "sequence/sg/0/a.tsfile", "verified", "")
+    send(sock, RoundEnd())
+    assert receive(sock) == RoundDone(True)
+
+
+# --- owners and schema -----------------------------------------------------------------
+
+
+def test_owners_query_answers_each_device(env: Env) -> None:
+    env.owners.claim(["root.x"], UUID_B)
+    sock = env.connect()
+    hello(sock)
+    send(sock, OwnersQuery(["root.x", "root.y"]))
+    assert receive(sock) == Owners({"root.x": UUID_B, "root.y": ""})
+    start_round(sock)
+    send(sock, OwnersQuery(["root.y"]))
+    assert receive(sock) == Owners({"root.y": ""})
+
+
+def test_schema_increments_are_idempotent(env: Env) -> None:
+    sock = env.connect()
+    hello(sock)
+    send(sock, Schema(0, b""))
+    assert receive(sock) == SchemaAck(0)
+    send(sock, Schema(0, b"create a\n"))
+    assert receive(sock) == SchemaAck(9)
+    send(sock, Schema(0, b"create a\n"))  # the same increment again
+    assert receive(sock) == SchemaAck(9)
+    send(sock, Schema(5, b"e a\ncreate b\n"))  # overlaps the end
+    assert receive(sock) == SchemaAck(18)
+    send(sock, Schema(0, b""))
+    assert receive(sock) == SchemaAck(18)
+    path = env.schema_dir / "sync" / "senders" / UUID_A / "mlog.txt"
+    assert path.read_bytes() == b"create a\ncreate b\n"
+    send(sock, Schema(19, b"x"))
+    assert "offset 19 is past the receiver's position 18" in expect_error(sock, "schema-gap")
+    assert path.read_bytes() == b"create a\ncreate b\n"
+
+
+# --- order and identity ------------------------------------------------------------------
+
+
+def test_wrong_version_is_refused(env: Env) -> None:
+    sock = env.connect()
+    send(sock, Hello(PROTOCOL_VERSION + 1, UUID_A, "edge"))
+    assert "not supported" in expect_error(sock, "version")
+    assert not (env.schema_dir / "sync" / "sender_keys.txt").exists()
+
+
+def test_uuid_is_bound_to_the_first_key(env: Env) -> None:
+    a = env.connect(FP_A)
+    hello(a, UUID_A)
+    b = env.connect(FP_B, peer="10.9.9.9")
+    send(b, Hello(PROTOCOL_VERSION, UUID_A, "impostor"))
+    assert expect_error(b, "auth") == f"sender UUID {UUID_A} is bound to another public key"
+    lines = (env.schema_dir / "sync" / "sender_keys.txt").read_text().splitlines()
+    assert [line.split("\t")[:3] for line in lines] == [[UUID_A, FP_A, PEER]]
+
+
+@pytest.mark.parametrize(
+    "frames, code",
+    [
+        ([RoundStart(0)], "unexpected"),  # before HELLO
+        ([Hello(PROTOCOL_VERSION, UUID_A, "e"), Chunk(b"x")], "unexpected"),
+        ([Hello(PROTOCOL_VERSION, UUID_A, "e"), RoundStart(0), Chunk(b"x")], "unexpected"),
+        ([Hello(PROTOCOL_VERSION, UUID_A, "e"), RoundStart(0), Bye()], "unexpected"),
+        (
+            [
+                Hello(PROTOCOL_VERSION, UUID_A, "e"),
+                RoundStart(0),
+                FileBegin(1, "sequence/a.tsfile", 1, 0, -1),
+                Chunk(b"x"),
+                FileEnd(2, "0" * 32),
+            ],
+            "unexpected",
+        ),
+        (
+            [
+                Hello(PROTOCOL_VERSION, UUID_A, "e"),
+                RoundStart(0),
+                FileBegin(1, "sequence/a.tsfile", 1, 0, -1),
+                Delete("sequence/b.tsfile"),
+            ],
+            "unexpected",
+        ),
+        ([Hello(PROTOCOL_VERSION, UUID_A, "e"), OwnersQuery(["a\tb"])], "bad-device"),
+    ],
+    ids=[
+        "round-before-hello",
+        "chunk-outside-round",
+        "chunk-before-file-begin",
+        "bye-mid-round",
+        "file-end-wrong-id",
+        "delete-inside-file",
+        "device-with-tab",
+    ],
+)
+def test_out_of_order_frames_end_the_session(env: Env, frames, code: str) -> None:
+    sock = env.connect()
+    for frame in frames:
+        send(sock, frame)
+    while True:
+        msg = receive(sock)
+        if isinstance(msg, Error):
+            break
+    assert msg.code == code
+    assert sock.recv(1) == b""
+    assert files_under(env.folder().data) == set()
+
+
+def test_delete_after_a_file_is_a_protocol_error(env: Env) -> None:
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    offer(sock, 0, "sequence/sg/0/a.tsfile", data_file("d"))
+    assert verdict(sock)[2] == "verified"
+    send(sock, Delete("sequence/sg/0/b.tsfile"))
+    assert expect_error(sock, "unexpected") == "DELETE not expected after the first file"
+
+
+# --- busy and recovery ---------------------------------------------------------------------
+
+
+def test_round_is_busy_while_the_last_one_loads_then_recovered(env: Env) -> None:
+    env.storage.gate.clear()
+    env.ctx.load_wait = 0.0
+    name = "sequence/sg/0/a.tsfile"
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    offer(sock, 0, name, data_file("d"))
+    assert verdict(sock)[2] == "verified"
+    send(sock, RoundEnd())
+    assert receive(sock) == RoundDone(False)
+    ready = start_round(sock)
+    assert ready.status == "busy"
+    assert ready.message == "still loading 1 files of the last round"
+    env.storage.gate.set()
+    folder = env.folder()
+    wait_for(lambda: env.rounds.loader(folder).pending() == 0)
+    assert start_round(sock) == RoundReady("ready", "")
+    assert folder.sync_log.read_text() == "sync start\n"  # the old round was recovered first
+    assert loaded_path(env.data_dirs[0], UUID_A, name).read_bytes() == data_file("d")
+
+
+def test_second_session_on_the_same_folder_is_busy(env: Env) -> None:
+    a = env.connect()
+    hello(a)
+    start_round(a)
+    b = env.connect()
+    hello(b)
+    ready = start_round(b)
+    assert ready == RoundReady("busy", "another session is in a round for this sender and data dir")
+
+
+def test_session_dying_mid_round_is_recovered_at_the_next_round(env: Env) -> None:
+    name = "sequence/sg/0/a.tsfile"
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    offer(sock, 0, name, data_file("d"))
+    assert verdict(sock)[2] == "verified"
+    offer(sock, 1, "sequence/sg/0/b.tsfile", data_file("d"))  # cut mid-file below
+    sock.close()
+    env.threads[-1].join(10)
+    folder = env.folder()
+    assert folder.sync_log.exists() and not folder.sync_end.exists()
+    sock2 = env.connect()
+    hello(sock2)
+    wait_for(lambda: env.rounds.loader(folder).pending() == 0)
+    assert start_round(sock2) == RoundReady("ready", "")
+    assert loaded_path(env.data_dirs[0], UUID_A, name).read_bytes() == data_file("d")
+    assert files_under(folder.data) == set()  # the cut file's temporaries are gone
+
+
+# --- pieces ---------------------------------------------------------------------------------
+
+
+def test_incoming_routes_bytes_across_chunk_boundaries(tmp_path: Path) -> None:
+    begin = FileBegin(7, "sequence/sg/0/x.parquet", 5, 3, 4)
+    inc = IncomingFile(begin, tmp_path, "tok-0")
+    assert inc.data_tmp.name == ".incoming-tok-0.parquet"
+    stream = b"DATA!resMODS"
+    for piece in (stream[:2], stream[2:6], stream[6:11], stream[11:]):
+        inc.write(piece)
+    assert inc.check(md5(stream)) is None
+    target = tmp_path / "staged" / "x.parquet"
+    with ThreadPoolExecutor(2) as ex:
+        assert stage_all([(inc, target)], ex) == [None]
+    assert target.read_bytes() == b"DATA!"
+    assert Path(f"{target}.resource").read_bytes() == b"res"
+    assert Path(f"{target}.mods").read_bytes() == b"MODS"
+    assert files_under(tmp_path) == {
+        "staged/x.parquet",
+        "staged/x.parquet.resource",
+        "staged/x.parquet.mods",
+    }
+
+
+def test_clean_text_makes_one_bounded_line() -> None:
+    assert clean_text("a\nb\x00c\r\n d") == "a b c d"
+    long = clean_text("é" * 2000)
+    assert len(long.encode()) <= 1024 and long.endswith("...")
+
+
+def test_pipelined_files_keep_their_order_with_repeated_file_ids(env: Env) -> None:
+    env.storage.gate.clear()
+    env.ctx.load_wait = 0.0
+    env.owners.claim(["root.taken"], UUID_B)
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    plan = []
+    for i in range(12):
+        name = f"sequence/sg/0/{i}.tsfile"
+        if i == 3:
+            offer(sock, 1, name, data_file("root.d"), digest="f" * 32)
+            plan.append((1, name, "mismatch"))
+        elif i == 5:
+            offer(sock, 1, name, data_file("root.taken"))
+            plan.append((1, name, "conflict"))
+        else:
+            offer(sock, 1, name, data_file("root.d", body=str(i).encode()))  # same file id
+            plan.append((1, name, "verified"))
+    assert [verdict(sock)[:3] for _ in plan] == plan
+    verified = [name for _, name, status in plan if status == "verified"]
+    lines = env.folder().sync_log.read_text().splitlines()
+    assert lines == ["sync start", "sync tsfile start", *verified]
+    for i, name in enumerate(n for _, n, _ in plan):
+        if name in verified:
+            staged = env.folder().staged(name)
+            assert staged.read_bytes() == data_file("root.d", body=str(i).encode())
+    assert {p for p in files_under(env.folder().data) if ".incoming-" in p} == set()

@@ -1,0 +1,272 @@
+"""The receiver's layout and default storage (DESIGN §2, §4, §8.4, §8.8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from receiver_load_helpers import UUID_A, UUID_B, copy_file, files_under, stage
+
+from sealsync.errors import BadName
+from sealsync.receiver.layout import SenderFolder, check_sender_uuid, sender_folders
+from sealsync.receiver.storage import DirectoryStorage, StorageError
+
+NAME = "sequence/root.sg1/0/100-1-0.tsfile"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    path.mkdir()
+    return path
+
+
+def folder_a(data_dir: Path) -> SenderFolder:
+    return SenderFolder(data_dir, "10.0.0.1", UUID_A)
+
+
+# ------------------------------------------------------------------ layout
+
+
+def test_sender_folder_paths(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    root = data_dir / "sync-receiver" / f"10.0.0.1_{UUID_A}"
+    assert folder.root == root
+    assert (folder.sync_log, folder.load_log, folder.sync_end, folder.data) == (
+        root / "sync.log",
+        root / "load.log",
+        root / "sync.end",
+        root / "data",
+    )
+    assert folder.staged(NAME) == root / "data" / "sequence" / "root.sg1" / "0" / "100-1-0.tsfile"
+
+
+def test_sender_folder_ipv6_has_no_colons(data_dir: Path) -> None:
+    folder = SenderFolder(data_dir, "::1", UUID_A)
+    assert folder.root.name == f"--1_{UUID_A}"
+
+
+@pytest.mark.parametrize(
+    "name", ["sequence/../x.tsfile", "/sequence/x.tsfile", "other/x.tsfile", "sequence/x.txt"]
+)
+def test_staged_rejects_bad_names(data_dir: Path, name: str) -> None:
+    with pytest.raises(BadName):
+        folder_a(data_dir).staged(name)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [UUID_A.upper(), "{" + UUID_A + "}", UUID_A.replace("-", ""), "../x", "", "not-a-uuid"],
+)
+def test_non_canonical_uuid_rejected(data_dir: Path, value: str) -> None:
+    with pytest.raises(BadName):
+        check_sender_uuid(value)
+    with pytest.raises(BadName):
+        SenderFolder(data_dir, "10.0.0.1", value)
+    with pytest.raises(BadName):
+        DirectoryStorage([data_dir]).list(value)
+
+
+def test_sender_folders_lists_only_ours(tmp_path: Path) -> None:
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    a = SenderFolder(d1, "10.0.0.1", UUID_A)
+    b = SenderFolder(d2, "::1", UUID_B)
+    for folder in (a, b):
+        folder.data.mkdir(parents=True)
+    (d1 / "sync-receiver" / "junk").mkdir()
+    (d1 / "sync-receiver" / f"10.0.0.1_{UUID_A.upper()}").mkdir()
+    (d1 / "sync-receiver" / "a-file").write_text("x")
+    assert sender_folders([d1, d2, tmp_path / "missing"]) == [a, SenderFolder(d2, "--1", UUID_B)]
+
+
+# ------------------------------------------------------------------ storage
+
+
+def test_load_moves_file_and_sidecars_under_the_sender_uuid(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    staged = stage(folder, NAME, mods=b"mods")
+    content = staged.read_bytes()
+    storage = DirectoryStorage([data_dir])
+    storage.load(UUID_A, NAME, staged)
+    target = data_dir / "sequence" / "root.sg1" / "0" / UUID_A / "100-1-0.tsfile"
+    assert target.read_bytes() == content
+    assert Path(f"{target}.resource").read_bytes() == b"resource"
+    assert Path(f"{target}.mods").read_bytes() == b"mods"
+    assert files_under(folder.data) == set()
+    assert storage.list(UUID_A) == {NAME}
+    assert storage.list(UUID_B) == set()
+
+
+def test_unsequence_and_shallow_names(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    storage = DirectoryStorage([data_dir])
+    names = {"unsequence/root.sg1/0/1-1-0.tsfile", "sequence/top.tsfile"}
+    for name in names:
+        storage.load(UUID_A, name, stage(folder, name))
+    assert storage.list(UUID_A) == names
+    assert (data_dir / "sequence" / UUID_A / "top.tsfile").is_file()
+    assert (data_dir / "unsequence" / "root.sg1" / "0" / UUID_A / "1-1-0.tsfile").is_file()
+
+
+def test_load_again_identical_is_a_no_op(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    storage = DirectoryStorage([data_dir])
+    staged = stage(folder, NAME)
+    keep = data_dir / "copy.tsfile"
+    copy_file(staged, keep)
+    storage.load(UUID_A, NAME, staged)
+    # crash between the move and the log: the replay finds nothing staged
+    storage.load(UUID_A, NAME, staged)
+    # the sender sent it again (identical): the staged copy is dropped
+    copy_file(keep, staged)
+    Path(f"{staged}.resource").write_bytes(b"resource")
+    storage.load(UUID_A, NAME, staged)
+    assert files_under(folder.data) == set()
+    assert storage.list(UUID_A) == {NAME}
+    target = storage.target(data_dir, UUID_A, NAME)
+    assert target.read_bytes() == keep.read_bytes()
+
+
+def test_load_completes_a_half_moved_file(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    storage = DirectoryStorage([data_dir])
+    staged = stage(folder, NAME, mods=b"m")
+    target = storage.target(data_dir, UUID_A, NAME)
+    target.parent.mkdir(parents=True)
+    staged.rename(target)  # crashed after moving the data file only
+    storage.load(UUID_A, NAME, staged)
+    assert files_under(target.parent) == {
+        target.name,
+        f"{target.name}.mods",
+        f"{target.name}.resource",
+    }
+    assert files_under(folder.data) == set()
+
+
+def test_load_over_a_different_file_is_an_error_and_keeps_the_staged_file(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    storage = DirectoryStorage([data_dir])
+    storage.load(UUID_A, NAME, stage(folder, NAME))
+    target = storage.target(data_dir, UUID_A, NAME)
+    before = target.read_bytes()
+    staged = stage(folder, NAME, devices=["root.sg.other"], mods=b"m")
+    with pytest.raises(StorageError, match="different"):
+        storage.load(UUID_A, NAME, staged)
+    assert target.read_bytes() == before
+    assert files_under(folder.data) == {
+        f"{NAME}",
+        f"{NAME}.resource",
+        f"{NAME}.mods",
+    }
+    assert not Path(f"{target}.mods").exists()
+
+
+def test_load_over_a_different_resource_is_an_error(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    storage = DirectoryStorage([data_dir])
+    staged = stage(folder, NAME)
+    keep = data_dir / "copy.tsfile"
+    copy_file(staged, keep)
+    storage.load(UUID_A, NAME, staged)
+    copy_file(keep, staged)
+    Path(f"{staged}.resource").write_bytes(b"another resource")
+    with pytest.raises(StorageError):
+        storage.load(UUID_A, NAME, staged)
+    assert files_under(folder.data) == {NAME, f"{NAME}.resource"}
+
+
+def test_gained_mods_replace_older_mods_of_the_same_file(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    storage = DirectoryStorage([data_dir])
+    staged = stage(folder, NAME, mods=b"old")
+    keep = data_dir / "copy.tsfile"
+    copy_file(staged, keep)
+    storage.load(UUID_A, NAME, staged)
+    copy_file(keep, staged)
+    Path(f"{staged}.resource").write_bytes(b"resource")
+    Path(f"{staged}.mods").write_bytes(b"old plus new")
+    storage.load(UUID_A, NAME, staged)
+    target = storage.target(data_dir, UUID_A, NAME)
+    assert Path(f"{target}.mods").read_bytes() == b"old plus new"
+    assert storage.list(UUID_A) == {NAME}
+
+
+def test_staged_file_missing_and_not_loaded_is_an_error(data_dir: Path) -> None:
+    storage = DirectoryStorage([data_dir])
+    with pytest.raises(StorageError, match="missing"):
+        storage.load(UUID_A, NAME, folder_a(data_dir).staged(NAME))
+
+
+def test_staged_file_outside_the_data_dirs_is_refused(tmp_path: Path, data_dir: Path) -> None:
+    elsewhere = SenderFolder(tmp_path / "elsewhere", "10.0.0.1", UUID_A)
+    staged = stage(elsewhere, NAME)
+    with pytest.raises(StorageError, match="outside"):
+        DirectoryStorage([data_dir]).load(UUID_A, NAME, staged)
+    assert staged.is_file()
+
+
+def test_staged_file_must_match_the_name(data_dir: Path) -> None:
+    staged = stage(folder_a(data_dir), NAME)
+    with pytest.raises(StorageError, match="does not match"):
+        DirectoryStorage([data_dir]).load(UUID_A, "sequence/root.sg1/0/other.tsfile", staged)
+
+
+@pytest.mark.parametrize(
+    "name", ["sequence/../../etc/x.tsfile", "sequence/a\nb.tsfile", "x.tsfile"]
+)
+def test_bad_names_never_reach_a_path(data_dir: Path, name: str) -> None:
+    storage = DirectoryStorage([data_dir])
+    with pytest.raises(BadName):
+        storage.delete(UUID_A, name)
+    with pytest.raises(BadName):
+        storage.load(UUID_A, name, data_dir / "x.tsfile")
+
+
+def test_delete_touches_only_that_senders_copy(data_dir: Path) -> None:
+    storage = DirectoryStorage([data_dir])
+    a = folder_a(data_dir)
+    b = SenderFolder(data_dir, "10.0.0.2", UUID_B)
+    storage.load(UUID_A, NAME, stage(a, NAME, mods=b"m"))
+    storage.load(UUID_B, NAME, stage(b, NAME))
+    own = data_dir / NAME  # the host's own file of the same name
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_bytes(b"host")
+    Path(f"{own}.resource").write_bytes(b"host resource")
+    before = files_under(data_dir)
+
+    assert storage.delete(UUID_A, NAME) is True
+    assert storage.delete(UUID_A, NAME) is False  # idempotent
+    target_a = storage.target(data_dir, UUID_A, NAME)
+    gone = {
+        p.relative_to(data_dir).as_posix()
+        for p in (target_a, Path(f"{target_a}.resource"), Path(f"{target_a}.mods"))
+    }
+    assert files_under(data_dir) == before - gone
+    assert storage.list(UUID_A) == set()
+    assert storage.list(UUID_B) == {NAME}
+    assert own.read_bytes() == b"host"
+
+
+def test_several_data_dirs(tmp_path: Path) -> None:
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    d1.mkdir()
+    d2.mkdir()
+    storage = DirectoryStorage([d1, d2])
+    n1, n2 = "sequence/g/0/1.tsfile", "sequence/g/0/2.tsfile"
+    storage.load(UUID_A, n1, stage(SenderFolder(d1, "10.0.0.1", UUID_A), n1))
+    storage.load(UUID_A, n2, stage(SenderFolder(d2, "10.0.0.1", UUID_A), n2))
+    assert storage.target(d1, UUID_A, n1).is_file()
+    assert storage.target(d2, UUID_A, n2).is_file()
+    assert storage.list(UUID_A) == {n1, n2}
+    assert storage.delete(UUID_A, n2) is True
+    assert storage.list(UUID_A) == {n1}
+
+
+def test_list_ignores_host_files_and_non_data_files(data_dir: Path) -> None:
+    storage = DirectoryStorage([data_dir])
+    storage.load(UUID_A, NAME, stage(folder_a(data_dir), NAME))
+    (data_dir / "sequence" / "root.sg1" / "0" / "own.tsfile").write_bytes(b"host")
+    nested = storage.target(data_dir, UUID_A, NAME).parent / "sub"
+    nested.mkdir()
+    (nested / "deeper.tsfile").write_bytes(b"not ours")
+    assert storage.list(UUID_A) == {NAME}
