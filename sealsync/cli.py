@@ -9,7 +9,6 @@ is one line too, with the traceback only under ``-v``. The mapping lives in
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -169,30 +168,46 @@ def send(
         _dry_run(config, receivers, as_json)
         return
     failures: list[SealsyncError] = []
+    reports = []
     for receiver in receivers:
         try:
-            _send_one(config, receiver, opts)
+            reports.append(_send_one(config, receiver, opts, as_json))
         except SealsyncError as e:
             if len(receivers) == 1:
                 raise
             click.echo(f"sealsync: error: {receiver.name}: {_one_line(str(e))}", err=True)
             failures.append(e)
+    if as_json:
+        doc = {"ok": not failures and all(r.ok for r in reports),
+               "receivers": [r.to_dict() for r in reports],
+               "errors": [_one_line(str(e)) for e in failures]}
+        click.echo(json.dumps(doc, indent=2))
     if failures:
         codes = {e.exit_code for e in failures}
         raise click.exceptions.Exit(codes.pop() if len(codes) == 1 else EXIT_FAILURE)
+    if not all(r.ok for r in reports):
+        raise click.exceptions.Exit(EXIT_FAILURE)
 
 
-def _send_one(config: SenderConfig, receiver: ReceiverEndpoint, opts: Options) -> None:
+def _send_one(
+    config: SenderConfig, receiver: ReceiverEndpoint, opts: Options, as_json: bool
+) -> Any:
+    """One round to one receiver under its lock; prints its summary unless --json."""
+    from .output import TerminalProgress, round_problems, round_summary
     from .sender.lock import receiver_lock
+    from .sender.round import run_round
 
     with receiver_lock(config.schema_dir, receiver.host, receiver.port):
+        progress = TerminalProgress(receiver.name, enabled=None if not opts.quiet else False)
         try:
-            round_module = importlib.import_module("sealsync.sender.round")
-        except ModuleNotFoundError as e:
-            if e.name != "sealsync.sender.round":
-                raise
-            raise SealsyncError("sending is not available yet (transfer not implemented)") from None
-        round_module.run_round(config, receiver)
+            report = run_round(config, receiver, progress=progress)
+        finally:
+            progress.clear()
+    for line in round_problems(report):
+        click.echo(f"sealsync: {line}", err=True)
+    if not as_json and not opts.quiet:
+        click.echo(round_summary(report))
+    return report
 
 
 def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: bool) -> None:
@@ -247,8 +262,10 @@ def _not_implemented(command: str) -> SealsyncError:
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 def serve(config_path: Path) -> None:
     """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly."""
-    load_receiver_config(config_path)
-    raise _not_implemented("serve")
+    from .receiver.serve import serve as serve_until_stopped
+
+    config = load_receiver_config(config_path)
+    raise click.exceptions.Exit(serve_until_stopped(config))
 
 
 @cli.command(short_help="Run one Spark ingest of the loaded files.")

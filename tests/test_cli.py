@@ -29,6 +29,7 @@ from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import SealsyncError
 from sealsync.sender.manage.layout import SenderPaths
 from sealsync.sender.manage.scan import SYMLINK
+from sealsync.sender.transfer.report import RoundReport
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = ["demo", "keygen", "load", "owners", "send", "serve", "status"]
@@ -161,14 +162,12 @@ def test_stubs_validate_then_say_not_implemented(
 ) -> None:
     sender, receiver, loader = make_sender(tmp_path), make_receiver(tmp_path), make_loader(tmp_path)
     cases = [
-        (["serve", "--config", str(receiver)], "serve"),
         (["load", "--config", str(loader), "--master", "local[2]", "--full"], "load"),
         (["status", "--config", str(sender), "--json"], "status"),
         (["status", "--config", str(receiver)], "status"),
         (["status", "--config", str(loader)], "status"),
         (["owners", "--config", str(receiver)], "owners"),
         (["owners", "--config", str(receiver), "release", "root.sg1.d1", "root.sg1.d2"], "owners"),
-        (["demo", "--workdir", str(tmp_path / "demo")], "demo"),
     ]
     for argv, name in cases:
         code, out, err = run(capsys, *argv)
@@ -225,20 +224,6 @@ def test_keyboard_interrupt_is_130_one_line(
 # ---------------------------------------------------------------- send
 
 
-def test_send_without_transfer_takes_the_lock_then_fails_cleanly(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "sealsync.sender.round", None)  # as if not written yet
-    path = make_sender(tmp_path)
-    code, out, err = run(capsys, "send", "--config", str(path))
-    assert (code, out) == (1, "")
-    assert_one_error_line(err, "sending is not available yet (transfer not implemented)")
-    lock = tmp_path / "edge/schema/sync/127.0.0.1_5555/sync.lock"
-    assert lock.exists()
-    with FileLock(lock, timeout=0):  # released on the way out
-        pass
-
-
 class FakeRound:
     """Stands in for ``sealsync.sender.round``; records calls and checks the lock is held."""
 
@@ -251,13 +236,16 @@ class FakeRound:
         module.run_round = self.run_round  # type: ignore[attr-defined]
         return module
 
-    def run_round(self, config: SenderConfig, receiver: ReceiverEndpoint) -> None:
+    def run_round(
+        self, config: SenderConfig, receiver: ReceiverEndpoint, progress: object = None
+    ) -> RoundReport:
         lock = config.schema_dir / "sync" / f"{receiver.host}_{receiver.port}" / "sync.lock"
         with pytest.raises(Timeout):  # a fresh instance = another holder: must be refused
             FileLock(lock, timeout=0).acquire()
         self.calls.append((config, receiver))
         if receiver.name == self.fail_for:
             raise SealsyncError("receiver unreachable")
+        return RoundReport(receiver=receiver.name, address=receiver.address)
 
 
 def two_receivers(tmp_path: Path) -> Path:
@@ -272,11 +260,15 @@ def test_send_runs_a_round_per_receiver_under_its_lock(
     fake = FakeRound()
     monkeypatch.setitem(sys.modules, "sealsync.sender.round", fake.module())
     path = two_receivers(tmp_path)
-    assert run(capsys, "send", "--config", str(path)) == (0, "", "")
+    code, out, err = run(capsys, "send", "--config", str(path))
+    assert (code, err) == (0, "")
+    assert [line.split(" ", 1)[0] for line in out.splitlines()] == ["dc1", "dc2"]
+    assert all(": ok: shipped 0 files" in line for line in out.splitlines())
     assert [r.name for _, r in fake.calls] == ["dc1", "dc2"]
     assert fake.calls[0][0].source == str(path)
     fake.calls.clear()
-    assert run(capsys, "send", "--config", str(path), "--receiver", "dc2") == (0, "", "")
+    code, out, err = run(capsys, "send", "--config", str(path), "--receiver", "dc2")
+    assert (code, err, out.count("\n")) == (0, "", 1) and out.startswith("dc2 (127.0.0.1:5556)")
     assert [r.name for _, r in fake.calls] == ["dc2"]
 
 
@@ -288,7 +280,7 @@ def test_send_goes_on_after_one_receiver_fails(
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path))
     assert [r.name for _, r in fake.calls] == ["dc1", "dc2"]
-    assert (code, out) == (1, "")
+    assert code == 1 and out.startswith("dc2 (127.0.0.1:5556): ok") and out.count("\n") == 1
     assert_one_error_line(err, "dc1: receiver unreachable")
 
 
@@ -301,7 +293,7 @@ def test_send_with_several_receivers_locked_exits_75(
     lock = tmp_path / "edge/schema/sync/127.0.0.1_5555/sync.lock"
     with held_elsewhere(lock):
         code, out, err = run(capsys, "send", "--config", str(path))
-    assert (code, out) == (75, "")
+    assert code == 75 and out.startswith("dc2 (127.0.0.1:5556): ok") and out.count("\n") == 1
     assert_one_error_line(err, f"dc1: another sender holds the lock for 127.0.0.1:5555 ({lock})")
     assert [r.name for _, r in fake.calls] == ["dc2"]
 
