@@ -282,23 +282,58 @@ def load(config_path: Path, master: str | None, full: bool) -> None:
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Any sealsync TOML.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(config_path: Path, as_json: bool) -> None:
-    """Sender: per receiver, last round, pending, refused. Receiver: senders, owners,
-    rounds in flight."""
-    load_any(config_path)
-    raise _not_implemented("status")
+    """Sender: per receiver and data dir, the last round, files synced, pending new and
+    deleted files, refused files and why. Receiver: known senders (UUID, key
+    fingerprint, last address, last round), devices per owner, rounds in flight and
+    files waiting to load. Read-only: safe while rounds run."""
+    from .status import render, status_of
+
+    doc = status_of(load_any(config_path))
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        for line in render(doc):
+            click.echo(line)
 
 
 @cli.command(short_help="List device owners, or release devices.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.argument("action", required=False, type=click.Choice(["release"]))
 @click.argument("devices", nargs=-1, metavar="[DEVICE]...")
-def owners(config_path: Path, action: str | None, devices: tuple[str, ...]) -> None:
+def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[str, ...]) -> None:
     """List devices by owner; `owners --config R.toml release DEVICE...` frees devices so
-    that another sender may claim them."""
+    that another sender may claim them (for an edge node replaced by a new one). Safe
+    while the receiver runs: ownership changes go through the same file lock."""
+    from .receiver.load.owners import DeviceOwners
+
     if action == "release" and not devices:
         raise click.UsageError("release needs at least one DEVICE")
-    load_receiver_config(config_path)
-    raise _not_implemented("owners")
+    if action is None and devices:
+        raise click.UsageError("devices are only taken by: owners release DEVICE...")
+    config = load_receiver_config(config_path)
+    with DeviceOwners(config.schema_dir) as book:
+        if action == "release":
+            released = book.release(devices)
+            unknown = sorted(set(devices) - set(released))
+            if as_json:
+                click.echo(json.dumps({"released": released, "not_owned": unknown}, indent=2))
+                return
+            for device in released:
+                click.echo(f"released {device}")
+            for device in unknown:
+                click.echo(f"not owned: {device}")
+            return
+        by_owner = book.by_owner()
+    if as_json:
+        click.echo(json.dumps({"owners": by_owner}, indent=2))
+        return
+    if not by_owner:
+        click.echo("no device has an owner yet")
+    for owner, owned in sorted(by_owner.items()):
+        click.echo(f"{owner} ({len(owned)} devices)")
+        for device in sorted(owned):
+            click.echo(f"  {device}")
 
 
 @cli.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")

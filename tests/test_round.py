@@ -16,6 +16,7 @@ from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.durable import write_lines
 from sealsync.protocol import Verdict
 from sealsync.sender import round as round_mod
+from sealsync.sender.manage.history import read_round_record
 from sealsync.sender.manage.layout import SchemaPaths, SenderPaths
 from sealsync.sender.manage.state import read_file_set
 from sealsync.sender.round import run_round
@@ -329,7 +330,10 @@ def test_nothing_to_do_creates_no_state(tmp_path: Path) -> None:
     report = run_round(config, RECEIVER, connector=peers)
     peers.join()
     assert report.ok
-    assert not (config.data_dirs[0] / "sync-sender").exists()
+    folder = SenderPaths(config.data_dirs[0], RECEIVER.host, RECEIVER.port).folder
+    assert sorted(p.name for p in folder.iterdir()) == ["last_round.json"]  # only the record
+    record = read_round_record(SenderPaths(config.data_dirs[0], RECEIVER.host, RECEIVER.port))
+    assert record is not None and record["ok"] is True and record["shipped"] == 0
     assert [d.complete for d in report.dirs] == [True]
 
 

@@ -28,6 +28,7 @@ import tenacity
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.protocol import Stream
+from sealsync.sender.manage.history import write_round_record
 from sealsync.sender.manage.identity import sender_uuid
 from sealsync.sender.manage.layout import SchemaPaths, SenderPaths
 from sealsync.sender.manage.scan import scan
@@ -105,6 +106,8 @@ def run_round(
                 d.note = f"connection lost, gave up after {report.attempts} attempts: {exc}"
     finally:
         report.seconds = time.monotonic() - started
+    for d, data_dir in zip(report.dirs, config.data_dirs, strict=True):
+        write_round_record(SenderPaths(data_dir, receiver.host, receiver.port), d.to_dict())
     return report
 
 
