@@ -357,11 +357,27 @@ def keygen(path: Path, force: bool, comment: str | None) -> None:
 
 
 @cli.command(short_help="Run the whole pipeline on this machine.")
-@click.option("--workdir", type=click.Path(path_type=Path, file_okay=False), help="Work folder.")
-def demo(workdir: Path | None) -> None:
-    """The whole pipeline on this machine: an edge instance, a receiver on loopback,
-    sender rounds, a Spark load, and a summary."""
-    raise _not_implemented("demo")
+@click.option(
+    "--workdir", type=click.Path(path_type=Path, file_okay=False), default=Path("sealsync-demo"),
+    show_default=True, help="Work folder (an earlier demo's folder is replaced).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_obj
+def demo(opts: Options, workdir: Path, as_json: bool) -> None:
+    """The whole pipeline on this machine: keys and trust files, an edge instance that
+    writes and seals TsFiles, a receiver (`sealsync serve`) on a free loopback port, a
+    sender round, a merge and a .mods deletion, a second round, the Spark loader on
+    local[*], and a summary checked against the edge's files. Exit 1 if they disagree."""
+    from .demo import print_summary, run_demo
+
+    quiet = as_json or opts.quiet
+    summary = run_demo(workdir, echo=(lambda _line: None) if quiet else click.echo)
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        print_summary(summary, echo=click.echo)
+    if not summary.ok:
+        raise click.exceptions.Exit(EXIT_FAILURE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

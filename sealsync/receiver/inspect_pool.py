@@ -46,9 +46,19 @@ def _inspect_in_worker(path: str) -> FileInfo:
         raise FormatError(f"{Path(path).name}: unreadable: {type(exc).__name__}: {exc}") from None
 
 
+def _warm_up() -> None:
+    """Runs in a new worker: pay the format readers' import before the first file."""
+    import sealsync.formats  # noqa: F401
+
+
 def _context() -> multiprocessing.context.BaseContext:
     methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        # Import the readers once in the fork server, so each worker forks ready.
+        ctx.set_forkserver_preload(["sealsync.formats"])
+        return ctx
+    return multiprocessing.get_context("spawn")
 
 
 class InspectPool:
@@ -80,6 +90,13 @@ class InspectPool:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_context())
             return self._pool
+
+    def warm(self) -> None:
+        """Start the workers now, in the background, so the first round does not wait
+        seconds for processes and imports while its sender holds verdicts open."""
+        pool = self._get_pool()
+        for _ in range(self.workers):
+            pool.submit(_warm_up)
 
     def _discard(self, pool: ProcessPoolExecutor, kill: bool) -> None:
         """Drop ``pool`` if it is still the current one; the next call starts a fresh one."""

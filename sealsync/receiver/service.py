@@ -61,12 +61,14 @@ SSH_LOG = "sealsync.receiver.ssh"
 
 
 class _PeerGone(logging.Filter):
-    """paramiko logs a peer's abrupt disconnect as an ERROR with a traceback; for a
-    server that is routine (a sender killed by cron, a port scanner), so it is
-    demoted to INFO and the rest of paramiko's messages pass unchanged."""
+    """paramiko logs any failure of one connection (a peer's abrupt disconnect, a port
+    probe that never sends a banner, a failed handshake) as ERROR lines with a
+    traceback; for a server that is routine (a sender killed by cron, a health check,
+    a port scanner) and says nothing about the service, so it is demoted to INFO —
+    visible with ``-v``, out of the way otherwise."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and str(record.msg).startswith("Socket exception"):
+        if record.levelno >= logging.WARNING:
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True
 
@@ -218,6 +220,8 @@ class ReceiverService:
             raise SealsyncError(f"the receiver service cannot start: it is {self._state}")
         try:
             self._host_key = load_host_key(self.config.host_key)
+            if self._pool is not None:
+                self._pool.warm()
             recover_all(list(self.config.data_dirs), self.storage, self.owners, self._inspect)
             self._listener = self._listen()
         except BaseException:
