@@ -1,0 +1,123 @@
+"""A host server process that embeds the sealsync receiver plugin with its own storage.
+
+    python examples/host_server.py --config receiver.toml --store ./host-store
+
+The receiver runs *inside* the host (here: this script), as it would inside a
+database server. The host decides where loaded files live and how it registers them
+by implementing the three storage callbacks; this one keeps every sender's files in
+``<store>/<sender uuid>/<relative name>`` and a catalogue ``<store>/catalogue.json``
+(sender -> names) that stands for the database's own file registry.
+
+Because the receiver reads untrusted files in worker processes (forkserver), the
+embedding program must guard its entry point with ``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+
+try:
+    from sealsync.config import load_receiver_config
+    from sealsync.receiver.service import ReceiverService
+    from sealsync.receiver.storage import StorageError
+except ImportError:  # run from a checkout without installing the package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from sealsync.config import load_receiver_config
+    from sealsync.receiver.service import ReceiverService
+    from sealsync.receiver.storage import StorageError
+
+SIDECARS = (".mods", ".resource")
+
+
+class CatalogueStorage:
+    """The host's side of the plugin API: load, delete, list (idempotent, durable)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.catalogue = root / "catalogue.json"
+        self._lock = threading.Lock()
+
+    def _read(self) -> dict[str, list[str]]:
+        try:
+            return json.loads(self.catalogue.read_text())
+        except FileNotFoundError:
+            return {}
+
+    def _write(self, data: dict[str, list[str]]) -> None:
+        tmp = self.catalogue.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.catalogue)
+
+    def target(self, sender: str, name: str) -> Path:
+        return self.root / sender / name
+
+    def load(self, sender: str, name: str, staged: Path) -> None:
+        dst = self.target(sender, name)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if staged.exists():
+            if dst.exists() and dst.read_bytes() != staged.read_bytes():
+                raise StorageError(f"{name}: a different file is already loaded")
+            for extra in SIDECARS:
+                side = staged.with_name(staged.name + extra)
+                if side.exists():
+                    os.replace(side, dst.with_name(dst.name + extra))
+            os.replace(staged, dst)
+        elif not dst.exists():
+            raise StorageError(f"{name}: neither staged nor loaded")
+        with self._lock:
+            data = self._read()
+            names = set(data.get(sender, []))
+            names.add(name)
+            data[sender] = sorted(names)
+            self._write(data)
+
+    def delete(self, sender: str, name: str) -> bool:
+        dst = self.target(sender, name)
+        existed = dst.exists()
+        for extra in (*SIDECARS, ""):
+            dst.with_name(dst.name + extra).unlink(missing_ok=True)
+        with self._lock:
+            data = self._read()
+            names = set(data.get(sender, []))
+            existed = existed or name in names
+            names.discard(name)
+            data[sender] = sorted(names)
+            self._write(data)
+        return existed
+
+    def list(self, sender: str) -> set[str]:
+        with self._lock:
+            return set(self._read().get(sender, []))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, type=Path, help="receiver TOML")
+    parser.add_argument("--store", required=True, type=Path, help="the host's file store")
+    args = parser.parse_args()
+    config = load_receiver_config(args.config)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with ReceiverService(config, storage=CatalogueStorage(args.store)) as service:
+        host, port = service.address
+        print(f"host server: sealsync receiver on {host}:{port}, store {args.store}", flush=True)
+        stop.wait()
+    print("host server: stopped", flush=True)
+    shutil.rmtree(args.store / "tmp", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
