@@ -48,7 +48,8 @@ def _assert_rejected(module: object, path: Path) -> None:
     assert str(path) in message
     with pytest.raises(FormatError):
         formats.inspect(path)
-    for read in (module.devices, module.row_count, module.to_arrow):
+    for read in (module.devices, module.row_count, module.to_arrow, module.verify,
+                 formats.verify):
         with pytest.raises(FormatError):
             read(path)
 
@@ -66,6 +67,10 @@ def test_complete_file_reads_back_exactly(written: tuple[object, Path]) -> None:
     info = FileInfo(devices=tuple(sorted(DEVICES)), rows=len(DEVICES) * ROWS)
     assert module.inspect(path) == info
     assert formats.inspect(path) == info
+    # verify: the receiver's cheap check; TsFile leaves rows uncounted (-1)
+    rows = -1 if module is tsfile else info.rows
+    assert module.verify(path) == FileInfo(devices=info.devices, rows=rows)
+    assert formats.verify(path) == module.verify(path)
     table = module.to_arrow(path)
     assert table.column_names == ["time", "device", "s1", "s2"]
     assert table.schema.field("time").type == pa.int64()
@@ -196,7 +201,7 @@ def test_tsfile_middle_cut_with_tail_glued_back_never_reaches_native_reader(
     data = path.read_bytes()
     bad = tmp_path / "bad.tsfile"
     for tail_len in (6, 10):  # magic only; metadata length + magic
-        for cut in range(7, len(data) - tail_len, 7):
+        for cut in range(7, len(data) - tail_len, 11):
             bad.write_bytes(data[:cut] + data[-tail_len:])
             with pytest.raises(FormatError):
                 tsfile._check_frame(bad)
@@ -334,3 +339,17 @@ def test_unknown_suffix_is_a_format_error(name: str, tmp_path: Path) -> None:
         formats.inspect(path)
     with pytest.raises(FormatError):
         formats.is_complete(path)
+
+
+def test_parquet_page_checksums_catch_a_flipped_data_byte(tmp_path: Path) -> None:
+    path = tmp_path / "f.parquet"
+    parquet.write_arrow(path, _expected())
+    chunk = pq.read_metadata(path).row_group(0).column(0)  # the time column
+    assert chunk.path_in_schema == "time"
+    end = (chunk.dictionary_page_offset or chunk.data_page_offset) + chunk.total_compressed_size
+    data = bytearray(path.read_bytes())
+    data[end - 2] ^= 0xFF
+    bad = _mutated(path, bytes(data))
+    assert parquet.is_complete(bad) is True  # the footer is intact
+    with pytest.raises(FormatError, match="CRC"):
+        parquet.to_arrow(bad)

@@ -7,6 +7,9 @@ format:
 * ``is_complete(path) -> bool``: cheap magic checks first, then the footer.
 * ``inspect(path) -> FileInfo``: devices and rows, or FormatError (one line,
   naming the file). Any native-reader failure becomes FormatError.
+* ``verify(path) -> FileInfo``: what the receiver checks of an untrusted file
+  (complete, metadata readable, devices from the file itself); like ``inspect``
+  but ``rows`` may be -1 (not counted) where counting means decoding every page.
 * ``devices(path) -> list[str]`` and ``row_count(path) -> int``.
 * ``to_arrow(path) -> pyarrow.Table``: ``time`` (int64 epoch ms), ``device``
   (string), then one column per measurement: what the Spark loader reads.
@@ -35,6 +38,7 @@ __all__ = [
     "is_complete",
     "parquet",
     "tsfile",
+    "verify",
 ]
 
 _BY_SUFFIX: dict[str, ModuleType] = {tsfile.SUFFIX: tsfile, parquet.SUFFIX: parquet}
@@ -52,6 +56,11 @@ def format_for(name: str | os.PathLike[str]) -> ModuleType:
 def inspect(path: str | os.PathLike[str]) -> FileInfo:
     """Devices and rows of a data file, read from the file itself."""
     return format_for(path).inspect(path)
+
+
+def verify(path: str | os.PathLike[str]) -> FileInfo:
+    """Complete, readable metadata, and the devices it holds (``rows`` may be -1)."""
+    return format_for(path).verify(path)
 
 
 def is_complete(path: str | os.PathLike[str]) -> bool:
