@@ -571,6 +571,8 @@ def test_second_session_on_the_same_folder_is_busy(env: Env) -> None:
 
 
 def test_session_dying_mid_round_is_recovered_at_the_next_round(env: Env) -> None:
+    env.storage.gate.clear()  # the loads outlast load_wait: the round cannot be cleared yet
+    env.ctx.load_wait = 0.0
     name = "sequence/sg/0/a.tsfile"
     sock = env.connect()
     hello(sock)
@@ -582,12 +584,36 @@ def test_session_dying_mid_round_is_recovered_at_the_next_round(env: Env) -> Non
     env.threads[-1].join(10)
     folder = env.folder()
     assert folder.sync_log.exists() and not folder.sync_end.exists()
+    env.storage.gate.set()
     sock2 = env.connect()
     hello(sock2)
     wait_for(lambda: env.rounds.loader(folder).pending() == 0)
     assert start_round(sock2) == RoundReady("ready", "")
     assert loaded_path(env.data_dirs[0], UUID_A, name).read_bytes() == data_file("d")
     assert files_under(folder.data) == set()  # the cut file's temporaries are gone
+
+
+def test_session_dying_mid_round_forgets_the_round_once_loaded(env: Env) -> None:
+    """A sender killed mid-round whose rerun has nothing left to ship starts no round, so
+    the receiver must not wait for one to clear the abandoned round (crash tests)."""
+    name = "sequence/sg/0/a.tsfile"
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    send(sock, Delete("sequence/sg/0/gone.tsfile"))
+    assert receive(sock) == DeleteAck("sequence/sg/0/gone.tsfile")
+    offer(sock, 0, name, data_file("d"))
+    assert verdict(sock)[2] == "verified"
+    sock.close()
+    env.threads[-1].join(10)
+    folder = env.folder()
+    assert [p.name for p in (folder.sync_log, folder.load_log, folder.sync_end) if p.exists()] == []
+    assert files_under(folder.data) == set()
+    assert loaded_path(env.data_dirs[0], UUID_A, name).read_bytes() == data_file("d")
+    sock2 = env.connect()
+    hello(sock2)
+    assert start_round(sock2) == RoundReady("ready", "")
+    assert folder.sync_log.read_text() == "sync start\n"
 
 
 # --- pieces ---------------------------------------------------------------------------------

@@ -24,7 +24,11 @@ from sealsync import durable
 from sealsync.protocol import FileBegin
 from sealsync.receiver.storage import make_dirs
 
+from .writer import BackgroundWriter
+
 TEMP_PREFIX = ".incoming-"
+BACKGROUND_MIN = 4 << 20
+"""Streams at least this long are written by the session's BackgroundWriter."""
 
 
 def sweep_temporaries(folder: Path) -> int:
@@ -51,9 +55,14 @@ def describe_os_error(exc: OSError, what: str = "the file") -> str:
 class IncomingFile:
     """The temporaries of one file stream; ``problem`` is set once something failed."""
 
-    def __init__(self, begin: FileBegin, temp_dir: Path, token: str) -> None:
-        """``token`` is unique per stream in ``temp_dir`` (a sender's file ids may repeat)."""
+    def __init__(
+        self, begin: FileBegin, temp_dir: Path, token: str, writer: BackgroundWriter | None = None
+    ) -> None:
+        """``token`` is unique per stream in ``temp_dir`` (a sender's file ids may repeat);
+        ``writer`` writes a large stream's chunks while the next ones are hashed."""
         self.begin = begin
+        self._writer = writer if begin.stream_size >= BACKGROUND_MIN else None
+        self.write_error: OSError | None = None  # set by the writer thread
         suffix = PurePosixPath(begin.name).suffix
         self.data_tmp = temp_dir / f"{TEMP_PREFIX}{token}{suffix}"
         self.resource_tmp = self.data_tmp.with_name(self.data_tmp.name + ".resource")
@@ -93,11 +102,21 @@ class IncomingFile:
                     continue
                 take = min(end - start, len(view))
                 piece, view = view[:take], view[take:]
-                while piece:
-                    piece = piece[os.write(self._fds[index], piece) :]
+                if self._writer is not None:
+                    self._writer.submit(self, self._fds[index], piece)
+                else:
+                    while piece:
+                        piece = piece[os.write(self._fds[index], piece) :]
                 start += take
         except OSError as exc:
             self._fail(exc)
+
+    def finish_writes(self) -> None:
+        """Wait for the background writes; a failed one becomes this file's ``error``."""
+        if self._writer is not None:
+            self._writer.wait_for(self)
+            if self.write_error is not None and self.error is None:
+                self._fail(self.write_error)
 
     def check(self, md5: str) -> str | None:
         """None if the stream is complete and intact, else why the sender should resend."""
@@ -110,6 +129,7 @@ class IncomingFile:
 
     def fsync(self) -> None:
         """Put the received bytes on disk and close the temporaries."""
+        self.finish_writes()
         if self.error is not None:
             raise self.error
         for fd in self._fds:
@@ -134,6 +154,8 @@ class IncomingFile:
 
     def discard(self) -> None:
         """Close and delete the temporaries (idempotent)."""
+        if self._writer is not None:
+            self._writer.wait_for(self)  # no queued write may outlive its descriptor
         self._close_fds()
         for path in (self.data_tmp, self.resource_tmp, self.mods_tmp):
             try:

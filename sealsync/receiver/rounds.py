@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,32 +44,44 @@ class Rounds:
         self.owners = owners
         self.inspect = inspect
         self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
         self._loaders: dict[SenderFolder, Loader] = {}
         self._active: set[SenderFolder] = set()
         self._closed = False
 
-    def begin(self, folder: SenderFolder) -> Loader:
+    def begin(self, folder: SenderFolder, wait: float = 0.0) -> Loader:
         """Claim ``folder`` for a round and return its loader; Busy if it is not free.
 
-        The caller must call :meth:`end` when the round is over (or the session died).
+        Up to ``wait`` seconds go to the end of the folder's last round, if its session
+        is still winding down or its loads are still running: a sender reconnecting
+        right after a dropped connection meets both. The caller must call :meth:`end`
+        when the round is over (or the session died).
         """
+        deadline = time.monotonic() + max(wait, 0.0)
         with self._lock:
-            if self._closed:
-                raise Busy("the receiver is stopping")
-            if folder in self._active:
-                raise Busy("another session is in a round for this sender and data dir")
+            while True:
+                if self._closed:
+                    raise Busy("the receiver is stopping")
+                if folder not in self._active:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Busy("another session is in a round for this sender and data dir")
+                self._freed.wait(left)
             self._active.add(folder)
         try:
-            return self._prepare(folder)
+            return self._prepare(folder, max(deadline - time.monotonic(), 0.0))
         except BaseException:
             self.end(folder)
             raise
 
-    def _prepare(self, folder: SenderFolder) -> Loader:
+    def _prepare(self, folder: SenderFolder, wait: float) -> Loader:
         with self._lock:
             loader = self._loaders.get(folder)
         if loader is not None and loader.pending():
-            raise Busy(f"still loading {loader.pending()} files of the last round")
+            loader.finish(wait)  # the loads of an abandoned round: let them land first
+            if loader.pending():
+                raise Busy(f"still loading {loader.pending()} files of the last round")
         if any(p.exists() for p in (folder.sync_log, folder.load_log, folder.sync_end)):
             # The last round did not finish cleanly. The idle loader is replaced so
             # that it cannot hold a handle on a log that recovery deletes.
@@ -102,11 +115,13 @@ class Rounds:
     def end(self, folder: SenderFolder) -> None:
         with self._lock:
             self._active.discard(folder)
+            self._freed.notify_all()
 
     def close(self) -> None:
         """Stop every loader; what they had not applied is replayed by recovery at start."""
         with self._lock:
             self._closed = True
+            self._freed.notify_all()
             loaders, self._loaders = list(self._loaders.values()), {}
         for loader in loaders:
             try:

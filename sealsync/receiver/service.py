@@ -37,8 +37,9 @@ from sealsync.receiver.load.owners import DeviceOwners
 from sealsync.receiver.recover.replay import recover_all
 from sealsync.receiver.storage import DirectoryStorage, Storage
 
+from . import chunk_pipe
 from .auth import AuthorizedKeys, SenderKeys, is_allowed, peer_address
-from .inspect_pool import InspectPool
+from .inspect_pool import InspectPool, verify_in_worker
 from .rounds import Rounds
 from .schema import SchemaStore
 from .session import DEFAULT_LOAD_WAIT, Session, SessionContext
@@ -122,6 +123,7 @@ class _SshServer(paramiko.ServerInterface):
     def check_channel_subsystem_request(self, channel: paramiko.Channel, name: str) -> bool:
         if name != SUBSYSTEM or self.handler is not None:
             return False
+        chunk_pipe.install(channel)  # before the session thread can start reading
         return bool(super().check_channel_subsystem_request(channel, name))
 
     def attach(self, handler: _Handler) -> None:
@@ -175,7 +177,7 @@ class ReceiverService:
         )
         self._pool: InspectPool | None = None
         if inspect is None:
-            self._pool = InspectPool(workers=inspect_workers)
+            self._pool = InspectPool(workers=inspect_workers, target=verify_in_worker)
             inspect = self._pool.inspect
         self._inspect = inspect
         self.owners = DeviceOwners(config.schema_dir)
@@ -184,6 +186,7 @@ class ReceiverService:
             data_dirs=list(config.data_dirs),
             owners=self.owners,
             inspect=inspect,
+            inspect_many=self._pool.inspect_many if self._pool is not None else None,
             sender_keys=SenderKeys(config.schema_dir),
             schema=SchemaStore(config.schema_dir),
             rounds=self.rounds,

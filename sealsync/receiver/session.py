@@ -43,6 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from sealsync import __version__, durable
+from sealsync.crashpoints import crash_point
 from sealsync.errors import FormatError, SealsyncError
 from sealsync.protocol import (
     MAX_TEXT,
@@ -61,6 +62,7 @@ from sealsync.protocol import (
     Owners,
     OwnersQuery,
     ProtocolError,
+    ReadBuffer,
     RoundDone,
     RoundEnd,
     RoundReady,
@@ -81,6 +83,7 @@ from .auth import SenderKeys
 from .incoming import IncomingFile, describe_os_error, stage_all
 from .rounds import Busy, Rounds
 from .schema import SchemaStore
+from .writer import BackgroundWriter
 
 if TYPE_CHECKING:
     from sealsync.formats import FileInfo
@@ -105,6 +108,8 @@ class SessionContext:
     rounds: Rounds
     load_wait: float = DEFAULT_LOAD_WAIT
     """How long ROUND_END waits for the loader before answering ``loaded=False``."""
+    inspect_many: Callable[[list[Path]], list[FileInfo | FormatError]] | None = None
+    """``inspect`` for a whole batch in one go (the service's worker pool), if available."""
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(IO_THREADS, thread_name_prefix="sealsync-io")
     )
@@ -135,18 +140,22 @@ class _Round:
         self.deleted_done = False
         self.tsfile_open = False
         self.sync_log.start()
+        crash_point("receiver.synclog.start")
 
     def log_deleted(self, name: str) -> None:
         if self.deleted_done:
             raise ProtocolError("DELETE not expected after the first file", code="unexpected")
         if not self.deleted_open:
             self.sync_log.deleted_start()
+            crash_point("receiver.synclog.deleted_start")
             self.deleted_open = True
         self.sync_log.deleted(name)
+        crash_point("receiver.synclog.deleted")
 
     def close_deleted(self) -> None:
         if self.deleted_open:
             self.sync_log.deleted_end()
+            crash_point("receiver.synclog.deleted_end")
             self.deleted_open = False
         self.deleted_done = True
 
@@ -154,8 +163,10 @@ class _Round:
         """Verified names, one fsync for all of them."""
         if not self.tsfile_open:
             self.sync_log.tsfile_start()
+            crash_point("receiver.synclog.tsfile_start")
             self.tsfile_open = True
         self.sync_log.tsfile_many(names)
+        crash_point("receiver.synclog.tsfile")
 
     def end(self) -> None:
         self.close_deleted()
@@ -163,7 +174,9 @@ class _Round:
             self.sync_log.tsfile_start()
             self.tsfile_open = True
         self.sync_log.tsfile_end()
+        crash_point("receiver.synclog.tsfile_end")
         self.sync_log.end()
+        crash_point("receiver.synclog.end")
         self.sync_log.close()
 
 
@@ -174,6 +187,8 @@ class Session:
         self, channel: Stream, ctx: SessionContext, peer_ip: str, key_fingerprint: str
     ) -> None:
         self.channel = channel
+        self._in = ReadBuffer(channel)  # frames are parsed from large reads
+        self._writer = BackgroundWriter()  # large files: writing overlaps hashing
         self.ctx = ctx
         self.peer_ip = peer_ip
         self.key_fingerprint = key_fingerprint
@@ -227,7 +242,7 @@ class Session:
 
     def _recv(self) -> AnyMessage:
         try:
-            return receive(self.channel)
+            return receive(self._in)
         except TimeoutError:
             raise
         except (OSError, EOFError) as exc:
@@ -247,6 +262,8 @@ class Session:
 
     def _data_waiting(self) -> bool:
         """True if the sender's next bytes are already here (no need to flush verdicts yet)."""
+        if self._in.pending():
+            return True
         ready = getattr(self.channel, "recv_ready", None)
         if ready is not None:  # a paramiko Channel
             return bool(ready())
@@ -254,17 +271,23 @@ class Session:
         return bool(readable)
 
     def _abandon(self) -> None:
-        """Release what a session ended mid-way holds; logged events stay for recovery."""
+        """Release what a session ended mid-way holds; a round's logged events are
+        applied and the round forgotten once its loader drained (bounded by
+        ``load_wait``), else they stay for recovery at the next round start."""
         if self._file is not None:
             self._file.discard()
             self._file = None
         arrived, self._arrived = self._arrived, []
         for item in arrived:  # never answered: the sender sends them again
             item.incoming.discard()
+        self._writer.close()
         rnd, self._round = self._round, None
         if rnd is not None:
             try:
                 rnd.sync_log.close()
+                rnd.loader.finish(self.ctx.load_wait, abandoned=True)
+            except (OSError, SealsyncError) as exc:  # the round stays for recovery
+                log.warning("%s: abandoned round not cleared: %s", rnd.folder.root, exc)
             finally:
                 self.ctx.rounds.end(rnd.folder)
 
@@ -338,7 +361,7 @@ class Session:
         dirs = self.ctx.data_dirs
         folder = SenderFolder(dirs[msg.data_dir % len(dirs)], self.peer_ip, self.uuid)
         try:
-            loader = self.ctx.rounds.begin(folder)
+            loader = self.ctx.rounds.begin(folder, wait=self.ctx.load_wait)
         except Busy as exc:
             log.info("sender %s: round on %s refused: busy: %s", self.uuid, folder.root, exc)
             self._send(RoundReady("busy", clean_text(str(exc))))
@@ -368,6 +391,7 @@ class Session:
         rnd = self._require_round()
         rnd.end()
         durable.atomic_write(rnd.folder.sync_end, b"")
+        crash_point("receiver.sync_end")
         loaded = rnd.loader.finish(self.ctx.load_wait)
         self._round = None
         self.ctx.rounds.end(rnd.folder)
@@ -390,12 +414,13 @@ class Session:
         rnd = self._require_round()
         rnd.close_deleted()
         token = f"{self._token}-{next(self._streams)}"
-        self._file = IncomingFile(msg, rnd.folder.data, token)
+        self._file = IncomingFile(msg, rnd.folder.data, token, self._writer)
 
     def _file_end(self, msg: FileEnd) -> None:
         incoming = self._file
         assert incoming is not None
         self._file = None
+        incoming.finish_writes()
         begin = incoming.begin
         if msg.file_id != begin.file_id:
             incoming.discard()
@@ -439,6 +464,7 @@ class Session:
                 else:
                     item.verdict(Verdict.REFUSED, describe_os_error(error))
             if staged:
+                crash_point("receiver.staged")
                 try:
                     rnd.log_tsfiles([item.name for item in staged])
                 except OSError as exc:  # staged but not logged: recovery sweeps them
@@ -446,7 +472,7 @@ class Session:
                         item.verdict(Verdict.REFUSED, describe_os_error(exc))
                     staged = []
             for item in staged:
-                rnd.loader.load(item.name)
+                rnd.loader.load(item.name, item.devices)  # read once: the loader reuses them
                 item.verdict(Verdict.VERIFIED, "")
         finally:
             for item in batch:
@@ -457,28 +483,44 @@ class Session:
     def _check_batch(self, batch: list[_Arrived]) -> None:
         """Format and devices (inspected concurrently), then ownership in arrival order."""
         todo = [item for item in batch if item.status is None]
-        infos = list(self.ctx.executor.map(self._inspect, todo))
+        many = self.ctx.inspect_many
+        if many is not None and len(todo) > 1:
+            found = many([item.incoming.data_tmp for item in todo])
+            infos = [
+                self._format_problem(item, info) if isinstance(info, FormatError) else info
+                for item, info in zip(todo, found, strict=True)
+            ]
+        else:
+            infos = list(self.ctx.executor.map(self._inspect, todo))
+        valid = []
         for item, info in zip(todo, infos, strict=True):
             if isinstance(info, str):
                 item.verdict(Verdict.REFUSED, info)
-                continue
-            try:
-                conflicts = self.ctx.owners.claim(info.devices, self.uuid)
-            except SealsyncError as exc:
-                item.verdict(Verdict.REFUSED, f"device ownership not recorded: {exc}")
-                continue
-            if conflicts:
+            else:
+                valid.append((item, info))
+        claims = self.ctx.owners.claim_each([info.devices for _, info in valid], self.uuid)
+        for (item, info), conflicts in zip(valid, claims, strict=True):
+            if isinstance(conflicts, SealsyncError):
+                item.verdict(Verdict.REFUSED, f"device ownership not recorded: {conflicts}")
+            elif conflicts:
                 item.verdict(Verdict.CONFLICT, _conflict_reason(conflicts))
+            else:
+                item.devices = info.devices
 
     def _inspect(self, item: _Arrived) -> FileInfo | str:
         """The file's devices, or why it is not a valid data file."""
         incoming = item.incoming
         try:
             return self.ctx.inspect(incoming.data_tmp)
-        except FormatError as exc:  # named after the temporary: show the sender's name
-            reason = str(exc).replace(str(incoming.data_tmp), item.name)
-            reason = reason.replace(incoming.data_tmp.name, PurePosixPath(item.name).name)
-            return f"not a valid data file: {reason}"
+        except FormatError as exc:
+            return self._format_problem(item, exc)
+
+    def _format_problem(self, item: _Arrived, exc: FormatError) -> str:
+        """The refusal reason, named after the sender's file rather than the temporary."""
+        incoming = item.incoming
+        reason = str(exc).replace(str(incoming.data_tmp), item.name)
+        reason = reason.replace(incoming.data_tmp.name, PurePosixPath(item.name).name)
+        return f"not a valid data file: {reason}"
 
     def _answer(self, item: _Arrived) -> None:
         status = item.status or Verdict.REFUSED
@@ -493,12 +535,13 @@ class Session:
 class _Arrived:
     """A complete file stream and, once decided, its verdict."""
 
-    __slots__ = ("incoming", "status", "reason")
+    __slots__ = ("incoming", "status", "reason", "devices")
 
     def __init__(self, incoming: IncomingFile) -> None:
         self.incoming = incoming
         self.status: str | None = None
         self.reason = ""
+        self.devices: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:

@@ -40,6 +40,7 @@ from sealsync.sender.transfer.client import connect_receiver
 from sealsync.sender.transfer.errors import ConnectionLost, Unreachable
 from sealsync.sender.transfer.refusals import RefusalBook, refused_path
 from sealsync.sender.transfer.report import DirReport, RoundReport
+from sealsync.sender.transfer.schema_pos import read_position
 from sealsync.sender.transfer.session import Progress, SenderSession
 
 __all__ = ["DirReport", "RoundReport", "run_round"]
@@ -166,9 +167,12 @@ class _Run:
             try:
                 session.hello(self.own_uuid, _hostname())
                 schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
-                self.report.schema_bytes += session.ship_schema(
-                    schema.schema_log, schema.schema_pos
-                )
+                shipped_from = read_position(schema.schema_pos)
+                try:
+                    session.ship_schema(schema.schema_log, schema.schema_pos)
+                finally:  # pieces acknowledged before a dropped connection count too
+                    shipped_to = read_position(schema.schema_pos)
+                    self.report.schema_bytes += max(shipped_to - shipped_from, 0)
                 for i, data_dir in enumerate(config.data_dirs):
                     d = self.report.dirs[i]
                     if d.complete or d.note is not None:
@@ -183,9 +187,9 @@ class _Run:
     def data_dir(self, session: SenderSession, index: int, data_dir: Path, d: DirReport) -> None:
         started = time.monotonic()
         paths = SenderPaths(data_dir, self.receiver.host, self.receiver.port)
-        found = scan(data_dir)
+        found = scan(data_dir, cache=paths.scan_cache)
         d.rejected = dict(found.rejected)
-        selection = select(found, read_file_set(paths.last_local_files))
+        selection = select(found, read_file_set(paths.last_local_files, known=found.present))
         refusals = RefusalBook(refused_path(paths))
         refusals.keep_only(selection.new)
         d.failed.clear()

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 
 from sealsync.errors import SealsyncError
 from sealsync.names import check_data_name
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 
 _LOAD = "load"
 _DELETE = "delete"
+MAX_LOAD_BATCH = 256
+"""Loads applied together: one ``load.log`` fsync and one fsync per folder for all."""
 
 
 class Loader:
@@ -42,8 +45,8 @@ class Loader:
         self.folder = folder
         self._applier = Applier(folder, storage, owners, inspect)
         self._cond = threading.Condition()
-        self._events: deque[tuple[str, str]] = deque()
-        self._unapplied = 0  # queued plus the one in progress
+        self._events: deque[tuple[str, str, Sequence[str] | None]] = deque()
+        self._unapplied = 0  # queued plus the batch in progress
         self._failures: dict[str, str] = {}
         self._stopping = False
         self._thread = threading.Thread(
@@ -53,18 +56,22 @@ class Loader:
 
     def delete(self, name: str) -> None:
         """Queue a delete; the caller has already logged it in ``sync.log``."""
-        self._enqueue(_DELETE, name)
+        self._enqueue(_DELETE, name, None)
 
-    def load(self, name: str) -> None:
-        """Queue a load; the file is already staged and logged in ``sync.log``."""
-        self._enqueue(_LOAD, name)
+    def load(self, name: str, claimed: Sequence[str] | None = None) -> None:
+        """Queue a load; the file is already staged and logged in ``sync.log``.
 
-    def _enqueue(self, kind: str, name: str) -> None:
+        ``claimed``: the staged file's devices if the caller read and claimed them
+        already, so that the loader does not read the file a second time.
+        """
+        self._enqueue(_LOAD, name, claimed)
+
+    def _enqueue(self, kind: str, name: str, devices: Sequence[str] | None) -> None:
         check_data_name(name)
         with self._cond:
             if self._stopping:
                 raise SealsyncError(f"loader for {self.folder.root} is closed")
-            self._events.append((kind, name))
+            self._events.append((kind, name, devices))
             self._unapplied += 1
             self._cond.notify_all()
 
@@ -75,36 +82,60 @@ class Loader:
                     self._cond.wait()
                 if self._stopping:
                     return  # what is still queued is in sync.log: recovery replays it
-                kind, name = self._events.popleft()
-            problem = self._apply(kind, name)
-            with self._cond:
-                if problem is None:
-                    self._failures.pop(name, None)
-                else:
-                    self._failures[name] = problem
-                self._unapplied -= 1
+                batch = [self._events.popleft()]
+                while (  # consecutive loads go together; a delete keeps its place
+                    batch[0][0] == _LOAD
+                    and self._events
+                    and self._events[0][0] == _LOAD
+                    and len(batch) < MAX_LOAD_BATCH
+                ):
+                    batch.append(self._events.popleft())
+            problems = self._apply_batch(batch)
+            with self._cond:  # ``problems`` is short if close() cut the batch
+                for (_, name, _), problem in zip(batch, problems, strict=False):
+                    if problem is None:
+                        self._failures.pop(name, None)
+                    else:
+                        self._failures[name] = problem
+                self._unapplied -= len(batch)
                 self._cond.notify_all()
 
-    def _apply(self, kind: str, name: str) -> str | None:
+    def _apply_batch(self, batch: list[tuple[str, str, Sequence[str] | None]]) -> list[str | None]:
+        kind = batch[0][0]
+        if kind == _LOAD and len(batch) > 1:
+            try:
+                errors = self._applier.load_many(
+                    [(name, devices) for _, name, devices in batch], lambda: self._stopping
+                )
+            except Exception as exc:  # a load must never kill the loader thread
+                errors = [exc] * len(batch)
+            return [
+                None if error is None else self._problem(kind, name, error)
+                for (_, name, _), error in zip(batch, errors, strict=False)
+            ]
+        _, name, devices = batch[0]
         try:
             if kind == _LOAD:
-                self._applier.load(name)
+                self._applier.load(name, devices)
             else:
                 self._applier.delete(name)
-        except SealsyncError as exc:
+        except Exception as exc:
+            return [self._problem(kind, name, exc)]
+        return [None]
+
+    def _problem(self, kind: str, name: str, exc: Exception) -> str:
+        if isinstance(exc, SealsyncError):
             log.warning("%s %s in %s failed, kept: %s", kind, name, self.folder.root, exc)
             return str(exc)
-        except Exception as exc:  # a load must never kill the loader thread
-            log.warning(
-                "%s %s in %s failed, kept for recovery: %s",
-                kind,
-                name,
-                self.folder.root,
-                exc,
-                exc_info=True,
-            )
-            return f"{name}: {exc}"
-        return None
+        log.warning(  # a load must never kill the loader thread
+            "%s %s in %s failed, kept for recovery: %s",
+            kind,
+            name,
+            self.folder.root,
+            exc,
+            exc_info=exc,
+        )
+        return f"{name}: {exc}"
 
     def pending(self) -> int:
         """Events handed over and not yet applied (or failed)."""
@@ -116,12 +147,17 @@ class Loader:
         with self._cond:
             return dict(self._failures)
 
-    def finish(self, timeout: float) -> bool:
+    def finish(self, timeout: float, *, abandoned: bool = False) -> bool:
         """Wait for the queue, then forget the round if it fully applied.
 
         True when every event applied and ``sync.log``, ``load.log``, ``sync.end`` and
         the staging folder are gone; False while still loading, after a failure, or
         without ``sync.end`` (the round did not finish arriving), with all state kept.
+
+        ``abandoned``: the session died mid-round, so no ``sync.end`` will come. Every
+        event it logged was handed over here, so once they all applied the round is
+        forgotten now, exactly as recovery would do at the sender's next round start
+        (which may never come: a rerun with nothing left to ship starts no round).
         """
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._cond:
@@ -130,7 +166,9 @@ class Loader:
                 if left <= 0 or self._stopping:
                     return False
                 self._cond.wait(left)
-            if self._failures or not self.folder.sync_end.exists():
+            if abandoned and self._stopping:  # an event may not have been handed over
+                return False
+            if self._failures or not (abandoned or self.folder.sync_end.exists()):
                 return False
             self._applier.close()  # load.log is about to go; the next event starts a new one
             finish_round(self.folder)

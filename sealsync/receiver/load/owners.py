@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -171,6 +171,37 @@ class DeviceOwners:
                 return conflicts
             self._append([f"{CLAIM}\t{uuid}\t{d}" for d in wanted if d not in self._owners])
             return {}
+
+    def claim_each(
+        self, files: Sequence[Iterable[str]], uuid: str
+    ) -> list[dict[str, str] | SealsyncError]:
+        """:meth:`claim` for several files in order, under one lock and one append.
+
+        Per file: ``{}`` (claimed), its conflicts, or the DeviceIdError of a device id
+        the log cannot hold. What the files claim is on disk when this returns.
+        """
+        check_sender_uuid(uuid)
+        wanted_each: list[list[str] | SealsyncError] = []
+        for devices in files:
+            try:
+                wanted_each.append(_unique(devices))
+            except SealsyncError as exc:
+                wanted_each.append(exc)
+        results: list[dict[str, str] | SealsyncError] = []
+        with self._locked():
+            new: dict[str, None] = {}  # claimed by an earlier file of this call
+            for wanted in wanted_each:
+                if isinstance(wanted, SealsyncError):
+                    results.append(wanted)
+                    continue
+                conflicts = {
+                    d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid
+                }
+                if not conflicts:
+                    new.update((d, None) for d in wanted if d not in self._owners)
+                results.append(conflicts)
+            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
+        return results
 
     def owners_of(self, devices: Iterable[str]) -> dict[str, str]:
         """Owner uuid per device, ``""`` for an unowned one."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sealsync import durable
+from sealsync.crashpoints import crash_point
 
 from ..layout import SenderFolder, read_sync_log, sender_folders
 from ..load.apply import Applier, Inspect, clear_staging, finish_round, read_load_log
@@ -67,6 +68,7 @@ def _replay(folder: SenderFolder, kind: str, name: str, apply: Callable[[str], N
     except Exception as exc:  # one bad event must not stop the others
         log.warning("%s: replaying %s %s failed: %s", folder.root, kind, name, exc)
         return False
+    crash_point("receiver.recover.replayed")
     return True
 
 

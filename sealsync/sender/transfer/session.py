@@ -27,6 +27,7 @@ from typing import Any
 
 import tenacity
 
+from sealsync.crashpoints import crash_point
 from sealsync.errors import SealsyncError
 from sealsync.protocol import (
     MAX_DEVICES_PER_QUERY,
@@ -251,8 +252,10 @@ class SenderSession:
         self.emit("dir_start", index=index, files=len(to_send), bytes=total, deleted=len(deleted))
         with SyncLog(sync_log) as slog:
             slog.start()
+            crash_point("sender.synclog.start")
             self._deletes(deleted, slog, report)
             slog.tsfile_start()
+            crash_point("sender.synclog.tsfile_start")
             verified = VerifiedLog(slog, sync_log)
             try:
                 _Files(self, index, snapshot_dir, verified, refusals, report, total).run(to_send)
@@ -264,9 +267,11 @@ class SenderSession:
                 raise
             verified.close()
             slog.tsfile_end()
+            crash_point("sender.synclog.tsfile_end")
             self.send(RoundEnd())
             done = self.receive(RoundDone)
             slog.end()
+            crash_point("sender.synclog.end")
         report.complete = True
         report.loaded = done.loaded
         self.emit(
@@ -319,6 +324,7 @@ class SenderSession:
 
     def _deletes(self, names: Sequence[str], slog: SyncLog, report: DirReport) -> None:
         slog.deleted_start()
+        crash_point("sender.synclog.deleted_start")
         depth = self.pipeline_depth
         for start in range(0, len(names), depth):
             window = names[start : start + depth]
@@ -335,8 +341,10 @@ class SenderSession:
             finally:
                 if acked:
                     slog.deleted_many(acked)
+                    crash_point("sender.synclog.deleted")
                     report.deleted.extend(acked)
         slog.deleted_end()
+        crash_point("sender.synclog.deleted_end")
 
 
 def _stream_size(snapshot_dir: Path, name: str) -> int:
@@ -411,6 +419,7 @@ class _Files:
                 self.total += opened.stream_size  # progress counts the resend too
             self.in_flight[file_id] = _InFlight(name, sends, opened.stream_size)
             send_file(self.s.stream, opened, file_id, self.s.buffer, self.on_bytes)
+            crash_point("sender.file.sent")
         finally:
             opened.close()
 

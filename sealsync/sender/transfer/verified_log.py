@@ -17,6 +17,7 @@ import queue
 import threading
 from pathlib import Path
 
+from sealsync.crashpoints import crash_point
 from sealsync.errors import SealsyncError
 from sealsync.synclog import SyncLog
 
@@ -56,6 +57,7 @@ class VerifiedLog:
                 try:
                     if self._error is None:
                         self._slog.tsfile_many(batch)
+                        crash_point("sender.synclog.tsfile")
                 except BaseException as exc:  # reported to the round at its next call
                     self._error = exc
                 with self._cond:

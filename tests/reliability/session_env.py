@@ -1,0 +1,146 @@
+"""A receiver's session machinery in process, driven over socket pairs (no SSH).
+
+What ``ReceiverService`` builds for every connection — a ``SessionContext`` with
+device owners, sender keys, schema store, rounds and loaders over a real
+``DirectoryStorage`` — with the peer being a test writing raw bytes. Data files are
+small stand-ins read by :func:`fake_inspect` (``DEVICES:a,b`` on the first line), so
+hostile frames exercise the session, not the native TsFile reader (the SSH tests
+cover that with the worker pool). Not a test module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+from pathlib import Path
+
+from sealsync.errors import FormatError
+from sealsync.formats.common import FileInfo
+from sealsync.protocol import (
+    PROTOCOL_VERSION,
+    AnyMessage,
+    Chunk,
+    FileBegin,
+    FileEnd,
+    Hello,
+    receive,
+    send,
+)
+from sealsync.receiver.auth import SenderKeys
+from sealsync.receiver.layout import SenderFolder
+from sealsync.receiver.load.owners import DeviceOwners
+from sealsync.receiver.rounds import Rounds
+from sealsync.receiver.schema import SchemaStore
+from sealsync.receiver.session import Session, SessionContext
+from sealsync.receiver.storage import DirectoryStorage
+
+UUID_A = "1f0e6a52-9b8c-4d3e-8a7f-0c1b2d3e4f5a"
+UUID_B = "9c8b7a65-4d3e-4f2a-9b1c-0d2e3f4a5b6c"
+FP_A = "SHA256:keyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+FP_B = "SHA256:keyBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+PEER = "10.1.2.3"
+
+
+def fake_inspect(path: Path) -> FileInfo:
+    """``DEVICES:d1,d2`` on the first line; anything else is not a data file."""
+    head = Path(path).read_bytes().split(b"\n", 1)[0]
+    if not head.startswith(b"DEVICES:"):
+        raise FormatError(f"{Path(path).name}: no DEVICES header")
+    devices = tuple(d for d in head[len(b"DEVICES:") :].decode(errors="replace").split(",") if d)
+    return FileInfo(devices=devices, rows=1)
+
+
+def data_file(*devices: str, body: bytes = b"payload") -> bytes:
+    return b"DEVICES:" + ",".join(devices).encode() + b"\n" + body
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+class GatedStorage(DirectoryStorage):
+    """DirectoryStorage whose loads wait while ``gate`` is clear (a slow host)."""
+
+    def __init__(self, data_dirs: list[Path]) -> None:
+        super().__init__(data_dirs)
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def load(self, sender: str, name: str, staged: Path) -> None:
+        if not self.gate.wait(30):
+            raise OSError("gate never opened")
+        super().load(sender, name, staged)
+
+
+class SessionEnv:
+    """Receiver folders under ``root``: ``data0``.., ``schema``; sessions on socket pairs."""
+
+    def __init__(self, root: Path, n_dirs: int = 1, load_wait: float = 5.0,
+                 timeout: float = 10.0) -> None:
+        self.root = root
+        self.data_dirs = [root / f"data{i}" for i in range(n_dirs)]
+        for d in self.data_dirs:
+            d.mkdir(parents=True)
+        self.schema_dir = root / "schema"
+        self.timeout = timeout
+        self.storage = GatedStorage(self.data_dirs)
+        self.owners = DeviceOwners(self.schema_dir)
+        self.rounds = Rounds(self.storage, self.owners, fake_inspect)
+        self.ctx = SessionContext(
+            data_dirs=self.data_dirs,
+            owners=self.owners,
+            inspect=fake_inspect,
+            sender_keys=SenderKeys(self.schema_dir),
+            schema=SchemaStore(self.schema_dir),
+            rounds=self.rounds,
+            load_wait=load_wait,
+        )
+        self.threads: list[threading.Thread] = []
+
+    def connect(self, fingerprint: str = FP_A, peer: str = PEER) -> tuple[socket.socket,
+                                                                            threading.Thread]:
+        ours, theirs = socket.socketpair()
+        ours.settimeout(self.timeout)
+        theirs.settimeout(self.timeout)
+        session = Session(theirs, self.ctx, peer, fingerprint)
+
+        def run() -> None:
+            try:
+                session.run()
+            finally:
+                theirs.close()
+
+        thread = threading.Thread(target=run, name="test-session", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        return ours, thread
+
+    def folder(self, uuid: str = UUID_A, i: int = 0, peer: str = PEER) -> SenderFolder:
+        return SenderFolder(self.data_dirs[i], peer, uuid)
+
+    def loaded_path(self, uuid: str, name: str, i: int = 0) -> Path:
+        *dirs, file = name.split("/")
+        return self.data_dirs[i].joinpath(*dirs, uuid, file)
+
+    def close(self) -> None:
+        self.storage.gate.set()
+        for t in self.threads:
+            t.join(10)
+        self.rounds.close()
+        self.owners.close()
+        self.ctx.executor.shutdown()
+
+
+def hello(sock: socket.socket, uuid: str = UUID_A) -> AnyMessage:
+    send(sock, Hello(PROTOCOL_VERSION, uuid, "edge"))
+    return receive(sock)
+
+
+def offer(sock: socket.socket, file_id: int, name: str, data: bytes,
+          resource: bytes = b"res", mods: bytes | None = None) -> None:
+    stream = data + resource + (mods or b"")
+    send(sock, FileBegin(file_id, name, len(data), len(resource),
+                         -1 if mods is None else len(mods)))
+    send(sock, Chunk(stream))
+    send(sock, FileEnd(file_id, md5(stream)))

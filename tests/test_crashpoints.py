@@ -1,0 +1,101 @@
+"""The crash-point switch and its registry (the crash tests live in tests/reliability)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sealsync
+from sealsync import crashpoints
+from sealsync.crashpoints import (
+    POINTS,
+    RECEIVER_POINTS,
+    RECOVERY_POINTS,
+    SENDER_POINTS,
+    crash_point,
+    parse_spec,
+)
+
+SOURCE = Path(sealsync.__file__).parent
+CALL = re.compile(r"""crash_point\(\s*["']([^"']+)["']\s*\)""")
+
+
+def test_spec_parses_points_counts_and_lists() -> None:
+    assert parse_spec("") == {}
+    assert parse_spec("sender.file.sent") == {"sender.file.sent": 1}
+    assert parse_spec(" sender.file.sent:3 , receiver.staged ") == {
+        "sender.file.sent": 3,
+        "receiver.staged": 1,
+    }
+
+
+@pytest.mark.parametrize("spec", ["sender.nowhere", "sender.file.sent:0", "receiver.staged:x"])
+def test_spec_refuses_unknown_points_and_bad_counts(spec: str) -> None:
+    with pytest.raises(ValueError):
+        parse_spec(spec)
+
+
+def test_unset_environment_makes_every_point_a_no_op() -> None:
+    assert crashpoints.ACTIVE is False  # the test run itself sets neither variable
+    crash_point("sender.file.sent")
+    crash_point("not even declared")  # not checked: production pays one constant test
+
+
+def test_the_nth_hit_kills_the_process_with_sigkill(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    script = (
+        "from sealsync.crashpoints import crash_point\n"
+        "for i in range(1, 6):\n"
+        "    crash_point('sender.file.sent')\n"
+        "    crash_point('receiver.staged')\n"
+        "    print(i, flush=True)\n"
+    )
+    env = {"SEALSYNC_CRASH_AT": "sender.file.sent:3", "SEALSYNC_CRASH_TRACE": str(trace)}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+        env={**_base_env(), **env},
+    )
+    assert result.returncode == -9
+    assert result.stdout == "1\n2\n"
+    assert trace.read_text().split() == ["sender.file.sent", "receiver.staged"] * 2 + [
+        "sender.file.sent"
+    ]
+
+
+def test_an_undeclared_point_fails_under_a_trace_run(tmp_path: Path) -> None:
+    script = "from sealsync.crashpoints import crash_point\ncrash_point('sender.typo')\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+        env={**_base_env(), "SEALSYNC_CRASH_TRACE": str(tmp_path / "t")},
+    )
+    assert result.returncode == 1
+    assert "crash point 'sender.typo' is not declared" in result.stderr
+
+
+def test_registry_is_exactly_the_points_the_code_uses() -> None:
+    used: dict[str, list[str]] = {}
+    for path in sorted(SOURCE.rglob("*.py")):
+        if path.name == "crashpoints.py":
+            continue
+        for name in CALL.findall(path.read_text(encoding="utf-8")):
+            used.setdefault(name, []).append(str(path.relative_to(SOURCE)))
+    assert set(used) == POINTS
+    assert SENDER_POINTS.isdisjoint(RECEIVER_POINTS)
+    assert all(p.startswith("sender.") for p in SENDER_POINTS)
+    assert all(p.startswith("receiver.") for p in RECEIVER_POINTS)
+    assert RECOVERY_POINTS < POINTS
+    sender_files = {f for p in SENDER_POINTS for f in used[p]}
+    receiver_files = {f for p in RECEIVER_POINTS for f in used[p]}
+    assert all(f.startswith("sender/") for f in sender_files), sender_files
+    assert all(f.startswith("receiver/") for f in receiver_files), receiver_files
+
+
+def _base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEALSYNC_CRASH")}
+    env["PYTHONPATH"] = str(SOURCE.parent)
+    return env

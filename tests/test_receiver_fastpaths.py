@@ -1,0 +1,279 @@
+"""The receiver's batched and zero-copy paths give the same results as the simple ones.
+
+Group commit of loads (Applier.load_many, DirectoryStorage.deferred_sync), claims
+for a batch (DeviceOwners.claim_each), inspection of a batch in the worker pool
+(InspectPool.inspect_many), the metadata-only format check (formats.verify), and the
+paths bytes take in (ChunkPipe, ReadBuffer, BackgroundWriter).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from paramiko.buffered_pipe import PipeTimeout
+from receiver_load_helpers import UUID_A, UUID_B, inspect, make_env, stage
+from receiver_service_helpers import tsfile_bytes
+
+from sealsync import durable, formats
+from sealsync.errors import FormatError
+from sealsync.formats import parquet
+from sealsync.protocol import Chunk, FileBegin, FileEnd, ReadBuffer, encode, receive
+from sealsync.receiver import storage as storage_module
+from sealsync.receiver.chunk_pipe import ChunkPipe
+from sealsync.receiver.incoming import IncomingFile
+from sealsync.receiver.inspect_pool import InspectPool
+from sealsync.receiver.layout import SenderFolder
+from sealsync.receiver.load import apply as apply_module
+from sealsync.receiver.load.apply import Applier, read_load_log
+from sealsync.receiver.load.owners import DeviceConflict, DeviceIdError, DeviceOwners
+from sealsync.receiver.writer import BackgroundWriter
+
+
+def names(count: int) -> list[str]:
+    return [f"sequence/root.sg/0/{1000 + i}-{i}-0.tsfile" for i in range(count)]
+
+
+# --------------------------------------------------------------------------- loads
+
+
+def test_load_many_moves_all_then_logs_them_with_one_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir, storage, owners = make_env(tmp_path)
+    folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
+    batch = names(5)
+    for name in batch:
+        stage(folder, name)
+    events: list[str] = []
+    real_fsync_dir, real_append = durable.fsync_dir, durable.AppendLog.append_many
+
+    def fsync_dir(path: str | os.PathLike[str]) -> None:
+        if Path(path).is_relative_to(data_dir):
+            events.append(f"fsync {Path(path).relative_to(data_dir).as_posix()}")
+        real_fsync_dir(path)
+
+    def append_many(self: durable.AppendLog, lines: list[str]) -> None:
+        if self.path == folder.load_log:
+            events.append(f"append {len(list(lines))}")
+        real_append(self, lines)
+
+    monkeypatch.setattr(storage_module.durable, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(durable.AppendLog, "append_many", append_many)
+    applier = Applier(folder, storage, owners, inspect)
+    try:
+        assert applier.load_many([(n, None) for n in batch]) == [None] * 5
+    finally:
+        applier.close()
+    assert storage.list(UUID_A) == set(batch)
+    assert read_load_log(folder.load_log).loaded == set(batch)
+    target = f"fsync sequence/root.sg/0/{UUID_A}"
+    staging = f"fsync sync-receiver/{folder.root.name}/data/sequence/root.sg/0"
+    assert events.count(target) == 1 and events.count(staging) == 1  # once for the batch
+    appends = [i for i, e in enumerate(events) if e.startswith("append")]
+    assert [events[i] for i in appends] == ["append 5"]  # one log write for the batch
+    assert events.index(target) < appends[0] and events.index(staging) < appends[0]
+
+
+def test_load_many_fails_only_the_conflicting_file(tmp_path: Path) -> None:
+    data_dir, storage, owners = make_env(tmp_path)
+    assert owners.claim(["root.theirs.d"], UUID_B) == {}
+    folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
+    a, b, c = names(3)
+    stage(folder, a)
+    stage(folder, b, devices=["root.theirs.d"])
+    stage(folder, c)
+    applier = Applier(folder, storage, owners, inspect)
+    try:
+        results = applier.load_many([(a, None), (b, None), (c, ("root.sg.d0",))])
+    finally:
+        applier.close()
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], DeviceConflict)
+    assert storage.list(UUID_A) == {a, c}
+    assert read_load_log(folder.load_log).loaded == {a, c}
+    assert folder.staged(b).exists()  # kept for recovery
+
+
+def test_load_many_stops_between_files_when_told(tmp_path: Path) -> None:
+    data_dir, storage, owners = make_env(tmp_path)
+    folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
+    batch = names(3)
+    for name in batch:
+        stage(folder, name)
+    applier = Applier(folder, storage, owners, inspect)
+    try:
+        assert applier.load_many([(n, None) for n in batch], stopping=lambda: True) == [None]
+    finally:
+        applier.close()
+    assert read_load_log(folder.load_log).loaded == {batch[0]}
+    assert storage.list(UUID_A) == {batch[0]}
+
+
+def test_a_failed_folder_fsync_records_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir, storage, owners = make_env(tmp_path)
+    folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
+    batch = names(2)
+    for name in batch:
+        stage(folder, name)
+    real = durable.fsync_dir
+
+    def fsync_dir(path: str | os.PathLike[str]) -> None:
+        if Path(path).name == UUID_A:
+            raise OSError(5, "Input/output error")
+        real(path)
+
+    applier = Applier(folder, storage, owners, inspect)
+    monkeypatch.setattr(storage_module.durable, "fsync_dir", fsync_dir)
+    try:
+        results = applier.load_many([(n, None) for n in batch])
+    finally:
+        applier.close()
+    assert [str(r) for r in results] == ["[Errno 5] Input/output error"] * 2
+    assert not folder.load_log.exists()
+
+
+def test_claimed_devices_are_not_read_again(tmp_path: Path) -> None:
+    data_dir, storage, owners = make_env(tmp_path)
+    folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
+    (name,) = names(1)
+    stage(folder, name)
+
+    def no_inspect(path: Path) -> formats.FileInfo:
+        raise AssertionError("inspected again")
+
+    applier = Applier(folder, storage, owners, no_inspect)
+    try:
+        applier.load(name, claimed=("root.sg.d0",))
+    finally:
+        applier.close()
+    assert storage.list(UUID_A) == {name}
+    assert apply_module.read_load_log(folder.load_log).loaded == {name}
+
+
+# --------------------------------------------------------------------------- claims
+
+
+def test_claim_each_is_claim_file_by_file(tmp_path: Path) -> None:
+    owners = DeviceOwners(tmp_path)
+    assert owners.claim(["root.b.d"], UUID_B) == {}
+    results = owners.claim_each(
+        [["root.a.d1", "root.a.d2"], ["root.a.d1", "root.b.d"], ["bad\tdevice"], ["root.a.d3"]],
+        UUID_A,
+    )
+    assert results[0] == {} and results[3] == {}
+    assert results[1] == {"root.b.d": UUID_B}
+    assert isinstance(results[2], DeviceIdError)
+    owners.close()
+    again = DeviceOwners(tmp_path)  # what was claimed is on disk
+    assert again.owners_of(["root.a.d1", "root.a.d2", "root.a.d3", "root.b.d"]) == {
+        "root.a.d1": UUID_A,
+        "root.a.d2": UUID_A,
+        "root.a.d3": UUID_A,
+        "root.b.d": UUID_B,
+    }
+    again.close()
+
+
+# --------------------------------------------------------------------------- inspection
+
+
+def test_verify_reads_devices_from_metadata_and_refuses_garbage(tmp_path: Path) -> None:
+    good = tmp_path / "g.tsfile"
+    good.write_bytes(tsfile_bytes(tmp_path, ["root.p.d2", "root.p.d1"], rows=4))
+    assert formats.verify(good) == formats.FileInfo(("root.p.d1", "root.p.d2"), -1)
+    bad = tmp_path / "b.tsfile"
+    bad.write_bytes(b"TsFile" + b"\xff" * 64 + b"TsFile")
+    with pytest.raises(FormatError):
+        formats.verify(bad)
+    table = formats.tsfile.to_arrow(good)
+    pq_path = tmp_path / "g.parquet"
+    parquet.write_arrow(pq_path, table)
+    assert formats.verify(pq_path) == parquet.inspect(pq_path)
+
+
+def test_inspect_many_isolates_a_crashing_file(tmp_path: Path) -> None:
+    from receiver_inspect_targets import crashing_inspect
+
+    paths = [tmp_path / f"{n}.tsfile" for n in ("a", "b", "crash", "c", "d")]
+    with InspectPool(workers=2, timeout=60.0, target=crashing_inspect) as pool:
+        results = pool.inspect_many(paths)
+    fine = formats.FileInfo(("root.fine",), 1)
+    assert results[:2] == [fine, fine] and results[3:] == [fine, fine]
+    assert isinstance(results[2], FormatError)
+    assert "crash.tsfile: the file crashed the format reader" in str(results[2])
+
+
+# --------------------------------------------------------------------------- bytes in
+
+
+def test_chunk_pipe_reads_like_a_buffered_pipe() -> None:
+    pipe = ChunkPipe()
+    pipe.feed(b"hello ")
+    pipe.feed(b"world")
+    assert len(pipe) == 11 and pipe.read_ready()
+    assert pipe.read(3) == b"hel"
+    assert pipe.read(100) == b"lo world"
+    assert not pipe.read_ready()
+    with pytest.raises(PipeTimeout):
+        pipe.read(10, timeout=0.01)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read(10)))
+    reader.start()
+    pipe.feed(b"late")
+    reader.join(5)
+    assert got == [b"late"]
+    pipe.feed(b"tail")
+    pipe.close()
+    assert pipe.read(10) == b"tail"
+    assert pipe.read(10) == b""
+
+
+def test_frames_split_anywhere_decode_the_same(tmp_path: Path) -> None:
+    frames = [
+        FileBegin(7, "sequence/g/0/a.tsfile", 300_000, 10, -1),
+        Chunk(os.urandom(300_010)),
+        FileEnd(7, "0" * 32),
+    ]
+    wire = b"".join(encode(f) for f in frames)
+    a, b = socket.socketpair()
+    try:
+        sender = threading.Thread(target=lambda: [b.sendall(wire[i : i + 7777])
+                                                  for i in range(0, len(wire), 7777)])
+        sender.start()
+        buffered = ReadBuffer(a, block=65536)
+        got = [receive(buffered) for _ in frames]
+        sender.join(5)
+    finally:
+        a.close()
+        b.close()
+    assert got[0] == frames[0] and got[2] == frames[2]
+    assert bytes(got[1].data) == frames[1].data
+
+
+def test_background_writes_land_in_order_and_errors_reach_the_file(tmp_path: Path) -> None:
+    writer = BackgroundWriter(limit=1 << 20)
+    data = os.urandom(6 << 20)
+    begin = FileBegin(1, "sequence/g/0/a.tsfile", len(data), 3, -1)
+    incoming = IncomingFile(begin, tmp_path, "t1", writer)
+    view = memoryview(data + b"res")
+    for i in range(0, len(view), 262_144):
+        incoming.write(view[i : i + 262_144])
+    incoming.finish_writes()
+    assert incoming.error is None
+    assert incoming.data_tmp.read_bytes() == data
+    assert incoming.resource_tmp.read_bytes() == b"res"
+    incoming.discard()
+    broken = IncomingFile(begin, tmp_path, "t2", writer)
+    os.close(broken._fds[0])
+    broken._fds[0] = -1  # the next write fails (EBADF), as a full disk would
+    broken.write(view[:262_144])
+    broken.finish_writes()
+    assert isinstance(broken.error, OSError)
+    assert not broken.data_tmp.exists()  # a failed stream is discarded
+    writer.close()
