@@ -268,10 +268,6 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
                 click.echo(f"      {name}: {why}")
 
 
-def _not_implemented(command: str) -> SealsyncError:
-    return SealsyncError(f"{command} is not implemented yet")
-
-
 @cli.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 def serve(config_path: Path) -> None:
@@ -286,10 +282,28 @@ def serve(config_path: Path) -> None:
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Loader TOML.")
 @click.option("--master", metavar="URL", help="Spark master (default: the config's, local[*]).")
 @click.option("--full", is_flag=True, help="Rebuild the table from scratch.")
-def load(config_path: Path, master: str | None, full: bool) -> None:
-    """One Spark ingest run: every file loaded on the receiver, exactly once."""
-    load_loader_config(config_path)
-    raise _not_implemented("load")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def load(opts: Options, config_path: Path, master: str | None, full: bool, as_json: bool) -> None:
+    """One Spark ingest run: every file loaded on the receiver goes into the table at
+    table_path exactly once; files the receiver no longer holds take their rows out.
+    A file that cannot be read is reported and retried next run (exit 1)."""
+    from .spark_loader import run_load
+
+    config = load_loader_config(config_path)
+    chatty = not (as_json or opts.quiet)
+    report = run_load(
+        config, master=master, full=full, verbose=opts.verbose > 0,
+        progress=(lambda text: click.echo(f"load: {text}", err=True)) if chatty else None,
+    )
+    for name, why in sorted(report.skipped.items()):
+        click.echo(f"sealsync: skipped {name}: {why}", err=True)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    elif not opts.quiet:
+        click.echo(report.summary())
+    if not report.ok:
+        raise click.exceptions.Exit(EXIT_FAILURE)
 
 
 @cli.command(short_help="Show the sync state of a sender or receiver.")

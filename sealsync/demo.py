@@ -260,7 +260,7 @@ master = "local[*]"
     summary.load = _run_json(
         _sealsync("load", "--config", str(loader_toml), "--json"), "load", logs / "load.log", env
     )
-    echo(f"      {summary.load.get('files_ingested', 0)} files ingested, "
+    echo(f"      {summary.load.get('ingested', 0)} files ingested, "
          f"{summary.load.get('rows_written', 0)} rows, {summary.load.get('seconds', 0)} s")
 
     echo("[6/6] checking the table against the edge instance")

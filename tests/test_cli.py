@@ -14,7 +14,6 @@ import pytest
 from click.testing import CliRunner
 from config_helpers import (
     held_elsewhere,
-    make_loader,
     make_receiver,
     make_sender,
     sender_doc,
@@ -155,19 +154,6 @@ def test_unknown_receiver_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 # ---------------------------------------------------------------- stubs
-
-
-def test_stubs_validate_then_say_not_implemented(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    loader = make_loader(tmp_path)
-    cases = [
-        (["load", "--config", str(loader), "--master", "local[2]", "--full"], "load"),
-    ]
-    for argv, name in cases:
-        code, out, err = run(capsys, *argv)
-        assert (code, out) == (1, ""), argv
-        assert_one_error_line(err, f"{name} is not implemented yet")
 
 
 def test_serve_refuses_a_sender_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

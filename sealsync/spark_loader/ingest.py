@@ -1,0 +1,264 @@
+"""One ``sealsync load`` run: reconcile, remove what left, ingest what arrived.
+
+Exactly once, built on three facts:
+
+1. Each source file version has its own partition ``file_id=<id>`` (identity in
+   :mod:`.discovery`), written by dynamic partition overwrite, so writing it
+   again replaces it instead of adding rows.
+2. A partition enters and leaves the table by one rename (:mod:`.table`), so a
+   crash never leaves part of a file's rows.
+3. The partitions in the table are the truth; ``ingested.json`` is reconciled
+   against them at the start of every run (recorded but missing: re-ingested;
+   present but not recorded: adopted), and then the wanted set (the files on the
+   receiver now) decides: partitions of files that are gone are deleted, files
+   without a partition are ingested. A rerun with nothing new writes nothing.
+
+``--full`` deletes every partition and the state first, then runs as usual, so
+it ends with the same partitions and rows as incremental runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sealsync.config import LoaderConfig
+from sealsync.errors import SealsyncError
+
+from . import schema as schemas
+from .discovery import SourceFile, discover
+from .job import Ingest, Prepared
+from .report import LoadReport
+from .session import active_session, create_session, driver_lock, python_warnings_quiet, run_conf
+from .state import (
+    FileRecord,
+    IngestState,
+    load_state,
+    loader_lock,
+    save_state,
+    wait_for_previous_driver,
+)
+from .table import LINKS, PROVENANCE_COLUMNS, Partition, Table
+
+Progress = Callable[[str], None]
+
+DEFAULT_BATCH_BYTES = 4 << 30
+DEFAULT_BATCH_FILES = 2000
+
+
+def run_load(
+    config: LoaderConfig,
+    master: str | None = None,
+    full: bool = False,
+    progress: Progress | None = None,
+    *,
+    verbose: bool = False,
+    spark: Any = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_files: int = DEFAULT_BATCH_FILES,
+    sync: bool = True,
+    driver_wait: float = 120.0,
+) -> LoadReport:
+    """Bring the table at ``config.table_path`` in line with the receiver's files.
+
+    Uses ``spark`` if given, else the active SparkSession, else starts one on
+    ``master`` (default: the config's); a session it starts it also stops.
+    Batches bound how much one Spark job writes (and how much a crash redoes).
+    """
+    started = time.monotonic()
+    report = LoadReport()
+    say: Progress = progress or (lambda _text: None)
+    state_dir = Path(config.state_dir)
+    table = Table(Path(config.table_path))
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        table.ensure()
+    except OSError as exc:
+        raise SealsyncError(f"cannot create {exc.filename}: {exc.strerror}") from None
+    with loader_lock(state_dir):
+        wait_for_previous_driver(state_dir, driver_wait)
+        table.sweep()
+        state = load_state(state_dir)
+        if state.rebuilt:
+            report.notes.append(state.rebuilt)
+            say(state.rebuilt)
+        if full:
+            state = _clear(table, state_dir, report, say)
+        found = discover(list(config.receiver_data_dirs))
+        for name, reason in found.skipped.items():
+            report.skip(name, reason)
+        senders = len({f.sender for f in found.files})
+        say(f"found {len(found.files)} loaded files from {senders} senders")
+        wanted = {f.file_id: f for f in found.files}
+        partitions = table.partitions()
+        changed = _reconcile(state, table, partitions, wanted, report)
+        present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
+        gone = sorted(present - wanted.keys())
+        if gone:
+            say(f"removing the rows of {len(gone)} files no longer on the receiver")
+        for fid in gone:
+            record = state.files.pop(fid, None)
+            partition = partitions.get(fid)
+            rows = record.rows if record else (table.rows(partition) if partition else 0)
+            if partition is not None:
+                table.delete(partition)
+            report.removed += 1
+            report.rows_removed += rows
+        if gone or changed:
+            save_state(state_dir, state)
+        todo = [f for f in found.files if f.file_id not in present]
+        report.unchanged = len(found.files) - len(todo)
+        if todo:
+            _ingest(config, master, verbose, spark, todo, table, state, state_dir, report,
+                    progress, batch_bytes, batch_files, sync)
+    report.seconds = time.monotonic() - started
+    say(report.summary())
+    return report
+
+
+def _clear(table: Table, state_dir: Path, report: LoadReport, say: Progress) -> IngestState:
+    partitions = table.partitions()
+    say(f"full rebuild: removing all {len(partitions)} partitions")
+    for partition in partitions.values():
+        table.delete(partition)
+    state = IngestState()
+    save_state(state_dir, state)
+    report.notes.append(f"full rebuild: cleared {len(partitions)} partitions")
+    return state
+
+
+def _reconcile(
+    state: IngestState,
+    table: Table,
+    partitions: dict[str, Partition],
+    wanted: dict[str, SourceFile],
+    report: LoadReport,
+) -> bool:
+    """Make the record agree with the table; True if it changed."""
+    changed = False
+    for fid, record in list(state.files.items()):
+        if record.rows > 0 and fid not in partitions:
+            del state.files[fid]
+            report.notes.append(f"{record.sender}:{record.name} was missing from the table")
+            changed = True
+    for fid, partition in partitions.items():
+        source = wanted.get(fid)
+        record = state.files.get(fid)
+        if source is None or (record is not None and record.rows > 0):
+            continue  # unwanted partitions are deleted next
+        rows = table.rows(partition)
+        _adopt_columns(state, table, partition)
+        state.files[fid] = FileRecord(source.sender, source.name, source.size,
+                                      source.mtime_ns, rows)
+        report.notes.append(f"{source.label} was in the table but not recorded; recorded it")
+        changed = True
+    return changed
+
+
+def _adopt_columns(state: IngestState, table: Table, partition: Partition) -> None:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    skip = {*PROVENANCE_COLUMNS, "time", "device"}
+    for field in table.schema(partition):
+        if field.name not in skip and field.name not in state.columns:
+            state.columns[field.name] = schemas.to_json(
+                schemas.normalize(from_arrow_type(field.type))
+            )
+
+
+def _batches(items: list[Prepared], max_bytes: int, max_files: int) -> list[list[Prepared]]:
+    out: list[list[Prepared]] = []
+    current: list[Prepared] = []
+    size = 0
+    for item in items:
+        if current and (size + item.source.size > max_bytes or len(current) >= max_files):
+            out.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += item.source.size
+    if current:
+        out.append(current)
+    return out
+
+
+def _session(config: LoaderConfig, master: str | None, verbose: bool, spark: Any,
+             state_dir: Path) -> tuple[Any, bool]:
+    if spark is not None:
+        return spark, False
+    existing = active_session()
+    if existing is not None:
+        return existing, False
+    url = master or config.master
+    created = create_session(url, state_dir, verbose=verbose)
+    if not url.startswith("local"):
+        _ship_package(created, state_dir)
+    return created, True
+
+
+def _ship_package(spark: Any, state_dir: Path) -> None:
+    """On a cluster, executors import sealsync (the TsFile reader) from this zip.
+
+    The native ``tsfile`` and ``pyarrow`` packages must be installed there already.
+    """
+    package = Path(__file__).resolve().parent.parent
+    target = state_dir / "sealsync-executor.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(package.rglob("*.py")):
+            zf.write(path, path.relative_to(package.parent).as_posix())
+    spark.sparkContext.addPyFile(str(target))
+
+
+def _ingest(
+    config: LoaderConfig,
+    master: str | None,
+    verbose: bool,
+    spark: Any,
+    todo: list[SourceFile],
+    table: Table,
+    state: IngestState,
+    state_dir: Path,
+    report: LoadReport,
+    progress: Progress | None,
+    batch_bytes: int,
+    batch_files: int,
+    sync: bool,
+) -> None:
+    say: Progress = progress or (lambda _text: None)
+    say(f"ingesting {len(todo)} files")
+    session, owned = _session(config, master, verbose, spark, state_dir)
+    run_id = uuid.uuid4().hex
+    try:
+        with python_warnings_quiet(), run_conf(session), driver_lock(session, state_dir):
+            job = Ingest(session, table, state, state_dir, report, progress, run_id, sync)
+            admitted = []
+            for item in job.prepare(todo):
+                reason = schemas.admit(state.columns, item.columns)
+                if reason:
+                    report.skip(str(item.source.path), reason)
+                else:
+                    admitted.append(item)
+            batches = _batches(admitted, batch_bytes, batch_files)
+            for i, batch in enumerate(batches, start=1):
+                megabytes = sum(p.source.size for p in batch) / 1e6
+                label = f"batch {i}/{len(batches)}"
+                say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
+                job.write(batch, i, label)
+    finally:
+        _remove_links(table, run_id)
+        if owned:
+            session.stop()
+
+
+def _remove_links(table: Table, run_id: str) -> None:
+    root = table.path / LINKS
+    shutil.rmtree(root / run_id, ignore_errors=True)
+    try:
+        os.rmdir(root)
+    except OSError:
+        pass

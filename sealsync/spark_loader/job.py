@@ -1,0 +1,419 @@
+"""The Spark side of a run: source files in, one table partition per file out.
+
+Per batch of files, one DataFrame and one write:
+
+* **Parquet** files are read by Spark's own Parquet reader. Each file is first
+  linked (hard link, else symlink) into a hidden folder of the table whose path
+  carries the provenance as Hive partition folders,
+  ``.sealsync-links/<run>/p/sender=<uuid>/source_file=<escaped name>/file_id=<id>/data.parquet``,
+  so the scan itself yields ``sender``, ``source_file`` and ``file_id`` as
+  constant columns: no per-row lookup, no join. (A name that is not ASCII or too
+  long for one folder name goes through ``q/sender=/file_id=`` and a broadcast
+  join for ``source_file`` instead.) The hard link is also a snapshot: a file the
+  receiver deletes meanwhile stays readable until the run ends.
+* **TsFiles** are read on the executors (:mod:`.tsfile_read`) with ``mapInArrow``
+  over a DataFrame of file paths, one Spark partition per file.
+
+The union is written with ``partitionBy("sender", "file_id")`` under dynamic
+partition overwrite: the job replaces exactly the partitions it writes, each moved
+into the table by one rename at commit (:mod:`.table`), so writing a file twice
+(a rerun after a crash) is idempotent.
+
+A failing job is retried without the file that broke it, when the error names it
+(our TsFile reader's marker, or the link path in Spark's message), else split in
+halves, until each bad file is alone; only it is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import re
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sealsync import formats
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
+
+from . import schema as schemas
+from .discovery import PARQUET, SourceFile
+from .report import LoadReport
+from .session import stage_progress
+from .state import FileRecord, IngestState, save_state
+from .table import FILE_ID_COLUMN, LINKS, PARTITION_COLUMNS, SENDER_COLUMN, SOURCE_COLUMN, Table
+from .tsfile_read import FILES_DDL, SCHEMA_DDL, data_batches, file_error, schema_rows
+
+SHORT, LONG, TSFILE = "p", "q", "t"
+_SAFE = frozenset(string.ascii_letters + string.digits + "._-")
+_MAX_COMPONENT = 240  # bytes of one folder name, below NAME_MAX (255)
+MAX_FAILED_JOBS = 32
+_LINK_ID_RE = re.compile(r"file_id=(f[0-9a-f]{32})/data\.parquet")
+
+
+def escape_value(value: str) -> str:
+    """A partition folder value Spark reads back as ``value`` (``%XX`` per character)."""
+    return "".join(c if c in _SAFE else f"%{ord(c):02X}" for c in value)
+
+
+@dataclass
+class Prepared:
+    """A source file ready for a Spark job: its columns known, later linked."""
+
+    source: SourceFile
+    file_id: str
+    columns: dict[str, Any]  # name -> Spark DataType, as the file stores it
+    rows: int | None  # the Parquet footer's row count; None for TsFiles
+    schema_key: str  # Parquet files with equal keys are read by one scan
+    kind: str = ""  # set when linked: SHORT, LONG or TSFILE
+    link: Path | None = None
+    folder: Path | None = None  # the link folder one scan reads
+
+
+def _link(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst, follow_symlinks=True)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        os.symlink(os.path.abspath(src), dst)
+
+
+def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    if len(set(arrow.names)) != len(arrow.names):
+        raise ValueError("duplicate column names")
+    out = {}
+    for f in arrow:
+        t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+        try:
+            out[f.name] = from_arrow_type(t)
+        except Exception:
+            raise ValueError(f"column {f.name!r} has a type Spark cannot read: {t}") from None
+    return out
+
+
+_PY_ERROR_RE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?.*$")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line of a (Spark) exception that says what went wrong."""
+    text = str(exc).strip()
+    if "Traceback (most recent call last)" in text:
+        found = [m for m in (_PY_ERROR_RE.match(ln.strip()) for ln in text.splitlines()) if m]
+        if found:
+            return one_line(RuntimeError(found[-1].group(0))).removeprefix("RuntimeError: ")
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("An error occurred while calling"):
+            return one_line(RuntimeError(line)).removeprefix("RuntimeError: ")
+    return one_line(exc)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def conform(df: Any, target: Any) -> Any:
+    """``df`` with exactly the target's columns, in order, cast; missing ones null."""
+    from pyspark.sql import functions as F
+
+    have = {f.name: f.dataType for f in df.schema.fields}
+    if [(f.name, f.dataType) for f in df.schema.fields] == [
+        (f.name, f.dataType) for f in target.fields
+    ]:
+        return df  # already the target's shape: no per-row projection
+    cols = []
+    for field in target.fields:
+        if field.name in have:
+            col = F.col(_quoted(field.name))
+            if have[field.name] != field.dataType:
+                col = col.cast(field.dataType)
+        else:
+            col = F.lit(None).cast(field.dataType)
+        cols.append(col.alias(field.name))
+    return df.select(*cols)
+
+
+class Ingest:
+    """Runs the Spark jobs of one loader run and records what they wrote."""
+
+    def __init__(
+        self,
+        spark: Any,
+        table: Table,
+        state: IngestState,
+        state_dir: Path,
+        report: LoadReport,
+        progress: Callable[[str], None] | None,
+        run_id: str,
+        sync: bool = True,
+    ) -> None:
+        self.spark = spark
+        self.table = table
+        self.state = state
+        self.state_dir = state_dir
+        self.report = report
+        self.progress = progress
+        self.links = table.path / LINKS / run_id
+        self.sync = sync
+        self._members: dict[Path, set[str]] = {}
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def _skip(self, source: SourceFile, reason: str) -> None:
+        self.report.skip(str(source.path), reason)
+
+    # ------------------------------------------------------------------ prepare
+
+    def prepare(self, files: list[SourceFile]) -> list[Prepared]:
+        """Read every file's columns: Parquet footers here, TsFile metadata on executors."""
+        ready: list[Prepared] = []
+        tsfiles: list[Prepared] = []
+        for source in files:
+            if source.suffix != PARQUET:
+                tsfiles.append(Prepared(source, source.file_id, {}, None, TSFILE))
+                continue
+            try:
+                if not formats.is_complete(source.path):
+                    raise ValueError("not a complete Parquet file")
+                meta = pq.read_metadata(source.path)
+                arrow = meta.schema.to_arrow_schema()
+                columns = _spark_columns(arrow)
+            except Exception as exc:
+                self._skip(source, _first_line(exc))
+                continue
+            key = arrow.remove_metadata().to_string()
+            ready.append(Prepared(source, source.file_id, columns, meta.num_rows, key))
+        if tsfiles:
+            self._say(f"reading the metadata of {len(tsfiles)} TsFiles")
+            found = self._tsfile_columns(tsfiles)
+            for item in tsfiles:
+                got = found.get(item.file_id, "no metadata returned")
+                if isinstance(got, str):
+                    self._skip(item.source, got)
+                else:
+                    item.columns = got
+                    ready.append(item)
+        return ready
+
+    def _link_batch(self, batch: list[Prepared], number: int) -> list[Prepared]:
+        """Link the batch's files into folders one scan each reads whole.
+
+        A hard link is a snapshot: the receiver may delete the file meanwhile.
+        The link's size and mtime must still be the discovered ones (else the
+        file changed after discovery and its id no longer describes it).
+        """
+        root = self.links / f"b{number}"
+        groups: dict[tuple[str, str], Path] = {}
+        linked: list[Prepared] = []
+        for item in batch:
+            source, fid = item.source, item.file_id
+            if source.suffix != PARQUET:
+                item.kind, item.folder = TSFILE, root / TSFILE
+                item.link = item.folder / f"{fid}.tsfile"
+            else:
+                value = f"{SOURCE_COLUMN}={escape_value(source.name)}"
+                short = source.name.isascii() and len(value) <= _MAX_COMPONENT
+                item.kind = SHORT if short else LONG
+                key = (item.kind, item.schema_key)
+                item.folder = groups.setdefault(key, root / f"{item.kind}{len(groups)}")
+                leaf = item.folder / f"{SENDER_COLUMN}={source.sender}"
+                if short:
+                    leaf = leaf / value
+                item.link = leaf / f"{FILE_ID_COLUMN}={fid}" / "data.parquet"
+            try:
+                _link(source.path, item.link)
+                st = os.stat(item.link)
+            except OSError as exc:
+                self._skip(source, f"cannot link it for reading: {exc.strerror or exc}")
+                continue
+            if (st.st_size, st.st_mtime_ns) != (source.size, source.mtime_ns):
+                self._skip(source, "changed while the loader read it; retried next run")
+                continue
+            linked.append(item)
+        self._members = {}
+        for item in linked:
+            assert item.folder is not None
+            self._members.setdefault(item.folder, set()).add(item.file_id)
+        return linked
+
+    def _files_df(self, items: list[Prepared]) -> Any:
+        rows = [
+            (str(p.link or p.source.path), p.file_id, p.source.sender, p.source.name)
+            for p in items
+        ]
+        rdd = self.spark.sparkContext.parallelize(rows, len(rows))
+        return self.spark.createDataFrame(rdd, FILES_DDL)
+
+    def _tsfile_columns(self, items: list[Prepared]) -> dict[str, dict[str, Any] | str]:
+        """file_id -> {column: Spark type} or the reason it cannot be read."""
+        from pyspark.sql.types import LongType, StringType
+
+        out: dict[str, dict[str, Any] | str] = {}
+        pending = [items]
+        failures = 0
+        while pending:
+            group = pending.pop()
+            try:
+                with stage_progress(self.spark, self.progress, "TsFile metadata"):
+                    rows = self._files_df(group).mapInArrow(schema_rows, SCHEMA_DDL).collect()
+            except Exception as exc:  # a worker died: isolate the file that killed it
+                failures += 1
+                if len(group) == 1 or failures > MAX_FAILED_JOBS:
+                    for p in group:
+                        out[p.file_id] = f"reading metadata failed: {_first_line(exc)}"
+                else:
+                    pending += [group[: len(group) // 2], group[len(group) // 2 :]]
+                continue
+            for row in rows:
+                fid = row["file_id"]
+                if row["error"] is not None:
+                    out[fid] = row["error"]
+                elif row["name"] is None:
+                    out[fid] = {TIME_COLUMN: LongType(), DEVICE_COLUMN: StringType()}
+                elif isinstance(out.get(fid), dict):
+                    out[fid][row["name"]] = schemas.from_json(row["type"])  # type: ignore[index]
+        return out
+
+    # ------------------------------------------------------------------ write
+
+    def _frame(self, batch: list[Prepared], target: Any) -> Any:
+        from pyspark.sql import DataFrame
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        parts = []
+        groups: dict[Path, list[Prepared]] = {}
+        for item in batch:
+            assert item.folder is not None
+            groups.setdefault(item.folder, []).append(item)
+        for folder, items in sorted(groups.items()):
+            kind = items[0].kind
+            if kind == TSFILE:
+                arrow = to_arrow_schema(target)
+                body = functools.partial(data_batches, schema=arrow)
+                parts.append(self._files_df(items).mapInArrow(body, target))
+                continue
+            reader = self.spark.read.option("basePath", str(folder))
+            if {p.file_id for p in items} == self._members.get(folder):
+                df = reader.parquet(str(folder))  # one listing instead of a path per file
+            else:  # part of a batch being retried
+                paths = [str(p.link) for p in items]
+                df = reader.option("__globPaths__", "false").parquet(*paths)
+            if kind == LONG:
+                names = self.spark.createDataFrame(
+                    [(p.file_id, p.source.name) for p in items],
+                    f"{FILE_ID_COLUMN} string, {SOURCE_COLUMN} string",
+                )
+                df = df.join(F.broadcast(names), FILE_ID_COLUMN)
+            parts.append(conform(df, target))
+        return functools.reduce(DataFrame.union, parts)
+
+    def _write(self, batch: list[Prepared]) -> None:
+        from pyspark.sql.types import DoubleType
+
+        names = {n for p in batch for n in schemas.measurements(p.columns)}
+        target = schemas.target_schema(self.state.columns, sorted(names))
+        if self.spark.conf.get("spark.sql.sources.partitionOverwriteMode") != "dynamic":
+            raise RuntimeError("refusing to write: partition overwrite mode is not dynamic")
+        writer = (
+            self._frame(batch, target)
+            .write.mode("overwrite")
+            .partitionBy(*PARTITION_COLUMNS)
+            .option("partitionOverwriteMode", "dynamic")
+            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        )
+        if self.table.path.is_absolute():
+            # The table is a local (or mounted) folder: write it without Hadoop's
+            # ``.crc`` sidecar per file (Parquet pages carry their own checksums).
+            writer = writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+            writer = writer.option("fs.file.impl.disable.cache", "true")
+        # Time stamps and floating point values are nearly all distinct: building a
+        # dictionary per (small) partition file only to drop it is wasted work.
+        for field in target.fields:
+            if field.name == TIME_COLUMN or isinstance(field.dataType, DoubleType):
+                writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
+        # One value per partition: min/max and size statistics only cost time to
+        # keep (a filter on it still skips row groups by the dictionary page).
+        writer = writer.option(f"parquet.column.statistics.enabled#{SOURCE_COLUMN}", "false")
+        writer = writer.option(f"parquet.size.statistics.enabled#{SOURCE_COLUMN}", "false")
+        writer.parquet(str(self.table.path))
+
+    def _record(self, batch: list[Prepared]) -> None:
+        """After a committed job: count each file's rows, make them durable, record them."""
+        written = []
+        for item in batch:
+            partition = self.table.partition(item.source.sender, item.file_id)
+            rows = self.table.rows(partition) if partition.path.is_dir() else 0
+            if item.rows is not None and rows != item.rows:
+                if partition.path.is_dir():
+                    self.table.delete(partition)
+                self._skip(item.source, f"wrote {rows} rows, the file holds {item.rows}")
+                continue
+            if partition.path.is_dir():
+                written.append(partition)
+            src = item.source
+            self.state.files[item.file_id] = FileRecord(
+                src.sender, src.name, src.size, src.mtime_ns, rows
+            )
+            self.report.ingested += 1
+            self.report.rows_written += rows
+        if self.sync:
+            self.table.sync(written)
+        save_state(self.state_dir, self.state)
+
+    def write(self, batch: list[Prepared], number: int, label: str) -> None:
+        """Write a batch; isolate and report the files that make its job fail."""
+        batch = self._link_batch(batch, number)
+        if not batch:
+            return
+        pending = [batch]
+        failures = 0
+        while pending:
+            group = pending.pop(0)
+            try:
+                with stage_progress(self.spark, self.progress, label):
+                    self._write(group)
+            except Exception as exc:
+                failures += 1
+                culprit = self._culprit(exc, group)
+                if culprit is not None:
+                    bad, reason = culprit
+                    self._skip(bad.source, reason)
+                    rest = [p for p in group if p is not bad]
+                    if rest:
+                        pending.insert(0, rest)
+                elif len(group) == 1:
+                    self._skip(group[0].source, _first_line(exc))
+                elif failures > MAX_FAILED_JOBS:
+                    for p in group:
+                        self._skip(p.source, f"not retried after {failures} failed Spark jobs: "
+                                             f"{_first_line(exc)}")
+                else:
+                    half = len(group) // 2
+                    pending[0:0] = [group[:half], group[half:]]
+                    self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs")
+                continue
+            self._record(group)
+
+    def _culprit(self, exc: BaseException, group: list[Prepared]) -> tuple[Prepared, str] | None:
+        text = str(exc)
+        by_id = {p.file_id: p for p in group}
+        marked = file_error(text)
+        if marked and marked[0] in by_id:
+            return by_id[marked[0]], marked[1]
+        for fid in _LINK_ID_RE.findall(text):
+            if fid in by_id:
+                return by_id[fid], _first_line(exc)
+        return None

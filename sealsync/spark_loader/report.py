@@ -1,0 +1,49 @@
+"""What one loader run did, for the CLI's summary line, ``--json`` and exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class LoadReport:
+    ingested: int = 0  # source files whose rows went into the table this run
+    removed: int = 0  # source files whose rows left the table this run
+    unchanged: int = 0  # source files already in the table
+    rows_written: int = 0
+    rows_removed: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)  # file -> reason; retried next run
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # repairs made (e.g. state rebuilt)
+
+    @property
+    def ok(self) -> bool:
+        """False when some file could not be ingested (CLI exit code 1)."""
+        return not self.skipped
+
+    def skip(self, name: str, reason: str) -> None:
+        self.skipped.setdefault(name, reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "ingested": self.ingested,
+            "removed": self.removed,
+            "unchanged": self.unchanged,
+            "rows_written": self.rows_written,
+            "rows_removed": self.rows_removed,
+            "skipped": dict(sorted(self.skipped.items())),
+            "seconds": round(self.seconds, 3),
+            "notes": list(self.notes),
+        }
+
+    def summary(self) -> str:
+        text = (
+            f"ingested {self.ingested} files ({self.rows_written} rows), "
+            f"removed {self.removed} ({self.rows_removed} rows), "
+            f"unchanged {self.unchanged}, in {self.seconds:.1f}s"
+        )
+        if self.skipped:
+            text += f"; {len(self.skipped)} skipped"
+        return text

@@ -1,0 +1,235 @@
+"""The Spark session the loader runs in, quiet unless asked to talk.
+
+Spark's chatter (log4j INFO/WARN lines, the JVM's start-up messages, progress
+bars) must not reach a cron mail or an operator's terminal: log4j is configured
+from a file we write (level WARN, or ERROR at run time), console progress is off,
+and, unless verbose, the driver JVM's stderr is a log file in the state dir (the
+JVM inherits it at launch, so whatever it prints later lands there too).
+
+No Hive metastore, no UI, no shuffle-heavy defaults: the loader only reads files
+and writes a path-based Parquet dataset.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sealsync import durable
+from sealsync.errors import LockHeld, SealsyncError
+
+from .state import DRIVER_LOCK_FILE
+
+LOG_FILE = "spark-driver.log"
+LOG4J_FILE = "log4j2.properties"
+_LOG_LIMIT = 16 * 1024 * 1024
+
+#: Fixed when the session starts (only when the loader creates it).
+SESSION_CONF = {
+    "spark.app.name": "sealsync-load",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "1g",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.catalogImplementation": "in-memory",
+}
+
+#: Set for the duration of a run and restored afterwards (the session may be the caller's).
+RUN_CONF = {
+    # Only the partitions a job writes are replaced; anything else stays.
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    # One open writer per partition in a task instead of sorting rows by partition.
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
+    # Measurement names are case sensitive (IoTDB), so are our columns.
+    "spark.sql.caseSensitive": "true",
+    # Partition values of the link folders are strings, never guessed numbers.
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.sql.files.ignoreMissingFiles": "false",
+    "spark.sql.files.ignoreCorruptFiles": "false",
+    "spark.sql.parquet.mergeSchema": "false",
+}
+
+_LOG4J = """\
+status = error
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+"""
+
+
+def _quiet_python_warnings() -> None:
+    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support.*")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark(\..*)?")
+
+
+@contextmanager
+def python_warnings_quiet() -> Iterator[None]:
+    """PySpark's own Python warnings (pandas versions) are not the user's business."""
+    with warnings.catch_warnings():
+        _quiet_python_warnings()
+        yield
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point fd 2 at ``path`` while the JVM is launched, so the JVM keeps it for life."""
+    try:
+        if path.stat().st_size > _LOG_LIMIT:
+            durable.rename(path, path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        pass
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def active_session() -> Any | None:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def create_session(
+    master: str,
+    log_dir: Path,
+    verbose: bool = False,
+    conf: dict[str, str] | None = None,
+) -> Any:
+    """A new SparkSession on ``master`` (``local[*]`` needs nothing but Java)."""
+    from pyspark.sql import SparkSession
+
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    props = log_dir / LOG4J_FILE
+    durable.atomic_write(props, _LOG4J.format(level="warn"))
+    settings = dict(SESSION_CONF)
+    if master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+        # Python workers must have this interpreter's packages (pyarrow, tsfile,
+        # sealsync); PySpark starts ``python3`` from the PATH, maybe another one.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = SparkSession.builder.master(master)
+    for key, value in {**settings, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    java_opts = f"-Dlog4j2.configurationFile=file:{props}"
+    extra = (conf or {}).get("spark.driver.extraJavaOptions")
+    builder = builder.config(
+        "spark.driver.extraJavaOptions", f"{java_opts} {extra}" if extra else java_opts
+    )
+    try:
+        with python_warnings_quiet():
+            if verbose:
+                spark = builder.getOrCreate()
+            else:
+                with _stderr_to(log_dir / LOG_FILE):
+                    spark = builder.getOrCreate()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SealsyncError(
+            f"cannot start Spark on {master}: {first} (see {log_dir / LOG_FILE})"
+        ) from None
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    return spark
+
+
+@contextmanager
+def run_conf(spark: Any) -> Iterator[None]:
+    """Apply RUN_CONF for the body, then put the caller's values back."""
+    before: dict[str, str | None] = {}
+    for key, value in RUN_CONF.items():
+        before[key] = spark.conf.get(key, None)
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+@contextmanager
+def driver_lock(spark: Any, state_dir: Path) -> Iterator[None]:
+    """The driver JVM holds ``spark-driver.lock`` while the run may write the table.
+
+    Held by the JVM, not by Python, so that it outlives a killed Python process
+    for exactly as long as the JVM that could still commit does (see
+    :mod:`.state`).
+    """
+    path = Path(state_dir) / DRIVER_LOCK_FILE
+    jvm = spark.sparkContext._jvm
+    handle = jvm.java.io.RandomAccessFile(str(path), "rw")
+    try:
+        lock = handle.getChannel().tryLock()
+    except Exception as exc:
+        handle.close()
+        raise SealsyncError(f"cannot lock {path} in the Spark driver: {exc}") from None
+    if lock is None:
+        handle.close()
+        raise LockHeld(f"another Spark driver holds {path}")
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        finally:
+            handle.close()
+
+
+@contextmanager
+def stage_progress(
+    spark: Any, report: Callable[[str], None] | None, label: str, every: float = 5.0
+) -> Iterator[None]:
+    """While the body runs, report the active stages' task counts every few seconds."""
+    if report is None:
+        yield
+        return
+    done = threading.Event()
+    tracker = spark.sparkContext.statusTracker()
+
+    def poll() -> None:
+        last = ""
+        while not done.wait(every):
+            parts = []
+            try:
+                for stage_id in sorted(tracker.getActiveStageIds()):
+                    info = tracker.getStageInfo(stage_id)
+                    if info is not None:
+                        parts.append(
+                            f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                        )
+            except Exception:  # the tracker is best effort; never break the run
+                return
+            line = f"{label}: {', '.join(parts)}" if parts else ""
+            if line and line != last:
+                report(line)
+                last = line
+
+    thread = threading.Thread(target=poll, name="sealsync-load-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=2)

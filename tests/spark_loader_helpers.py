@@ -1,0 +1,106 @@
+"""A receiver's storage built without the network, and table comparisons.
+
+Not a test module; imported by name (pytest puts this folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sealsync import formats
+from sealsync.config import LoaderConfig
+from sealsync.receiver.storage import DirectoryStorage
+from sealsync.simulator import EdgeInstance
+from sealsync.spark_loader import read_arrow
+from sealsync.spark_loader.table import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
+
+SENDER_A = str(uuid.UUID(int=0xA))
+SENDER_B = str(uuid.UUID(int=0xB))
+_KEYS = {"time", "device", SENDER_COLUMN, SOURCE_COLUMN, FILE_ID_COLUMN}
+
+
+class Receiver:
+    """Receiver data dirs holding loaded files, in the default storage layout."""
+
+    def __init__(self, root: Path, data_dirs: int = 1) -> None:
+        self.data_dirs = [root / f"recv{i}" for i in range(data_dirs)]
+        for d in self.data_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        self.storage = DirectoryStorage(self.data_dirs)
+        self.placed: dict[tuple[str, str], Path] = {}
+
+    def place(self, edge: EdgeInstance, rel: str, sender: str = SENDER_A,
+              data_dir: int = 0) -> Path:
+        """Copy an edge file (and its sidecar) to where the receiver loads it."""
+        target = self.storage.target(self.data_dirs[data_dir], sender, rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(edge.path(rel), target)
+        resource = edge.path(rel + ".resource")
+        if resource.exists():
+            shutil.copy2(resource, Path(f"{target}.resource"))
+        self.placed[(sender, rel)] = target
+        return target
+
+    def remove(self, rel: str, sender: str = SENDER_A) -> None:
+        path = self.placed.pop((sender, rel))
+        path.unlink()
+        Path(f"{path}.resource").unlink(missing_ok=True)
+
+    def config(self, root: Path, name: str = "main") -> LoaderConfig:
+        return LoaderConfig(
+            receiver_data_dirs=list(self.data_dirs),
+            table_path=root / f"{name}-table",
+            state_dir=root / f"{name}-state",
+            master="local[2]",
+        )
+
+
+def canonical(rows: list[dict[str, Any]]) -> list[tuple]:
+    """Rows as sortable tuples: provenance, time, device, the non-null measurements."""
+    out = []
+    for row in rows:
+        values = tuple(sorted((k, v) for k, v in row.items() if k not in _KEYS and v is not None))
+        out.append((row[SENDER_COLUMN], row[SOURCE_COLUMN], row["time"], row["device"], values))
+    return sorted(out, key=repr)
+
+
+def table_rows(table_path: Path) -> list[tuple]:
+    table = read_arrow(table_path)
+    return canonical(table.to_pylist())
+
+
+def source_rows(receiver: Receiver) -> list[tuple]:
+    """What the table must hold: every placed file's rows, read independently."""
+    rows: list[dict[str, Any]] = []
+    for (sender, rel), path in receiver.placed.items():
+        table: pa.Table = formats.format_for(path).to_arrow(path)
+        for row in table.to_pylist():
+            rows.append({**row, SENDER_COLUMN: sender, SOURCE_COLUMN: rel})
+    return canonical(rows)
+
+
+def partition_dirs(table_path: Path) -> set[str]:
+    """``sender=*/file_id=*`` folders of the table."""
+    return {
+        f"{outer}/{inner}"
+        for outer in os.listdir(table_path) if outer.startswith(f"{SENDER_COLUMN}=")
+        for inner in os.listdir(table_path / outer) if inner.startswith(f"{FILE_ID_COLUMN}=")
+    }
+
+
+def snapshot(path: Path) -> dict[str, tuple[int, int]]:
+    """Every entry under ``path`` (the folder itself too) -> (size, mtime_ns)."""
+    out = {".": (0, path.stat().st_mtime_ns)}
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            full = Path(dirpath) / name
+            st = full.lstat()
+            out[str(full.relative_to(path))] = (st.st_size if name in filenames else 0,
+                                                st.st_mtime_ns)
+    return out

@@ -1,0 +1,183 @@
+"""Discovery, file identity, the table's folder rules and the loader's locks (no Spark)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from spark_loader_helpers import SENDER_A, SENDER_B, Receiver
+
+from sealsync.errors import LockHeld
+from sealsync.simulator import EdgeInstance
+from sealsync.spark_loader.discovery import discover, file_id, is_sender_folder
+from sealsync.spark_loader.job import escape_value
+from sealsync.spark_loader.state import (
+    DRIVER_LOCK_FILE,
+    LOCK_FILE,
+    FileRecord,
+    IngestState,
+    load_state,
+    loader_lock,
+    save_state,
+    state_path,
+    wait_for_previous_driver,
+)
+from sealsync.spark_loader.table import Partition, Table, unescape
+
+
+def _edge(tmp_path: Path) -> EdgeInstance:
+    return EdgeInstance(tmp_path / "edge")
+
+
+def test_discovers_every_senders_files_in_both_roots_and_nothing_else(tmp_path: Path) -> None:
+    edge = _edge(tmp_path)
+    recv = Receiver(tmp_path, data_dirs=2)
+    seq = edge.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=3)
+    unseq = edge.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=3,
+                            unsequence=True, fmt="parquet")
+    recv.place(edge, seq, SENDER_A)
+    recv.place(edge, unseq, SENDER_B, data_dir=1)
+    data = recv.data_dirs[0]
+    # The host's own file (no UUID folder), a staged file, sidecars, a temporary.
+    host = data / "sequence" / "root.sg1" / "0" / "9-9-0.tsfile"
+    host.write_bytes(b"host")
+    staged = data / "sync-receiver" / f"127.0.0.1_{SENDER_A}" / "data" / seq
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"staged")
+    sender_dir = recv.placed[(SENDER_A, seq)].parent
+    (sender_dir / "x.tsfile.mods").write_bytes(b"m")
+    (sender_dir / ".tmp.tsfile").write_bytes(b"t")
+    # A folder that is a UUID in another spelling is not a sender folder.
+    upper = data / "sequence" / "root.sg1" / "0" / SENDER_A.upper()
+    upper.mkdir()
+    (upper / "1-1-0.tsfile").write_bytes(b"u")
+
+    found = discover(recv.data_dirs)
+
+    assert [(f.sender, f.name) for f in found.files] == [(SENDER_A, seq), (SENDER_B, unseq)]
+    assert [f.path for f in found.files] == [recv.placed[(SENDER_A, seq)],
+                                             recv.placed[(SENDER_B, unseq)]]
+    assert found.skipped == {}
+    st = recv.placed[(SENDER_A, seq)].stat()
+    assert (found.files[0].size, found.files[0].mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def test_the_same_file_in_two_data_dirs_is_reported_once(tmp_path: Path) -> None:
+    edge = _edge(tmp_path)
+    recv = Receiver(tmp_path, data_dirs=2)
+    rel = edge.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=3)
+    first = recv.place(edge, rel, SENDER_A, data_dir=0)
+    second = recv.place(edge, rel, SENDER_A, data_dir=1)
+
+    found = discover(recv.data_dirs)
+
+    assert [f.path for f in found.files] == [first]
+    assert list(found.skipped) == [str(second)]
+    assert "duplicate" in found.skipped[str(second)]
+
+
+def test_missing_data_dirs_roots_are_empty(tmp_path: Path) -> None:
+    assert discover([tmp_path / "nothing"]).files == []
+
+
+def test_file_id_changes_with_every_part_of_the_identity() -> None:
+    base = file_id(SENDER_A, "sequence/a/1.tsfile", 10, 5)
+    others = {
+        file_id(SENDER_B, "sequence/a/1.tsfile", 10, 5),
+        file_id(SENDER_A, "sequence/a/2.tsfile", 10, 5),
+        file_id(SENDER_A, "sequence/a/1.tsfile", 11, 5),
+        file_id(SENDER_A, "sequence/a/1.tsfile", 10, 6),
+    }
+    assert base == file_id(SENDER_A, "sequence/a/1.tsfile", 10, 5)
+    assert base not in others and len(others) == 4
+    assert base.startswith("f") and len(base) == 33 and base[1:].isalnum()
+
+
+def test_sender_folder_needs_the_canonical_spelling() -> None:
+    assert is_sender_folder(SENDER_A)
+    assert not is_sender_folder(SENDER_A.upper())
+    assert not is_sender_folder(SENDER_A.replace("-", ""))
+    assert not is_sender_folder("root.sg1")
+
+
+def test_partition_values_round_trip_through_escaping() -> None:
+    for name in ["sequence/root.sg1/0/1-1-0.parquet", "sequence/a b/%x=y:z#[]{}*?/1.parquet"]:
+        escaped = escape_value(name)
+        assert "/" not in escaped and "=" not in escaped
+        assert unescape(escaped) == name
+
+
+def test_table_partitions_and_atomic_delete(tmp_path: Path) -> None:
+    table = Table(tmp_path / "t")
+    for sender, fid in [(SENDER_A, "f1"), (SENDER_A, "f2"), (SENDER_B, "f3")]:
+        folder = table.path / f"sender={sender}" / f"file_id={fid}"
+        folder.mkdir(parents=True)
+        (folder / "part-0.parquet").write_bytes(b"x")
+    (table.path / ".spark-staging-123" / "sender=x").mkdir(parents=True)
+    (table.path / "_temporary").mkdir()
+    (table.path / "foreign").mkdir()
+
+    parts = table.partitions()
+    assert sorted(parts) == ["f1", "f2", "f3"]
+    assert parts["f3"] == Partition(SENDER_B, "f3", table.path / f"sender={SENDER_B}" / "file_id=f3")
+
+    table.delete(parts["f3"])
+    table.delete(parts["f1"])
+    table.sweep()
+    assert sorted(table.partitions()) == ["f2"]
+    assert sorted(os.listdir(table.path)) == ["foreign", f"sender={SENDER_A}"]
+
+
+def test_state_round_trips_and_a_damaged_file_is_rebuilt(tmp_path: Path) -> None:
+    state = IngestState(
+        files={"fa": FileRecord(SENDER_A, "sequence/x/1.tsfile", 10, 20, 30)},
+        columns={"s1": '"long"'},
+    )
+    save_state(tmp_path, state)
+    assert load_state(tmp_path) == state
+    state_path(tmp_path).write_text("{not json")
+    damaged = load_state(tmp_path)
+    assert damaged.files == {} and damaged.columns == {}
+    assert "rebuilding" in damaged.rebuilt
+
+
+def test_a_second_loader_stops_at_once(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: conflicts like another process
+        with pytest.raises(LockHeld, match="another sealsync load"):
+            with loader_lock(tmp_path):
+                pass
+    finally:
+        os.close(fd)
+    with loader_lock(tmp_path):
+        pass
+
+
+def test_waits_for_a_dead_runs_spark_driver(tmp_path: Path) -> None:
+    """A process holding spark-driver.lock (the killed run's JVM) blocks the next run."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(tmp_path / DRIVER_LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+         "print('locked', flush=True)\n"
+         "time.sleep(float(sys.argv[1]))\n", "1.5"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        with pytest.raises(LockHeld, match="still holds"):
+            wait_for_previous_driver(tmp_path, timeout=0.3)
+        started = time.monotonic()
+        wait_for_previous_driver(tmp_path, timeout=30)  # returns once the holder exits
+        assert time.monotonic() - started > 0.3
+        assert holder.wait(timeout=30) == 0
+    finally:
+        holder.kill()
+        holder.wait()

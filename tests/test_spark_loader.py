@@ -1,0 +1,362 @@
+"""The Spark loader against real Spark (local mode, one session for the module)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from spark_loader_helpers import (
+    SENDER_A,
+    SENDER_B,
+    Receiver,
+    partition_dirs,
+    snapshot,
+    source_rows,
+    table_rows,
+)
+
+from sealsync import formats
+from sealsync.config import LoaderConfig
+from sealsync.simulator import EdgeInstance
+from sealsync.spark_loader import read_arrow, run_load
+from sealsync.spark_loader import ingest as ingest_module
+from sealsync.spark_loader.session import create_session
+from sealsync.spark_loader.state import load_state, state_path
+from sealsync.spark_loader.table import Table
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    session = create_session("local[2]", tmp_path_factory.mktemp("spark-logs"))
+    yield session
+    session.stop()
+
+
+def _load(config: LoaderConfig, spark: Any, **kwargs: Any) -> Any:
+    return run_load(config, spark=spark, sync=False, **kwargs)
+
+
+def _two_senders(tmp_path: Path) -> tuple[EdgeInstance, Receiver]:
+    """Both formats, both roots, two senders, files with different measurements."""
+    edge = EdgeInstance(tmp_path / "edge")
+    recv = Receiver(tmp_path)
+    files = [
+        (SENDER_A, edge.write_file("root.sg1", 0, devices=["root.sg1.d1", "root.sg1.d2"],
+                                   rows_per_device=40)),
+        (SENDER_A, edge.write_file("root.sg1", 1, devices=["root.sg1.d1"], rows_per_device=25,
+                                   fmt="parquet", measurements=("s1", "s3"))),
+        (SENDER_B, edge.write_file("root.sg2", 0, devices=["root.sg2.d9"], rows_per_device=30,
+                                   unsequence=True, measurements=("s7",))),
+        (SENDER_B, edge.write_file("root.sg2", 0, devices=["root.sg2.d8"], rows_per_device=20,
+                                   fmt="parquet", unsequence=True)),
+    ]
+    for sender, rel in files:
+        recv.place(edge, rel, sender)
+    return edge, recv
+
+
+def test_ingests_both_formats_with_provenance_and_merged_schema(tmp_path: Path, spark: Any) -> None:
+    _, recv = _two_senders(tmp_path)
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert report.ok and report.skipped == {}
+    assert (report.ingested, report.removed, report.unchanged) == (4, 0, 0)
+    own_counts = {key: formats.inspect(path).rows for key, path in recv.placed.items()}
+    assert sum(own_counts.values()) == 80 + 25 + 30 + 20
+    assert report.rows_written == sum(own_counts.values())
+    assert table_rows(config.table_path) == source_rows(recv)
+    table = read_arrow(config.table_path)
+    counts: dict[tuple[str, str], int] = {}
+    for row in table.select(["sender", "source_file"]).to_pylist():
+        key = (row["sender"], row["source_file"])
+        counts[key] = counts.get(key, 0) + 1
+    assert counts == own_counts
+    assert len(partition_dirs(config.table_path)) == 4
+    # Spark reads the same table when it merges the files' schemas.
+    df = spark.read.option("mergeSchema", "true").parquet(str(config.table_path))
+    assert df.count() == sum(own_counts.values())
+    assert set(df.columns) == {"time", "device", "s1", "s2", "s3", "s7", "source_file",
+                               "sender", "file_id"}
+    assert df.where("s7 is not null").count() == 30  # only the one file has s7
+
+
+def test_types_are_normalised_and_a_conflicting_file_is_refused(
+    tmp_path: Path, spark: Any
+) -> None:
+    edge = EdgeInstance(tmp_path / "edge")
+    recv = Receiver(tmp_path)
+    base = {"time": pa.array([1, 2], pa.int64()), "device": ["root.a.d1", "root.a.d1"]}
+    narrow = edge.write_table(pa.table({**base, "v": pa.array([1, 2], pa.int32()),
+                                        "w": pa.array([0.5, 1.5], pa.float32())}),
+                              "root.a", 0, fmt="parquet")
+    wide = edge.write_table(pa.table({**base, "v": pa.array([3, 2**40], pa.int64()),
+                                      "w": pa.array([2.25, None], pa.float64())}),
+                            "root.a", 1, fmt="parquet")
+    tsfile = edge.write_table(pa.table({**base, "v": pa.array([7, 8], pa.int32()),
+                                        "w": pa.array([0.25, 4.0], pa.float32())}),
+                              "root.a", 2, fmt="tsfile")
+    clash = edge.write_table(pa.table({**base, "v": ["x", "y"]}), "root.a", 3, fmt="parquet")
+    for rel in (narrow, wide, tsfile):
+        recv.place(edge, rel)
+    clash_path = recv.place(edge, clash)
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert report.ingested == 3
+    assert list(report.skipped) == [str(clash_path)]
+    assert "'v' is string here but bigint in the table" in report.skipped[str(clash_path)]
+    assert not report.ok
+    table = read_arrow(config.table_path)
+    assert table.schema.field("v").type == pa.int64()
+    assert table.schema.field("w").type == pa.float64()
+    recv.remove(clash)
+    assert table_rows(config.table_path) == source_rows(recv)
+    assert load_state(config.state_dir).columns == {"v": '"long"', "w": '"double"'}
+
+
+def test_rerun_with_nothing_new_changes_nothing(tmp_path: Path, spark: Any) -> None:
+    _, recv = _two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    before_table = snapshot(config.table_path)
+    before_state = state_path(config.state_dir).stat().st_mtime_ns
+    rows = table_rows(config.table_path)
+
+    report = _load(config, spark)
+
+    assert (report.ingested, report.removed, report.unchanged, report.rows_written) == (0, 0, 4, 0)
+    assert report.ok
+    assert snapshot(config.table_path) == before_table
+    assert state_path(config.state_dir).stat().st_mtime_ns == before_state
+    assert table_rows(config.table_path) == rows
+
+
+def test_deleted_and_replaced_files_take_exactly_their_rows_out(
+    tmp_path: Path, spark: Any
+) -> None:
+    edge, recv = _two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    gone = [rel for (sender, rel) in recv.placed if sender == SENDER_B][0]
+    replaced = [rel for (sender, rel) in recv.placed if sender == SENDER_A][0]
+    recv.remove(gone, SENDER_B)
+    # The same name with other content: a new version of the file.
+    recv.remove(replaced, SENDER_A)
+    (edge.path(replaced)).unlink()
+    edge.write_file("root.sg1", 0, replaced.rsplit("/", 1)[1], devices=["root.sg1.d5"],
+                    rows_per_device=7)
+    recv.place(edge, replaced, SENDER_A)
+    before = partition_dirs(config.table_path)
+
+    report = _load(config, spark)
+
+    assert (report.ingested, report.removed, report.unchanged) == (1, 2, 2)
+    assert report.rows_removed == 30 + 80 and report.rows_written == 7
+    assert table_rows(config.table_path) == source_rows(recv)
+    after = partition_dirs(config.table_path)
+    assert len(after) == 3 and len(before - after) == 2 and len(after - before) == 1
+
+
+def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> None:
+    edge, recv = _two_senders(tmp_path)
+    incremental = recv.config(tmp_path, "inc")
+    _load(incremental, spark)
+    extra = edge.write_file("root.sg3", 0, devices=["root.sg3.d1"], rows_per_device=12,
+                            fmt="parquet", measurements=("s9",))
+    recv.place(edge, extra, SENDER_B)
+    dropped = [rel for (sender, rel) in recv.placed if sender == SENDER_A][1]
+    recv.remove(dropped, SENDER_A)
+    _load(incremental, spark, batch_files=1)
+
+    full = LoaderConfig(recv.data_dirs, incremental.table_path.with_name("full-table"),
+                        incremental.state_dir.with_name("full-state"))
+    _load(full, spark)  # a table with other content first: --full must clear it
+    report = _load(full, spark, full=True)
+
+    assert report.ingested == 4 and report.ok
+    assert table_rows(full.table_path) == table_rows(incremental.table_path) == source_rows(recv)
+    assert partition_dirs(full.table_path) == partition_dirs(incremental.table_path)
+    assert load_state(full.state_dir).files == load_state(incremental.state_dir).files
+
+
+def test_corrupt_files_are_reported_skipped_and_retried(tmp_path: Path, spark: Any) -> None:
+    edge, recv = _two_senders(tmp_path)
+    bad_ts = edge.write_file("root.sg4", 0, devices=["root.sg4.d1"], rows_per_device=50)
+    bad_pq = edge.write_file("root.sg4", 1, devices=["root.sg4.d1"], rows_per_device=50,
+                             fmt="parquet")
+    good = {rel: edge.path(rel).read_bytes() for rel in (bad_ts, bad_pq)}
+    for rel in (bad_ts, bad_pq):  # truncated copies reach the receiver
+        edge.path(rel).write_bytes(good[rel][: len(good[rel]) // 2])
+    ts_path = recv.place(edge, bad_ts)
+    pq_path = recv.place(edge, bad_pq)
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert sorted(report.skipped) == sorted([str(ts_path), str(pq_path)])
+    assert "TsFile" in report.skipped[str(ts_path)]
+    assert report.ingested == 4 and not report.ok
+    recv.remove(bad_ts)
+    recv.remove(bad_pq)
+    assert table_rows(config.table_path) == source_rows(recv)
+    assert len(load_state(config.state_dir).files) == 4
+
+    for rel in (bad_ts, bad_pq):  # the good files arrive
+        edge.path(rel).write_bytes(good[rel])
+        recv.place(edge, rel)
+    report = _load(config, spark)
+
+    assert report.ok and report.ingested == 2 and report.unchanged == 4
+    assert table_rows(config.table_path) == source_rows(recv)
+
+
+def test_a_file_that_fails_inside_spark_is_isolated(tmp_path: Path, spark: Any) -> None:
+    """Its footer is fine, so only the Spark job finds out; the others still load."""
+    edge, recv = _two_senders(tmp_path)
+    nanos = edge.write_table(
+        pa.table({"time": pa.array([1], pa.int64()), "device": ["root.n.d1"],
+                  "at": pa.array([5], pa.timestamp("ns"))}),
+        "root.n", 0, fmt="parquet")
+    path = recv.place(edge, nanos)
+    assert pq.read_schema(path).field("at").type == pa.timestamp("ns")
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert list(report.skipped) == [str(path)]
+    assert report.ingested == 4
+    recv.remove(nanos)
+    assert table_rows(config.table_path) == source_rows(recv)
+
+
+def test_odd_names_keep_their_exact_source_file(tmp_path: Path, spark: Any) -> None:
+    edge = EdgeInstance(tmp_path / "edge")
+    recv = Receiver(tmp_path)
+    long_group = "root." + "g" * 230
+    for group in ("root.ü sg#1", long_group, "root.a=b%c"):
+        rel = edge.write_file(group, 0, devices=["root.x.d1"], rows_per_device=4,
+                              fmt="parquet")
+        recv.place(edge, rel)
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert report.ok and report.ingested == 3
+    assert table_rows(config.table_path) == source_rows(recv)
+
+
+def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatch: Any) -> None:
+    """Commit done but state not written; a partition deleted by hand: both repaired."""
+    _, recv = _two_senders(tmp_path)
+    config = recv.config(tmp_path)
+
+    def crash(*_args: Any) -> None:
+        raise RuntimeError("crash after the commit")
+
+    monkeypatch.setattr("sealsync.spark_loader.job.save_state", crash)
+    with pytest.raises(RuntimeError, match="crash after the commit"):
+        _load(config, spark, batch_files=2)
+    monkeypatch.undo()
+    assert len(partition_dirs(config.table_path)) == 2
+    assert not state_path(config.state_dir).exists()
+
+    report = _load(config, spark)
+
+    assert report.ingested == 2 and report.unchanged == 2 and report.ok
+    assert sum("not recorded" in note for note in report.notes) == 2
+    assert table_rows(config.table_path) == source_rows(recv)
+    one = sorted(Table(config.table_path).partitions().values(), key=lambda p: p.file_id)[0]
+    shutil.rmtree(one.path)
+
+    report = _load(config, spark)
+
+    assert report.ingested == 1 and report.unchanged == 3
+    assert sum("missing from the table" in note for note in report.notes) == 1
+    assert table_rows(config.table_path) == source_rows(recv)
+
+
+def _script(config: LoaderConfig, batch_files: int) -> str:
+    return (
+        "from pathlib import Path\n"
+        "from sealsync.config import LoaderConfig\n"
+        "from sealsync.spark_loader import run_load\n"
+        f"config = LoaderConfig([Path({str(config.receiver_data_dirs[0])!r})], "
+        f"Path({str(config.table_path)!r}), Path({str(config.state_dir)!r}), 'local[1]')\n"
+        f"report = run_load(config, batch_files={batch_files})\n"
+        "print('OK' if report.ok else report.to_dict())\n"
+    )
+
+
+def _kill_when(proc: subprocess.Popen, ready: Any, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, "the loader finished before it could be killed"
+        assert time.monotonic() < deadline, "the loader never got there"
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spark: Any) -> None:
+    edge = EdgeInstance(tmp_path / "edge")
+    recv = Receiver(tmp_path)
+    for i in range(10):
+        rel = edge.write_file(f"root.k{i % 3}", i, devices=[f"root.k.d{i}"],
+                              rows_per_device=200 + i, fmt="parquet" if i % 2 else "tsfile")
+        recv.place(edge, rel, SENDER_A if i % 4 else SENDER_B)
+
+    # A clean run in a process of its own: its terminal stays quiet.
+    clean = recv.config(tmp_path, "clean")
+    done = subprocess.run([sys.executable, "-c", _script(clean, 3)], capture_output=True,
+                          timeout=300)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"OK\n", b"")
+
+    crashed = recv.config(tmp_path, "crashed")
+    table = crashed.table_path
+    # First kill: inside the first Spark job, before anything is committed.
+    proc = subprocess.Popen([sys.executable, "-c", _script(crashed, 1)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_when(proc, lambda: table.is_dir() and any(
+        n.startswith(".spark-staging") for n in os.listdir(table)))
+    # Second kill, after the rerun (which waits for the dead run's JVM) committed some.
+    proc = subprocess.Popen([sys.executable, "-c", _script(crashed, 1)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_when(proc, lambda: len(partition_dirs(table)) >= 3)
+    assert len(partition_dirs(table)) < 10
+
+    report = _load(crashed, spark)
+
+    assert report.ok
+    assert report.ingested + report.unchanged == 10
+    assert table_rows(table) == table_rows(clean.table_path) == source_rows(recv)
+    assert partition_dirs(table) == partition_dirs(clean.table_path)
+    assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == []
+
+
+def test_run_load_is_wired_for_the_cli(tmp_path: Path, spark: Any) -> None:
+    """Progress lines, the report's dict, and the module entry the CLI imports."""
+    _, recv = _two_senders(tmp_path)
+    lines: list[str] = []
+
+    report = ingest_module.run_load(recv.config(tmp_path), progress=lines.append, spark=spark)
+
+    assert lines[0] == "found 4 loaded files from 2 senders"
+    assert any(line.startswith("batch 1/1: 4 files") for line in lines)
+    assert lines[-1] == report.summary()
+    doc = report.to_dict()
+    assert doc["ok"] is True and doc["ingested"] == 4 and doc["skipped"] == {}
+    assert doc["rows_written"] == 155
