@@ -238,7 +238,9 @@ def test_fault_mid_round_ends_in_a_clean_retry(net: Net, case: str) -> None:
         assert events.count("dir_start") == 0
         assert report.schema_bytes == batch.schema_bytes
     elif phase == "mid-file":
-        assert events.count("dir_start") == 1 and events.count("bytes") >= 1
+        # the round had started and not finished when the link died (a reset can land
+        # while the first chunk is still in flight, before any "bytes" progress event)
+        assert events.count("dir_start") == 1 and events.count("dir_end") == 0
         assert events.count("file") == 0  # the first big file never got its verdict
     else:
         assert 1 <= events.count("file", "verified") < len(batch.names)
