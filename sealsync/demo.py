@@ -261,7 +261,7 @@ master = "local[*]"
         _sealsync("load", "--config", str(loader_toml), "--json"), "load", logs / "load.log", env
     )
     echo(f"      {summary.load.get('ingested', 0)} files ingested, "
-         f"{summary.load.get('rows_written', 0)} rows, {summary.load.get('seconds', 0)} s")
+         f"{summary.load.get('rows_written', 0)} rows, {summary.load.get('seconds', 0):.1f} s")
 
     echo("[6/6] checking the table against the edge instance")
     summary.edge_sealed_files = edge.sealed_files()
