@@ -27,6 +27,8 @@ def test_two_processes_move_an_instance_completely(dep: Deployment) -> None:
     result = edge.send()
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+    assert "\r" not in result.stdout and "\x1b" not in result.stdout  # no bars without a tty
+    assert result.stdout.count("\n") == 1  # one summary line per receiver under cron
     assert result.stdout.startswith("dc (127.0.0.1:") and ": ok: shipped 18 files" in result.stdout
     assert dep.loaded_hashes(edge) == edge.sealed_hashes()
     assert dep.round_state_left() == []

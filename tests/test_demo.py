@@ -51,3 +51,14 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     assert any(Path(edge.path(n + ".mods")).exists() for n in sealed)
     for folder, path in summary["folders"].items():
         assert Path(path).exists(), folder
+
+    # the example Spark job reads the same table (mergeSchema, no metastore)
+    example = Path(__file__).resolve().parent.parent / "examples" / "query_table.py"
+    query = subprocess.run(
+        [sys.executable, str(example), str(workdir / "warehouse" / "points"),
+         "--master", "local[2]"],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    assert query.returncode == 0, query.stderr[-2000:]
+    rows = {line.split()[0]: int(line.split()[1]) for line in query.stdout.splitlines()[1:]}
+    assert rows == dict(want)

@@ -124,7 +124,8 @@ def test_table_partitions_and_atomic_delete(tmp_path: Path) -> None:
 
     parts = table.partitions()
     assert sorted(parts) == ["f1", "f2", "f3"]
-    assert parts["f3"] == Partition(SENDER_B, "f3", table.path / f"sender={SENDER_B}" / "file_id=f3")
+    expected = table.path / f"sender={SENDER_B}" / "file_id=f3"
+    assert parts["f3"] == Partition(SENDER_B, "f3", expected)
 
     table.delete(parts["f3"])
     table.delete(parts["f1"])

@@ -27,8 +27,8 @@ from spark_loader_helpers import (
 from sealsync import formats
 from sealsync.config import LoaderConfig
 from sealsync.simulator import EdgeInstance
-from sealsync.spark_loader import read_arrow, run_load
 from sealsync.spark_loader import ingest as ingest_module
+from sealsync.spark_loader import read_arrow, run_load
 from sealsync.spark_loader.session import create_session
 from sealsync.spark_loader.state import load_state, state_path
 from sealsync.spark_loader.table import Table
@@ -193,6 +193,31 @@ def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> Non
     assert load_state(full.state_dir).files == load_state(incremental.state_dir).files
 
 
+def test_files_without_rows_are_recorded_without_a_partition(tmp_path: Path, spark: Any) -> None:
+    edge, recv = _two_senders(tmp_path)
+    empty = pa.table({"time": pa.array([], pa.int64()), "device": pa.array([], pa.string()),
+                      "s1": pa.array([], pa.int64())})
+    empties = [edge.write_table(empty, "root.e", 0, fmt=fmt) for fmt in ("parquet", "tsfile")]
+    for rel in empties:
+        recv.place(edge, rel)
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert report.ok and report.ingested == 6 and report.rows_written == 155
+    assert len(partition_dirs(config.table_path)) == 4
+    assert sorted(r.rows for r in load_state(config.state_dir).files.values()) == [
+        0, 0, 20, 25, 30, 80]
+    assert _load(config, spark).unchanged == 6  # not ingested again and again
+    for rel in empties:
+        recv.remove(rel)
+
+    report = _load(config, spark)
+
+    assert (report.removed, report.rows_removed, report.unchanged) == (2, 0, 4)
+    assert table_rows(config.table_path) == source_rows(recv)
+
+
 def test_corrupt_files_are_reported_skipped_and_retried(tmp_path: Path, spark: Any) -> None:
     edge, recv = _two_senders(tmp_path)
     bad_ts = edge.write_file("root.sg4", 0, devices=["root.sg4.d1"], rows_per_device=50)
@@ -221,6 +246,28 @@ def test_corrupt_files_are_reported_skipped_and_retried(tmp_path: Path, spark: A
     report = _load(config, spark)
 
     assert report.ok and report.ingested == 2 and report.unchanged == 4
+    assert table_rows(config.table_path) == source_rows(recv)
+
+
+def test_a_file_deleted_during_the_run_is_no_failure(
+    tmp_path: Path, spark: Any, monkeypatch: Any
+) -> None:
+    _, recv = _two_senders(tmp_path)
+    victim = sorted(recv.placed)[0]
+    real = ingest_module.discover
+
+    def discover_then_delete(dirs: list[Path]) -> Any:
+        found = real(dirs)
+        recv.remove(victim[1], victim[0])  # the receiver deletes it right after the listing
+        return found
+
+    monkeypatch.setattr(ingest_module, "discover", discover_then_delete)
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert report.ok and report.skipped == {}
+    assert (report.ingested, report.changed) == (3, 1)
     assert table_rows(config.table_path) == source_rows(recv)
 
 
@@ -277,7 +324,7 @@ def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatc
     report = _load(config, spark)
 
     assert report.ingested == 2 and report.unchanged == 2 and report.ok
-    assert sum("not recorded" in note for note in report.notes) == 2
+    assert report.notes == ["2 files were in the table but not recorded; recorded them"]
     assert table_rows(config.table_path) == source_rows(recv)
     one = sorted(Table(config.table_path).partitions().values(), key=lambda p: p.file_id)[0]
     shutil.rmtree(one.path)
@@ -285,7 +332,8 @@ def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatc
     report = _load(config, spark)
 
     assert report.ingested == 1 and report.unchanged == 3
-    assert sum("missing from the table" in note for note in report.notes) == 1
+    assert report.notes == [
+        "1 recorded files were missing from the table; ingesting them again"]
     assert table_rows(config.table_path) == source_rows(recv)
 
 

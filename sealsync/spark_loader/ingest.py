@@ -25,6 +25,7 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,18 @@ DEFAULT_BATCH_BYTES = 4 << 30
 DEFAULT_BATCH_FILES = 2000
 
 
+@dataclass(frozen=True)
+class _Options:
+    master: str | None
+    full: bool
+    verbose: bool
+    spark: Any
+    batch_bytes: int
+    batch_files: int
+    sync: bool
+    driver_wait: float
+
+
 def run_load(
     config: LoaderConfig,
     master: str | None = None,
@@ -68,40 +81,69 @@ def run_load(
     """Bring the table at ``config.table_path`` in line with the receiver's files.
 
     Uses ``spark`` if given, else the active SparkSession, else starts one on
-    ``master`` (default: the config's); a session it starts it also stops.
-    Batches bound how much one Spark job writes (and how much a crash redoes).
+    ``master`` (default: the config's) and stops it at the end. Batches bound how
+    much one Spark job writes (and how much a crash redoes). ``sync=False`` skips
+    the fsync of written partitions (tests). ``driver_wait``: how long to wait for
+    the Spark driver of a killed earlier run to exit.
     """
     started = time.monotonic()
-    report = LoadReport()
-    say: Progress = progress or (lambda _text: None)
-    state_dir = Path(config.state_dir)
-    table = Table(Path(config.table_path))
+    options = _Options(master, full, verbose, spark, batch_bytes, batch_files, sync,
+                       driver_wait)
+    run = _Run(config, options, progress)
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        table.ensure()
+        run.state_dir.mkdir(parents=True, exist_ok=True)
+        run.table.ensure()
     except OSError as exc:
         raise SealsyncError(f"cannot create {exc.filename}: {exc.strerror}") from None
-    with loader_lock(state_dir):
-        wait_for_previous_driver(state_dir, driver_wait)
+    with loader_lock(run.state_dir):
+        try:
+            run.run()
+        except OSError as exc:  # a full disk, a permission: one line, not a traceback
+            where = f" {exc.filename}" if exc.filename else ""
+            raise SealsyncError(f"loader failed on{where}: {exc.strerror or exc}") from None
+    run.report.seconds = time.monotonic() - started
+    run.say(run.report.summary())
+    return run.report
+
+
+class _Run:
+    """One run under the locks: reconcile, remove, ingest."""
+
+    def __init__(self, config: LoaderConfig, options: _Options,
+                 progress: Progress | None) -> None:
+        self.config = config
+        self.options = options
+        self.progress = progress
+        self.report = LoadReport()
+        self.state_dir = Path(config.state_dir)
+        self.table = Table(Path(config.table_path))
+
+    def say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def run(self) -> None:
+        report, table = self.report, self.table
+        wait_for_previous_driver(self.state_dir, self.options.driver_wait)
         table.sweep()
-        state = load_state(state_dir)
+        state = load_state(self.state_dir)
         if state.rebuilt:
             report.notes.append(state.rebuilt)
-            say(state.rebuilt)
-        if full:
-            state = _clear(table, state_dir, report, say)
-        found = discover(list(config.receiver_data_dirs))
+            self.say(state.rebuilt)
+        if self.options.full:
+            state = _clear(table, self.state_dir, report, self.say)
+        found = discover(list(self.config.receiver_data_dirs))
         for name, reason in found.skipped.items():
             report.skip(name, reason)
         senders = len({f.sender for f in found.files})
-        say(f"found {len(found.files)} loaded files from {senders} senders")
+        self.say(f"found {len(found.files)} loaded files from {senders} senders")
         wanted = {f.file_id: f for f in found.files}
         partitions = table.partitions()
         changed = _reconcile(state, table, partitions, wanted, report)
         present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
         gone = sorted(present - wanted.keys())
         if gone:
-            say(f"removing the rows of {len(gone)} files no longer on the receiver")
+            self.say(f"removing the rows of {len(gone)} files no longer on the receiver")
         for fid in gone:
             record = state.files.pop(fid, None)
             partition = partitions.get(fid)
@@ -111,15 +153,49 @@ def run_load(
             report.removed += 1
             report.rows_removed += rows
         if gone or changed:
-            save_state(state_dir, state)
+            save_state(self.state_dir, state)
         todo = [f for f in found.files if f.file_id not in present]
         report.unchanged = len(found.files) - len(todo)
         if todo:
-            _ingest(config, master, verbose, spark, todo, table, state, state_dir, report,
-                    progress, batch_bytes, batch_files, sync)
-    report.seconds = time.monotonic() - started
-    say(report.summary())
-    return report
+            self.ingest(todo, state)
+
+    def _session(self) -> tuple[Any, bool]:
+        if self.options.spark is not None:
+            return self.options.spark, False
+        existing = active_session()
+        if existing is not None:
+            return existing, False
+        url = self.options.master or self.config.master
+        created = create_session(url, self.state_dir, verbose=self.options.verbose)
+        if not url.startswith("local"):
+            _ship_package(created, self.state_dir)
+        return created, True
+
+    def ingest(self, todo: list[SourceFile], state: IngestState) -> None:
+        self.say(f"ingesting {len(todo)} files")
+        session, owned = self._session()
+        run_id = uuid.uuid4().hex
+        try:
+            with python_warnings_quiet(), run_conf(session), driver_lock(session, self.state_dir):
+                job = Ingest(session, self.table, state, self.state_dir, self.report,
+                             self.progress, run_id, self.options.sync)
+                admitted = []
+                for item in job.prepare(todo):
+                    reason = schemas.admit(state.columns, item.columns)
+                    if reason:
+                        self.report.skip(str(item.source.path), reason)
+                    else:
+                        admitted.append(item)
+                batches = _batches(admitted, self.options.batch_bytes, self.options.batch_files)
+                for i, batch in enumerate(batches, start=1):
+                    megabytes = sum(p.source.size for p in batch) / 1e6
+                    label = f"batch {i}/{len(batches)}"
+                    self.say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
+                    job.write(batch, i, label)
+        finally:
+            _remove_links(self.table, run_id)
+            if owned:
+                session.stop()
 
 
 def _clear(table: Table, state_dir: Path, report: LoadReport, say: Progress) -> IngestState:
@@ -141,12 +217,10 @@ def _reconcile(
     report: LoadReport,
 ) -> bool:
     """Make the record agree with the table; True if it changed."""
-    changed = False
-    for fid, record in list(state.files.items()):
-        if record.rows > 0 and fid not in partitions:
-            del state.files[fid]
-            report.notes.append(f"{record.sender}:{record.name} was missing from the table")
-            changed = True
+    missing = [fid for fid, r in state.files.items() if r.rows > 0 and fid not in partitions]
+    for fid in missing:
+        del state.files[fid]
+    adopted = 0
     for fid, partition in partitions.items():
         source = wanted.get(fid)
         record = state.files.get(fid)
@@ -156,9 +230,14 @@ def _reconcile(
         _adopt_columns(state, table, partition)
         state.files[fid] = FileRecord(source.sender, source.name, source.size,
                                       source.mtime_ns, rows)
-        report.notes.append(f"{source.label} was in the table but not recorded; recorded it")
-        changed = True
-    return changed
+        adopted += 1
+    if missing:
+        report.notes.append(
+            f"{len(missing)} recorded files were missing from the table; ingesting them again"
+        )
+    if adopted:
+        report.notes.append(f"{adopted} files were in the table but not recorded; recorded them")
+    return bool(missing or adopted)
 
 
 def _adopt_columns(state: IngestState, table: Table, partition: Partition) -> None:
@@ -187,20 +266,6 @@ def _batches(items: list[Prepared], max_bytes: int, max_files: int) -> list[list
     return out
 
 
-def _session(config: LoaderConfig, master: str | None, verbose: bool, spark: Any,
-             state_dir: Path) -> tuple[Any, bool]:
-    if spark is not None:
-        return spark, False
-    existing = active_session()
-    if existing is not None:
-        return existing, False
-    url = master or config.master
-    created = create_session(url, state_dir, verbose=verbose)
-    if not url.startswith("local"):
-        _ship_package(created, state_dir)
-    return created, True
-
-
 def _ship_package(spark: Any, state_dir: Path) -> None:
     """On a cluster, executors import sealsync (the TsFile reader) from this zip.
 
@@ -212,47 +277,6 @@ def _ship_package(spark: Any, state_dir: Path) -> None:
         for path in sorted(package.rglob("*.py")):
             zf.write(path, path.relative_to(package.parent).as_posix())
     spark.sparkContext.addPyFile(str(target))
-
-
-def _ingest(
-    config: LoaderConfig,
-    master: str | None,
-    verbose: bool,
-    spark: Any,
-    todo: list[SourceFile],
-    table: Table,
-    state: IngestState,
-    state_dir: Path,
-    report: LoadReport,
-    progress: Progress | None,
-    batch_bytes: int,
-    batch_files: int,
-    sync: bool,
-) -> None:
-    say: Progress = progress or (lambda _text: None)
-    say(f"ingesting {len(todo)} files")
-    session, owned = _session(config, master, verbose, spark, state_dir)
-    run_id = uuid.uuid4().hex
-    try:
-        with python_warnings_quiet(), run_conf(session), driver_lock(session, state_dir):
-            job = Ingest(session, table, state, state_dir, report, progress, run_id, sync)
-            admitted = []
-            for item in job.prepare(todo):
-                reason = schemas.admit(state.columns, item.columns)
-                if reason:
-                    report.skip(str(item.source.path), reason)
-                else:
-                    admitted.append(item)
-            batches = _batches(admitted, batch_bytes, batch_files)
-            for i, batch in enumerate(batches, start=1):
-                megabytes = sum(p.source.size for p in batch) / 1e6
-                label = f"batch {i}/{len(batches)}"
-                say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
-                job.write(batch, i, label)
-    finally:
-        _remove_links(table, run_id)
-        if owned:
-            session.stop()
 
 
 def _remove_links(table: Table, run_id: str) -> None:

@@ -2,15 +2,16 @@
 
 Per batch of files, one DataFrame and one write:
 
-* **Parquet** files are read by Spark's own Parquet reader. Each file is first
-  linked (hard link, else symlink) into a hidden folder of the table whose path
-  carries the provenance as Hive partition folders,
-  ``.sealsync-links/<run>/p/sender=<uuid>/source_file=<escaped name>/file_id=<id>/data.parquet``,
-  so the scan itself yields ``sender``, ``source_file`` and ``file_id`` as
-  constant columns: no per-row lookup, no join. (A name that is not ASCII or too
-  long for one folder name goes through ``q/sender=/file_id=`` and a broadcast
-  join for ``source_file`` instead.) The hard link is also a snapshot: a file the
-  receiver deletes meanwhile stays readable until the run ends.
+* **Parquet** files are read by Spark's own Parquet reader, one scan per batch and
+  file schema. Each file is first linked (hard link, else symlink) into a hidden
+  folder of the table whose path carries the provenance as Hive partition folders,
+  ``.sealsync-links/<run>/b<batch>/p<n>/sender=<uuid>/source_file=<escaped name>/``
+  ``file_id=<id>/data.parquet``, so the scan of ``p<n>`` itself yields ``sender``,
+  ``source_file`` and ``file_id`` as constant columns: no per-row lookup, no
+  join. (A name that is not ASCII or too long for one folder name goes through
+  ``q<n>/sender=/file_id=`` and a broadcast join for ``source_file`` instead.)
+  The hard link is also a snapshot: a file the receiver deletes meanwhile stays
+  readable until the run ends.
 * **TsFiles** are read on the executors (:mod:`.tsfile_read`) with ``mapInArrow``
   over a DataFrame of file paths, one Spark partition per file.
 
@@ -172,7 +173,20 @@ class Ingest:
             self.progress(text)
 
     def _skip(self, source: SourceFile, reason: str) -> None:
-        self.report.skip(str(source.path), reason)
+        """Report a file not ingested, unless it merely left the receiver meanwhile.
+
+        A file deleted (or replaced) on the receiver during the run is no failure:
+        the next run sees the receiver as it is then.
+        """
+        try:
+            st = os.stat(source.path)
+            unchanged = (st.st_size, st.st_mtime_ns) == (source.size, source.mtime_ns)
+        except OSError:
+            unchanged = False
+        if unchanged:
+            self.report.skip(str(source.path), reason)
+        else:
+            self.report.changed += 1
 
     # ------------------------------------------------------------------ prepare
 
@@ -239,7 +253,7 @@ class Ingest:
                 self._skip(source, f"cannot link it for reading: {exc.strerror or exc}")
                 continue
             if (st.st_size, st.st_mtime_ns) != (source.size, source.mtime_ns):
-                self._skip(source, "changed while the loader read it; retried next run")
+                self.report.changed += 1  # replaced since discovery: the next run loads it
                 continue
             linked.append(item)
         self._members = {}
@@ -333,6 +347,9 @@ class Ingest:
             .partitionBy(*PARTITION_COLUMNS)
             .option("partitionOverwriteMode", "dynamic")
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            # Tasks commit straight into Spark's private staging folder: the job
+            # commit then only moves whole partitions, each by one rename.
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "2")
         )
         if self.table.path.is_absolute():
             # The table is a local (or mounted) folder: write it without Hadoop's
@@ -382,6 +399,7 @@ class Ingest:
         failures = 0
         while pending:
             group = pending.pop(0)
+            self._clear_partitions(group)
             try:
                 with stage_progress(self.spark, self.progress, label):
                     self._write(group)
@@ -406,6 +424,18 @@ class Ingest:
                     self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs")
                 continue
             self._record(group)
+
+    def _clear_partitions(self, group: list[Prepared]) -> None:
+        """Remove partitions these files may have from a job that failed while committing.
+
+        Spark's overwrite of an existing partition deletes it file by file before
+        moving the new one in; deleting it ourselves first (one rename) keeps a
+        partition's appearance a single rename even then.
+        """
+        for item in group:
+            partition = self.table.partition(item.source.sender, item.file_id)
+            if partition.path.is_dir():
+                self.table.delete(partition)
 
     def _culprit(self, exc: BaseException, group: list[Prepared]) -> tuple[Prepared, str] | None:
         text = str(exc)

@@ -13,6 +13,7 @@ class LoadReport:
     unchanged: int = 0  # source files already in the table
     rows_written: int = 0
     rows_removed: int = 0
+    changed: int = 0  # files deleted or replaced on the receiver during the run (next run)
     skipped: dict[str, str] = field(default_factory=dict)  # file -> reason; retried next run
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # repairs made (e.g. state rebuilt)
@@ -33,6 +34,7 @@ class LoadReport:
             "unchanged": self.unchanged,
             "rows_written": self.rows_written,
             "rows_removed": self.rows_removed,
+            "changed": self.changed,
             "skipped": dict(sorted(self.skipped.items())),
             "seconds": round(self.seconds, 3),
             "notes": list(self.notes),

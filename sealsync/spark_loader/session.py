@@ -54,6 +54,9 @@ RUN_CONF = {
     "spark.sql.files.ignoreMissingFiles": "false",
     "spark.sql.files.ignoreCorruptFiles": "false",
     "spark.sql.parquet.mergeSchema": "false",
+    # List the link folders on the driver: a Spark job per listing costs more than
+    # a few thousand local directory reads.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
 }
 
 _LOG4J = """\
@@ -131,7 +134,7 @@ def create_session(
     builder = SparkSession.builder.master(master)
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
-    java_opts = f"-Dlog4j2.configurationFile=file:{props}"
+    java_opts = f"-Dlog4j2.configurationFile={props.resolve().as_uri()}"  # no spaces: a URI
     extra = (conf or {}).get("spark.driver.extraJavaOptions")
     builder = builder.config(
         "spark.driver.extraJavaOptions", f"{java_opts} {extra}" if extra else java_opts

@@ -1,0 +1,139 @@
+"""Benchmark: the Spark loader against a plain Spark Parquet copy of the same data.
+
+Generates ``--rows`` rows in ``--files`` Parquet files (and ``--tsfiles`` TsFiles,
+0 by default) in a receiver's storage layout, starts one Spark session, then
+times, in the same session and after a warm-up job, alternately:
+
+* plain:  ``spark.read.parquet(files).write.parquet(out)``
+* loader: ``run_load`` into a fresh table (discovery, links, footers, the
+  partitioned write, row checks, fsync, state), as ``sealsync load`` runs it.
+
+and prints rows/s of both (best of ``--repeat``) and the ratio (target >= 0.8 on
+Parquet input). Only Parquet rows count for the plain copy; with ``--tsfiles``
+the loader's rate is reported for its whole input.
+
+    .venv/bin/python benchmarks/bench_loader.py [--rows 10000000] [--files 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sealsync.config import LoaderConfig  # noqa: E402
+from sealsync.formats import tsfile as tsfile_format  # noqa: E402
+from sealsync.spark_loader import run_load  # noqa: E402
+from sealsync.spark_loader.session import create_session  # noqa: E402
+
+SENDERS = [str(uuid.UUID(int=i + 1)) for i in range(4)]
+
+
+def _table(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
+    devices = np.array([f"root.sg{index % 5}.d{j}" for j in range(10)])
+    return pa.table({
+        "time": pa.array(1_700_000_000_000 + np.arange(rows, dtype=np.int64) // 10 * 1000),
+        "device": pa.array(devices[np.arange(rows) % 10]),
+        "s1": pa.array(np.cumsum(rng.normal(size=rows))),
+        "s2": pa.array(rng.integers(0, 1000, rows)),
+        "s3": pa.array(rng.random(rows).astype(np.float32)),
+        "s4": pa.array(rng.random(rows) > 0.5),
+    })
+
+
+def generate(data_dir: Path, rows: int, files: int, tsfiles: int) -> list[Path]:
+    """Write the files where the receiver keeps them; returns the Parquet paths."""
+    rng = np.random.default_rng(7)
+    per_file = rows // files
+    parquet_paths = []
+    for i in range(files + tsfiles):
+        sender = SENDERS[i % len(SENDERS)]
+        is_ts = i >= files
+        folder = data_dir / "sequence" / f"root.sg{i % 5}" / str(i % 7) / sender
+        folder.mkdir(parents=True, exist_ok=True)
+        table = _table(rng, i, per_file if not is_ts else max(per_file // 10, 10))
+        if is_ts:
+            path = folder / f"{1_700_000_000_000 + i}-{i}-0.tsfile"
+            tsfile_format.write_arrow(path, table)
+        else:
+            path = folder / f"{1_700_000_000_000 + i}-{i}-0.parquet"
+            pq.write_table(table, path)
+            parquet_paths.append(path)
+    return parquet_paths
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--files", type=int, default=200)
+    parser.add_argument("--tsfiles", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="sealsync-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data_dir = work / "receiver"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    t0 = time.monotonic()
+    files = generate(data_dir, args.rows, args.files, args.tsfiles)
+    parquet_rows = sum(pq.read_metadata(p).num_rows for p in files)
+    size_mb = sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file()) / 1e6
+    print(f"generated {parquet_rows} Parquet rows in {len(files)} files "
+          f"(+{args.tsfiles} TsFiles), {size_mb:.0f} MB, in {time.monotonic() - t0:.1f}s")
+
+    spark = create_session(args.master, work / "logs",
+                           conf={"spark.driver.memory": args.driver_memory})
+    paths = [str(p) for p in files]
+    spark.read.parquet(*paths[:10]).write.mode("overwrite").parquet(str(work / "warmup"))
+
+    plain_best = loader_best = float("inf")
+    loader_rows = 0
+    for i in range(args.repeat):
+        out = work / f"plain-{i}"
+        t = time.monotonic()
+        spark.read.parquet(*paths).write.mode("overwrite").parquet(str(out))
+        plain = time.monotonic() - t
+        plain_best = min(plain_best, plain)
+        shutil.rmtree(out, ignore_errors=True)
+
+        config = LoaderConfig([data_dir], work / f"table-{i}", work / f"state-{i}")
+        t = time.monotonic()
+        report = run_load(config, spark=spark)
+        loader = time.monotonic() - t
+        if not report.ok:
+            print(f"loader run failed: {report.to_dict()}")
+            return 1
+        loader_best = min(loader_best, loader)
+        loader_rows = report.rows_written
+        print(f"run {i + 1}: plain {plain:.2f}s, loader {loader:.2f}s "
+              f"({report.ingested} files, {report.rows_written} rows)")
+        shutil.rmtree(config.table_path, ignore_errors=True)
+        shutil.rmtree(config.state_dir, ignore_errors=True)
+
+    spark.stop()
+    plain_rate = parquet_rows / plain_best
+    loader_rate = loader_rows / loader_best
+    print(f"plain Spark copy: {plain_rate:,.0f} rows/s (best of {args.repeat})")
+    print(f"sealsync loader:  {loader_rate:,.0f} rows/s (best of {args.repeat})")
+    print(f"ratio loader/plain: {loader_rate / plain_rate:.2f} (target >= 0.80)")
+    if args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
