@@ -27,7 +27,9 @@ batch was being committed, flushed as soon as the sender's next bytes are not
 already waiting (it may be waiting for verdicts) or after ``MAX_BATCH`` files. A
 batch's fsyncs run together and share file-system journal commits, and its names
 take one ``sync.log`` fsync: measured here, ~10 ms a file one by one, well under
-1 ms a file in batches.
+1 ms a file in batches. A full batch whose sender is still streaming is committed
+on the session's commit thread while this one reads on (``_pump_commits``); its
+verdicts are still sent by this thread, in order, once the commit is done.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import logging
 import secrets
 import select
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -91,8 +93,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_LOAD_WAIT = 10.0
-MAX_BATCH = 64
-"""Files whose verdicts may wait to be committed together (the sender pipelines ~64)."""
+MAX_BATCH = 32
+"""Files committed together while more stream in: half the sender's default pipeline
+of 64, so that it can send the next batch while this one commits."""
+MAX_BATCH_BYTES = 16 << 20
+"""...or as soon as this many bytes arrived: a large file's fsync then runs while the
+next file streams in, instead of all of them at the end of the round."""
 IO_THREADS = 8
 
 
@@ -197,6 +203,8 @@ class Session:
         self._round: _Round | None = None
         self._file: IncomingFile | None = None
         self._arrived: list[_Arrived] = []  # complete streams waiting for their verdicts
+        self._committing: tuple[Future[None], list[_Arrived]] | None = None  # in the background
+        self._commit_thread: ThreadPoolExecutor | None = None
         self._token = secrets.token_hex(4)
         self._streams = itertools.count()
         self.files_verified = 0
@@ -210,8 +218,8 @@ class Session:
             who = f"sender {self.uuid} {self.name!r} at {self.peer_ip}"
             log.info("%s: session open", who)
             while True:
-                if self._arrived and (len(self._arrived) >= MAX_BATCH or not self._data_waiting()):
-                    self._commit_arrived()  # before blocking: the sender may wait for verdicts
+                if self._arrived or self._committing is not None:
+                    self._pump_commits()  # before blocking: the sender may wait for verdicts
                 msg = self._recv()
                 if isinstance(msg, Bye):
                     if self._round is not None or self._file is not None:
@@ -277,6 +285,15 @@ class Session:
         if self._file is not None:
             self._file.discard()
             self._file = None
+        if self._committing is not None:  # let it finish: it may be writing sync.log
+            future, _ = self._committing
+            self._committing = None
+            try:
+                future.result()
+            except Exception:  # never answered: the sender sends its files again
+                pass
+        if self._commit_thread is not None:
+            self._commit_thread.shutdown(wait=True)
         arrived, self._arrived = self._arrived, []
         for item in arrived:  # never answered: the sender sends them again
             item.incoming.discard()
@@ -439,17 +456,57 @@ class Session:
             incoming.discard()  # decided: free its descriptors and disk space now
         self._arrived.append(item)
 
+    def _pump_commits(self) -> None:
+        """Commit in the background while the sender's next files stream in.
+
+        A batch is committed on the session's commit thread while this thread reads
+        on; its verdicts go out (from this thread, in order) once it is done. With
+        nothing left to read the sender may be waiting for verdicts: everything is
+        committed and answered before this thread blocks. Measured with 5,000 small
+        files, commits (fsyncs, inspection) had kept this thread busy 60 % of the time.
+        """
+        self._finish_commit(wait=False)
+        if self._data_waiting():
+            if self._committing is None and (
+                len(self._arrived) >= MAX_BATCH
+                or sum(a.incoming.begin.stream_size for a in self._arrived) >= MAX_BATCH_BYTES
+            ):
+                batch, self._arrived = self._arrived, []
+                if self._commit_thread is None:
+                    self._commit_thread = ThreadPoolExecutor(1, "sealsync-commit")
+                future = self._commit_thread.submit(self._commit, batch, self._require_round())
+                self._committing = (future, batch)
+            return
+        self._commit_arrived()
+
+    def _finish_commit(self, wait: bool = True) -> None:
+        """Answer the batch committing in the background once it is done (or wait)."""
+        if self._committing is None:
+            return
+        future, batch = self._committing
+        if not wait and not future.done():
+            return
+        self._committing = None
+        future.result()  # the commit's exception is the session's
+        for item in batch:
+            self._answer(item)
+
     def _commit_arrived(self) -> None:
-        """Verify, stage, log and answer every complete stream, in arrival order.
+        """Verify, stage, log and answer every complete stream, in arrival order."""
+        self._finish_commit()
+        batch, self._arrived = self._arrived, []
+        if batch:
+            self._commit(batch, self._require_round())
+            for item in batch:
+                self._answer(item)
+
+    def _commit(self, batch: list[_Arrived], rnd: _Round) -> None:
+        """Verify, stage, log and hand to the loader; decides each verdict, sends none.
 
         Done for a batch at a time so that the fsyncs of many files share journal
         commits and ``sync.log`` takes one fsync per batch; a verdict is still sent
         only once its file is staged, logged and handed to the loader.
         """
-        batch, self._arrived = self._arrived, []
-        if not batch:
-            return
-        rnd = self._require_round()
         try:
             self._check_batch(batch)
             accepted = [item for item in batch if item.status is None]
@@ -477,8 +534,6 @@ class Session:
         finally:
             for item in batch:
                 item.incoming.discard()  # a no-op for the staged ones
-        for item in batch:
-            self._answer(item)
 
     def _check_batch(self, batch: list[_Arrived]) -> None:
         """Format and devices (inspected concurrently), then ownership in arrival order."""

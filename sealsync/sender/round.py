@@ -28,11 +28,12 @@ import tenacity
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.protocol import Stream
+from sealsync.sender.manage import idle_mark
 from sealsync.sender.manage.history import write_round_record
 from sealsync.sender.manage.identity import sender_uuid
 from sealsync.sender.manage.layout import SchemaPaths, SenderPaths
 from sealsync.sender.manage.scan import scan
-from sealsync.sender.manage.selection import select
+from sealsync.sender.manage.selection import Selection, select
 from sealsync.sender.manage.snapshot import take_snapshot
 from sealsync.sender.manage.state import read_file_set
 from sealsync.sender.recover.recovery import recover, recover_all
@@ -187,9 +188,14 @@ class _Run:
     def data_dir(self, session: SenderSession, index: int, data_dir: Path, d: DirReport) -> None:
         started = time.monotonic()
         paths = SenderPaths(data_dir, self.receiver.host, self.receiver.port)
-        found = scan(data_dir, cache=paths.scan_cache)
-        d.rejected = dict(found.rejected)
-        selection = select(found, read_file_set(paths.last_local_files, known=found.present))
+        found = None
+        if idle_mark.unchanged(paths.idle_mark, data_dir, paths.last_local_files):
+            d.rejected = {}
+            selection = Selection(new=(), deleted=())  # nothing changed since an idle round
+        else:
+            found = scan(data_dir, cache=paths.scan_cache)
+            d.rejected = dict(found.rejected)
+            selection = select(found, read_file_set(paths.last_local_files, known=found.present))
         refusals = RefusalBook(refused_path(paths))
         refusals.keep_only(selection.new)
         d.failed.clear()
@@ -197,6 +203,10 @@ class _Run:
         try:
             if not selection.new and not selection.deleted:
                 d.complete = True
+                if found is not None and not found.rejected:
+                    idle_mark.record(
+                        paths.idle_mark, data_dir, found.folders, paths.last_local_files
+                    )
                 return
             paths.folder.mkdir(parents=True, exist_ok=True)
             names = take_snapshot(data_dir, paths.snapshot, selection.new)

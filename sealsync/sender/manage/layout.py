@@ -72,6 +72,11 @@ class SenderPaths:
         """Folder listings of the last scan (:mod:`.scan_cache`): a hint, never state."""
         return self.folder / "scan_cache"
 
+    @property
+    def idle_mark(self) -> Path:
+        """What the last round with nothing to do saw (:mod:`.idle_mark`): a hint."""
+        return self.folder / "idle_mark"
+
 
 @dataclass(frozen=True)
 class SchemaPaths:

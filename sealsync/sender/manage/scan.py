@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sealsync.errors import SealsyncError
 from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, data_name_problem
 
-from .scan_cache import Listing, ScanCache, folder_key
+from .scan_cache import Key, Listing, ScanCache, folder_key
 
 SYMLINK = "symbolic link, not followed"
 NOT_REGULAR = "not a regular file"
@@ -37,6 +37,8 @@ class DataDirScan:
     """Every data file that exists, sealed or not: only their absence means deleted."""
     rejected: tuple[tuple[str, str], ...]
     """(name, reason) for entries never shipped: hostile names, links, special files."""
+    folders: tuple[tuple[str, Key], ...] = field(default=(), compare=False)
+    """With a cache: every folder walked and its key as stat'ed before it was read."""
 
 
 def scan(data_dir: os.PathLike[str] | str, cache: Path | None = None) -> DataDirScan:
@@ -45,18 +47,21 @@ def scan(data_dir: os.PathLike[str] | str, cache: Path | None = None) -> DataDir
     present: list[str] = []
     rejected: list[tuple[str, str]] = []
     listings = ScanCache(cache) if cache is not None else None
+    folders: list[tuple[str, Key]] = []
     base = os.fspath(data_dir)
     for root in DATA_ROOTS:
         top = os.path.join(base, root)
         if os.path.islink(top):
             rejected.append((root, SYMLINK))
         elif os.path.isdir(top):
-            _walk(top, root, sealed, present, rejected, listings)
+            _walk(top, root, sealed, present, rejected, listings, folders)
         elif os.path.lexists(top):
             rejected.append((root, NOT_FOLDER))
     if listings is not None:
         listings.save()
-    return DataDirScan(frozenset(sealed), frozenset(present), tuple(sorted(rejected)))
+    return DataDirScan(
+        frozenset(sealed), frozenset(present), tuple(sorted(rejected)), tuple(folders)
+    )
 
 
 def _walk(
@@ -66,6 +71,7 @@ def _walk(
     present: list[str],
     rejected: list[tuple[str, str]],
     cache: ScanCache | None = None,
+    folders: list[tuple[str, Key]] | None = None,
 ) -> None:
     stack = [(top, rel_top)]
     while stack:
@@ -78,6 +84,8 @@ def _walk(
                 continue
             except OSError as exc:
                 raise SealsyncError(f"cannot read data folder {folder}: {exc.strerror}") from exc
+            if folders is not None:
+                folders.append((rel, folder_key(st)))
             hit = cache.get(rel, st)
             if hit is not None:
                 stack.extend((os.path.join(folder, d), f"{rel}/{d}") for d in hit.dirs)

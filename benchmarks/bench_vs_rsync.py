@@ -1,0 +1,332 @@
+"""sealsync vs ``rsync -a`` over OpenSSH, side by side on this machine (issue 8).
+
+    .venv/bin/python benchmarks/bench_vs_rsync.py all            # the issue's sizes
+    .venv/bin/python benchmarks/bench_vs_rsync.py all --scale 0.1 --reps 3   # a quick run
+    .venv/bin/python benchmarks/bench_vs_rsync.py bulk small idle memory startup
+
+Measures (both tools on the same files in the same run, alternating, ``--reps`` times;
+medians and the ratio sealsync/rsync are printed):
+
+* bulk     16 TsFiles of 64 MiB (1 GiB), MiB/s;
+* small    5,000 TsFiles of ~64 KiB, files/s;
+* idle     100,000 sealed files already synced, nothing new: seconds per round;
+* memory   peak RSS of the sender while it sends one 4 GiB file (and a 1/16 one, to
+           show it is flat in file size);
+* startup  ``sealsync send`` with nothing to do (empty data dir): wall seconds.
+
+``--scale`` multiplies file counts (bulk, small, idle) and the memory file's size.
+sealsync's time is the whole ``sealsync send`` process (start-up, SSH handshake, the
+round, and the receiver loading every file into its storage: the round ends when it
+has); rsync's is the whole ``rsync`` process, ssh included. rsync writes without
+fsync; sealsync fsyncs every file before answering. ``os.sync()`` runs between runs,
+outside the timed part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import (  # noqa: E402
+    CIPHER,
+    GiB,
+    KiB,
+    MiB,
+    OpenSsh,
+    Sealsync,
+    disk_free,
+    log,
+    median,
+    populate,
+    set_aside,
+    settle,
+    templates,
+    timed,
+)
+
+MEASURES = ("bulk", "small", "idle", "memory", "startup")
+TARGETS = {
+    "bulk": ("ratio", ">=", 1.2),
+    "small": ("ratio", ">=", 1.5),
+    "idle": ("ratio", "<=", 0.2),
+    "memory": ("sealsync", "<=", 150.0),
+    "startup": ("sealsync", "<", 1.0),
+}
+
+
+def scaled(n: float, scale: float, least: int = 1) -> int:
+    return max(least, round(n * scale))
+
+
+def count_files(folder: Path) -> int:
+    return sum(1 for _ in folder.rglob("*.tsfile"))
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.work = Path(args.workdir).resolve()
+        self.cache = self.work / "templates"
+        self.results: dict[str, dict] = {}
+        self.ssh: OpenSsh | None = None
+
+    # ------------------------------------------------------------------ helpers
+
+    def fresh(self, name: str) -> Path:
+        folder = self.work / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        return folder
+
+    def alternate(self, reps: int, sealsync_run, rsync_run) -> tuple[list[float], list[float]]:
+        """Run both ``reps`` times, alternating which goes first; seconds of each."""
+        s_times: list[float] = []
+        r_times: list[float] = []
+        for rep in range(reps):
+            order = [("sealsync", sealsync_run, s_times), ("rsync", rsync_run, r_times)]
+            if rep % 2:
+                order.reverse()
+            for name, fn, times in order:
+                settle()
+                seconds = fn()
+                times.append(seconds)
+                log(f"  rep {rep + 1}/{reps} {name}: {seconds:.3f} s")
+        return s_times, r_times
+
+    def record(self, measure: str, unit: str, sealsync: float, rsync: float | None,
+               **extra: object) -> None:
+        ratio = sealsync / rsync if rsync else None
+        self.results[measure] = {"unit": unit, "sealsync": sealsync, "rsync": rsync,
+                                 "ratio": ratio, **extra}
+
+    def transfer(self, measure: str, count: int, size: int, per_template: int) -> None:
+        """bulk and small: ``count`` files of ``size`` bytes, both tools, alternating."""
+        root = self.fresh(measure)
+        sources = templates(self.cache, size, max(1, min(count, per_template)))
+        with Sealsync(root / "sealsync") as ss:
+            names = populate(ss.edge_data, sources, count)
+            total = sum((ss.edge_data / n).stat().st_size for n in names)
+            src = ss.edge_data / "sequence"
+            dst = root / "rsync-dst" / "sequence"
+            rsync_cmd = self.ssh.rsync_cmd(src, dst)
+
+            trash = root / "trash"
+
+            def run_sealsync() -> float:
+                ss.forget_sent(trash)
+                settle()
+                run = ss.send(expect_files=count)
+                loaded = ss.loaded_count()
+                if loaded != count:
+                    raise RuntimeError(f"receiver loaded {loaded} files, expected {count}")
+                return run.seconds
+
+            def run_rsync() -> float:
+                set_aside(dst.parent, trash)
+                dst.parent.mkdir(parents=True)
+                settle()
+                run = timed(rsync_cmd)
+                if count_files(dst) != count:
+                    raise RuntimeError("rsync did not copy every file")
+                return run.seconds
+
+            log(f"{measure}: {count} files, {total / MiB:.1f} MiB; warm-up")
+            for _ in range(self.args.warmup):
+                run_sealsync()
+                run_rsync()
+            s_times, r_times = self.alternate(self.args.reps, run_sealsync, run_rsync)
+        shutil.rmtree(root, ignore_errors=True)
+        s, r = median(s_times), median(r_times)
+        if measure == "bulk":
+            self.record(measure, "MiB/s", total / MiB / s, total / MiB / r,
+                        files=count, mib=total / MiB, sealsync_s=s_times, rsync_s=r_times)
+        else:
+            self.record(measure, "files/s", count / s, count / r,
+                        files=count, mib=total / MiB, sealsync_s=s_times, rsync_s=r_times)
+
+    # ------------------------------------------------------------------ measures
+
+    def bulk(self) -> None:
+        self.transfer("bulk", scaled(16, self.args.scale), 64 * MiB, per_template=4)
+
+    def small(self) -> None:
+        self.transfer("small", scaled(5000, self.args.scale), 64 * KiB, per_template=25)
+
+    def idle(self) -> None:
+        count = scaled(100_000, self.args.scale)
+        root = self.fresh("idle")
+        sources = templates(self.cache, 4 * KiB, 25)
+        with Sealsync(root / "sealsync") as ss:
+            log(f"idle: creating {count} sealed files (hard links) and their synced state")
+            names = populate(ss.edge_data, sources, count, link=True)
+            ss.mark_synced(names)
+            src = ss.edge_data / "sequence"
+            dst = root / "rsync-dst" / "sequence"
+            dst.parent.mkdir(parents=True)
+            # A finished ``rsync -a``: same names, sizes, modes and times.
+            subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
+            rsync_cmd = self.ssh.rsync_cmd(src, dst)
+
+            def run_sealsync() -> float:
+                run = ss.send(expect_files=0)
+                return run.seconds
+
+            def run_rsync() -> float:
+                return timed(rsync_cmd).seconds
+
+            for _ in range(self.args.warmup):
+                run_sealsync()
+                run_rsync()
+            s_times, r_times = self.alternate(self.args.reps, run_sealsync, run_rsync)
+        shutil.rmtree(root, ignore_errors=True)
+        self.record("idle", "s/round", median(s_times), median(r_times), files=count,
+                    sealsync_s=s_times, rsync_s=r_times)
+
+    def memory(self) -> None:
+        size = int(4 * GiB * self.args.scale)
+        sizes = [max(size // 16, 16 * MiB), size]
+        need = 3 * size + 2 * GiB
+        if disk_free(self.work) < need:
+            sys.exit(f"bench: memory needs {need / GiB:.1f} GiB free in {self.work}")
+        root = self.fresh("memory")
+        rows = []
+        with Sealsync(root / "sealsync") as ss:
+            for n in sizes:
+                ss.forget_sent()
+                shutil.rmtree(ss.edge_data / "sequence", ignore_errors=True)
+                src_file = self.cache / f"big-{n}.tsfile"
+                if not src_file.exists():
+                    started = time.monotonic()
+                    log(f"memory: writing a {n / MiB:.0f} MiB TsFile")
+                    # In a child process: this one stays small (see benchlib.timed).
+                    subprocess.run([sys.executable, "-c", (
+                        "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+                        "from benchlib import write_tsfile; "
+                        "write_tsfile(Path(sys.argv[2]), int(sys.argv[3]), seed=7, text=True)"
+                    ), str(Path(__file__).resolve().parent), str(src_file), str(n)], check=True)
+                    log(f"  written in {time.monotonic() - started:.1f} s")
+                populate(ss.edge_data, [src_file], 1, link=True)
+                src = ss.edge_data / "sequence"
+                dst = root / "rsync-dst" / "sequence"
+                settle()
+                s_run = ss.send(expect_files=1, poll_rss=True)
+                shutil.rmtree(dst.parent, ignore_errors=True)
+                dst.parent.mkdir(parents=True)
+                settle()
+                r_run = timed(self.ssh.rsync_cmd(src, dst), poll_rss=True)
+                real = src_file.stat().st_size
+                rows.append({"bytes": real, "sealsync_rss_mb": s_run.max_rss_kib * 1024 / 1e6,
+                             "rsync_rss_mb": r_run.max_rss_kib * 1024 / 1e6,
+                             "sealsync_s": s_run.seconds, "rsync_s": r_run.seconds})
+                log(f"  {real / MiB:.0f} MiB: sealsync {rows[-1]['sealsync_rss_mb']:.1f} MB "
+                    f"in {s_run.seconds:.1f} s, rsync {rows[-1]['rsync_rss_mb']:.1f} MB "
+                    f"in {r_run.seconds:.1f} s")
+                ss.forget_sent()
+                shutil.rmtree(dst.parent, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        if not self.args.keep_data:
+            for n in sizes:
+                (self.cache / f"big-{n}.tsfile").unlink(missing_ok=True)
+        big = rows[-1]
+        self.record("memory", "MB peak RSS", big["sealsync_rss_mb"], big["rsync_rss_mb"],
+                    sizes=rows)
+
+    def startup(self) -> None:
+        root = self.fresh("startup")
+        with Sealsync(root / "sealsync") as ss:
+            ss.send(expect_files=0)  # warm the page cache of the interpreter and libraries
+            times = [ss.send(expect_files=0).seconds for _ in range(max(self.args.reps, 5))]
+        shutil.rmtree(root, ignore_errors=True)
+        self.record("startup", "s", median(times), None, sealsync_s=times)
+
+    # ------------------------------------------------------------------ report
+
+    def table(self) -> str:
+        lines = [
+            f"{'measure':<9} {'unit':<12} {'sealsync':>10} {'rsync':>10} {'ratio':>7}  "
+            f"{'target':<16} met",
+        ]
+        for measure in MEASURES:
+            if measure not in self.results:
+                continue
+            r = self.results[measure]
+            which, op, bound = TARGETS[measure]
+            value = r[which]
+            met = value is not None and (
+                value >= bound if op == ">=" else value <= bound if op == "<=" else value < bound
+            )
+            target = f"{'ratio' if which == 'ratio' else 'sealsync'} {op} {bound:g}"
+            rsync = f"{r['rsync']:.3g}" if r["rsync"] is not None else "-"
+            ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+            lines.append(
+                f"{measure:<9} {r['unit']:<12} {r['sealsync']:>10.3g} {rsync:>10} {ratio:>7}  "
+                f"{target:<16} {'yes' if met else 'NO'}"
+            )
+            r["met"] = met
+        return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("measures", nargs="*", default=["all"],
+                        choices=[*MEASURES, "all"], metavar="MEASURE",
+                        help=f"any of {', '.join(MEASURES)}, or all (default)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply file counts and the memory file size (default 1)")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions per tool (default 5)")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs first (default 1)")
+    parser.add_argument("--workdir", default="/tmp/sealsync-bench",
+                        help="scratch folder, same file system for both tools")
+    parser.add_argument("--rsync-cipher", default=CIPHER,
+                        help=f"ssh cipher for rsync (default {CIPHER}, like sealsync; "
+                             "'default' for OpenSSH's own choice)")
+    parser.add_argument("--keep-data", action="store_true",
+                        help="keep the generated template files for the next run")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    measures = MEASURES if "all" in args.measures else tuple(
+        m for m in MEASURES if m in args.measures)
+
+    from benchlib import compile_bytecode, ensure_tools
+
+    ensure_tools()
+    compile_bytecode()
+    bench = Bench(args)
+    bench.work.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    cipher = None if args.rsync_cipher == "default" else args.rsync_cipher
+    with OpenSsh(bench.work / "sshd", cipher=cipher) as ssh:
+        bench.ssh = ssh
+        try:
+            for measure in measures:
+                t0 = time.monotonic()
+                getattr(bench, measure)()
+                log(f"{measure} done in {time.monotonic() - t0:.0f} s")
+        finally:
+            if not args.keep_data:
+                shutil.rmtree(bench.cache, ignore_errors=True)
+    elapsed = time.monotonic() - started
+    load_after = os.getloadavg()
+    print(f"\nsealsync vs rsync -a over OpenSSH (cipher {args.rsync_cipher}), "
+          f"scale {args.scale:g}, {args.reps} reps, medians; {os.cpu_count()} CPUs; "
+          f"run took {elapsed / 60:.1f} min; load average {load_before[0]:.1f} before, "
+          f"{load_after[0]:.1f} after (other processes share these CPUs)")
+    print(bench.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"args": vars(args), "seconds": elapsed, "load": [load_before, load_after],
+             "results": bench.results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

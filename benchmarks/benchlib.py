@@ -1,0 +1,478 @@
+"""Shared setup for the sealsync-vs-rsync benchmarks (see bench_vs_rsync.py).
+
+Everything runs on this machine over loopback, as real processes, the way an operator
+runs them: ``sealsync serve`` and ``sealsync send`` from the project's interpreter, and
+``rsync -a`` over an OpenSSH ``sshd`` this module starts on a free loopback port with
+its own host and client keys (and stops by PID). Missing ``rsync`` / ``sshd`` are
+installed with apt-get.
+
+Data files are real TsFiles written with the ``tsfile`` package (random doubles,
+8 measurements, so they compress like real sensor data); writing one is slow
+(~25 MiB/s), so a few distinct templates per size are written once into a cache and
+copied under new names. Every file gets a small ``X.resource`` so it counts as sealed.
+
+These are measurements, not tests: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+SEALSYNC = [PYTHON, "-m", "sealsync"]
+SSHD = "/usr/sbin/sshd"
+CIPHER = "aes128-gcm@openssh.com"
+"""The cipher sealsync prefers; rsync's ssh uses it too unless told otherwise (like for like)."""
+
+KiB, MiB, GiB = 1024, 1024 * 1024, 1024 * 1024 * 1024
+GROUP = "root.bench"
+RESOURCE_TEXT = "sealed by the sealsync benchmark\n" * 6  # ~200 bytes, like a small .resource
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def ensure_tools() -> None:
+    """Install ``rsync`` and ``openssh-server`` with apt-get if either is missing."""
+    missing = []
+    if shutil.which("rsync") is None:
+        missing.append("rsync")
+    if not os.path.exists(SSHD) or shutil.which("ssh") is None:
+        missing.append("openssh-server")
+        missing.append("openssh-client")
+    if not missing:
+        return
+    if shutil.which("apt-get") is None:
+        sys.exit(f"bench: {', '.join(missing)} missing and no apt-get to install them")
+    prefix = [] if os.geteuid() == 0 else ["sudo"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    log(f"installing {' '.join(missing)} with apt-get")
+    subprocess.run([*prefix, "apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run([*prefix, "apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
+
+
+def compile_bytecode() -> None:
+    """Byte-compile sealsync, as ``pip install`` does for a deployed package.
+
+    This environment sets ``PYTHONDONTWRITEBYTECODE``, so an editable checkout would
+    otherwise compile every module from source at every ``sealsync send`` (~0.1 s).
+    """
+    subprocess.run([PYTHON, "-m", "compileall", "-q", str(ROOT / "sealsync")], check=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} not listening on port {port}")
+
+
+def stop_pid(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM the process we started (by its PID), SIGKILL if it does not go."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Run:
+    seconds: float
+    max_rss_kib: int
+    """Peak RSS, when measured (``timed(poll_rss=True)``), else 0."""
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+def _peak_rss_kib(pid: int) -> int:
+    """``VmHWM`` of a live process: its peak RSS since its ``exec`` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None, check: bool = True,
+          poll_rss: bool = False) -> Run:
+    """Wall time (and with ``poll_rss`` the peak RSS) of one command.
+
+    The peak RSS is the process's ``VmHWM`` read every 20 ms while it runs: ``wait4``'s
+    ``ru_maxrss`` would count the benchmark's own memory, inherited at ``fork``.
+    """
+    out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-out-{os.getpid()}"
+    with open(out_path, "w+b") as out, open(f"{out_path}.err", "w+b") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+        peak = 0
+        if poll_rss:
+            while proc.poll() is None:
+                peak = max(peak, _peak_rss_kib(proc.pid))
+                time.sleep(0.02)
+        else:
+            proc.wait()
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        run = Run(seconds, peak, proc.returncode,
+                  out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+    os.unlink(out_path)
+    os.unlink(f"{out_path}.err")
+    if check and run.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd[:4])}... exited {run.returncode}:\n{run.stderr[-3000:]}\n"
+            f"{run.stdout[-2000:]}"
+        )
+    return run
+
+
+def settle() -> None:
+    """Write back dirty pages outside the timed region (rsync does not fsync, sealsync
+    does: what rsync leaves dirty must not be flushed during the next run)."""
+    os.sync()
+    time.sleep(0.2)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def write_tsfile(path: Path, size: int, seed: int, device: str = f"{GROUP}.d0",
+                 text: bool = False) -> None:
+    """A real tree-model TsFile of about ``size`` bytes.
+
+    Random doubles in 8 measurements (~25 MiB/s to write), or with ``text`` one string
+    measurement of 1 KiB random hex values (~120 MiB/s: for the multi-GiB file, whose
+    content only has to be a valid TsFile).
+    """
+    import numpy as np
+    from tsfile import Tablet, TimeseriesSchema, TSDataType, TsFileWriter
+
+    if text:
+        measurements, kind, row_bytes, batch = ["s0"], TSDataType.STRING, 1024, 4096
+    else:
+        measurements = [f"s{i}" for i in range(8)]
+        kind, row_bytes, batch = TSDataType.DOUBLE, 65.5, 65536
+    rows_total = max(16, int(size / row_bytes))
+    batch = min(rows_total, batch)
+    rng = np.random.default_rng(seed)
+    tmp = path.with_name(path.name + ".part")
+    tmp.unlink(missing_ok=True)
+    writer = TsFileWriter(str(tmp))
+    for m in measurements:
+        writer.register_timeseries(device, TimeseriesSchema(m, kind))
+    start = seed * 10**10
+    done = 0
+    while done < rows_total:
+        n = min(batch, rows_total - done)
+        tablet = Tablet(measurements, [kind] * len(measurements), n)
+        tablet.set_table_name(device)
+        tablet.set_timestamp_list(list(range(start + done, start + done + n)))
+        if text:
+            blob = rng.bytes(n * 512).hex()
+            tablet.data_list[0] = [blob[i * 1024 : (i + 1) * 1024] for i in range(n)]
+        else:
+            values = rng.random((len(measurements), n))
+            for i in range(len(measurements)):
+                tablet.data_list[i] = values[i].tolist()
+        writer.write_tablet(tablet)
+        done += n
+    writer.close()
+    os.replace(tmp, path)
+
+
+def templates(cache: Path, size: int, count: int) -> list[Path]:
+    """``count`` distinct TsFiles of about ``size`` bytes, written once and kept in ``cache``."""
+    cache.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(count):
+        path = cache / f"t{size}-{i}.tsfile"
+        if not path.exists():
+            started = time.monotonic()
+            write_tsfile(path, size, seed=1000 + i)
+            if size >= 16 * MiB:
+                log(f"wrote template {path.name} ({path.stat().st_size / MiB:.0f} MiB) in "
+                    f"{time.monotonic() - started:.1f} s")
+        out.append(path)
+    return out
+
+
+def file_name(index: int) -> str:
+    """IoTDB-style name ``<time>-<version>-<merges>.tsfile``."""
+    return f"{1_700_000_000_000 + index}-{index + 1}-0.tsfile"
+
+
+def populate(data_dir: Path, sources: list[Path], count: int, per_folder: int = 1000,
+             link: bool = False) -> list[str]:
+    """``count`` sealed files under ``sequence/root.bench/<partition>/``, copies (or hard
+    links, ``.resource`` included: no inode to create or free) of ``sources`` round
+    robin; returns their relative names."""
+    names = []
+    for src in sources:
+        resource = src.with_name(src.name + ".resource")
+        if link and not resource.exists():
+            resource.write_text(RESOURCE_TEXT)
+    for i in range(count):
+        rel = f"sequence/{GROUP}/{i // per_folder}/{file_name(i)}"
+        path = data_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        src = sources[i % len(sources)]
+        if link:
+            os.link(src, path)
+            os.link(src.with_name(src.name + ".resource"), f"{path}.resource")
+        else:
+            shutil.copyfile(src, path)
+            path.with_name(path.name + ".resource").write_text(RESOURCE_TEXT)
+        names.append(rel)
+    return names
+
+
+def set_aside(path: Path, trash: Path) -> None:
+    """Move ``path`` into ``trash`` (deleted once a measure is over) instead of deleting it.
+
+    This file system (ext4 without a journal) will not reuse an inode freed in the last
+    ~30 s, and finding a free one then costs a scan per file created: deleting the
+    last run's thousands of files right before the next run made every file creation
+    in it slower, for both tools. Real receivers do not delete what they just wrote.
+    """
+    if not path.exists():
+        return
+    trash.mkdir(parents=True, exist_ok=True)
+    os.rename(path, trash / f"{path.name}-{time.monotonic_ns()}")
+
+
+def disk_free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+# --------------------------------------------------------------------------- OpenSSH + rsync
+
+
+@dataclass
+class OpenSsh:
+    """Our own ``sshd`` on loopback with its own keys; ``rsync_cmd`` builds rsync calls."""
+
+    root: Path
+    cipher: str | None = CIPHER
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OpenSsh:
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        for name in ("host_ed25519", "client_ed25519"):
+            key = self.root / name
+            if not key.exists():
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                               check=True)
+        shutil.copyfile(self.root / "client_ed25519.pub", self.root / "authorized_keys")
+        os.chmod(self.root / "authorized_keys", 0o600)
+        self.port = free_port()
+        config = self.root / "sshd_config"
+        config.write_text(
+            f"Port {self.port}\nListenAddress 127.0.0.1\n"
+            f"HostKey {self.root / 'host_ed25519'}\n"
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'}\n"
+            f"PidFile {self.root / 'sshd.pid'}\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
+            "UsePAM no\nStrictModes no\nUseDNS no\nX11Forwarding no\n"
+            "Subsystem sftp internal-sftp\n"
+        )
+        pub = (self.root / "host_ed25519.pub").read_text().split()
+        (self.root / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}\n")
+        Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation folder
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-f", str(config), "-E", str(self.root / "sshd.log")],
+            stdin=subprocess.DEVNULL,
+        )
+        wait_port(self.port, self.proc, "sshd")
+        log(f"sshd (pid {self.proc.pid}) on 127.0.0.1:{self.port}")
+        return self
+
+    def stop(self) -> None:
+        stop_pid(self.proc)
+        self.proc = None
+
+    def ssh_command(self) -> str:
+        parts = [
+            "ssh", "-p", str(self.port), "-i", str(self.root / "client_ed25519"),
+            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+            "-o", f"UserKnownHostsFile={self.root / 'known_hosts'}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
+        ]
+        if self.cipher:
+            parts += ["-c", self.cipher]
+        return " ".join(parts)
+
+    def rsync_cmd(self, src: Path, dst: Path) -> list[str]:
+        user = os.environ.get("USER") or __import__("pwd").getpwuid(os.getuid()).pw_name
+        return ["rsync", "-a", "-e", self.ssh_command(), f"{src}/", f"{user}@127.0.0.1:{dst}/"]
+
+    def __enter__(self) -> OpenSsh:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- sealsync
+
+
+@dataclass
+class Sealsync:
+    """One receiver (``sealsync serve``) and one sender config, with their own keys."""
+
+    root: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    sender_config: Path = field(init=False)
+    edge_data: Path = field(init=False)
+    edge_schema: Path = field(init=False)
+    recv_data: Path = field(init=False)
+    recv_schema: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.edge_data = self.root / "edge" / "data"
+        self.edge_schema = self.root / "edge" / "schema"
+        self.recv_data = self.root / "dc" / "data"
+        self.recv_schema = self.root / "dc" / "schema"
+
+    def setup(self) -> Sealsync:
+        from sealsync.keys import generate_keypair
+
+        keys = self.root / "keys"
+        keys.mkdir(parents=True, exist_ok=True)
+        for d in (self.edge_data, self.edge_schema, self.recv_data, self.recv_schema):
+            d.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        if not (keys / "host").exists():
+            generate_keypair(keys / "host", comment="bench-receiver")
+        if not (keys / "edge").exists():
+            generate_keypair(keys / "edge", comment="bench-edge")
+        kind, b64 = (keys / "host.pub").read_text().split()[:2]
+        (keys / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {kind} {b64}\n")
+        shutil.copyfile(keys / "edge.pub", keys / "authorized_keys")
+        self.sender_config = self.root / "sender.toml"
+        self.sender_config.write_text(
+            f'[sender]\nschema_dir = "{self.edge_schema}"\ndata_dirs = ["{self.edge_data}"]\n'
+            f'identity = "{keys / "edge"}"\nknown_hosts = "{keys / "known_hosts"}"\n\n'
+            f'[[receiver]]\nname = "dc"\nhost = "127.0.0.1"\nport = {self.port}\n'
+        )
+        (self.root / "receiver.toml").write_text(
+            f'[receiver]\nlisten = "127.0.0.1:{self.port}"\nhost_key = "{keys / "host"}"\n'
+            f'authorized_keys = "{keys / "authorized_keys"}"\nallow = ["127.0.0.0/8"]\n'
+            f'schema_dir = "{self.recv_schema}"\ndata_dirs = ["{self.recv_data}"]\n'
+        )
+        return self
+
+    def start(self) -> None:
+        log_file = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - the process keeps it
+        self.proc = subprocess.Popen(
+            [*SEALSYNC, "serve", "--config", str(self.root / "receiver.toml")],
+            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+        )
+        log_file.close()
+        wait_port(self.port, self.proc, "sealsync serve")
+        log(f"sealsync serve (pid {self.proc.pid}) on 127.0.0.1:{self.port}")
+
+    def stop(self) -> None:
+        stop_pid(self.proc)
+        self.proc = None
+
+    def send_cmd(self) -> list[str]:
+        return [*SEALSYNC, "-q", "send", "--config", str(self.sender_config)]
+
+    def send(self, expect_files: int | None = None, poll_rss: bool = False) -> Run:
+        """One ``sealsync send``; a round that did not ship (and load) every file is an error."""
+        run = timed([*SEALSYNC, "send", "--json", "--config", str(self.sender_config)],
+                    poll_rss=poll_rss)
+        doc = json.loads(run.stdout)
+        receiver = doc["receivers"][0]
+        if not doc["ok"] or not all(d["loaded"] or not d["shipped"] for d in receiver["dirs"]):
+            raise RuntimeError(f"sealsync round not ok: {run.stdout[-3000:]}")
+        if expect_files is not None and receiver["shipped_files"] != expect_files:
+            raise RuntimeError(
+                f"sealsync shipped {receiver['shipped_files']} files, expected {expect_files}"
+            )
+        return run
+
+    def sender_state(self) -> Path:
+        from sealsync.sender.manage.layout import SenderPaths
+
+        return SenderPaths(self.edge_data, "127.0.0.1", self.port).folder
+
+    def forget_sent(self, trash: Path | None = None) -> None:
+        """Make every sealed file new again: drop the sender's state and what the
+        receiver loaded (the receiver keeps running, as a host server would).
+
+        With ``trash``, the receiver's files are moved there instead of deleted: see
+        :func:`set_aside`."""
+        shutil.rmtree(self.edge_data / "sync-sender", ignore_errors=True)
+        for root in ("sequence", "unsequence", "sync-receiver"):
+            if trash is not None:
+                set_aside(self.recv_data / root, trash)
+            else:
+                shutil.rmtree(self.recv_data / root, ignore_errors=True)
+
+    def mark_synced(self, names: list[str]) -> None:
+        """Write the state a finished round leaves: every name in ``last_local_files``."""
+        from sealsync.sender.manage.layout import SenderPaths
+        from sealsync.sender.manage.state import write_file_set
+
+        paths = SenderPaths(self.edge_data, "127.0.0.1", self.port)
+        paths.folder.mkdir(parents=True, exist_ok=True)
+        write_file_set(paths.last_local_files, names)
+
+    def loaded_count(self) -> int:
+        return sum(1 for _ in (self.recv_data / "sequence").rglob("*.tsfile"))
+
+    def __enter__(self) -> Sealsync:
+        self.setup()
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
