@@ -2,15 +2,16 @@
 
 Generates ``--rows`` rows in ``--files`` Parquet files (and ``--tsfiles`` TsFiles,
 0 by default) in a receiver's storage layout, starts one Spark session, then
-times, in the same session and after a warm-up job, alternately:
+times, in the same session:
 
 * plain:  ``spark.read.parquet(files).write.parquet(out)``
 * loader: ``run_load`` into a fresh table (discovery, links, footers, the
   partitioned write, row checks, fsync, state), as ``sealsync load`` runs it.
 
-and prints rows/s of both (best of ``--repeat``) and the ratio (target >= 0.8 on
-Parquet input). Only Parquet rows count for the plain copy; with ``--tsfiles``
-the loader's rate is reported for its whole input.
+after one unmeasured run of each, alternating which goes first, and prints rows/s
+of both (median of ``--repeat``) and the ratio (target >= 0.8 on Parquet input).
+Only Parquet rows count for the plain copy; with ``--tsfiles`` the loader's rate
+is reported for its whole input.
 
     .venv/bin/python benchmarks/bench_loader.py [--rows 10000000] [--files 200]
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -78,7 +80,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--tsfiles", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--workdir", type=Path, default=None)
@@ -98,37 +100,47 @@ def main() -> int:
     spark = create_session(args.master, work / "logs",
                            conf={"spark.driver.memory": args.driver_memory})
     paths = [str(p) for p in files]
-    spark.read.parquet(*paths[:10]).write.mode("overwrite").parquet(str(work / "warmup"))
 
-    plain_best = loader_best = float("inf")
-    loader_rows = 0
-    for i in range(args.repeat):
+    def plain(i: int) -> float:
         out = work / f"plain-{i}"
         t = time.monotonic()
         spark.read.parquet(*paths).write.mode("overwrite").parquet(str(out))
-        plain = time.monotonic() - t
-        plain_best = min(plain_best, plain)
+        took = time.monotonic() - t
         shutil.rmtree(out, ignore_errors=True)
+        return took
 
+    def loader(i: int) -> tuple[float, int]:
         config = LoaderConfig([data_dir], work / f"table-{i}", work / f"state-{i}")
         t = time.monotonic()
         report = run_load(config, spark=spark)
-        loader = time.monotonic() - t
-        if not report.ok:
-            print(f"loader run failed: {report.to_dict()}")
-            return 1
-        loader_best = min(loader_best, loader)
-        loader_rows = report.rows_written
-        print(f"run {i + 1}: plain {plain:.2f}s, loader {loader:.2f}s "
-              f"({report.ingested} files, {report.rows_written} rows)")
+        took = time.monotonic() - t
         shutil.rmtree(config.table_path, ignore_errors=True)
         shutil.rmtree(config.state_dir, ignore_errors=True)
+        if not report.ok:
+            raise SystemExit(f"loader run failed: {report.to_dict()}")
+        return took, report.rows_written
+
+    # Warm-up: one unmeasured run of each, so both measure a JIT-compiled JVM.
+    plain(-1)
+    loader(-1)
+    plain_times, loader_times = [], []
+    loader_rows = 0
+    for i in range(args.repeat):
+        order = ("plain", "loader") if i % 2 == 0 else ("loader", "plain")
+        for which in order:
+            if which == "plain":
+                plain_times.append(plain(i))
+            else:
+                took, loader_rows = loader(i)
+                loader_times.append(took)
+        print(f"run {i + 1}: plain {plain_times[-1]:.2f}s, loader {loader_times[-1]:.2f}s "
+              f"({loader_rows} rows)")
 
     spark.stop()
-    plain_rate = parquet_rows / plain_best
-    loader_rate = loader_rows / loader_best
-    print(f"plain Spark copy: {plain_rate:,.0f} rows/s (best of {args.repeat})")
-    print(f"sealsync loader:  {loader_rate:,.0f} rows/s (best of {args.repeat})")
+    plain_rate = parquet_rows / statistics.median(plain_times)
+    loader_rate = loader_rows / statistics.median(loader_times)
+    print(f"plain Spark copy: {plain_rate:,.0f} rows/s (median of {args.repeat})")
+    print(f"sealsync loader:  {loader_rate:,.0f} rows/s (median of {args.repeat})")
     print(f"ratio loader/plain: {loader_rate / plain_rate:.2f} (target >= 0.80)")
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -404,7 +404,31 @@ def test_run_load_is_wired_for_the_cli(tmp_path: Path, spark: Any) -> None:
 
     assert lines[0] == "found 4 loaded files from 2 senders"
     assert any(line.startswith("batch 1/1: 4 files") for line in lines)
-    assert lines[-1] == report.summary()
+    assert report.summary() not in lines  # the CLI prints it, once
     doc = report.to_dict()
     assert doc["ok"] is True and doc["ingested"] == 4 and doc["skipped"] == {}
     assert doc["rows_written"] == 155
+
+
+def test_load_command_prints_its_summary_once(tmp_path: Path, spark: Any) -> None:
+    """`sealsync load` in a terminal: progress on stderr, the summary once on stdout."""
+    from click.testing import CliRunner
+
+    from sealsync.cli import cli
+
+    _, recv = _two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    dirs = ", ".join(f'"{d}"' for d in config.receiver_data_dirs)
+    toml = tmp_path / "loader.toml"
+    toml.write_text(
+        f'[loader]\nreceiver_data_dirs = [{dirs}]\ntable_path = "{config.table_path}"\n'
+        f'state_dir = "{config.state_dir}"\nmaster = "local[2]"\n'
+    )
+
+    result = CliRunner().invoke(cli, ["load", "--config", str(toml)])  # the fixture's session
+
+    assert result.exit_code == 0, result.output
+    summary = [ln for ln in result.stdout.splitlines() if ln.strip()]
+    assert len(summary) == 1 and "4 files" in summary[0], result.stdout
+    assert summary[0] not in result.stderr
+    assert "load: found 4 loaded files from 2 senders" in result.stderr

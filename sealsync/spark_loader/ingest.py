@@ -102,8 +102,7 @@ def run_load(
             where = f" {exc.filename}" if exc.filename else ""
             raise SealsyncError(f"loader failed on{where}: {exc.strerror or exc}") from None
     run.report.seconds = time.monotonic() - started
-    run.say(run.report.summary())
-    return run.report
+    return run.report  # the caller prints the summary: once, where it wants it
 
 
 class _Run:

@@ -347,9 +347,12 @@ class Ingest:
             .partitionBy(*PARTITION_COLUMNS)
             .option("partitionOverwriteMode", "dynamic")
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-            # Tasks commit straight into Spark's private staging folder: the job
-            # commit then only moves whole partitions, each by one rename.
-            .option("mapreduce.fileoutputcommitter.algorithm.version", "2")
+            # Either committer algorithm fills Spark's private staging folder, and
+            # the job commit then moves whole partitions into the table, each by
+            # one rename. Version 1 renames each task's folders whole; version 2
+            # re-creates every partition folder file by file, and without Hadoop's
+            # native library every folder created costs a forked ``chmod``.
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
         )
         if self.table.path.is_absolute():
             # The table is a local (or mounted) folder: write it without Hadoop's
