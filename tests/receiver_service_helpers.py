@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 import socket
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import paramiko
 import tsfile
+from receiver_load_helpers import files_under as files_under  # re-exported for the tests
 
 from sealsync.keys import generate_keypair
 from sealsync.protocol import (
@@ -107,12 +107,24 @@ def md5(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-def files_under(top: Path) -> set[str]:
-    found = set()
-    for here, _dirs, files in os.walk(top):
-        for file in files:
-            found.add((Path(here) / file).relative_to(top).as_posix())
-    return found
+def send_file(
+    conn: Any,
+    file_id: int,
+    name: str,
+    data: bytes,
+    resource: bytes = b"res",
+    mods: bytes | None = None,
+    digest: str | None = None,
+    chunk: int = 7000,
+) -> None:
+    """FILE_BEGIN, CHUNKs of ``chunk`` bytes, FILE_END on ``conn`` (a socket or a channel),
+    without waiting: the verdict is read later. ``digest`` replaces the stream's MD5."""
+    stream = data + resource + (mods or b"")
+    sizes = len(data), len(resource), -1 if mods is None else len(mods)
+    send(conn, FileBegin(file_id, name, *sizes))
+    for i in range(0, len(stream), chunk):
+        send(conn, Chunk(stream[i : i + chunk]))
+    send(conn, FileEnd(file_id, digest or md5(stream)))
 
 
 # --- the test client ----------------------------------------------------------------------
@@ -163,24 +175,10 @@ class Client:
         self.send(RoundStart(data_dir))
         return self.recv()
 
-    def send_file(
-        self,
-        file_id: int,
-        name: str,
-        data: bytes,
-        resource: bytes = b"res",
-        mods: bytes | None = None,
-        digest: str | None = None,
-        chunk: int = 7000,
-    ) -> None:
-        """FILE_BEGIN, CHUNKs, FILE_END without waiting (the verdict is read later)."""
-        stream = data + resource + (mods or b"")
-        self.send(
-            FileBegin(file_id, name, len(data), len(resource), -1 if mods is None else len(mods))
-        )
-        for i in range(0, len(stream), chunk):
-            self.send(Chunk(stream[i : i + chunk]))
-        self.send(FileEnd(file_id, digest or md5(stream)))
+    def send_file(self, *args: Any, **kwargs: Any) -> None:
+        """:func:`send_file` on this channel (file_id, name, data, resource, mods, digest,
+        chunk): FILE_BEGIN, CHUNKs, FILE_END without waiting (the verdict is read later)."""
+        send_file(self.chan, *args, **kwargs)
 
     def close(self) -> None:
         self.transport.close()

@@ -1,8 +1,8 @@
 """The receiver's side of a session, driven over a socket pair (no SSH, in process).
 
-The data files here are small text stand-ins read by an in-process inspect function
-(``DEVICES:a,b``); the SSH tests in test_receiver_service.py use real TsFiles and the
-worker pool.
+The receiver's side is ``SessionEnv`` from reliability/session_env.py; its data files are
+small text stand-ins read by an in-process inspect function (``DEVICES:a,b``). The SSH
+tests in test_receiver_service.py use real TsFiles and the worker pool.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
-from receiver_service_helpers import UUID_A, UUID_B, files_under, md5
+from receiver_service_helpers import UUID_A, UUID_B, files_under, md5, send_file
+from reliability import session_env
+from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file
 
-from sealsync.errors import FormatError
-from sealsync.formats.common import FileInfo
 from sealsync.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -44,97 +45,29 @@ from sealsync.protocol import (
     send,
 )
 from sealsync.receiver import incoming as incoming_module
-from sealsync.receiver.auth import SenderKeys
 from sealsync.receiver.incoming import IncomingFile, stage_all
-from sealsync.receiver.layout import SenderFolder
-from sealsync.receiver.load.owners import DeviceOwners
-from sealsync.receiver.rounds import Rounds
-from sealsync.receiver.schema import SchemaStore
-from sealsync.receiver.session import Session, SessionContext, clean_text
-from sealsync.receiver.storage import DirectoryStorage
-
-PEER = "10.1.2.3"
-FP_A = "SHA256:keyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-FP_B = "SHA256:keyBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+from sealsync.receiver.session import clean_text
 
 
-def fake_inspect(path: Path) -> FileInfo:
-    """``DEVICES:d1,d2`` on the first line; anything else is not a data file."""
-    head = Path(path).read_bytes().split(b"\n", 1)[0]
-    if not head.startswith(b"DEVICES:"):
-        raise FormatError(f"{Path(path).name}: no DEVICES header")
-    devices = tuple(d for d in head[len(b"DEVICES:") :].decode().split(",") if d)
-    return FileInfo(devices=devices, rows=1)
+class Env(SessionEnv):
+    """A SessionEnv whose ``connect`` gives just our end and whose ``close`` closes our
+    ends and checks that every session ended."""
 
-
-def data_file(*devices: str, body: bytes = b"payload") -> bytes:
-    return b"DEVICES:" + ",".join(devices).encode() + b"\n" + body
-
-
-class GatedStorage(DirectoryStorage):
-    """DirectoryStorage whose loads wait for ``gate`` (to observe a round mid-load)."""
-
-    def __init__(self, data_dirs: list[Path]) -> None:
-        super().__init__(data_dirs)
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def load(self, sender: str, name: str, staged: Path) -> None:
-        assert self.gate.wait(10)
-        super().load(sender, name, staged)
-
-
-class Env:
     def __init__(self, tmp_path: Path, n_dirs: int = 1, load_wait: float = 5.0) -> None:
-        self.tmp_path = tmp_path
-        self.data_dirs = [tmp_path / f"data{i}" for i in range(n_dirs)]
-        for d in self.data_dirs:
-            d.mkdir()
-        self.schema_dir = tmp_path / "schema"
-        self.storage = GatedStorage(self.data_dirs)
-        self.owners = DeviceOwners(self.schema_dir)
-        self.rounds = Rounds(self.storage, self.owners, fake_inspect)
-        self.ctx = SessionContext(
-            data_dirs=self.data_dirs,
-            owners=self.owners,
-            inspect=fake_inspect,
-            sender_keys=SenderKeys(self.schema_dir),
-            schema=SchemaStore(self.schema_dir),
-            rounds=self.rounds,
-            load_wait=load_wait,
-        )
-        self.threads: list[threading.Thread] = []
+        super().__init__(tmp_path, n_dirs, load_wait)
         self.socks: list[socket.socket] = []
 
     def connect(self, fingerprint: str = FP_A, peer: str = PEER) -> socket.socket:
-        ours, theirs = socket.socketpair()
-        ours.settimeout(10)
-        theirs.settimeout(10)
-        session = Session(theirs, self.ctx, peer, fingerprint)
-
-        def run() -> None:
-            session.run()
-            theirs.close()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        self.threads.append(thread)
+        ours, _thread = super().connect(fingerprint, peer)
         self.socks.append(ours)
         return ours
-
-    def folder(self, uuid: str = UUID_A, i: int = 0, peer: str = PEER) -> SenderFolder:
-        return SenderFolder(self.data_dirs[i], peer, uuid)
 
     def close(self) -> None:
         self.storage.gate.set()
         for s in self.socks:
             s.close()
-        for t in self.threads:
-            t.join(10)
-            assert not t.is_alive()
-        self.rounds.close()
-        self.owners.close()
-        self.ctx.executor.shutdown()
+        super().close()
+        assert not [t for t in self.threads if t.is_alive()]
 
 
 @pytest.fixture
@@ -145,8 +78,7 @@ def env(tmp_path: Path):
 
 
 def hello(sock: socket.socket, uuid: str = UUID_A) -> None:
-    send(sock, Hello(PROTOCOL_VERSION, uuid, "edge"))
-    assert isinstance(receive(sock), Welcome)
+    assert isinstance(session_env.hello(sock, uuid), Welcome)
 
 
 def start_round(sock: socket.socket, data_dir: int = 0) -> RoundReady:
@@ -156,23 +88,8 @@ def start_round(sock: socket.socket, data_dir: int = 0) -> RoundReady:
     return msg
 
 
-def offer(
-    sock: socket.socket,
-    file_id: int,
-    name: str,
-    data: bytes,
-    resource: bytes = b"res",
-    mods: bytes | None = None,
-    digest: str | None = None,
-    chunk: int = 5,
-) -> None:
-    stream = data + resource + (mods or b"")
-    send(
-        sock, FileBegin(file_id, name, len(data), len(resource), -1 if mods is None else len(mods))
-    )
-    for i in range(0, len(stream), chunk):
-        send(sock, Chunk(stream[i : i + chunk]))
-    send(sock, FileEnd(file_id, digest or md5(stream)))
+offer = partial(send_file, chunk=5)
+"""``send_file`` in 5-byte CHUNKs, so that files cross many chunk boundaries."""
 
 
 def verdict(sock: socket.socket) -> tuple[int, str, str, str]:
@@ -189,11 +106,6 @@ def expect_error(sock: socket.socket, code: str) -> str:
     return msg.message
 
 
-def loaded_path(data_dir: Path, uuid: str, name: str) -> Path:
-    *dirs, file = name.split("/")
-    return data_dir.joinpath(*dirs, uuid, file)
-
-
 def wait_for(predicate, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -206,7 +118,7 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
 
 def test_round_logs_in_the_sender_vocabulary_and_loads_in_order(env: Env) -> None:
     old = "sequence/sg1/0/old.tsfile"
-    old_path = loaded_path(env.data_dirs[0], UUID_A, old)
+    old_path = env.loaded_path(UUID_A, old)
     old_path.parent.mkdir(parents=True)
     old_path.write_bytes(b"old")
     Path(f"{old_path}.resource").write_bytes(b"r")
@@ -258,11 +170,11 @@ def test_round_logs_in_the_sender_vocabulary_and_loads_in_order(env: Env) -> Non
     env.storage.gate.set()
     wait_for(  # .resource is moved last
         lambda: all(
-            Path(f"{loaded_path(env.data_dirs[0], UUID_A, n)}.resource").exists() for n in files
+            Path(f"{env.loaded_path(UUID_A, n)}.resource").exists() for n in files
         )
     )
     for name, (data, res, mods) in files.items():
-        target = loaded_path(env.data_dirs[0], UUID_A, name)
+        target = env.loaded_path(UUID_A, name)
         assert target.read_bytes() == data
         assert Path(f"{target}.resource").read_bytes() == res
         if mods is not None:
@@ -368,9 +280,9 @@ def test_invalid_file_is_refused_and_conflict_names_device_and_owner(env: Env) -
     assert receive(b) == RoundDone(True)
     # the conflicting file claimed nothing: root.d3 went to B with d.tsfile only
     assert env.owners.by_owner() == {UUID_A: ["root.d1", "root.d2"], UUID_B: ["root.d3"]}
-    assert not loaded_path(env.data_dirs[0], UUID_B, "sequence/sg/0/b.tsfile").exists()
-    assert not loaded_path(env.data_dirs[0], UUID_B, "sequence/sg/0/c.tsfile").exists()
-    assert loaded_path(env.data_dirs[0], UUID_B, "sequence/sg/0/d.tsfile").exists()
+    assert not env.loaded_path(UUID_B, "sequence/sg/0/b.tsfile").exists()
+    assert not env.loaded_path(UUID_B, "sequence/sg/0/c.tsfile").exists()
+    assert env.loaded_path(UUID_B, "sequence/sg/0/d.tsfile").exists()
 
 
 def verdict_refused(sock: socket.socket) -> tuple[int, str, str, str]:
@@ -557,7 +469,7 @@ def test_round_is_busy_while_the_last_one_loads_then_recovered(env: Env) -> None
     wait_for(lambda: env.rounds.loader(folder).pending() == 0)
     assert start_round(sock) == RoundReady("ready", "")
     assert folder.sync_log.read_text() == "sync start\n"  # the old round was recovered first
-    assert loaded_path(env.data_dirs[0], UUID_A, name).read_bytes() == data_file("d")
+    assert env.loaded_path(UUID_A, name).read_bytes() == data_file("d")
 
 
 def test_second_session_on_the_same_folder_is_busy(env: Env) -> None:
@@ -589,7 +501,7 @@ def test_session_dying_mid_round_is_recovered_at_the_next_round(env: Env) -> Non
     hello(sock2)
     wait_for(lambda: env.rounds.loader(folder).pending() == 0)
     assert start_round(sock2) == RoundReady("ready", "")
-    assert loaded_path(env.data_dirs[0], UUID_A, name).read_bytes() == data_file("d")
+    assert env.loaded_path(UUID_A, name).read_bytes() == data_file("d")
     assert files_under(folder.data) == set()  # the cut file's temporaries are gone
 
 
@@ -609,7 +521,7 @@ def test_session_dying_mid_round_forgets_the_round_once_loaded(env: Env) -> None
     folder = env.folder()
     assert [p.name for p in (folder.sync_log, folder.load_log, folder.sync_end) if p.exists()] == []
     assert files_under(folder.data) == set()
-    assert loaded_path(env.data_dirs[0], UUID_A, name).read_bytes() == data_file("d")
+    assert env.loaded_path(UUID_A, name).read_bytes() == data_file("d")
     sock2 = env.connect()
     hello(sock2)
     assert start_round(sock2) == RoundReady("ready", "")

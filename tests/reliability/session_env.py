@@ -10,23 +10,15 @@ cover that with the worker pool). Not a test module.
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import threading
 from pathlib import Path
 
+from receiver_service_helpers import UUID_A, send_file
+
 from sealsync.errors import FormatError
 from sealsync.formats.common import FileInfo
-from sealsync.protocol import (
-    PROTOCOL_VERSION,
-    AnyMessage,
-    Chunk,
-    FileBegin,
-    FileEnd,
-    Hello,
-    receive,
-    send,
-)
+from sealsync.protocol import PROTOCOL_VERSION, AnyMessage, Hello, receive, send
 from sealsync.receiver.auth import SenderKeys
 from sealsync.receiver.layout import SenderFolder
 from sealsync.receiver.load.owners import DeviceOwners
@@ -35,8 +27,6 @@ from sealsync.receiver.schema import SchemaStore
 from sealsync.receiver.session import Session, SessionContext
 from sealsync.receiver.storage import DirectoryStorage
 
-UUID_A = "1f0e6a52-9b8c-4d3e-8a7f-0c1b2d3e4f5a"
-UUID_B = "9c8b7a65-4d3e-4f2a-9b1c-0d2e3f4a5b6c"
 FP_A = "SHA256:keyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 FP_B = "SHA256:keyBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
 PEER = "10.1.2.3"
@@ -53,10 +43,6 @@ def fake_inspect(path: Path) -> FileInfo:
 
 def data_file(*devices: str, body: bytes = b"payload") -> bytes:
     return b"DEVICES:" + ",".join(devices).encode() + b"\n" + body
-
-
-def md5(data: bytes) -> str:
-    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 class GatedStorage(DirectoryStorage):
@@ -137,10 +123,6 @@ def hello(sock: socket.socket, uuid: str = UUID_A) -> AnyMessage:
     return receive(sock)
 
 
-def offer(sock: socket.socket, file_id: int, name: str, data: bytes,
-          resource: bytes = b"res", mods: bytes | None = None) -> None:
-    stream = data + resource + (mods or b"")
-    send(sock, FileBegin(file_id, name, len(data), len(resource),
-                         -1 if mods is None else len(mods)))
-    send(sock, Chunk(stream))
-    send(sock, FileEnd(file_id, md5(stream)))
+offer = send_file
+"""FILE_BEGIN, CHUNKs, FILE_END for ``data`` and its sidecars; the verdict is read later.
+The stand-in files here are far below one 7000-byte CHUNK, so each goes in one."""

@@ -33,19 +33,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from receiver_service_helpers import UUID_A, UUID_B, md5
 from reliability.figures import record
-from reliability.session_env import (
-    FP_A,
-    FP_B,
-    PEER,
-    UUID_A,
-    UUID_B,
-    SessionEnv,
-    data_file,
-    hello,
-    md5,
-    offer,
-)
+from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file, hello, offer
 
 from sealsync.protocol import (
     HEADER,
