@@ -104,6 +104,24 @@ class _Table:
     def path(self, key: str) -> Path:
         return self.resolve(key, self.string(key))
 
+    def settings(self, key: str) -> dict[str, str]:
+        """A table of ``name = value`` settings passed on as strings (Spark's ``--conf``)."""
+        value = self._get(key, False)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.error(key, f"must be a table, got {_type_name(value)}")
+        out: dict[str, str] = {}
+        for name, item in value.items():
+            if isinstance(item, bool):
+                out[name] = "true" if item else "false"
+            elif isinstance(item, str | int | float):
+                out[name] = str(item)
+            else:
+                raise self.error(f"{key}.{name}", f"must be a string, number or boolean, "
+                                                  f"got {_type_name(item)}")
+        return out
+
     def resolve(self, key: str, value: str) -> Path:
         if "\x00" in value:
             raise self.error(key, "must not contain NUL")
@@ -251,7 +269,7 @@ _RECEIVER_KEYS = (
     "max_sessions",
     "idle_timeout",
 )
-_LOADER_KEYS = ("receiver_data_dirs", "table_path", "state_dir", "master")
+_LOADER_KEYS = ("receiver_data_dirs", "table_path", "state_dir", "master", "python", "spark")
 
 
 @dataclass(frozen=True)
@@ -427,6 +445,10 @@ class LoaderConfig:
     state_dir: Path
     master: str = "local[*]"
     source: str = MAPPING_SOURCE
+    #: The interpreter executors run; it needs pyarrow and tsfile (None: see ingest).
+    python: str | None = None
+    #: Spark settings for the session the loader starts (``spark.executor.memory``...).
+    spark: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(
@@ -447,6 +469,8 @@ class LoaderConfig:
             state_dir=t.path("state_dir"),
             master=t.string("master", "local[*]"),
             source=source,
+            python=t.string("python", "") or None,
+            spark=t.settings("spark"),
         )
         return config
 

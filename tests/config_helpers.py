@@ -26,6 +26,8 @@ def _value(v: Any) -> str:
         return json.dumps(v)  # a JSON string is a valid TOML basic string for our values
     if isinstance(v, list):
         return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):  # an inline table, keys quoted (Spark's contain dots)
+        return "{" + ", ".join(f"{json.dumps(k)} = {_value(x)}" for k, x in v.items()) + "}"
     raise TypeError(type(v))
 
 

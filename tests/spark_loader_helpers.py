@@ -104,3 +104,22 @@ def snapshot(path: Path) -> dict[str, tuple[int, int]]:
             out[str(full.relative_to(path))] = (st.st_size if name in filenames else 0,
                                                 st.st_mtime_ns)
     return out
+
+
+def two_senders(tmp_path: Path) -> tuple[EdgeInstance, Receiver]:
+    """Both formats, both roots, two senders, files with different measurements."""
+    edge = EdgeInstance(tmp_path / "edge")
+    recv = Receiver(tmp_path)
+    files = [
+        (SENDER_A, edge.write_file("root.sg1", 0, devices=["root.sg1.d1", "root.sg1.d2"],
+                                   rows_per_device=40)),
+        (SENDER_A, edge.write_file("root.sg1", 1, devices=["root.sg1.d1"], rows_per_device=25,
+                                   fmt="parquet", measurements=("s1", "s3"))),
+        (SENDER_B, edge.write_file("root.sg2", 0, devices=["root.sg2.d9"], rows_per_device=30,
+                                   unsequence=True, measurements=("s7",))),
+        (SENDER_B, edge.write_file("root.sg2", 0, devices=["root.sg2.d8"], rows_per_device=20,
+                                   fmt="parquet", unsequence=True)),
+    ]
+    for sender, rel in files:
+        recv.place(edge, rel, sender)
+    return edge, recv

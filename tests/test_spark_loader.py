@@ -22,6 +22,7 @@ from spark_loader_helpers import (
     snapshot,
     source_rows,
     table_rows,
+    two_senders,
 )
 
 from sealsync import formats
@@ -47,27 +48,8 @@ def _load(config: LoaderConfig, spark: Any, **kwargs: Any) -> Any:
     return run_load(config, spark=spark, sync=False, **kwargs)
 
 
-def _two_senders(tmp_path: Path) -> tuple[EdgeInstance, Receiver]:
-    """Both formats, both roots, two senders, files with different measurements."""
-    edge = EdgeInstance(tmp_path / "edge")
-    recv = Receiver(tmp_path)
-    files = [
-        (SENDER_A, edge.write_file("root.sg1", 0, devices=["root.sg1.d1", "root.sg1.d2"],
-                                   rows_per_device=40)),
-        (SENDER_A, edge.write_file("root.sg1", 1, devices=["root.sg1.d1"], rows_per_device=25,
-                                   fmt="parquet", measurements=("s1", "s3"))),
-        (SENDER_B, edge.write_file("root.sg2", 0, devices=["root.sg2.d9"], rows_per_device=30,
-                                   unsequence=True, measurements=("s7",))),
-        (SENDER_B, edge.write_file("root.sg2", 0, devices=["root.sg2.d8"], rows_per_device=20,
-                                   fmt="parquet", unsequence=True)),
-    ]
-    for sender, rel in files:
-        recv.place(edge, rel, sender)
-    return edge, recv
-
-
 def test_ingests_both_formats_with_provenance_and_merged_schema(tmp_path: Path, spark: Any) -> None:
-    _, recv = _two_senders(tmp_path)
+    _, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
 
     report = _load(config, spark)
@@ -129,7 +111,7 @@ def test_types_are_normalised_and_a_conflicting_file_is_refused(
 
 
 def test_rerun_with_nothing_new_changes_nothing(tmp_path: Path, spark: Any) -> None:
-    _, recv = _two_senders(tmp_path)
+    _, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
     _load(config, spark)
     before_table = snapshot(config.table_path)
@@ -148,7 +130,7 @@ def test_rerun_with_nothing_new_changes_nothing(tmp_path: Path, spark: Any) -> N
 def test_deleted_and_replaced_files_take_exactly_their_rows_out(
     tmp_path: Path, spark: Any
 ) -> None:
-    edge, recv = _two_senders(tmp_path)
+    edge, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
     _load(config, spark)
     gone = [rel for (sender, rel) in recv.placed if sender == SENDER_B][0]
@@ -172,7 +154,7 @@ def test_deleted_and_replaced_files_take_exactly_their_rows_out(
 
 
 def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> None:
-    edge, recv = _two_senders(tmp_path)
+    edge, recv = two_senders(tmp_path)
     incremental = recv.config(tmp_path, "inc")
     _load(incremental, spark)
     extra = edge.write_file("root.sg3", 0, devices=["root.sg3.d1"], rows_per_device=12,
@@ -194,7 +176,7 @@ def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> Non
 
 
 def test_files_without_rows_are_recorded_without_a_partition(tmp_path: Path, spark: Any) -> None:
-    edge, recv = _two_senders(tmp_path)
+    edge, recv = two_senders(tmp_path)
     empty = pa.table({"time": pa.array([], pa.int64()), "device": pa.array([], pa.string()),
                       "s1": pa.array([], pa.int64())})
     empties = [edge.write_table(empty, "root.e", 0, fmt=fmt) for fmt in ("parquet", "tsfile")]
@@ -219,7 +201,7 @@ def test_files_without_rows_are_recorded_without_a_partition(tmp_path: Path, spa
 
 
 def test_corrupt_files_are_reported_skipped_and_retried(tmp_path: Path, spark: Any) -> None:
-    edge, recv = _two_senders(tmp_path)
+    edge, recv = two_senders(tmp_path)
     bad_ts = edge.write_file("root.sg4", 0, devices=["root.sg4.d1"], rows_per_device=50)
     bad_pq = edge.write_file("root.sg4", 1, devices=["root.sg4.d1"], rows_per_device=50,
                              fmt="parquet")
@@ -252,7 +234,7 @@ def test_corrupt_files_are_reported_skipped_and_retried(tmp_path: Path, spark: A
 def test_a_file_deleted_during_the_run_is_no_failure(
     tmp_path: Path, spark: Any, monkeypatch: Any
 ) -> None:
-    _, recv = _two_senders(tmp_path)
+    _, recv = two_senders(tmp_path)
     victim = sorted(recv.placed)[0]
     real = ingest_module.discover
 
@@ -273,7 +255,7 @@ def test_a_file_deleted_during_the_run_is_no_failure(
 
 def test_a_file_that_fails_inside_spark_is_isolated(tmp_path: Path, spark: Any) -> None:
     """Its footer is fine, so only the Spark job finds out; the others still load."""
-    edge, recv = _two_senders(tmp_path)
+    edge, recv = two_senders(tmp_path)
     nanos = edge.write_table(
         pa.table({"time": pa.array([1], pa.int64()), "device": ["root.n.d1"],
                   "at": pa.array([5], pa.timestamp("ns"))}),
@@ -308,7 +290,7 @@ def test_odd_names_keep_their_exact_source_file(tmp_path: Path, spark: Any) -> N
 
 def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatch: Any) -> None:
     """Commit done but state not written; a partition deleted by hand: both repaired."""
-    _, recv = _two_senders(tmp_path)
+    _, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
 
     def crash(*_args: Any) -> None:
@@ -397,7 +379,7 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
 
 def test_run_load_is_wired_for_the_cli(tmp_path: Path, spark: Any) -> None:
     """Progress lines, the report's dict, and the module entry the CLI imports."""
-    _, recv = _two_senders(tmp_path)
+    _, recv = two_senders(tmp_path)
     lines: list[str] = []
 
     report = ingest_module.run_load(recv.config(tmp_path), progress=lines.append, spark=spark)
@@ -416,7 +398,7 @@ def test_load_command_prints_its_summary_once(tmp_path: Path, spark: Any) -> Non
 
     from sealsync.cli import cli
 
-    _, recv = _two_senders(tmp_path)
+    _, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
     dirs = ", ".join(f'"{d}"' for d in config.receiver_data_dirs)
     toml = tmp_path / "loader.toml"

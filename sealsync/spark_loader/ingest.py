@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 import uuid
 import zipfile
@@ -33,10 +34,17 @@ from sealsync.config import LoaderConfig
 from sealsync.errors import SealsyncError
 
 from . import schema as schemas
-from .discovery import SourceFile, discover
+from .discovery import PARQUET, SourceFile, discover
 from .job import Ingest, Prepared
 from .report import LoadReport
-from .session import active_session, create_session, driver_lock, python_warnings_quiet, run_conf
+from .session import (
+    active_session,
+    check_executor_python,
+    create_session,
+    driver_lock,
+    python_warnings_quiet,
+    run_conf,
+)
 from .state import (
     FileRecord,
     IngestState,
@@ -165,7 +173,8 @@ class _Run:
         if existing is not None:
             return existing, False
         url = self.options.master or self.config.master
-        created = create_session(url, self.state_dir, verbose=self.options.verbose)
+        created = create_session(url, self.state_dir, verbose=self.options.verbose,
+                                 conf=self.config.spark, python=self.config.python)
         if not url.startswith("local"):
             _ship_package(created, self.state_dir)
         return created, True
@@ -176,6 +185,8 @@ class _Run:
         run_id = uuid.uuid4().hex
         try:
             with python_warnings_quiet(), run_conf(session), driver_lock(session, self.state_dir):
+                if any(f.suffix != PARQUET for f in todo) and _remote_python(session):
+                    check_executor_python(session)
                 job = Ingest(session, self.table, state, self.state_dir, self.report,
                              self.progress, run_id, self.options.sync)
                 admitted = []
@@ -195,6 +206,12 @@ class _Run:
             _remove_links(self.table, run_id)
             if owned:
                 session.stop()
+
+
+def _remote_python(session: Any) -> bool:
+    """Executors may run a Python other than this one: on a cluster, or when told to."""
+    sc = session.sparkContext
+    return not sc.master.startswith("local") or sc.pythonExec != sys.executable
 
 
 def _clear(table: Table, state_dir: Path, report: LoadReport, say: Progress) -> IngestState:

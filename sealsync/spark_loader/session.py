@@ -118,8 +118,14 @@ def create_session(
     log_dir: Path,
     verbose: bool = False,
     conf: dict[str, str] | None = None,
+    python: str | None = None,
 ) -> Any:
-    """A new SparkSession on ``master`` (``local[*]`` needs nothing but Java)."""
+    """A new SparkSession on ``master`` (``local[*]`` needs nothing but Java).
+
+    ``python``: the interpreter executors start for the TsFile reader; it must have
+    pyarrow and tsfile. PySpark takes it from ``PYSPARK_PYTHON`` when the session
+    starts, so that is where it goes.
+    """
     from pyspark.sql import SparkSession
 
     log_dir = Path(log_dir)
@@ -127,7 +133,9 @@ def create_session(
     props = log_dir / LOG4J_FILE
     durable.atomic_write(props, _LOG4J.format(level="warn"))
     settings = dict(SESSION_CONF)
-    if master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+    elif master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
         # Python workers must have this interpreter's packages (pyarrow, tsfile,
         # sealsync); PySpark starts ``python3`` from the PATH, maybe another one.
         os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -148,6 +156,8 @@ def create_session(
                     spark = builder.getOrCreate()
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if first.startswith("An error occurred while calling"):  # py4j says nothing more
+            first = _last_error_line(_tail(log_dir / LOG_FILE)) or first
         raise SealsyncError(
             f"cannot start Spark on {master}: {first} (see {log_dir / LOG_FILE})"
         ) from None
@@ -236,3 +246,53 @@ def stage_progress(
     finally:
         done.set()
         thread.join(timeout=2)
+
+
+def check_executor_python(spark: Any) -> None:
+    """Fail the run in one line if executors cannot run the TsFile reader.
+
+    Otherwise every TsFile would be skipped with the same reason, one line each. The
+    probe is a closure, so it is shipped by value and imports only on the executor.
+    """
+    def probe(_: Any) -> str | None:
+        try:
+            import pyarrow  # noqa: F401
+            import tsfile  # noqa: F401
+
+            import sealsync.spark_loader.tsfile_read  # noqa: F401
+        except BaseException as exc:  # the reason is the answer
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    python = spark.sparkContext.pythonExec
+    try:
+        found = spark.sparkContext.parallelize([0], 1).map(probe).collect()[0]
+    except Exception as exc:  # the interpreter could not even start
+        text = str(exc)
+        at = text.find("Cannot run program")
+        found = text[at:].splitlines()[0] if at >= 0 else _last_error_line(text)
+    if found:
+        raise SealsyncError(
+            f"executors cannot read TsFiles with {python}: {found[:300]}; set [loader] "
+            "python to an interpreter on the workers that has pyarrow and tsfile"
+        )
+
+
+def _tail(path: Path, size: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - size, 0))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_error_line(text: str) -> str:
+    """The message of the last log4j ERROR line, or the last ``...Error:`` line."""
+    found = ""
+    for line in text.splitlines():
+        if " ERROR " in line:
+            found = line.split(": ", 1)[-1].strip()
+        elif not found and ("Error:" in line or "Exception:" in line):
+            found = line.strip()
+    return found

@@ -1,0 +1,178 @@
+"""`sealsync load --master spark://...` on a real Spark standalone cluster.
+
+A master and one worker are started from PySpark's own launcher on loopback, so the
+executors are separate JVMs with their own Python workers: the TsFile reader runs
+from the package the loader ships, with the interpreter `[loader] python` names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from spark_loader_helpers import Receiver, partition_dirs, source_rows, table_rows, two_senders
+
+from sealsync.spark_loader.table import Table
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, work: Path) -> None:
+        self.port, self.ui = _free_port(), _free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "SPARK_HOME": str(SPARK_HOME),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": str(work / "logs"),
+            "SPARK_WORKER_DIR": str(work / "worker"),
+        }
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.work = work
+
+    def _start(self, name: str, *args: str) -> None:
+        log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
+        self.procs.append(subprocess.Popen(
+            [str(SPARK_HOME / "bin" / "spark-class"), *args],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        ))
+        log.close()
+
+    def state(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=5) as r:
+            return json.load(r)
+
+    def start(self) -> None:
+        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--webui-port", str(self.ui))
+        self._start("worker", "org.apache.spark.deploy.worker.Worker", self.url,
+                    "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
+                    "--webui-port", str(_free_port()), "--work-dir", str(self.work / "worker"))
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if self.state().get("aliveworkers", 0) >= 1:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"no Spark worker registered; see {self.work}")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    found = Cluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        found.start()
+        yield found
+    finally:
+        found.stop()
+
+
+def _config(tmp_path: Path, recv: Receiver, python: str | None) -> Path:
+    dirs = ", ".join(f'"{d}"' for d in recv.data_dirs)
+    lines = [
+        "[loader]",
+        f"receiver_data_dirs = [{dirs}]",
+        f'table_path = "{tmp_path / "table"}"',
+        f'state_dir = "{tmp_path / "state"}"',
+        'spark = { "spark.driver.host" = "127.0.0.1", "spark.executor.memory" = "1g" }',
+    ]
+    if python is not None:
+        lines.append(f'python = "{python}"')
+    path = tmp_path / "loader.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _load(config: Path, master: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    return subprocess.run(
+        [sys.executable, "-m", "sealsync", "load", "--config", str(config),
+         "--master", master, "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400,
+    )
+
+
+def test_loads_both_formats_on_a_standalone_cluster(tmp_path: Path, cluster: Cluster) -> None:
+    _, recv = two_senders(tmp_path)
+    done_before = len(cluster.state().get("completedapps", []))
+
+    result = _load(_config(tmp_path, recv, sys.executable), cluster.url)
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["ok"], report["ingested"], report["skipped"]) == (True, 4, {})
+    assert table_rows(tmp_path / "table") == source_rows(recv)
+    assert len(partition_dirs(tmp_path / "table")) == 4
+    apps = cluster.state().get("completedapps", [])
+    assert len(apps) == done_before + 1 and apps[-1]["name"] == "sealsync-load"
+
+
+def test_executors_without_pyarrow_fail_the_run_in_one_line(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    """The workers' interpreter lacks a dependency: one error line, nothing written."""
+    _, recv = two_senders(tmp_path)
+    fake = tmp_path / "fake-site" / "pyarrow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('pyarrow is not installed here')\n")
+    python = tmp_path / "python-without-pyarrow"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{fake.parent}:$PYTHONPATH" '
+                      f'exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+
+    result = _load(_config(tmp_path, recv, str(python)), cluster.url)
+
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == (
+        f"sealsync: error: executors cannot read TsFiles with {python}: ImportError: "
+        "pyarrow is not installed here; set [loader] python to an interpreter on the "
+        "workers that has pyarrow and tsfile"
+    )
+    assert "Traceback" not in result.stderr
+    assert Table(tmp_path / "table").partitions() == {}
+
+
+def test_an_unreachable_master_is_one_error_line(tmp_path: Path) -> None:
+    """Spark gives up on a master that never answers (about a minute): one line, exit 1."""
+    _, recv = two_senders(tmp_path)
+    master = f"spark://127.0.0.1:{_free_port()}"
+
+    result = _load(_config(tmp_path, recv, sys.executable), master)
+
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"sealsync: error: cannot start Spark on {master}: Application has been killed. "
+        f"Reason: All masters are unresponsive! Giving up. "
+        f"(see {tmp_path / 'state' / 'spark-driver.log'})"
+    )
+    assert "Traceback" not in result.stderr
