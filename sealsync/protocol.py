@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import Any, ClassVar, Protocol
@@ -38,6 +39,24 @@ from .names import require_data_name
 
 PROTOCOL_VERSION = 1
 SUBSYSTEM = "sealsync"
+
+# The SSH transport both ends set up (DESIGN §5 measurements): an 8 MiB window and
+# 64 KiB packets keep a loopback or LAN link full; AES-GCM first (hardware AES, and
+# the MAC comes with the cipher).
+SSH_WINDOW_SIZE = 8 * 1024 * 1024
+SSH_MAX_PACKET_SIZE = 64 * 1024
+SSH_PREFERRED_CIPHERS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "aes128-ctr",
+    "aes256-ctr",
+)
+
+
+def preferred_ciphers(available: Sequence[str]) -> tuple[str, ...]:
+    """The transport's ciphers, ours first in our order; none it lacks is added."""
+    first = tuple(c for c in SSH_PREFERRED_CIPHERS if c in available)
+    return first + tuple(c for c in available if c not in first)
 
 HEADER = struct.Struct("!BI")
 MAX_CONTROL_PAYLOAD = 256 * 1024

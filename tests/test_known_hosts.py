@@ -18,10 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint, generate_keypair
-from sealsync.protocol import SUBSYSTEM
+from sealsync.protocol import SSH_MAX_PACKET_SIZE, SSH_WINDOW_SIZE, SUBSYSTEM
 from sealsync.sender.transfer.client import (
-    MAX_PACKET_SIZE,
-    WINDOW_SIZE,
     check_host_key,
     connect,
     known_hosts_name,
@@ -134,8 +132,8 @@ def test_known_host_connects_with_the_fast_settings(
         assert conn.transport.local_cipher == "aes128-gcm@openssh.com"
         assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
         assert (conn.channel.in_window_size, conn.channel.in_max_packet_size) == (
-            WINDOW_SIZE,
-            MAX_PACKET_SIZE,
+            SSH_WINDOW_SIZE,
+            SSH_MAX_PACKET_SIZE,
         )
         assert conn.address == f"127.0.0.1:{server.port}"
     assert server.policy.subsystems == [SUBSYSTEM]

@@ -215,3 +215,14 @@ def test_header_layout_is_kind_then_big_endian_length() -> None:
     raw = p.encode(p.RoundEnd())
     assert raw[:5] == struct.pack("!BI", p.Kind.ROUND_END, 2)
     assert raw[5:] == b"{}"
+
+
+def test_preferred_ciphers_put_ours_first_and_add_none() -> None:
+    from sealsync.protocol import SSH_PREFERRED_CIPHERS, preferred_ciphers
+
+    offered = ("chacha20-poly1305@openssh.com", "aes256-ctr", "aes128-gcm@openssh.com", "x")
+    assert preferred_ciphers(offered) == (
+        "aes128-gcm@openssh.com", "aes256-ctr", "chacha20-poly1305@openssh.com", "x"
+    )
+    assert preferred_ciphers(()) == ()
+    assert preferred_ciphers(SSH_PREFERRED_CIPHERS[::-1]) == SSH_PREFERRED_CIPHERS

@@ -32,7 +32,15 @@ import paramiko
 from sealsync.config import ReceiverConfig
 from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint
-from sealsync.protocol import SUBSYSTEM, Error, receive, send
+from sealsync.protocol import (
+    SSH_MAX_PACKET_SIZE,
+    SSH_WINDOW_SIZE,
+    SUBSYSTEM,
+    Error,
+    preferred_ciphers,
+    receive,
+    send,
+)
 from sealsync.receiver.load.owners import DeviceOwners
 from sealsync.receiver.recover.replay import recover_all
 from sealsync.receiver.storage import DirectoryStorage, Storage
@@ -49,9 +57,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WINDOW_SIZE = 8 * 1024 * 1024
-MAX_PACKET_SIZE = 64 * 1024
-PREFERRED_CIPHER = "aes128-gcm@openssh.com"
 HANDSHAKE_TIMEOUT = 15.0
 BUSY_REPLY_TIMEOUT = 5.0
 STOP_JOIN_TIMEOUT = 5.0
@@ -376,13 +381,10 @@ class ReceiverService:
 
     def _make_transport(self, sock: socket.socket) -> paramiko.Transport:
         transport = paramiko.Transport(
-            sock, default_window_size=WINDOW_SIZE, default_max_packet_size=MAX_PACKET_SIZE
+            sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
         )
         options = transport.get_security_options()
-        ciphers = tuple(options.ciphers)
-        if PREFERRED_CIPHER in ciphers:
-            rest = tuple(c for c in ciphers if c != PREFERRED_CIPHER)
-            options.ciphers = (PREFERRED_CIPHER, *rest)
+        options.ciphers = preferred_ciphers(options.ciphers)
         assert self._host_key is not None
         transport.set_log_channel(SSH_LOG)  # under sealsync's logger, with _PeerGone
         transport.add_server_key(self._host_key)

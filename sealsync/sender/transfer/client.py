@@ -24,18 +24,15 @@ from paramiko.pkey import UnknownKeyType
 from sealsync.config import ReceiverEndpoint, SenderConfig, format_endpoint
 from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint
-from sealsync.protocol import SUBSYSTEM
+from sealsync.protocol import (
+    SSH_MAX_PACKET_SIZE,
+    SSH_WINDOW_SIZE,
+    SUBSYSTEM,
+    preferred_ciphers,
+)
 
 from .errors import HostKeyError, Unreachable
 
-WINDOW_SIZE = 8 * 1024 * 1024
-MAX_PACKET_SIZE = 64 * 1024
-PREFERRED_CIPHERS = (
-    "aes128-gcm@openssh.com",
-    "aes256-gcm@openssh.com",
-    "aes128-ctr",
-    "aes256-ctr",
-)
 USERNAME = "sealsync"
 IO_TIMEOUT = 120.0
 """Longest a single send may wait for window space, and the reader's poll period."""
@@ -190,13 +187,11 @@ def connect(
     known = load_known_hosts(known_hosts)
     sock = open_socket(host, port, timeout)
     transport = paramiko.Transport(
-        sock, default_window_size=WINDOW_SIZE, default_max_packet_size=MAX_PACKET_SIZE
+        sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
     )
     try:
         options = transport.get_security_options()
-        options.ciphers = PREFERRED_CIPHERS + tuple(
-            c for c in options.ciphers if c not in PREFERRED_CIPHERS
-        )
+        options.ciphers = preferred_ciphers(options.ciphers)
         types = host_key_types(known, host, port, tuple(options.key_types))
         if types:
             options.key_types = types
