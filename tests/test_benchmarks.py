@@ -1,0 +1,55 @@
+"""The benchmark scripts run and measure what they say (tiny sizes: not timings)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_fsync  # noqa: E402
+
+
+@pytest.mark.parametrize("mode", ["none", "fsync", "syncfs"])
+def test_each_mode_writes_exactly_the_files(tmp_path: Path, mode: str) -> None:
+    data = b"x" * 1000
+    took = bench_fsync.write_files(tmp_path / mode, 70, data, mode)  # 2 full batches + 6
+
+    names = sorted(p.name for p in (tmp_path / mode).iterdir())
+    assert names == [f"f{i:06d}" for i in range(70)]
+    assert {(tmp_path / mode / n).read_bytes() for n in names} == {data}
+    assert took > 0
+
+
+def test_fsync_benchmark_prints_a_rate_and_ratio_per_mode(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_fsync.py"), "--files", "40",
+         "--size", "4096", "--reps", "1", "--workdir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+
+    assert result.returncode == 0, result.stderr
+    rows = re.findall(r"^(\w+)\s+([\d,]+) files/s\s+ratio to none\s+([\d.]+)$",
+                      result.stdout, re.MULTILINE)
+    assert [r[0] for r in rows] == ["none", "fsync", "syncfs"]
+    assert rows[0][2] == "1.00" and all(int(r[1].replace(",", "")) > 0 for r in rows)
+    assert list(tmp_path.iterdir()) == []  # its files are gone
+
+
+def test_loader_benchmark_runs_end_to_end(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_loader.py"), "--rows", "4000",
+         "--files", "4", "--tsfiles", "1", "--repeat", "1", "--workdir", str(tmp_path)],
+        capture_output=True, text=True, timeout=400,
+    )
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "generated 4000 Parquet rows in 4 files (+1 TsFiles)" in result.stdout
+    assert re.search(r"run 1: plain [\d.]+s, loader [\d.]+s \(4100 rows\)", result.stdout)
+    assert re.search(r"^ratio loader/plain: [\d.]+ \(target >= 0.80\)$", result.stdout,
+                     re.MULTILINE)
