@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import formats
+from .formats import mods
 from .formats.common import DEVICE_COLUMN, TIME_COLUMN
 from .names import check_data_name, check_relative
 
@@ -79,19 +80,6 @@ def _publish(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _mods_filter(table: pa.Table, mods_text: str) -> pa.Table:
-    """Drop the points our ``X.mods`` lines delete (``DELETION,<device>,<until_ms>``)."""
-    for line in mods_text.splitlines():
-        parts = line.rsplit(",", 2)
-        if len(parts) != 3 or parts[0] != "DELETION":
-            continue
-        device, until = parts[1], int(parts[2])
-        gone = pc.and_(pc.equal(table.column(DEVICE_COLUMN), device),
-                       pc.less_equal(table.column(TIME_COLUMN), until))
-        table = table.filter(pc.invert(gone))
-    return table
 
 
 def _dedupe_keep_last(table: pa.Table) -> pa.Table:
@@ -234,7 +222,7 @@ class EdgeInstance:
         """Record that ``device``'s points up to ``until_ms`` were deleted after sealing."""
         check_data_name(rel)
         with open(self.path(rel + MODS, data_dir), "a", encoding="utf-8") as f:
-            f.write(f"DELETION,{device},{until_ms}\n")
+            f.write(mods.Deletion(device, until_ms).line())
 
     def start_merge(self, rel: str, data_dir: int = 0) -> None:
         """Mark a file as being rewritten by a merge: it is no longer sealed."""
@@ -263,10 +251,7 @@ class EdgeInstance:
         tables = []
         for rel in rels:
             table = formats.format_for(rel).to_arrow(self.path(rel, data_dir))
-            mods = self.path(rel + MODS, data_dir)
-            if mods.exists():
-                table = _mods_filter(table, mods.read_text(encoding="utf-8"))
-            tables.append(table)
+            tables.append(mods.apply(table, mods.read(self.path(rel + MODS, data_dir))))
         merged = _dedupe_keep_last(pa.concat_tables(tables, promote_options="permissive"))
         merges = 1 + max(
             (int(m.group(3)) for m in (_NAME.match(PurePosixPath(r).name) for r in rels) if m),
