@@ -158,12 +158,20 @@ def _table_rows_per_device(table_path: Path) -> dict[str, int]:
     return dict(sorted(Counter(table.column("device").to_pylist()).items()))
 
 
+def _start_ms(group: int, index: int) -> int:
+    """First timestamp of the demo's ``index``-th sequence file of group ``group``."""
+    return 1_700_000_000_000 + (group * 10 + index) * 10_000_000
+
+
 def _expected_rows_per_device(data_dir: Path, names: list[str]) -> dict[str, int]:
+    """Rows the edge still has: each sealed file's rows minus what its ``.mods`` deleted."""
     from . import formats
+    from .formats import mods
 
     counts: Counter[str] = Counter()
     for name in names:
         table = formats.format_for(name).to_arrow(data_dir / name)
+        table = mods.apply(table, mods.read(data_dir / (name + mods.MODS_SUFFIX)))
         counts.update(table.column("device").to_pylist())
     return dict(sorted(counts.items()))
 
@@ -203,7 +211,7 @@ def run_demo(workdir: Path, echo: Echo = print) -> DemoSummary:
         devices = [f"{group}.d{d}" for d in range(1, DEVICES_PER_GROUP + 1)]
         first[group] = [
             edge.write_file(group, 0, devices=devices, rows_per_device=ROWS_PER_DEVICE,
-                            start_ms=1_700_000_000_000 + (g * 10 + i) * 10_000_000)
+                            start_ms=_start_ms(g, i))
             for i in range(3)
         ]
         edge.write_file(group, 0, devices=devices, rows_per_device=ROWS_PER_DEVICE // 4,
@@ -249,7 +257,9 @@ master = "local[*]"
 
         echo("[4/6] merge of root.sg1, a .mods deletion in root.sg2, new files; round 2")
         edge.merge(first["root.sg1"], "root.sg1", 0)
-        edge.add_mods(first["root.sg2"][0], "root.sg2.d1", 1_700_000_100_000)
+        # IoTDB's DELETE of root.sg2.d1's first half: an X.mods on a file already synced
+        half = _start_ms(GROUPS.index("root.sg2"), 0) + ROWS_PER_DEVICE // 2 * 1000
+        edge.add_mods(first["root.sg2"][0], "root.sg2.d1", half - 1)
         for group in GROUPS[1:]:
             edge.write_file(group, 1, devices=[f"{group}.d1"], rows_per_device=ROWS_PER_DEVICE,
                             start_ms=1_800_000_000_000)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 from sealsync import formats
 from sealsync.config import LoaderConfig
+from sealsync.formats import mods
 from sealsync.receiver.storage import DirectoryStorage
 from sealsync.simulator import EdgeInstance
 from sealsync.spark_loader import read_arrow
@@ -37,20 +39,37 @@ class Receiver:
 
     def place(self, edge: EdgeInstance, rel: str, sender: str = SENDER_A,
               data_dir: int = 0) -> Path:
-        """Copy an edge file (and its sidecar) to where the receiver loads it."""
+        """Copy an edge file and its sidecars (``.mods`` too) to where the receiver loads it.
+
+        Without a ``.mods`` on the edge, a copy from an earlier placing is removed,
+        as the receiver does when a file arrives without one.
+        """
         target = self.storage.target(self.data_dirs[data_dir], sender, rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(edge.path(rel), target)
-        resource = edge.path(rel + ".resource")
-        if resource.exists():
-            shutil.copy2(resource, Path(f"{target}.resource"))
+        for sidecar in (".resource", mods.MODS_SUFFIX):
+            source, copy = edge.path(rel + sidecar), Path(f"{target}{sidecar}")
+            if source.exists():
+                shutil.copy2(source, copy)
+            else:
+                copy.unlink(missing_ok=True)
         self.placed[(sender, rel)] = target
         return target
+
+    def mods_path(self, rel: str, sender: str = SENDER_A) -> Path:
+        """The receiver's ``.mods`` of a placed file (it may not exist)."""
+        return Path(f"{self.placed[(sender, rel)]}{mods.MODS_SUFFIX}")
+
+    def add_mods(self, rel: str, device: str, until_ms: int, sender: str = SENDER_A) -> None:
+        """Append a deletion to the receiver's ``.mods`` of a placed file (it grows)."""
+        with open(self.mods_path(rel, sender), "a", encoding="utf-8") as f:
+            f.write(mods.Deletion(device, until_ms).line())
 
     def remove(self, rel: str, sender: str = SENDER_A) -> None:
         path = self.placed.pop((sender, rel))
         path.unlink()
-        Path(f"{path}.resource").unlink(missing_ok=True)
+        for sidecar in (".resource", mods.MODS_SUFFIX):
+            Path(f"{path}{sidecar}").unlink(missing_ok=True)
 
     def config(self, root: Path, name: str = "main") -> LoaderConfig:
         return LoaderConfig(
@@ -75,11 +94,21 @@ def table_rows(table_path: Path) -> list[tuple]:
     return canonical(table.to_pylist())
 
 
-def source_rows(receiver: Receiver) -> list[tuple]:
-    """What the table must hold: every placed file's rows, read independently."""
+def file_rows(path: Path) -> pa.Table:
+    """A receiver file's rows as the table must hold them: read independently of the
+    loader, without the points its ``.mods`` deletes."""
+    table: pa.Table = formats.format_for(path).to_arrow(path)
+    return mods.apply(table, mods.read(Path(f"{path}{mods.MODS_SUFFIX}")))
+
+
+def source_rows(receiver: Receiver, without: Collection[tuple[str, str]] = ()) -> list[tuple]:
+    """What the table must hold: every placed file's rows (but those of the
+    ``(sender, rel)`` in ``without``), read independently, deletions applied."""
     rows: list[dict[str, Any]] = []
     for (sender, rel), path in receiver.placed.items():
-        table: pa.Table = formats.format_for(path).to_arrow(path)
+        if (sender, rel) in without:
+            continue
+        table = file_rows(path)
         for row in table.to_pylist():
             rows.append({**row, SENDER_COLUMN: sender, SOURCE_COLUMN: rel})
     return canonical(rows)

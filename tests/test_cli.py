@@ -305,7 +305,9 @@ def edge_instance(tmp_path: Path) -> tuple[Path, Path]:
     write_sealed(data, "sequence/g1/0/a.tsfile")
     write_sealed(data, "sequence/g1/0/b.tsfile")
     write_sealed(data, "sequence/g1/0/c.tsfile", sealed=False)
-    write_sealed(data, "sequence/g1/0/m.tsfile", mods=True)  # gained .mods after syncing
+    # gained .mods after syncing: never deleted (DESIGN §8.2), shipped again (no identity
+    # of a .mods it shipped with is recorded in shipped_mods.txt)
+    write_sealed(data, "sequence/g1/0/m.tsfile", mods=True)
     write_sealed(data, "sequence/g1/1/x.parquet")
     (data / "sequence/g1/1/x.parquet.merge").write_bytes(b"")  # being merged: not sealed
     write_sealed(data, "unsequence/g1/0/u.tsfile")
@@ -343,7 +345,11 @@ def test_dry_run_plans_every_receiver_and_changes_nothing(
                     {
                         "data_dir": str(data),
                         "recovery": None,
-                        "new": ["sequence/g1/0/b.tsfile", "unsequence/g1/0/u.tsfile"],
+                        "new": [
+                            "sequence/g1/0/b.tsfile",
+                            "sequence/g1/0/m.tsfile",
+                            "unsequence/g1/0/u.tsfile",
+                        ],
                         "deleted": ["sequence/g1/0/gone.tsfile"],
                         "rejected": rejected,
                     }
@@ -381,8 +387,9 @@ def test_dry_run_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         "dry run: nothing is changed, no receiver is contacted",
         "receiver dc1 (127.0.0.1:5555)",
         f"  data dir {data}",
-        "    new (2):",
+        "    new (3):",
         "      sequence/g1/0/b.tsfile",
+        "      sequence/g1/0/m.tsfile",
         "      unsequence/g1/0/u.tsfile",
         "    deleted (1):",
         "      sequence/g1/0/gone.tsfile",
@@ -407,7 +414,7 @@ def test_dry_run_shows_what_recovery_of_a_crashed_round_would_change(
     doc = dry_run_json(capsys, "--config", str(config), "--receiver", "dc1")
     assert state_snapshot(tmp_path) == before
     plan = doc["receivers"][0]["data_dirs"][0]
-    assert plan["new"] == ["unsequence/g1/0/u.tsfile"]
+    assert plan["new"] == ["sequence/g1/0/m.tsfile", "unsequence/g1/0/u.tsfile"]
     assert plan["deleted"] == []
     assert plan["recovery"] == (
         "would apply the crashed round's sync.log (1 deleted, 1 new marked synced)"
@@ -442,7 +449,9 @@ def test_dry_run_ignores_a_stale_current_next_to_last(
     plan = dry_run_json(capsys, "--config", str(config), "--receiver", "dc1")["receivers"][0][
         "data_dirs"
     ][0]
-    assert plan["new"] == ["sequence/g1/0/b.tsfile", "unsequence/g1/0/u.tsfile"]
+    assert plan["new"] == [
+        "sequence/g1/0/b.tsfile", "sequence/g1/0/m.tsfile", "unsequence/g1/0/u.tsfile"
+    ]
     assert plan["deleted"] == ["sequence/g1/0/gone.tsfile"]
     assert plan["recovery"] == "would drop the stale current_local_files.txt"
 
@@ -455,5 +464,6 @@ def test_dry_run_takes_no_lock_and_needs_no_receiver(tmp_path: Path) -> None:
     assert result.stderr == ""
     assert json.loads(result.stdout)["receivers"][0]["data_dirs"][0]["new"] == [
         "sequence/g1/0/b.tsfile",
+        "sequence/g1/0/m.tsfile",
         "unsequence/g1/0/u.tsfile",
     ]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 from sealsync import formats
+from sealsync.formats import mods
 from sealsync.simulator import EdgeInstance
 
 
@@ -25,9 +26,10 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     summary = json.loads(result.stdout)
     assert summary["ok"] is True
 
-    # the rounds: 12 files, then a merge of 3 (1 new, 3 deleted) and 2 new files
+    # the rounds: 12 files, then a merge of 3 (1 new, 3 deleted), 2 new files and the
+    # synced file whose .mods changed, shipped again
     moved = [(r["shipped_files"], r["deleted_files"]) for r in summary["rounds"]]
-    assert moved == [(12, 0), (3, 3)]
+    assert moved == [(12, 0), (4, 3)]
     assert all(r["shipped_bytes"] > 0 and r["ok"] for r in summary["rounds"])
 
     # the edge's sealed files, read independently of the demo
@@ -36,8 +38,13 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     assert len(sealed) == 12 and summary["edge_sealed_files"] == sealed
     assert sorted(summary["receiver_files"]) == sealed
     want: Counter[str] = Counter()
+    raw: Counter[str] = Counter()
     for name in sealed:
-        want.update(formats.format_for(name).to_arrow(edge.path(name)).column("device").to_pylist())
+        table = formats.format_for(name).to_arrow(edge.path(name))
+        raw.update(table.column("device").to_pylist())
+        kept = mods.apply(table, mods.read(edge.path(name + mods.MODS_SUFFIX)))
+        want.update(kept.column("device").to_pylist())
+    assert want["root.sg2.d1"] < raw["root.sg2.d1"]  # the .mods deletion took points away
 
     # the table, read with pyarrow (no Spark), holds exactly those rows
     table = ds.dataset(str(workdir / "warehouse" / "points"), format="parquet",

@@ -47,3 +47,21 @@ def test_apply_removes_exactly_the_deleted_points() -> None:
     assert mods.apply(table, []).equals(table)
     batch = table.to_batches()[0]
     assert mods.apply(batch, [mods.Deletion("b", 9)]).num_rows == 3
+
+
+def test_apply_never_removes_a_row_without_time_or_device() -> None:
+    """No deletion names a point whose time or device is null (the loader's Spark filter
+    on Parquet scans keeps such rows too)."""
+    table = pa.table({"time": pa.array([1, None, 1, 5], pa.int64()),
+                      "device": ["a", "a", None, "a"]})
+    kept = mods.apply(table, [mods.Deletion("a", 2), mods.Deletion("z", 9)])
+    assert kept.to_pydict() == {"time": [None, 1, 5], "device": ["a", None, "a"]}
+
+
+def test_read_version_names_the_file_it_read(tmp_path: Path) -> None:
+    path = tmp_path / "x.mods"
+    assert mods.read_version(path) == ([], None)
+    path.write_text("DELETION,root.d1,5\n")
+    st = path.stat()
+    assert mods.read_version(path) == ([mods.Deletion("root.d1", 5)],
+                                       (st.st_size, st.st_mtime_ns))

@@ -170,17 +170,25 @@ def test_deleted_file_is_sent_as_delete(tmp_path: Path) -> None:
 
 
 def test_file_gaining_mods_is_not_deleted(tmp_path: Path) -> None:
-    """DESIGN §8.2: a synced file that gains X.mods must not be shipped as deleted."""
+    """DESIGN §8.2: a synced file that gains X.mods must not be shipped as deleted; it
+    ships again, whole, with its new X.mods (tests/test_mods_resend.py has the rest)."""
     config = make_config(tmp_path, dirs=1)
     d0 = config.data_dirs[0]
     put(d0, A)
-    peers = Peers(FakeReceiver(), FakeReceiver())
+    peers = Peers(FakeReceiver(), FakeReceiver(), FakeReceiver())
     run_round(config, RECEIVER, connector=peers)
     (d0 / f"{A}.mods").write_bytes(b"deletion")
     report = run_round(config, RECEIVER, connector=peers)
+    again = run_round(config, RECEIVER, connector=peers)
     peers.join()
-    assert peers.used[1].frames[1:] == [("BYE", None)]
-    assert report.dirs[0].deleted == []
+    second, third = peers.used[1], peers.used[2]
+    assert [(k, v) for k, v in second.frames if k in ("DELETE", "FILE_BEGIN")] == [
+        ("FILE_BEGIN", A)
+    ]
+    assert second.files[A] == stream(d0, A) and second.files[A].endswith(b"deletion")
+    assert report.dirs[0].deleted == [] and report.dirs[0].shipped == [A]
+    assert third.frames[1:] == [("BYE", None)] and again.dirs[0].shipped == []
+    assert read_file_set(SenderPaths(d0, "127.0.0.1", 5555).last_local_files) == {A}
 
 
 def test_recovery_runs_before_the_diff(tmp_path: Path) -> None:

@@ -123,6 +123,10 @@ def _load(config: Path, master: str) -> subprocess.CompletedProcess[str]:
 
 def test_loads_both_formats_on_a_standalone_cluster(tmp_path: Path, cluster: Cluster) -> None:
     _, recv = two_senders(tmp_path)
+    ts_a, _, _, pq_b = list(recv.placed)
+    # Deletions reach the executors: in the TsFile rows, and in the Parquet scan's plan.
+    recv.add_mods(ts_a[1], "root.sg1.d1", 9000, ts_a[0])
+    recv.add_mods(pq_b[1], "root.sg2.d8", 1000, pq_b[0])
     done_before = len(cluster.state().get("completedapps", []))
 
     result = _load(_config(tmp_path, recv, sys.executable), cluster.url)
@@ -130,7 +134,12 @@ def test_loads_both_formats_on_a_standalone_cluster(tmp_path: Path, cluster: Clu
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["ok"], report["ingested"], report["skipped"]) == (True, 4, {})
-    assert table_rows(tmp_path / "table") == source_rows(recv)
+    assert report["rows_written"] == 155 - 10 - 2
+    rows = table_rows(tmp_path / "table")
+    assert rows == source_rows(recv)
+    points = {row[:4] for row in rows}
+    assert (*ts_a, 9000, "root.sg1.d1") not in points and (*ts_a, 10000, "root.sg1.d1") in points
+    assert (*pq_b, 1000, "root.sg2.d8") not in points and (*pq_b, 2000, "root.sg2.d8") in points
     assert len(partition_dirs(tmp_path / "table")) == 4
     apps = cluster.state().get("completedapps", [])
     assert len(apps) == done_before + 1 and apps[-1]["name"] == "sealsync-load"

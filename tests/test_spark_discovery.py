@@ -14,7 +14,7 @@ from spark_loader_helpers import SENDER_A, SENDER_B, Receiver
 
 from sealsync.errors import LockHeld
 from sealsync.simulator import EdgeInstance
-from sealsync.spark_loader.discovery import discover, file_id, is_sender_folder
+from sealsync.spark_loader.discovery import SourceFile, discover, file_id, is_sender_folder
 from sealsync.spark_loader.job import escape_value
 from sealsync.spark_loader.state import (
     DRIVER_LOCK_FILE,
@@ -92,10 +92,52 @@ def test_file_id_changes_with_every_part_of_the_identity() -> None:
         file_id(SENDER_A, "sequence/a/2.tsfile", 10, 5),
         file_id(SENDER_A, "sequence/a/1.tsfile", 11, 5),
         file_id(SENDER_A, "sequence/a/1.tsfile", 10, 6),
+        file_id(SENDER_A, "sequence/a/1.tsfile", 10, 5, (0, 0)),
+        file_id(SENDER_A, "sequence/a/1.tsfile", 10, 5, (1, 7)),
+        file_id(SENDER_A, "sequence/a/1.tsfile", 10, 5, (1, 8)),
     }
     assert base == file_id(SENDER_A, "sequence/a/1.tsfile", 10, 5)
-    assert base not in others and len(others) == 4
+    assert base not in others and len(others) == 7
     assert base.startswith("f") and len(base) == 33 and base[1:].isalnum()
+
+
+def test_the_mods_sidecar_is_part_of_the_file_identity(tmp_path: Path) -> None:
+    """Every change of ``X.mods`` gives the file a new id; without one the id is the
+    four-field hash of before, so tables loaded before ``.mods`` counted keep theirs."""
+    edge = _edge(tmp_path)
+    recv = Receiver(tmp_path)
+    rel = edge.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=3)
+    recv.place(edge, rel, SENDER_A)
+    mods_path = recv.mods_path(rel, SENDER_A)
+
+    def only() -> SourceFile:
+        found = discover(recv.data_dirs)
+        assert found.skipped == {} and len(found.files) == 1
+        return found.files[0]
+
+    plain = only()
+    assert plain.mods is None and plain.mods_path == mods_path
+    assert plain.file_id == file_id(SENDER_A, rel, plain.size, plain.mtime_ns)
+    recv.add_mods(rel, "root.sg1.d1", 1000, SENDER_A)
+    first = only()
+    st = mods_path.stat()
+    assert first.mods == (st.st_size, st.st_mtime_ns)
+    assert (first.size, first.mtime_ns) == (plain.size, plain.mtime_ns)
+    recv.add_mods(rel, "root.sg1.d1", 2000, SENDER_A)  # it grows
+    grown = only()
+    os.utime(mods_path, ns=(st.st_atime_ns, mods_path.stat().st_mtime_ns + 1))  # replaced
+    touched = only()
+    ids = [plain.file_id, first.file_id, grown.file_id, touched.file_id]
+    assert len(set(ids)) == 4 and touched.mods is not None and grown.mods is not None
+    assert touched.mods[0] == grown.mods[0]  # the same size: the mtime alone told them apart
+    assert touched.unchanged() and not grown.unchanged() and not plain.unchanged()
+    mods_path.unlink()
+    assert only().file_id == plain.file_id and plain.unchanged()
+    mods_path.mkdir()  # a .mods that is no file: its deletions cannot be read
+    found = discover(recv.data_dirs)
+    path = str(recv.placed[(SENDER_A, rel)])
+    assert found.files == [] and list(found.skipped) == [path]
+    assert found.skipped[path].startswith("cannot stat its .mods: not a regular file")
 
 
 def test_sender_folder_needs_the_canonical_spelling() -> None:

@@ -18,6 +18,7 @@ from spark_loader_helpers import (
     SENDER_A,
     SENDER_B,
     Receiver,
+    file_rows,
     partition_dirs,
     snapshot,
     source_rows,
@@ -155,8 +156,13 @@ def test_deleted_and_replaced_files_take_exactly_their_rows_out(
 
 def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> None:
     edge, recv = two_senders(tmp_path)
+    ts_a, _, _, pq_b = list(recv.placed)
+    edge.add_mods(ts_a[1], "root.sg1.d2", 5000)
+    recv.place(edge, ts_a[1], ts_a[0])
     incremental = recv.config(tmp_path, "inc")
     _load(incremental, spark)
+    recv.add_mods(ts_a[1], "root.sg1.d1", 3000, ts_a[0])  # a .mods grows
+    recv.add_mods(pq_b[1], "root.sg2.d8", 7000, pq_b[0])  # a first .mods
     extra = edge.write_file("root.sg3", 0, devices=["root.sg3.d1"], rows_per_device=12,
                             fmt="parquet", measurements=("s9",))
     recv.place(edge, extra, SENDER_B)
@@ -170,6 +176,7 @@ def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> Non
     report = _load(full, spark, full=True)
 
     assert report.ingested == 4 and report.ok
+    assert report.rows_written == 80 - 6 - 4 + 30 + 20 - 8 + 12
     assert table_rows(full.table_path) == table_rows(incremental.table_path) == source_rows(recv)
     assert partition_dirs(full.table_path) == partition_dirs(incremental.table_path)
     assert load_state(full.state_dir).files == load_state(incremental.state_dir).files
@@ -414,3 +421,115 @@ def test_load_command_prints_its_summary_once(tmp_path: Path, spark: Any) -> Non
     assert len(summary) == 1 and "4 files" in summary[0], result.stdout
     assert summary[0] not in result.stderr
     assert "load: found 4 loaded files from 2 senders" in result.stderr
+
+
+def _counts(table_path: Path) -> dict[tuple[str, str], int]:
+    """(sender, source_file) -> rows in the table."""
+    out: dict[tuple[str, str], int] = {}
+    for row in read_arrow(table_path).select(["sender", "source_file"]).to_pylist():
+        key = (row["sender"], row["source_file"])
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _points(rows: list[tuple]) -> set[tuple[str, str, int, str]]:
+    """Canonical rows as (sender, source_file, time, device)."""
+    return {row[:4] for row in rows}
+
+
+def test_mods_deletions_are_applied_on_both_formats(tmp_path: Path, spark: Any) -> None:
+    edge, recv = two_senders(tmp_path)
+    ts_a, pq_a, ts_b, pq_b = list(recv.placed)
+    # Read by the same Parquet scan as pq_a (same schema, same device), without a .mods:
+    # the filter is per file, so none of its points may go.
+    twin = (SENDER_A, edge.write_file("root.sg1", 2, devices=["root.sg1.d1"],
+                                      rows_per_device=25, fmt="parquet",
+                                      measurements=("s1", "s3")))
+    recv.place(edge, twin[1], twin[0])
+    edge.add_mods(ts_a[1], "root.sg1.d1", 9000)  # times 0..9000: 10 points
+    edge.add_mods(ts_a[1], "root.sg1.d1", 4000)  # covered by the line before
+    edge.add_mods(ts_a[1], "root.sg1.d7", 99000)  # a device the file does not hold
+    edge.add_mods(pq_a[1], "root.sg1.d1", 2000)  # 3 points
+    edge.add_mods(pq_a[1], "root.sg1.d2", 99000)  # only the TsFile has d2: not touched
+    edge.add_mods(pq_b[1], "root.sg2.d8", 19000)  # every point: no rows remain
+    edge.add_mods(ts_b[1], "root.sg2.d9", -1)  # before the first point: nothing goes
+    for sender, rel in (ts_a, pq_a, pq_b, ts_b):
+        recv.place(edge, rel, sender)
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert report.ok and report.skipped == {} and report.ingested == 5
+    independent = {key: file_rows(path).num_rows for key, path in recv.placed.items()}
+    assert independent == {ts_a: 70, pq_a: 22, ts_b: 30, pq_b: 0, twin: 25}
+    assert report.rows_written == sum(independent.values())
+    assert _counts(config.table_path) == {k: n for k, n in independent.items() if n}
+    rows = table_rows(config.table_path)
+    assert rows == source_rows(recv)
+    points = _points(rows)
+    assert (*ts_a, 9000, "root.sg1.d1") not in points
+    assert (*ts_a, 10000, "root.sg1.d1") in points and (*ts_a, 0, "root.sg1.d2") in points
+    assert (*pq_a, 2000, "root.sg1.d1") not in points and (*pq_a, 3000, "root.sg1.d1") in points
+    assert (*twin, 0, "root.sg1.d1") in points
+    assert len(partition_dirs(config.table_path)) == 4  # pq_b: recorded, no partition
+    assert sorted(r.rows for r in load_state(config.state_dir).files.values()) == [
+        0, 22, 25, 30, 70]
+
+
+def test_a_growing_mods_takes_exactly_those_points_out(tmp_path: Path, spark: Any) -> None:
+    edge, recv = two_senders(tmp_path)
+    ts_a, pq_a, ts_b, pq_b = list(recv.placed)
+    edge.add_mods(pq_a[1], "root.sg1.d1", 2000)
+    recv.place(edge, pq_a[1], pq_a[0])
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    before = table_rows(config.table_path)
+    before_parts = partition_dirs(config.table_path)
+    recv.add_mods(pq_a[1], "root.sg1.d1", 5000, pq_a[0])  # appended: 3000, 4000, 5000 go
+    recv.add_mods(ts_b[1], "root.sg2.d9", 1000, ts_b[0])  # a first .mods: 0 and 1000 go
+
+    report = _load(config, spark)
+
+    assert report.ok
+    assert (report.ingested, report.removed, report.unchanged) == (2, 2, 2)
+    assert (report.rows_removed, report.rows_written) == (22 + 30, 19 + 28)
+    after = table_rows(config.table_path)
+    assert after == source_rows(recv)
+    assert _points(after) <= _points(before)
+    assert _points(before) - _points(after) == {
+        (*pq_a, 3000, "root.sg1.d1"), (*pq_a, 4000, "root.sg1.d1"),
+        (*pq_a, 5000, "root.sg1.d1"), (*ts_b, 0, "root.sg2.d9"), (*ts_b, 1000, "root.sg2.d9")}
+    after_parts = partition_dirs(config.table_path)
+    assert len(before_parts & after_parts) == 2 and len(after_parts - before_parts) == 2
+    table = snapshot(config.table_path)
+
+    report = _load(config, spark)
+
+    assert (report.ingested, report.removed, report.unchanged, report.rows_written) == (0, 0, 4, 0)
+    assert snapshot(config.table_path) == table
+
+
+def test_a_malformed_mods_skips_its_file_until_fixed(tmp_path: Path, spark: Any) -> None:
+    _, recv = two_senders(tmp_path)
+    ts_a, pq_a, ts_b, pq_b = list(recv.placed)
+    recv.mods_path(ts_a[1], ts_a[0]).write_text("DELETION,root.sg1.d1,soon\n")
+    recv.mods_path(pq_b[1], pq_b[0]).write_text("DELETION,root.sg2.d8,1\nhalf a line")
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    bad_ts, bad_pq = (str(recv.placed[key]) for key in (ts_a, pq_b))
+    assert sorted(report.skipped) == sorted([bad_ts, bad_pq])
+    assert report.skipped[bad_ts] == ".mods line 1: time 'soon' is not an integer"
+    assert report.skipped[bad_pq] == ".mods line 2: not DELETION,<device>,<until_ms>"
+    assert report.ingested == 2 and not report.ok
+    assert table_rows(config.table_path) == source_rows(recv, without={ts_a, pq_b})
+    assert len(load_state(config.state_dir).files) == 2  # not recorded: retried next run
+    recv.mods_path(ts_a[1], ts_a[0]).write_text("DELETION,root.sg1.d1,0\n")
+    recv.mods_path(pq_b[1], pq_b[0]).write_text("DELETION,root.sg2.d8,1000\n")
+
+    report = _load(config, spark)
+
+    assert report.ok and (report.ingested, report.unchanged) == (2, 2)
+    assert report.rows_written == 79 + 18
+    assert table_rows(config.table_path) == source_rows(recv)

@@ -58,21 +58,39 @@ def parse(text: str) -> list[Deletion]:
 
 def read(path: str | os.PathLike[str]) -> list[Deletion]:
     """The deletions in ``path``; none when it does not exist."""
+    return read_version(path)[0]
+
+
+def read_version(
+    path: str | os.PathLike[str],
+) -> tuple[list[Deletion], tuple[int, int] | None]:
+    """The deletions in ``path`` and the ``(size, mtime_ns)`` of the file they were read from.
+
+    Both come from one open file, so a caller that identifies a ``.mods`` by its size
+    and mtime (the Spark loader) can tell whether the deletions it read are the version
+    it identified, even if the file is replaced meanwhile. ``([], None)`` if absent.
+    """
     try:
         with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
             raw = f.read(MAX_MODS_SIZE + 1)
     except FileNotFoundError:
-        return []
+        return [], None
+    version = (st.st_size, st.st_mtime_ns)
     if len(raw) > MAX_MODS_SIZE:
         raise FormatError(f".mods larger than {MAX_MODS_SIZE} bytes")
     try:
-        return parse(raw.decode("utf-8"))
+        return parse(raw.decode("utf-8")), version
     except UnicodeDecodeError:
         raise FormatError(".mods is not UTF-8 text") from None
 
 
 def apply(table: pa.Table | pa.RecordBatch, deletions: list[Deletion]) -> pa.Table:
-    """``table`` without the points ``deletions`` remove (needs time and device)."""
+    """``table`` without the points ``deletions`` remove (needs time and device).
+
+    A row whose time or device is null is no point of any device, so no deletion
+    removes it (the Spark loader's filter on Parquet scans agrees).
+    """
     if not isinstance(table, pa.Table):
         table = pa.Table.from_batches([table])
     if not deletions or table.num_rows == 0:
@@ -82,4 +100,4 @@ def apply(table: pa.Table | pa.RecordBatch, deletions: list[Deletion]) -> pa.Tab
         hit = pc.and_(pc.equal(table.column(DEVICE_COLUMN), d.device),
                       pc.less_equal(table.column(TIME_COLUMN), d.until_ms))
         gone = hit if gone is None else pc.or_(gone, hit)
-    return table.filter(pc.invert(gone))
+    return table.filter(pc.invert(pc.fill_null(gone, False)))

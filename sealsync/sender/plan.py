@@ -5,6 +5,9 @@ The plan must match what a real round does, including the recovery it runs first
 ``last_local_files.txt`` says until recovery has applied the crashed round's
 ``sync.log``. So the dry run replays recovery's decisions in memory, with the same
 ``apply_sync_log`` that recovery uses, and never writes, renames or deletes a file.
+The same goes for the ``.mods`` identities a crashed round would record
+(:func:`~sealsync.sender.manage.shipped_mods.effective_shipped`), so a synced file
+whose ``.mods`` changed is planned exactly when the round would ship it again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
+from sealsync.sender.manage import shipped_mods
 from sealsync.sender.manage.layout import SenderPaths
 from sealsync.sender.manage.scan import scan
 from sealsync.sender.manage.selection import select
@@ -24,7 +28,8 @@ from sealsync.synclog import apply_sync_log, read_sync_log
 class DirPlan:
     data_dir: Path
     new: tuple[str, ...]
-    """Files the round would ship, sorted, relative to the data dir."""
+    """Files the round would ship (new or with a changed ``.mods``), sorted, relative to
+    the data dir."""
     deleted: tuple[str, ...]
     """Files the round would tell the receiver to delete, sorted."""
     rejected: tuple[tuple[str, str], ...]
@@ -65,9 +70,12 @@ def effective_last(paths: SenderPaths) -> tuple[set[str], str | None]:
 
 
 def plan_dir(data_dir: Path, receiver: ReceiverEndpoint) -> DirPlan:
-    last, recovery = effective_last(SenderPaths(data_dir, receiver.host, receiver.port))
+    paths = SenderPaths(data_dir, receiver.host, receiver.port)
+    last, recovery = effective_last(paths)
     found = scan(data_dir)
-    selection = select(found, last)
+    current = shipped_mods.current_identities(data_dir, found.with_mods & last)
+    changed = shipped_mods.changed(current, shipped_mods.effective_shipped(paths, last))
+    selection = select(found, last, changed)
     return DirPlan(
         data_dir=data_dir,
         new=tuple(selection.new),

@@ -28,7 +28,7 @@ import tenacity
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.protocol import Stream
-from sealsync.sender.manage import idle_mark
+from sealsync.sender.manage import idle_mark, shipped_mods
 from sealsync.sender.manage.history import write_round_record
 from sealsync.sender.manage.identity import sender_uuid
 from sealsync.sender.manage.layout import SchemaPaths, SenderPaths
@@ -189,13 +189,21 @@ class _Run:
         started = time.monotonic()
         paths = SenderPaths(data_dir, self.receiver.host, self.receiver.port)
         found = None
-        if idle_mark.unchanged(paths.idle_mark, data_dir, paths.last_local_files):
+        mods_seen: dict[str, shipped_mods.ModsId] = {}
+        if idle_mark.unchanged(
+            paths.idle_mark, data_dir, paths.last_local_files, paths.shipped_mods
+        ):
             d.rejected = {}
             selection = Selection(new=(), deleted=())  # nothing changed since an idle round
         else:
             found = scan(data_dir, cache=paths.scan_cache)
             d.rejected = dict(found.rejected)
-            selection = select(found, read_file_set(paths.last_local_files, known=found.present))
+            last = read_file_set(paths.last_local_files, known=found.present)
+            mods_seen = shipped_mods.current_identities(data_dir, found.with_mods & last)
+            changed = shipped_mods.changed(
+                mods_seen, shipped_mods.read_identities(paths.shipped_mods)
+            )
+            selection = select(found, last, changed)
         refusals = RefusalBook(refused_path(paths))
         refusals.keep_only(selection.new)
         d.failed.clear()
@@ -205,11 +213,14 @@ class _Run:
                 d.complete = True
                 if found is not None and not found.rejected:
                     idle_mark.record(
-                        paths.idle_mark, data_dir, found.folders, paths.last_local_files
+                        paths.idle_mark, data_dir, found.folders, paths.last_local_files,
+                        paths.shipped_mods, mods_seen,
                     )
                 return
             paths.folder.mkdir(parents=True, exist_ok=True)
             names = take_snapshot(data_dir, paths.snapshot, selection.new)
+            # before sync.log can name any of them (shipped_mods' docstring, point 1)
+            shipped_mods.record_snapshot(paths, names)
             session.round(
                 index,
                 snapshot_dir=paths.snapshot,

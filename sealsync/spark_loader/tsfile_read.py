@@ -9,7 +9,9 @@ they share the driver's environment).
 Two passes, because ``mapInArrow`` needs its output schema before it runs:
 :func:`schema_rows` reads only each file's metadata (measurement names and types),
 the driver merges them into one schema, then :func:`data_batches` reads the rows
-with ``formats.tsfile.to_arrow`` and conforms them to that schema.
+with ``formats.tsfile.to_arrow``, drops the points the file's ``X.mods`` deletes
+(its text comes with the file's row: the driver read it, so the executors apply the
+very version the file's id names) and conforms them to that schema.
 
 A file that fails raises an error whose text carries :data:`FILE_ERROR` and the
 file id, so the driver can tell which file of a batch broke the job.
@@ -25,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from sealsync.errors import FormatError
+from sealsync.formats import mods
 from sealsync.formats import tsfile as tsfile_format
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
 
@@ -33,8 +36,9 @@ from .table import PROVENANCE_COLUMNS
 FILE_ERROR = "sealsync-file-error"
 _FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)")
 
-#: Input rows of both passes: one per file.
-FILES_DDL = "path string, file_id string, sender string, source_file string"
+#: Input rows of both passes: one per file; ``mods`` is the text of the deletions its
+#: ``X.mods`` makes (read on the driver; null in the schema pass and without deletions).
+FILES_DDL = "path string, file_id string, sender string, source_file string, mods string"
 #: Output rows of the schema pass: one per measurement, plus one (name null) per file.
 SCHEMA_DDL = "file_id string, name string, type string, error string"
 
@@ -162,11 +166,15 @@ def conform(table: pa.Table, schema: pa.Schema, row: dict[str, str]) -> pa.Table
 def data_batches(
     batches: Iterator[pa.RecordBatch], schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body of the data pass: every row of every file, conformed."""
+    """mapInArrow body of the data pass: every row of every file but the points its
+    ``.mods`` deletes, conformed."""
     for batch in batches:
         for row in batch.to_pylist():
             try:
-                table = conform(tsfile_format.to_arrow(row["path"]), schema, row)
+                table = tsfile_format.to_arrow(row["path"])
+                if row["mods"]:
+                    table = mods.apply(table, mods.parse(row["mods"]))
+                table = conform(table, schema, row)
             except Exception as exc:
                 raise RuntimeError(
                     f"{FILE_ERROR}[{row['file_id']}]: {one_line(exc)}"

@@ -68,6 +68,18 @@ class SenderPaths:
         return self.folder / "sync.log"
 
     @property
+    def shipped_mods(self) -> Path:
+        """``(size, mtime_ns)`` of the ``X.mods`` each synced file last shipped with
+        (:mod:`.shipped_mods`): a ``.mods`` changed since then ships its file again."""
+        return self.folder / "shipped_mods.txt"
+
+    @property
+    def snapshot_mods(self) -> Path:
+        """The ``.mods`` identities of this round's snapshot, until recovery folds them
+        into ``shipped_mods.txt`` (:mod:`.shipped_mods`)."""
+        return self.folder / "snapshot_mods.txt"
+
+    @property
     def scan_cache(self) -> Path:
         """Folder listings of the last scan (:mod:`.scan_cache`): a hint, never state."""
         return self.folder / "scan_cache"

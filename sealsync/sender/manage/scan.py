@@ -39,13 +39,15 @@ class DataDirScan:
     """(name, reason) for entries never shipped: hostile names, links, special files."""
     folders: tuple[tuple[str, Key], ...] = field(default=(), compare=False)
     """With a cache: every folder walked and its key as stat'ed before it was read."""
+    with_mods: frozenset[str] = frozenset()
+    """Sealed files that have an ``X.mods`` (a regular file): the only ones whose
+    ``.mods`` selection needs to ``stat`` (:mod:`.shipped_mods`)."""
 
 
 def scan(data_dir: os.PathLike[str] | str, cache: Path | None = None) -> DataDirScan:
     """What ``data_dir`` holds; ``cache`` is a file to reuse and refresh listings in."""
-    sealed: list[str] = []
-    present: list[str] = []
-    rejected: list[tuple[str, str]] = []
+    found = _Found()
+    rejected = found.rejected
     listings = ScanCache(cache) if cache is not None else None
     folders: list[tuple[str, Key]] = []
     base = os.fspath(data_dir)
@@ -54,25 +56,40 @@ def scan(data_dir: os.PathLike[str] | str, cache: Path | None = None) -> DataDir
         if os.path.islink(top):
             rejected.append((root, SYMLINK))
         elif os.path.isdir(top):
-            _walk(top, root, sealed, present, rejected, listings, folders)
+            _walk(top, root, found, listings, folders)
         elif os.path.lexists(top):
             rejected.append((root, NOT_FOLDER))
     if listings is not None:
         listings.save()
     return DataDirScan(
-        frozenset(sealed), frozenset(present), tuple(sorted(rejected)), tuple(folders)
+        frozenset(found.sealed),
+        frozenset(found.present),
+        tuple(sorted(rejected)),
+        tuple(folders),
+        frozenset(found.with_mods),
     )
+
+
+@dataclass
+class _Found:
+    """What the walk collects, as plain lists (one append per file)."""
+
+    sealed: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    with_mods: list[str] = field(default_factory=list)
 
 
 def _walk(
     top: str,
     rel_top: str,
-    sealed: list[str],
-    present: list[str],
-    rejected: list[tuple[str, str]],
+    found: _Found,
     cache: ScanCache | None = None,
     folders: list[tuple[str, Key]] | None = None,
 ) -> None:
+    sealed, present, rejected, with_mods = (
+        found.sealed, found.present, found.rejected, found.with_mods
+    )
     stack = [(top, rel_top)]
     while stack:
         folder, rel = stack.pop()
@@ -92,11 +109,13 @@ def _walk(
                 present += hit.sealed
                 present += hit.unsealed
                 sealed += hit.sealed
+                with_mods += hit.mods
                 continue
             rejected_before = len(rejected)
             subdirs: list[str] = []
             sealed_here: list[str] = []
             unsealed_here: list[str] = []
+            mods_here: list[str] = []
         try:
             with os.scandir(folder) as listing:
                 entries = list(listing)
@@ -134,12 +153,18 @@ def _walk(
             present.append(relname)
             if f"{name}.resource" in regular and f"{name}.merge" not in names:
                 sealed.append(relname)
+                has_mods = f"{name}.mods" in regular
+                if has_mods:
+                    with_mods.append(relname)
                 if cache is not None:
                     sealed_here.append(relname)
+                    if has_mods:
+                        mods_here.append(relname)
             elif cache is not None:
                 unsealed_here.append(relname)
         if cache is not None and len(rejected) == rejected_before:
             listing_ = Listing(
-                folder_key(st), tuple(subdirs), tuple(sealed_here), tuple(unsealed_here)
+                folder_key(st), tuple(subdirs), tuple(sealed_here), tuple(unsealed_here),
+                tuple(mods_here),
             )
             cache.put(rel, st, stat_time, listing_)

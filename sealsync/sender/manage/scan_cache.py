@@ -5,8 +5,10 @@ most of an idle round. A folder's entries cannot change without its modification
 and change times changing, so a folder whose ``(st_dev, st_ino, st_mtime_ns,
 st_ctime_ns)`` is what it was last round still holds what it held then: one
 ``lstat`` replaces its listing. What selection needs of a folder is only names
-(sub-folders, data files, which of them are sealed), never file contents, so that
-is all a listing keeps, data names already relative to the data dir.
+(sub-folders, data files, which of them are sealed, which sealed ones have an
+``X.mods``), never file contents, so that is all a listing keeps, data names already
+relative to the data dir. (An append to an ``X.mods`` leaves its folder unchanged;
+that is why selection ``stat``-s those files itself, :mod:`.shipped_mods`.)
 
 Timestamps are coarse (a few ms, or a second or two on some file systems): two
 changes within one tick leave the same mtime. So a listing is only kept when its
@@ -30,7 +32,7 @@ from sealsync import durable
 
 log = logging.getLogger(__name__)
 
-HEADER = "sealsync scan cache 2"
+HEADER = "sealsync scan cache 3"
 RACY_NS = 2_000_000_000
 TAB = "\t"
 _BAD = (TAB, "\n", "\r")
@@ -45,19 +47,22 @@ def folder_key(st: os.stat_result) -> Key:
 @dataclass(frozen=True)
 class Listing:
     """What a folder held: sub-folder names, and its data files (valid names, relative
-    to the data dir) split into sealed and not sealed."""
+    to the data dir) split into sealed and not sealed, and the sealed ones with a
+    ``.mods``."""
 
     key: Key
     dirs: tuple[str, ...]
     sealed: tuple[str, ...]
     unsealed: tuple[str, ...]
+    mods: tuple[str, ...] = ()
 
 
 class ScanCache:
     """Listings by folder (relative to the data dir), loaded from and saved to ``path``.
 
-    The file: a header line, then four lines per folder (its key and name, then its
-    sub-folders, sealed and unsealed data files, each list TAB-separated: valid data
+    The file: a header line, then five lines per folder (its key and name, then its
+    sub-folders, sealed and unsealed data files and the sealed ones with a ``.mods``,
+    each list TAB-separated: valid data
     names hold no TAB, and a folder whose names might is not kept), then a trailer
     with the folder count and the CRC-32 of everything between.
     """
@@ -94,7 +99,7 @@ class ScanCache:
             key = " ".join(map(str, item.key))
             parts.append(
                 f"{key} {rel}\n{TAB.join(item.dirs)}\n{TAB.join(item.sealed)}\n"
-                f"{TAB.join(item.unsealed)}\n"
+                f"{TAB.join(item.unsealed)}\n{TAB.join(item.mods)}\n"
             )
         body = "".join(parts).encode("utf-8", "surrogateescape")
         trailer = f"end {len(self._new)} {zlib.crc32(body)}\n".encode()
@@ -120,15 +125,15 @@ class ScanCache:
             if zlib.crc32(body) != int(crc):
                 return {}
             lines = body.decode("utf-8", "surrogateescape").split("\n")[:-1]
-            if len(lines) % 4:
+            if len(lines) % 5:
                 return {}
-            for i in range(0, len(lines), 4):
+            for i in range(0, len(lines), 5):
                 dev, ino, mtime, ctime, rel = lines[i].split(" ", 4)
-                dirs, sealed, unsealed = (
-                    tuple(line.split(TAB)) if line else () for line in lines[i + 1 : i + 4]
+                dirs, sealed, unsealed, mods = (
+                    tuple(line.split(TAB)) if line else () for line in lines[i + 1 : i + 5]
                 )
                 out[rel] = Listing((int(dev), int(ino), int(mtime), int(ctime)), dirs, sealed,
-                                   unsealed)
+                                   unsealed, mods)
             if len(out) != int(count):
                 return {}
         except ValueError:

@@ -6,15 +6,22 @@ idempotent and durable before the next (``durable`` fsyncs the folder after ever
 unlink, rename and replace), so a crash at any instant followed by a rerun ends in
 the same ``last_local_files.txt``: ``(last - deleted) | new`` for what ``sync.log``
 recorded, nothing more and nothing less.
+
+The same fold brings ``shipped_mods.txt`` up to date (which ``.mods`` each synced file
+shipped with, :mod:`sealsync.sender.manage.shipped_mods`): it is idempotent and durable
+before step 5 writes ``current_local_files.txt``, because the branch that finds
+``current`` alone (step 7) trusts everything of step 4 to be done.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from sealsync import durable
 from sealsync.crashpoints import crash_point
+from sealsync.sender.manage import shipped_mods
 from sealsync.sender.manage.layout import SenderPaths
 from sealsync.sender.manage.state import read_file_set, write_file_set
 from sealsync.synclog import apply_sync_log, read_sync_log
@@ -35,7 +42,9 @@ def recover(paths: SenderPaths) -> None:
             _drop_round(paths)  # 8
             return
     if sync_log.exists():  # 3
-        names = apply_sync_log(read_file_set(last), read_sync_log(sync_log))  # 4
+        round_log = read_sync_log(sync_log)
+        names = apply_sync_log(read_file_set(last), round_log)  # 4
+        shipped_mods.fold_round(paths, round_log, names)  # 4, for the .mods identities
         write_file_set(current, names)  # 5
         crash_point("sender.cleanup.current_written")
         durable.remove(last)  # 6
@@ -46,11 +55,14 @@ def recover(paths: SenderPaths) -> None:
 
 
 def _drop_round(paths: SenderPaths) -> None:
-    """Step 8: the snapshot first, the log last, so a log left behind still means "redo 4-8"."""
+    """Step 8: the snapshot first, the log last, so a log left behind still means "redo 4-8";
+    the snapshot's ``.mods`` identities after the log, which may still need them."""
     if _remove_tree(paths.snapshot):
         crash_point("sender.cleanup.snapshot_removed")
     if durable.remove(paths.sync_log):
         crash_point("sender.cleanup.synclog_removed")
+    if os.path.lexists(paths.snapshot_mods):  # most rounds have none: no call at all
+        durable.remove(paths.snapshot_mods)
 
 
 def _remove_tree(path: Path) -> bool:
