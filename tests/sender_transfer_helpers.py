@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.protocol import (
     Bye,
     Chunk,
@@ -38,6 +39,8 @@ from sealsync.protocol import (
     receive,
     send,
 )
+from sealsync.sender.round import run_round
+from sealsync.sender.transfer.report import RoundReport
 
 SENDER_UUID_HEX = "0123456789abcdef0123456789abcdef"
 SENDER_UUID = "01234567-89ab-cdef-0123-456789abcdef"
@@ -234,3 +237,35 @@ def write_data_file(
 
 def frame_kinds(frames: list[tuple[str, object]]) -> list[str]:
     return [kind for kind, _ in frames]
+
+
+FAKE_RECEIVER = ReceiverEndpoint("dc1", "127.0.0.1", 5555)
+
+
+def fake_round_config(tmp_path: Path) -> SenderConfig:
+    """A sender with one data dir whose rounds go to a scripted receiver (no keys)."""
+    schema, data = tmp_path / "schema", tmp_path / "data"
+    schema.mkdir()
+    data.mkdir()
+    return SenderConfig(schema_dir=schema, data_dirs=[data], identity=tmp_path / "unused",
+                        known_hosts=tmp_path / "unused", receivers=[FAKE_RECEIVER],
+                        chunk_size=4096)
+
+
+def round_with_fake(
+    config: SenderConfig, peer: FakeReceiver | None = None
+) -> tuple[RoundReport, FakeReceiver]:
+    """Run one real round against ``peer`` (a fresh scripted receiver if None)."""
+    peer = peer or FakeReceiver()
+    threads = []
+
+    def connector(config: SenderConfig, receiver: ReceiverEndpoint) -> SocketConnection:
+        conn, thread = connect_fake(peer)
+        threads.append(thread)
+        return conn
+
+    report = run_round(config, FAKE_RECEIVER, connector=connector)
+    for t in threads:
+        t.join(5)
+    assert peer.error is None
+    return report, peer

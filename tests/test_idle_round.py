@@ -10,16 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sender_transfer_helpers import FakeReceiver, connect_fake, write_data_file
+from sender_transfer_helpers import (
+    FAKE_RECEIVER,
+    fake_round_config,
+    round_with_fake,
+    write_data_file,
+)
 
-from sealsync.config import ReceiverEndpoint, SenderConfig
+from sealsync.config import SenderConfig
 from sealsync.sender import round as round_mod
 from sealsync.sender.manage import scan_cache
 from sealsync.sender.manage.layout import SenderPaths
 from sealsync.sender.manage.state import read_file_set
-from sealsync.sender.round import run_round
 
-RECEIVER = ReceiverEndpoint("dc1", "127.0.0.1", 5555)
+RECEIVER = FAKE_RECEIVER
 A = "sequence/root.sg1/0/1-1-0.tsfile"
 B = "sequence/root.sg1/0/2-2-0.tsfile"
 C = "sequence/root.sg1/0/3-3-0.tsfile"
@@ -31,28 +35,13 @@ def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scan_cache, "RACY_NS", -(10**18))
 
 
-def config_for(tmp_path: Path) -> SenderConfig:
-    schema, data = tmp_path / "schema", tmp_path / "data"
-    schema.mkdir()
-    data.mkdir()
-    return SenderConfig(schema_dir=schema, data_dirs=[data], identity=tmp_path / "unused",
-                        known_hosts=tmp_path / "unused", receivers=[RECEIVER], chunk_size=4096)
+config_for = fake_round_config
 
 
 def one_round(config: SenderConfig) -> list[tuple[str, object]]:
     """Run a round; the frames the receiver got (file names for FILE_BEGIN, DELETE)."""
-    peer = FakeReceiver()
-    threads = []
-
-    def connector(config: SenderConfig, receiver: ReceiverEndpoint):
-        conn, thread = connect_fake(peer)
-        threads.append(thread)
-        return conn
-
-    report = run_round(config, RECEIVER, connector=connector)
-    for t in threads:
-        t.join(5)
-    assert peer.error is None and report.ok
+    report, peer = round_with_fake(config)
+    assert report.ok
     return [(k, v) for k, v in peer.frames if k in ("FILE_BEGIN", "DELETE")]
 
 

@@ -19,7 +19,13 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate
-from sender_transfer_helpers import FakeReceiver, connect_fake, write_data_file
+from sender_transfer_helpers import (
+    FAKE_RECEIVER,
+    FakeReceiver,
+    fake_round_config,
+    round_with_fake,
+    write_data_file,
+)
 
 from sealsync import durable
 from sealsync.config import ReceiverEndpoint, SenderConfig
@@ -35,10 +41,9 @@ from sealsync.sender.manage.snapshot import take_snapshot
 from sealsync.sender.manage.state import read_file_set, write_file_set
 from sealsync.sender.plan import plan_dir
 from sealsync.sender.recover.recovery import recover
-from sealsync.sender.round import run_round
 from sealsync.synclog import SyncLogState, read_sync_log
 
-RECEIVER = ReceiverEndpoint("dc1", "127.0.0.1", 5555)
+RECEIVER = FAKE_RECEIVER
 A = "sequence/root.sg1/0/1-1-0.tsfile"
 B = "sequence/root.sg1/0/2-2-0.tsfile"
 C = "unsequence/root.sg1/0/3-3-0.tsfile"
@@ -52,33 +57,14 @@ def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scan_cache, "RACY_NS", -(10**18))
 
 
-def config_for(tmp_path: Path) -> SenderConfig:
-    schema, data = tmp_path / "schema", tmp_path / "data"
-    schema.mkdir()
-    data.mkdir()
-    return SenderConfig(schema_dir=schema, data_dirs=[data], identity=tmp_path / "unused",
-                        known_hosts=tmp_path / "unused", receivers=[RECEIVER], chunk_size=4096)
+config_for = fake_round_config
 
 
 def paths_of(config: SenderConfig) -> SenderPaths:
     return SenderPaths(config.data_dirs[0], RECEIVER.host, RECEIVER.port)
 
 
-def one_round(config: SenderConfig, peer: FakeReceiver | None = None):  # type: ignore[no-untyped-def]
-    """Run a round against a scripted receiver; (report, peer)."""
-    peer = peer or FakeReceiver()
-    threads = []
-
-    def connector(config: SenderConfig, receiver: ReceiverEndpoint):  # type: ignore[no-untyped-def]
-        conn, thread = connect_fake(peer)
-        threads.append(thread)
-        return conn
-
-    report = run_round(config, RECEIVER, connector=connector)
-    for t in threads:
-        t.join(5)
-    assert peer.error is None
-    return report, peer
+one_round = round_with_fake  # (report, peer)
 
 
 def begins(peer: FakeReceiver) -> list[str]:
