@@ -241,6 +241,7 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
                             "data_dir": str(p.data_dir),
                             "recovery": p.recovery,
                             "new": list(p.new),
+                            "mods_changed": list(p.mods_changed),
                             "deleted": list(p.deleted),
                             "rejected": [{"name": n, "reason": why} for n, why in p.rejected],
                         }
@@ -259,10 +260,13 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
             click.echo(f"  data dir {p.data_dir}")
             if p.recovery:
                 click.echo(f"    recovery: {p.recovery}")
+            again = set(p.mods_changed)
             for title, names in (("new", p.new), ("deleted", p.deleted)):
                 click.echo(f"    {title} ({len(names)}):")
                 for name in names:
-                    click.echo(f"      {name}")
+                    again_note = title == "new" and name in again
+                    why = "  (synced; its .mods changed)" if again_note else ""
+                    click.echo(f"      {name}{why}")
             click.echo(f"    rejected ({len(p.rejected)}):")
             for name, why in p.rejected:
                 click.echo(f"      {name}: {why}")

@@ -350,6 +350,7 @@ def test_dry_run_plans_every_receiver_and_changes_nothing(
                             "sequence/g1/0/m.tsfile",
                             "unsequence/g1/0/u.tsfile",
                         ],
+                        "mods_changed": ["sequence/g1/0/m.tsfile"],
                         "deleted": ["sequence/g1/0/gone.tsfile"],
                         "rejected": rejected,
                     }
@@ -369,6 +370,7 @@ def test_dry_run_plans_every_receiver_and_changes_nothing(
                             "sequence/g1/0/m.tsfile",
                             "unsequence/g1/0/u.tsfile",
                         ],
+                        "mods_changed": [],
                         "deleted": [],
                         "rejected": rejected,
                     }
@@ -389,7 +391,7 @@ def test_dry_run_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         f"  data dir {data}",
         "    new (3):",
         "      sequence/g1/0/b.tsfile",
-        "      sequence/g1/0/m.tsfile",
+        "      sequence/g1/0/m.tsfile  (synced; its .mods changed)",
         "      unsequence/g1/0/u.tsfile",
         "    deleted (1):",
         "      sequence/g1/0/gone.tsfile",

@@ -36,6 +36,8 @@ class DirPlan:
     """(name, reason) for entries that are never shipped."""
     recovery: str | None = None
     """What recovery would do first, in words; None when the last round ended cleanly."""
+    mods_changed: tuple[str, ...] = ()
+    """Those of ``new`` already synced that ship again because their ``.mods`` changed."""
 
 
 def effective_last(paths: SenderPaths) -> tuple[set[str], str | None]:
@@ -82,6 +84,7 @@ def plan_dir(data_dir: Path, receiver: ReceiverEndpoint) -> DirPlan:
         deleted=tuple(selection.deleted),
         rejected=tuple((str(n), str(r)) for n, r in found.rejected),
         recovery=recovery,
+        mods_changed=tuple(n for n in selection.new if n in last),
     )
 
 
