@@ -167,11 +167,12 @@ def _expected_rows_per_device(data_dir: Path, names: list[str]) -> dict[str, int
     """Rows the edge still has: each sealed file's rows minus what its ``.mods`` deleted."""
     from . import formats
     from .formats import mods
+    from .names import MODS_SUFFIX
 
     counts: Counter[str] = Counter()
     for name in names:
         table = formats.format_for(name).to_arrow(data_dir / name)
-        table = mods.apply(table, mods.read(data_dir / (name + mods.MODS_SUFFIX)))
+        table = mods.apply(table, mods.read(data_dir / (name + MODS_SUFFIX)))
         counts.update(table.column("device").to_pylist())
     return dict(sorted(counts.items()))
 

@@ -16,7 +16,8 @@ MAX_NAME_BYTES = 1024
 MAX_PART_BYTES = 255
 DATA_ROOTS = ("sequence", "unsequence")
 DATA_SUFFIXES = (".tsfile", ".parquet")
-SIDECAR_SUFFIXES = (".resource", ".mods")
+RESOURCE_SUFFIX, MODS_SUFFIX = ".resource", ".mods"
+SIDECAR_SUFFIXES = (RESOURCE_SUFFIX, MODS_SUFFIX)
 
 
 def check_relative(name: str) -> str:

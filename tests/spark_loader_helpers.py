@@ -17,6 +17,7 @@ import pyarrow as pa
 from sealsync import formats
 from sealsync.config import LoaderConfig
 from sealsync.formats import mods
+from sealsync.names import MODS_SUFFIX, SIDECAR_SUFFIXES
 from sealsync.receiver.storage import DirectoryStorage
 from sealsync.simulator import EdgeInstance
 from sealsync.spark_loader import read_arrow
@@ -47,7 +48,7 @@ class Receiver:
         target = self.storage.target(self.data_dirs[data_dir], sender, rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(edge.path(rel), target)
-        for sidecar in (".resource", mods.MODS_SUFFIX):
+        for sidecar in SIDECAR_SUFFIXES:
             source, copy = edge.path(rel + sidecar), Path(f"{target}{sidecar}")
             if source.exists():
                 shutil.copy2(source, copy)
@@ -58,7 +59,7 @@ class Receiver:
 
     def mods_path(self, rel: str, sender: str = SENDER_A) -> Path:
         """The receiver's ``.mods`` of a placed file (it may not exist)."""
-        return Path(f"{self.placed[(sender, rel)]}{mods.MODS_SUFFIX}")
+        return Path(f"{self.placed[(sender, rel)]}{MODS_SUFFIX}")
 
     def add_mods(self, rel: str, device: str, until_ms: int, sender: str = SENDER_A) -> None:
         """Append a deletion to the receiver's ``.mods`` of a placed file (it grows)."""
@@ -68,7 +69,7 @@ class Receiver:
     def remove(self, rel: str, sender: str = SENDER_A) -> None:
         path = self.placed.pop((sender, rel))
         path.unlink()
-        for sidecar in (".resource", mods.MODS_SUFFIX):
+        for sidecar in SIDECAR_SUFFIXES:
             Path(f"{path}{sidecar}").unlink(missing_ok=True)
 
     def config(self, root: Path, name: str = "main") -> LoaderConfig:
@@ -98,7 +99,7 @@ def file_rows(path: Path) -> pa.Table:
     """A receiver file's rows as the table must hold them: read independently of the
     loader, without the points its ``.mods`` deletes."""
     table: pa.Table = formats.format_for(path).to_arrow(path)
-    return mods.apply(table, mods.read(Path(f"{path}{mods.MODS_SUFFIX}")))
+    return mods.apply(table, mods.read(Path(f"{path}{MODS_SUFFIX}")))
 
 
 def source_rows(receiver: Receiver, without: Collection[tuple[str, str]] = ()) -> list[tuple]:

@@ -22,7 +22,6 @@ import pyarrow.compute as pc
 from ..errors import FormatError
 from .common import DEVICE_COLUMN, TIME_COLUMN
 
-MODS_SUFFIX = ".mods"
 MAX_MODS_SIZE = 1 << 30  # what the protocol accepts for a sidecar
 _MIN_TIME, _MAX_TIME = -(1 << 63), (1 << 63) - 1
 

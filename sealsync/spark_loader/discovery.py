@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sealsync.errors import BadName
-from sealsync.formats.mods import MODS_SUFFIX
-from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, check_data_name
+from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, MODS_SUFFIX, check_data_name
 
 PARQUET = ".parquet"
 TSFILE = ".tsfile"

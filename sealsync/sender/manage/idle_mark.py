@@ -23,7 +23,6 @@ stale or unreadable mark only means the full scan and selection run.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from sealsync import durable
 from sealsync.names import DATA_ROOTS
 
 from . import scan_cache
-from .shipped_mods import MODS, ModsId
+from .shipped_mods import MODS, ModsId, mods_stat
 
 HEADER = "sealsync idle mark 2"
 ABSENT = "absent"
@@ -58,11 +57,7 @@ def _optional_identity(path: Path) -> str | None:
 
 
 def _mods_now(data_dir: Path, rel: str) -> os.stat_result | None:
-    try:
-        st = os.lstat(os.path.join(data_dir, rel + MODS))
-    except OSError:
-        return None
-    return st if stat.S_ISREG(st.st_mode) else None
+    return mods_stat(os.path.join(data_dir, rel + MODS))
 
 
 def _mods_still(data_dir: Path, rel: str, ident: ModsId) -> bool:

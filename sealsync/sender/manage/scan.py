@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sealsync.errors import SealsyncError
-from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, data_name_problem
+from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, MODS_SUFFIX, data_name_problem
 
 from .scan_cache import Key, Listing, ScanCache, folder_key
 
@@ -153,7 +153,7 @@ def _walk(
             present.append(relname)
             if f"{name}.resource" in regular and f"{name}.merge" not in names:
                 sealed.append(relname)
-                has_mods = f"{name}.mods" in regular
+                has_mods = name + MODS_SUFFIX in regular
                 if has_mods:
                     with_mods.append(relname)
                 if cache is not None:

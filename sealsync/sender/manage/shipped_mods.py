@@ -55,29 +55,33 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from sealsync import durable
-from sealsync.names import data_name_problem, require_data_name
+from sealsync.names import MODS_SUFFIX, data_name_problem, require_data_name
 from sealsync.synclog import SyncLogState, read_sync_log
 
 from .layout import SenderPaths
 
 log = logging.getLogger(__name__)
 
-MODS = ".mods"
+MODS = MODS_SUFFIX
 
 ModsId = tuple[int, int]
 """``(st_size, st_mtime_ns)`` of a ``.mods``."""
 
 
-def mods_identity(path: str | os.PathLike[str]) -> ModsId | None:
-    """The identity of the ``.mods`` at ``path``; None if absent or not a regular file
+def mods_stat(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """``lstat`` of the ``.mods`` at ``path``; None if absent or not a regular file
     (the snapshot never ships a link or a special file as a ``.mods``)."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    return st.st_size, st.st_mtime_ns
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def mods_identity(path: str | os.PathLike[str]) -> ModsId | None:
+    """The identity of the ``.mods`` at ``path``; None when :func:`mods_stat` is."""
+    st = mods_stat(path)
+    return None if st is None else (st.st_size, st.st_mtime_ns)
 
 
 def current_identities(root: str | os.PathLike[str], names: Iterable[str]) -> dict[str, ModsId]:
