@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ from sealsync import formats
 from sealsync.config import LoaderConfig
 from sealsync.simulator import EdgeInstance
 from sealsync.spark_loader import ingest as ingest_module
-from sealsync.spark_loader import read_arrow, run_load
+from sealsync.spark_loader import localfs, read_arrow, run_load
 from sealsync.spark_loader.session import create_session
 from sealsync.spark_loader.state import load_state, state_path
 from sealsync.spark_loader.table import Table
@@ -533,3 +534,30 @@ def test_a_malformed_mods_skips_its_file_until_fixed(tmp_path: Path, spark: Any)
     assert report.ok and (report.ingested, report.unchanged) == (2, 2)
     assert report.rows_written == 79 + 18
     assert table_rows(config.table_path) == source_rows(recv)
+
+
+def test_local_writes_set_permissions_in_process_with_hadoops_bits(
+    tmp_path: Path, spark: Any
+) -> None:
+    """The loader's session writes through PosixLocalFileSystem (no forked chmod),
+    and what it writes has exactly the modes Hadoop's own local file system gives."""
+    assert localfs.implementation(spark) == localfs.CLASS
+    _, recv = two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    assert _load(config, spark).ok
+    files, folders = set(), set()
+    for root, dirs, names in os.walk(config.table_path):
+        folders |= {stat.S_IMODE(os.stat(Path(root, d)).st_mode) for d in dirs}
+        files |= {stat.S_IMODE(os.stat(Path(root, n)).st_mode) for n in names}
+    assert len(partition_dirs(config.table_path)) == 4
+    assert (files, folders) == ({0o644}, {0o755})  # Hadoop's umask 022, as before
+
+    jvm = spark.sparkContext._jvm
+    fs = jvm.io.sealsync.hadoop.PosixLocalFileSystem()
+    fs.initialize(jvm.java.net.URI("file:///"), spark.sparkContext._jsc.hadoopConfiguration())
+    target = tmp_path / "f"
+    target.write_bytes(b"x")
+    for mode in ("640", "600", "755", "1750"):  # the last needs the sticky bit: Hadoop's path
+        fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(target)),
+                         jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
+        assert oct(stat.S_IMODE(target.stat().st_mode)) == oct(int(mode, 8))

@@ -56,6 +56,7 @@ from sealsync.errors import FormatError
 from sealsync.formats import mods
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
 
+from . import localfs
 from . import schema as schemas
 from .discovery import PARQUET, SourceFile
 from .report import LoadReport
@@ -423,7 +424,7 @@ class Ingest:
         return df.join(F.broadcast(gone), deleted, "left_anti")
 
     def _write(self, batch: list[Prepared]) -> None:
-        from pyspark.sql.types import DoubleType
+        from pyspark.sql.types import DoubleType, FloatType
 
         names = {n for p in batch for n in schemas.measurements(p.columns)}
         target = schemas.target_schema(self.state.columns, sorted(names))
@@ -444,13 +445,14 @@ class Ingest:
         )
         if self.table.path.is_absolute():
             # The table is a local (or mounted) folder: write it without Hadoop's
-            # ``.crc`` sidecar per file (Parquet pages carry their own checksums).
-            writer = writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+            # ``.crc`` sidecar per file (Parquet pages carry their own checksums), and
+            # without a forked ``chmod`` per file and folder where we can (:mod:`.localfs`).
+            writer = writer.option("fs.file.impl", localfs.implementation(self.spark))
             writer = writer.option("fs.file.impl.disable.cache", "true")
         # Time stamps and floating point values are nearly all distinct: building a
         # dictionary per (small) partition file only to drop it is wasted work.
         for field in target.fields:
-            if field.name == TIME_COLUMN or isinstance(field.dataType, DoubleType):
+            if field.name == TIME_COLUMN or isinstance(field.dataType, (DoubleType, FloatType)):
                 writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
         # One value per partition: min/max and size statistics only cost time to
         # keep (a filter on it still skips row groups by the dictionary page).

@@ -24,6 +24,7 @@ from typing import Any
 from sealsync import durable
 from sealsync.errors import LockHeld, SealsyncError
 
+from . import localfs
 from .state import DRIVER_LOCK_FILE
 
 LOG_FILE = "spark-driver.log"
@@ -45,8 +46,11 @@ SESSION_CONF = {
 RUN_CONF = {
     # Only the partitions a job writes are replaced; anything else stays.
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
-    # One open writer per partition in a task instead of sorting rows by partition.
+    # One open writer per partition in a task instead of sorting rows by partition
+    # (a source file's rows arrive together). Spark only does this when the write is
+    # not planned with a sort first.
     "spark.sql.maxConcurrentOutputFileWriters": "64",
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
     # Measurement names are case sensitive (IoTDB), so are our columns.
     "spark.sql.caseSensitive": "true",
     # Partition values of the link folders are strings, never guessed numbers.
@@ -140,7 +144,9 @@ def create_session(
         # sealsync); PySpark starts ``python3`` from the PATH, maybe another one.
         os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = SparkSession.builder.master(master)
-    for key, value in {**settings, **(conf or {})}.items():
+    merged = {**settings, **(conf or {})}
+    merged.update(localfs.session_conf(master, merged))
+    for key, value in merged.items():
         builder = builder.config(key, value)
     java_opts = f"-Dlog4j2.configurationFile={props.resolve().as_uri()}"  # no spaces: a URI
     extra = (conf or {}).get("spark.driver.extraJavaOptions")
