@@ -116,11 +116,11 @@ def source_rows(receiver: Receiver, without: Collection[tuple[str, str]] = ()) -
 
 
 def partition_dirs(table_path: Path) -> set[str]:
-    """``sender=*/file_id=*`` folders of the table."""
+    """``sender=*/source_file=*/file_id=*`` folders of the table."""
     return {
-        f"{outer}/{inner}"
-        for outer in os.listdir(table_path) if outer.startswith(f"{SENDER_COLUMN}=")
-        for inner in os.listdir(table_path / outer) if inner.startswith(f"{FILE_ID_COLUMN}=")
+        str(p.relative_to(table_path))
+        for p in Path(table_path).glob(f"{SENDER_COLUMN}=*/{SOURCE_COLUMN}=*/{FILE_ID_COLUMN}=*")
+        if p.is_dir()
     }
 
 

@@ -15,7 +15,6 @@ from spark_loader_helpers import SENDER_A, SENDER_B, Receiver
 from sealsync.errors import LockHeld
 from sealsync.simulator import EdgeInstance
 from sealsync.spark_loader.discovery import SourceFile, discover, file_id, is_sender_folder
-from sealsync.spark_loader.job import escape_value
 from sealsync.spark_loader.state import (
     DRIVER_LOCK_FILE,
     LOCK_FILE,
@@ -27,7 +26,7 @@ from sealsync.spark_loader.state import (
     state_path,
     wait_for_previous_driver,
 )
-from sealsync.spark_loader.table import Partition, Table, unescape
+from sealsync.spark_loader.table import MAX_FOLDER_BYTES, Partition, Table, folder_value, unescape
 
 
 def _edge(tmp_path: Path) -> EdgeInstance:
@@ -148,32 +147,66 @@ def test_sender_folder_needs_the_canonical_spelling() -> None:
 
 
 def test_partition_values_round_trip_through_escaping() -> None:
-    for name in ["sequence/root.sg1/0/1-1-0.parquet", "sequence/a b/%x=y:z#[]{}*?/1.parquet"]:
-        escaped = escape_value(name)
-        assert "/" not in escaped and "=" not in escaped
+    names = ["sequence/root.sg1/0/1-1-0.parquet", "sequence/a b/%x=y:z#[]{}*?+/1.parquet",
+             "sequence/root.中国 ü/0/1-1-0.tsfile"]
+    for name in names:
+        escaped = folder_value(name)
+        assert escaped is not None
+        assert "/" not in escaped and "=" not in escaped and " " not in escaped
         assert unescape(escaped) == name
+    assert folder_value("sequence/root.中国 ü/0/1-1-0.tsfile") == (
+        "sequence%2Froot.中国%20ü%2F0%2F1-1-0.tsfile"  # Spark decodes %XX per character
+    )
+    longest = "s" * (MAX_FOLDER_BYTES - len("source_file="))
+    assert folder_value(longest) == longest
+    assert folder_value(longest + "s") is None
+    assert folder_value("/" * 81) is not None  # 243 bytes once escaped: fits
+    assert folder_value("/" * 82) is None
+    with pytest.raises(ValueError, match="too long for a source_file partition folder"):
+        Table(Path("t")).partition(SENDER_A, longest + "s", "f1")
 
 
 def test_table_partitions_and_atomic_delete(tmp_path: Path) -> None:
     table = Table(tmp_path / "t")
-    for sender, fid in [(SENDER_A, "f1"), (SENDER_A, "f2"), (SENDER_B, "f3")]:
-        folder = table.path / f"sender={sender}" / f"file_id={fid}"
+    for sender, name, fid in [(SENDER_A, "a/1", "f1"), (SENDER_A, "a/1", "f2"),
+                              (SENDER_B, "b 2", "f3")]:
+        folder = table.partition(sender, name, fid).path
         folder.mkdir(parents=True)
         (folder / "part-0.parquet").write_bytes(b"x")
+    old_layout = table.path / f"sender={SENDER_B}" / "file_id=f9"  # an earlier version's
+    old_layout.mkdir(parents=True)
+    (old_layout / "part-0.parquet").write_bytes(b"x")
     (table.path / ".spark-staging-123" / "sender=x").mkdir(parents=True)
+    (table.path / ".sealsync-staging" / "abc" / "__sealsync_key=0").mkdir(parents=True)
     (table.path / "_temporary").mkdir()
     (table.path / "foreign").mkdir()
 
     parts = table.partitions()
     assert sorted(parts) == ["f1", "f2", "f3"]
-    expected = table.path / f"sender={SENDER_B}" / "file_id=f3"
-    assert parts["f3"] == Partition(SENDER_B, "f3", expected)
+    expected = table.path / f"sender={SENDER_B}" / "source_file=b%202" / "file_id=f3"
+    assert parts["f3"] == Partition(SENDER_B, "b 2", "f3", expected)
 
     table.delete(parts["f3"])
     table.delete(parts["f1"])
     table.sweep()
     assert sorted(table.partitions()) == ["f2"]
     assert sorted(os.listdir(table.path)) == ["foreign", f"sender={SENDER_A}"]
+    assert os.listdir(table.path / f"sender={SENDER_A}") == ["source_file=a%2F1"]
+
+
+def test_a_partition_moves_in_by_one_rename(tmp_path: Path) -> None:
+    table = Table(tmp_path / "t")
+    written = tmp_path / "t" / ".sealsync-staging" / "run" / "__sealsync_key=3"
+    written.mkdir(parents=True)
+    (written / "part-0.parquet").write_bytes(b"x")
+    inode = written.stat().st_ino
+    target = table.partition(SENDER_A, "sequence/x/1.tsfile", "f1")
+
+    table.move_in(written, target)
+
+    assert target.path.stat().st_ino == inode and not written.exists()
+    assert table.partitions() == {"f1": target}
+    table.sync([target])  # fsyncs the files and every folder up to the table
 
 
 def test_state_round_trips_and_a_damaged_file_is_rebuilt(tmp_path: Path) -> None:

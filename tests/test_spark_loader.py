@@ -284,16 +284,26 @@ def test_odd_names_keep_their_exact_source_file(tmp_path: Path, spark: Any) -> N
     edge = EdgeInstance(tmp_path / "edge")
     recv = Receiver(tmp_path)
     long_group = "root." + "g" * 230
-    for group in ("root.ü sg#1", long_group, "root.a=b%c"):
+    placed = {}
+    for group in ("root.ü sg#1", "root.中国", long_group, "root.a=b%c"):
         rel = edge.write_file(group, 0, devices=["root.x.d1"], rows_per_device=4,
                               fmt="parquet")
-        recv.place(edge, rel)
+        placed[group] = recv.place(edge, rel)
     config = recv.config(tmp_path)
 
     report = _load(config, spark)
 
-    assert report.ok and report.ingested == 3
+    # A name too long to be a source_file folder is reported, not loaded.
+    too_long = str(placed[long_group])
+    assert list(report.skipped) == [too_long] and report.ingested == 3
+    assert "too long for a source_file partition folder" in report.skipped[too_long]
+    recv.remove(next(rel for (_, rel) in recv.placed if long_group in rel))
     assert table_rows(config.table_path) == source_rows(recv)
+    # Spark reads every name back exactly as pyarrow does.
+    names = {r.source_file for r in spark.read.parquet(str(config.table_path))
+             .select("source_file").distinct().collect()}
+    assert names == {rel for (_, rel) in recv.placed}
+    assert {n.split("/")[1] for n in names} == {"root.ü sg#1", "root.中国", "root.a=b%c"}
 
 
 def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatch: Any) -> None:
@@ -369,7 +379,7 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
     proc = subprocess.Popen([sys.executable, "-c", _script(crashed, 1)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _kill_when(proc, lambda: table.is_dir() and any(
-        n.startswith(".spark-staging") for n in os.listdir(table)))
+        n.startswith(".sealsync-staging") for n in os.listdir(table)))
     # Second kill, after the rerun (which waits for the dead run's JVM) committed some.
     proc = subprocess.Popen([sys.executable, "-c", _script(crashed, 1)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -3,8 +3,9 @@
 Exactly once, built on three facts:
 
 1. Each source file version has its own partition ``file_id=<id>`` (identity in
-   :mod:`.discovery`), written by dynamic partition overwrite, so writing it
-   again replaces it instead of adding rows.
+   :mod:`.discovery`); a run writes it into a private staging folder and then
+   renames it into the table, after deleting any earlier copy, so writing a file
+   again (a rerun after a crash) replaces it instead of adding rows.
 2. A partition enters and leaves the table by one rename (:mod:`.table`), so a
    crash never leaves part of a file's rows.
 3. The partitions in the table are the truth; ``ingested.json`` is reconciled

@@ -4,31 +4,32 @@ Per batch of files, one DataFrame and one write:
 
 * **Parquet** files are read by Spark's own Parquet reader, one scan per batch and
   file schema. Each file is first linked (hard link, else symlink) into a hidden
-  folder of the table whose path carries the provenance as Hive partition folders,
-  ``.sealsync-links/<run>/b<batch>/p<n>/sender=<uuid>/source_file=<escaped name>/``
-  ``file_id=<id>/data.parquet``, so the scan of ``p<n>`` itself yields ``sender``,
-  ``source_file`` and ``file_id`` as constant columns: no per-row lookup, no
-  join. (A name that is not ASCII or too long for one folder name goes through
-  ``q<n>/sender=/file_id=`` and a broadcast join for ``source_file`` instead.)
-  The hard link is also a snapshot: a file the receiver deletes meanwhile stays
-  readable until the run ends.
+  folder of the table, ``.sealsync-links/<run>/b<batch>/p<n>/__sealsync_key=<k>/``
+  ``data.parquet``, where ``<k>`` is the file's number in the batch, so the scan of
+  ``p<n>`` yields the key as a constant column: no per-row lookup, no join. The hard
+  link is also a snapshot: a file the receiver deletes meanwhile stays readable
+  until the run ends.
 * **TsFiles** are read on the executors (:mod:`.tsfile_read`) with ``mapInArrow``
-  over a DataFrame of file paths, one Spark partition per file.
+  over a DataFrame of file paths, one Spark partition per file, which add the key.
 
 **Deletions.** A file's ``X.mods`` (points the database deleted after sealing) is
 read here on the driver, once per run, when the file is prepared (it is small; the
 data never is), and checked to be the version its ``file_id`` names. TsFile rows
 carry the deletions' text to the executors, which drop those points from each
 file's Arrow table (``mods.apply``). A Parquet scan is anti-joined with a small
-broadcast table of the deletions of the files in it, per file (``file_id`` is a
-column of the scan), so Spark's own reader stays on the path and no Python runs per
-row. A ``.mods`` that does not parse makes its file skipped and reported, like a
-corrupt data file, and retried on the next run.
+broadcast table of the deletions of the files in it, per file (the key is a column
+of the scan), so Spark's own reader stays on the path and no Python runs per row. A
+``.mods`` that does not parse makes its file skipped and reported, like a corrupt
+data file, and retried on the next run.
 
-The union is written with ``partitionBy("sender", "file_id")`` under dynamic
-partition overwrite: the job replaces exactly the partitions it writes, each moved
-into the table by one rename at commit (:mod:`.table`), so writing a file twice
-(a rerun after a crash) is idempotent.
+**Writing.** The union is written with ``partitionBy(KEY_COLUMN)`` into a fresh
+hidden staging folder of the table; Spark's job commit makes it complete or leaves
+it unfinished. Then each ``__sealsync_key=<k>`` folder is renamed to its file's
+partition ``sender=/source_file=/file_id=`` (:mod:`.table`): one rename per file, so
+a partition appears whole, and a crash between renames leaves whole partitions
+that the next run adopts. Provenance lives only in those folder names: Spark's
+row-based writer never copies or encodes it per row, and a short key is all it
+partitions by (measured in docs/performance.md).
 
 A failing job is retried without the file that broke it, when the error names it
 (our TsFile reader's marker, or the link path in Spark's message), else split in
@@ -42,7 +43,8 @@ import errno
 import functools
 import os
 import re
-import string
+import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,24 +64,17 @@ from .discovery import PARQUET, SourceFile
 from .report import LoadReport
 from .session import stage_progress
 from .state import FileRecord, IngestState, save_state
-from .table import FILE_ID_COLUMN, LINKS, PARTITION_COLUMNS, SENDER_COLUMN, SOURCE_COLUMN, Table
+from .table import KEY_COLUMN, LINKS, STAGING, Partition, Table
 from .tsfile_read import FILES_DDL, SCHEMA_DDL, data_batches, file_error, schema_rows
 
-SHORT, LONG, TSFILE = "p", "q", "t"
-_SAFE = frozenset(string.ascii_letters + string.digits + "._-")
-_MAX_COMPONENT = 240  # bytes of one folder name, below NAME_MAX (255)
+PARQUET_GROUP, TSFILE = "p", "t"
 MAX_FAILED_JOBS = 32
-_LINK_ID_RE = re.compile(r"file_id=(f[0-9a-f]{32})/data\.parquet")
+_LINK_KEY_RE = re.compile(rf"/b\d+/{PARQUET_GROUP}\d+/{KEY_COLUMN}=(\d+)/data\.parquet")
 # Columns of the deletions a Parquet scan is anti-joined with, named so that no real
 # measurement has them (a file that did would fail its job and be isolated, skipped).
-_GONE_FILE = "__sealsync_mods_file_id"
+_GONE_FILE = "__sealsync_mods_key"
 _GONE_DEVICE = "__sealsync_mods_device"
 _GONE_UNTIL = "__sealsync_mods_until"
-
-
-def escape_value(value: str) -> str:
-    """A partition folder value Spark reads back as ``value`` (``%XX`` per character)."""
-    return "".join(c if c in _SAFE else f"%{ord(c):02X}" for c in value)
 
 
 @dataclass
@@ -91,7 +86,8 @@ class Prepared:
     columns: dict[str, Any]  # name -> Spark DataType, as the file stores it
     rows: int | None  # the Parquet footer's row count; None for TsFiles
     schema_key: str  # Parquet files with equal keys are read by one scan
-    kind: str = ""  # set when linked: SHORT, LONG or TSFILE
+    kind: str = ""  # set when linked: PARQUET_GROUP or TSFILE
+    key: str = ""  # set when linked: the file's number in its batch
     link: Path | None = None
     folder: Path | None = None  # the link folder one scan reads
     # The latest deletion time per device from its X.mods (the only one that counts:
@@ -249,6 +245,11 @@ class Ingest:
         ready: list[Prepared] = []
         tsfiles: list[Prepared] = []
         for source in files:
+            try:
+                self.table.partition(source.sender, source.name, source.file_id)
+            except ValueError as exc:  # a name no partition folder can hold
+                self._skip(source, str(exc))
+                continue
             deleted = self._deletions(source)
             if deleted is None:
                 continue
@@ -288,23 +289,20 @@ class Ingest:
         file changed after discovery and its id no longer describes it).
         """
         root = self.links / f"b{number}"
-        groups: dict[tuple[str, str], Path] = {}
+        groups: dict[str, Path] = {}
         linked: list[Prepared] = []
-        for item in batch:
+        for number_in_batch, item in enumerate(batch):
             source, fid = item.source, item.file_id
+            item.key = str(number_in_batch)
             if source.suffix != PARQUET:
                 item.kind, item.folder = TSFILE, root / TSFILE
                 item.link = item.folder / f"{fid}.tsfile"
             else:
-                value = f"{SOURCE_COLUMN}={escape_value(source.name)}"
-                short = source.name.isascii() and len(value) <= _MAX_COMPONENT
-                item.kind = SHORT if short else LONG
-                key = (item.kind, item.schema_key)
-                item.folder = groups.setdefault(key, root / f"{item.kind}{len(groups)}")
-                leaf = item.folder / f"{SENDER_COLUMN}={source.sender}"
-                if short:
-                    leaf = leaf / value
-                item.link = leaf / f"{FILE_ID_COLUMN}={fid}" / "data.parquet"
+                item.kind = PARQUET_GROUP
+                item.folder = groups.setdefault(
+                    item.schema_key, root / f"{PARQUET_GROUP}{len(groups)}"
+                )
+                item.link = item.folder / f"{KEY_COLUMN}={item.key}" / "data.parquet"
             try:
                 _link(source.path, item.link)
                 st = os.stat(item.link)
@@ -324,8 +322,7 @@ class Ingest:
     def _files_df(self, items: list[Prepared], deletions: bool = False) -> Any:
         """One row per file (``FILES_DDL``); with ``deletions``, its ``.mods`` text."""
         rows = [
-            (str(p.link or p.source.path), p.file_id, p.source.sender, p.source.name,
-             p.mods_text() if deletions else None)
+            (str(p.link or p.source.path), p.file_id, p.key, p.mods_text() if deletions else None)
             for p in items
         ]
         rdd = self.spark.sparkContext.parallelize(rows, len(rows))
@@ -365,7 +362,6 @@ class Ingest:
 
     def _frame(self, batch: list[Prepared], target: Any) -> Any:
         from pyspark.sql import DataFrame
-        from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
 
         parts = []
@@ -374,8 +370,7 @@ class Ingest:
             assert item.folder is not None
             groups.setdefault(item.folder, []).append(item)
         for folder, items in sorted(groups.items()):
-            kind = items[0].kind
-            if kind == TSFILE:
+            if items[0].kind == TSFILE:
                 arrow = to_arrow_schema(target)
                 body = functools.partial(data_batches, schema=arrow)
                 parts.append(self._files_df(items, deletions=True).mapInArrow(body, target))
@@ -386,21 +381,14 @@ class Ingest:
             else:  # part of a batch being retried
                 paths = [str(p.link) for p in items]
                 df = reader.option("__globPaths__", "false").parquet(*paths)
-            df = self._without_deleted(df, items)
-            if kind == LONG:
-                names = self.spark.createDataFrame(
-                    [(p.file_id, p.source.name) for p in items],
-                    f"{FILE_ID_COLUMN} string, {SOURCE_COLUMN} string",
-                )
-                df = df.join(F.broadcast(names), FILE_ID_COLUMN)
-            parts.append(conform(df, target))
+            parts.append(conform(self._without_deleted(df, items), target))
         return functools.reduce(DataFrame.union, parts)
 
     def _without_deleted(self, df: Any, items: list[Prepared]) -> Any:
         """A Parquet scan of ``items`` without the points their ``.mods`` delete.
 
         A broadcast left anti join against the deletions, one row per (file, device)
-        with the latest time deleted: a row goes when its ``file_id`` and ``device``
+        with the latest time deleted: a row goes when its file's key and ``device``
         match one and its time is at most that. No Python runs per row, and the plan
         stays the same size however many deletions there are (a filter expression with
         one condition per (file, device) took Spark's planner ~1.4 s for 100 of them
@@ -409,7 +397,7 @@ class Ingest:
         """
         from pyspark.sql import functions as F
 
-        rows = [(p.file_id, device, until) for p in items
+        rows = [(p.key, device, until) for p in items
                 for device, until in sorted(p.deleted.items())]
         if not rows:
             return df  # the common case: the scan is not touched
@@ -417,30 +405,24 @@ class Ingest:
             rows, f"{_GONE_FILE} string, {_GONE_DEVICE} string, {_GONE_UNTIL} bigint"
         )
         deleted = (
-            (F.col(FILE_ID_COLUMN) == F.col(_GONE_FILE))
+            (F.col(KEY_COLUMN) == F.col(_GONE_FILE))
             & (F.col(DEVICE_COLUMN) == F.col(_GONE_DEVICE))
             & (F.col(TIME_COLUMN) <= F.col(_GONE_UNTIL))
         )
         return df.join(F.broadcast(gone), deleted, "left_anti")
 
-    def _write(self, batch: list[Prepared]) -> None:
+    def _write(self, batch: list[Prepared], staging: Path) -> None:
         from pyspark.sql.types import DoubleType, FloatType
 
         names = {n for p in batch for n in schemas.measurements(p.columns)}
         target = schemas.target_schema(self.state.columns, sorted(names))
-        if self.spark.conf.get("spark.sql.sources.partitionOverwriteMode") != "dynamic":
-            raise RuntimeError("refusing to write: partition overwrite mode is not dynamic")
         writer = (
             self._frame(batch, target)
-            .write.mode("overwrite")
-            .partitionBy(*PARTITION_COLUMNS)
-            .option("partitionOverwriteMode", "dynamic")
+            .write.mode("errorifexists")
+            .partitionBy(KEY_COLUMN)
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-            # Either committer algorithm fills Spark's private staging folder, and
-            # the job commit then moves whole partitions into the table, each by
-            # one rename. Version 1 renames each task's folders whole; version 2
-            # re-creates every partition folder file by file, and without Hadoop's
-            # native library every folder created costs a forked ``chmod``.
+            # Version 1 renames each task's folders whole at commit; version 2
+            # re-creates every partition folder file by file.
             .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
         )
         if self.table.path.is_absolute():
@@ -454,18 +436,18 @@ class Ingest:
         for field in target.fields:
             if field.name == TIME_COLUMN or isinstance(field.dataType, (DoubleType, FloatType)):
                 writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
-        # One value per partition: min/max and size statistics only cost time to
-        # keep (a filter on it still skips row groups by the dictionary page).
-        writer = writer.option(f"parquet.column.statistics.enabled#{SOURCE_COLUMN}", "false")
-        writer = writer.option(f"parquet.size.statistics.enabled#{SOURCE_COLUMN}", "false")
-        writer.parquet(str(self.table.path))
+        writer.parquet(str(staging))
 
-    def _record(self, batch: list[Prepared]) -> None:
-        """After a committed job: count each file's rows, make them durable, record them."""
+    def _record(self, batch: list[Prepared], staging: Path) -> None:
+        """After a committed job: check each file's rows, move its partition into the
+        table, make them durable, record them."""
         written = []
         for item in batch:
-            partition = self.table.partition(item.source.sender, item.file_id)
-            rows = self.table.rows(partition) if partition.path.is_dir() else 0
+            src = item.source
+            partition = self.table.partition(src.sender, src.name, item.file_id)
+            output = Partition(src.sender, src.name, item.file_id,
+                               staging / f"{KEY_COLUMN}={item.key}")
+            rows = self.table.rows(output) if output.path.is_dir() else 0
             # Parquet: the footer's row count must be what was written. With deletions
             # the table holds fewer, and how many fewer only the file's time and device
             # columns tell: reading them here would read data on the driver, and a second
@@ -474,14 +456,12 @@ class Ingest:
             # (TsFiles have no footer count: rows is None.)
             if item.rows is not None and (rows > item.rows or (not item.deleted
                                                               and rows != item.rows)):
-                if partition.path.is_dir():
-                    self.table.delete(partition)
                 held = f"{item.rows} before its .mods deletions" if item.deleted else item.rows
-                self._skip(item.source, f"wrote {rows} rows, the file holds {held}")
+                self._skip(src, f"wrote {rows} rows, the file holds {held}")
                 continue
-            if partition.path.is_dir():
+            if output.path.is_dir():
+                self.table.move_in(output.path, partition)
                 written.append(partition)
-            src = item.source
             self.state.files[item.file_id] = FileRecord(
                 src.sender, src.name, src.size, src.mtime_ns, rows
             )
@@ -501,10 +481,12 @@ class Ingest:
         while pending:
             group = pending.pop(0)
             self._clear_partitions(group)
+            staging = self.table.path / STAGING / uuid.uuid4().hex
             try:
                 with stage_progress(self.spark, self.progress, label):
-                    self._write(group)
+                    self._write(group, staging)
             except Exception as exc:
+                _remove_staging(staging)
                 failures += 1
                 culprit = self._culprit(exc, group)
                 if culprit is not None:
@@ -524,17 +506,20 @@ class Ingest:
                     pending[0:0] = [group[:half], group[half:]]
                     self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs")
                 continue
-            self._record(group)
+            try:
+                self._record(group, staging)
+            finally:
+                _remove_staging(staging)
 
     def _clear_partitions(self, group: list[Prepared]) -> None:
         """Remove partitions these files may have from a job that failed while committing.
 
-        Spark's overwrite of an existing partition deletes it file by file before
-        moving the new one in; deleting it ourselves first (one rename) keeps a
-        partition's appearance a single rename even then.
+        A partition is moved in by one rename, which needs its place free; deleting
+        the old one first (one rename) keeps both steps atomic.
         """
         for item in group:
-            partition = self.table.partition(item.source.sender, item.file_id)
+            src = item.source
+            partition = self.table.partition(src.sender, src.name, item.file_id)
             if partition.path.is_dir():
                 self.table.delete(partition)
 
@@ -544,7 +529,16 @@ class Ingest:
         marked = file_error(text)
         if marked and marked[0] in by_id:
             return by_id[marked[0]], marked[1]
-        for fid in _LINK_ID_RE.findall(text):
-            if fid in by_id:
-                return by_id[fid], _first_line(exc)
+        by_key = {p.key: p for p in group if p.kind == PARQUET_GROUP}
+        for key in _LINK_KEY_RE.findall(text):
+            if key in by_key:
+                return by_key[key], _first_line(exc)
         return None
+
+
+def _remove_staging(staging: Path) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.parent.rmdir()
+    except OSError:
+        pass  # another group's folder is still there, or it is gone already

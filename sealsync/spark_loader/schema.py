@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 
-from .table import PROVENANCE_COLUMNS
+from .table import KEY_COLUMN, PROVENANCE_COLUMNS
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _FLOATING = (FloatType, DoubleType)
@@ -67,7 +67,7 @@ def file_problem(columns: Mapping[str, DataType]) -> str | None:
     d = columns.get(DEVICE_COLUMN)
     if not isinstance(d, StringType):
         return f"needs a string {DEVICE_COLUMN!r} column, got {_shown(d)}"
-    for name in PROVENANCE_COLUMNS:
+    for name in (*PROVENANCE_COLUMNS, KEY_COLUMN):
         if name in columns:
             return f"has a column named {name!r}, which the table uses for provenance"
     seen: dict[str, str] = {}
@@ -115,8 +115,8 @@ def admit(registry: dict[str, str], columns: Mapping[str, DataType]) -> str | No
 
 
 def target_schema(registry: Mapping[str, str], names: Sequence[str]) -> StructType:
-    """What one Spark write produces: time, device, ``names`` sorted, provenance."""
+    """What one Spark write produces: time, device, ``names`` sorted, the file's key."""
     fields = [StructField(TIME_COLUMN, LongType()), StructField(DEVICE_COLUMN, StringType())]
     fields += [StructField(n, from_json(registry[n])) for n in sorted(set(names))]
-    fields += [StructField(n, StringType()) for n in PROVENANCE_COLUMNS]
+    fields.append(StructField(KEY_COLUMN, StringType()))
     return StructType(fields)

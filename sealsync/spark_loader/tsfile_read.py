@@ -31,14 +31,14 @@ from sealsync.formats import mods
 from sealsync.formats import tsfile as tsfile_format
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
 
-from .table import PROVENANCE_COLUMNS
+from .table import KEY_COLUMN
 
 FILE_ERROR = "sealsync-file-error"
 _FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)")
 
 #: Input rows of both passes: one per file; ``mods`` is the text of the deletions its
 #: ``X.mods`` makes (read on the driver; null in the schema pass and without deletions).
-FILES_DDL = "path string, file_id string, sender string, source_file string, mods string"
+FILES_DDL = "path string, file_id string, key string, mods string"
 #: Output rows of the schema pass: one per measurement, plus one (name null) per file.
 SCHEMA_DDL = "file_id string, name string, type string, error string"
 
@@ -154,8 +154,8 @@ def conform(table: pa.Table, schema: pa.Schema, row: dict[str, str]) -> pa.Table
     n = table.num_rows
     columns = []
     for field in schema:
-        if field.name in PROVENANCE_COLUMNS:
-            columns.append(_constant(row[field.name], n, field.type))
+        if field.name == KEY_COLUMN:
+            columns.append(_constant(row["key"], n, field.type))
         elif field.name in table.column_names:
             columns.append(table.column(field.name).cast(field.type))
         else:
