@@ -34,7 +34,7 @@ from sealsync.spark_loader import ingest as ingest_module
 from sealsync.spark_loader import localfs, read_arrow, run_load
 from sealsync.spark_loader.session import create_session
 from sealsync.spark_loader.state import load_state, state_path
-from sealsync.spark_loader.table import Table
+from sealsync.spark_loader.table import Partition, Table
 
 pytestmark = pytest.mark.slow
 
@@ -334,6 +334,34 @@ def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatc
     assert report.ingested == 1 and report.unchanged == 3
     assert report.notes == [
         "1 recorded files were missing from the table; ingesting them again"]
+    assert table_rows(config.table_path) == source_rows(recv)
+
+
+def test_a_table_in_the_earlier_layout_is_converted_by_the_next_run(
+    tmp_path: Path, spark: Any
+) -> None:
+    """Partitions an earlier version wrote (``sender=/file_id=``, ``source_file`` a row
+    column) are removed and their files loaded again in today's layout."""
+    _, recv = two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    assert _load(config, spark).ok
+    table = Table(config.table_path)
+    for partition in list(table.partitions().values())[:3]:
+        old = config.table_path / f"sender={partition.sender}" / f"file_id={partition.file_id}"
+        rows = pq.read_table(table.part_files(partition)[0])
+        named = rows.append_column("source_file", pa.array([partition.source_file] * len(rows)))
+        shutil.move(partition.path, old)
+        pq.write_table(named, table.part_files(Partition(partition.sender, "", "", old))[0])
+        shutil.rmtree(partition.path.parent)
+    assert len(partition_dirs(config.table_path)) == 1
+
+    report = _load(config, spark)
+
+    assert report.ok and (report.ingested, report.unchanged) == (3, 1)
+    assert report.notes == [
+        "3 recorded files were missing from the table; ingesting them again"]
+    assert len(partition_dirs(config.table_path)) == 4
+    assert not list(config.table_path.glob("sender=*/file_id=*"))
     assert table_rows(config.table_path) == source_rows(recv)
 
 
