@@ -29,16 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sealsync import durable  # noqa: E402
+
 BATCH = 32
 _LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_files(folder: Path, files: int, data: bytes, mode: str) -> float:
@@ -59,7 +55,7 @@ def write_files(folder: Path, files: int, data: bytes, mode: str) -> float:
                 os.close(f)
             batch.clear()
             if mode == "fsync":
-                _fsync_dir(folder)
+                durable.fsync_dir(folder)
     return time.perf_counter() - started
 
 

@@ -13,7 +13,16 @@ from pathlib import Path
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Persist a directory entry change (create, rename, unlink) in ``path``."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    _fsync(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """Persist the data of a file someone else wrote (and did not fsync)."""
+    _fsync(path, os.O_RDONLY)
+
+
+def _fsync(path: str | os.PathLike[str], flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:

@@ -210,21 +210,13 @@ class Table:
         for partition in partitions:
             folders |= {partition.path, partition.path.parent, partition.path.parent.parent}
         with ThreadPoolExecutor(_SYNC_THREADS) as pool:
-            list(pool.map(_fsync_file, files))
+            list(pool.map(durable.fsync_file, files))
             list(pool.map(durable.fsync_dir, sorted(folders, key=lambda f: -len(f.parts))))
         if partitions:
             durable.fsync_dir(self.path)
 
 
 _SYNC_THREADS = 8
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _subfolders(path: Path, column: str) -> list[os.DirEntry[str]]:
