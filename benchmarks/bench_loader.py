@@ -6,7 +6,8 @@ times, in the same session:
 
 * plain:  ``spark.read.parquet(files).write.parquet(out)``
 * loader: ``run_load`` into a fresh table (discovery, links, footers, the
-  partitioned write, row checks, fsync, state), as ``sealsync load`` runs it.
+  partitioned write, row checks, renames into the table, fsync, state), as
+  ``sealsync load`` runs it.
 
 after one unmeasured run of each, alternating which goes first, and prints rows/s
 of both (median of ``--repeat``) and the ratio (target >= 0.8 on Parquet input).
