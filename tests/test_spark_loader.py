@@ -34,7 +34,7 @@ from sealsync.spark_loader import ingest as ingest_module
 from sealsync.spark_loader import localfs, read_arrow, run_load
 from sealsync.spark_loader.session import create_session
 from sealsync.spark_loader.state import load_state, state_path
-from sealsync.spark_loader.table import Partition, Table
+from sealsync.spark_loader.table import Table, part_files
 
 pytestmark = pytest.mark.slow
 
@@ -348,10 +348,10 @@ def test_a_table_in_the_earlier_layout_is_converted_by_the_next_run(
     table = Table(config.table_path)
     for partition in list(table.partitions().values())[:3]:
         old = config.table_path / f"sender={partition.sender}" / f"file_id={partition.file_id}"
-        rows = pq.read_table(table.part_files(partition)[0])
+        rows = pq.read_table(part_files(partition.path)[0])
         named = rows.append_column("source_file", pa.array([partition.source_file] * len(rows)))
         shutil.move(partition.path, old)
-        pq.write_table(named, table.part_files(Partition(partition.sender, "", "", old))[0])
+        pq.write_table(named, part_files(old)[0])
         shutil.rmtree(partition.path.parent)
     assert len(partition_dirs(config.table_path)) == 1
 

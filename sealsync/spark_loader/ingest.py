@@ -20,8 +20,6 @@ it ends with the same partitions and rows as incremental runs.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 import time
 import uuid
@@ -54,7 +52,15 @@ from .state import (
     save_state,
     wait_for_previous_driver,
 )
-from .table import LINKS, PROVENANCE_COLUMNS, Partition, Table
+from .table import (
+    LINKS,
+    PROVENANCE_COLUMNS,
+    Partition,
+    Table,
+    folder_schema,
+    footer_rows,
+    remove_run_folder,
+)
 
 Progress = Callable[[str], None]
 
@@ -155,7 +161,7 @@ class _Run:
         for fid in gone:
             record = state.files.pop(fid, None)
             partition = partitions.get(fid)
-            rows = record.rows if record else (table.rows(partition) if partition else 0)
+            rows = record.rows if record else (footer_rows(partition.path) if partition else 0)
             if partition is not None:
                 table.delete(partition)
             report.removed += 1
@@ -204,7 +210,7 @@ class _Run:
                     self.say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
                     job.write(batch, i, label)
         finally:
-            _remove_links(self.table, run_id)
+            remove_run_folder(self.table.path / LINKS / run_id)
             if owned:
                 session.stop()
 
@@ -243,8 +249,8 @@ def _reconcile(
         record = state.files.get(fid)
         if source is None or (record is not None and record.rows > 0):
             continue  # unwanted partitions are deleted next
-        rows = table.rows(partition)
-        _adopt_columns(state, table, partition)
+        rows = footer_rows(partition.path)
+        _adopt_columns(state, partition)
         state.files[fid] = FileRecord(source.sender, source.name, source.size,
                                       source.mtime_ns, rows)
         adopted += 1
@@ -257,11 +263,11 @@ def _reconcile(
     return bool(missing or adopted)
 
 
-def _adopt_columns(state: IngestState, table: Table, partition: Partition) -> None:
+def _adopt_columns(state: IngestState, partition: Partition) -> None:
     from pyspark.sql.pandas.types import from_arrow_type
 
     skip = {*PROVENANCE_COLUMNS, "time", "device"}
-    for field in table.schema(partition):
+    for field in folder_schema(partition.path):
         if field.name not in skip and field.name not in state.columns:
             state.columns[field.name] = schemas.to_json(
                 schemas.normalize(from_arrow_type(field.type))
@@ -295,11 +301,3 @@ def _ship_package(spark: Any, state_dir: Path) -> None:
             zf.write(path, path.relative_to(package.parent).as_posix())
     spark.sparkContext.addPyFile(str(target))
 
-
-def _remove_links(table: Table, run_id: str) -> None:
-    root = table.path / LINKS
-    shutil.rmtree(root / run_id, ignore_errors=True)
-    try:
-        os.rmdir(root)
-    except OSError:
-        pass

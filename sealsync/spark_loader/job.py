@@ -43,7 +43,6 @@ import errno
 import functools
 import os
 import re
-import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +63,7 @@ from .discovery import PARQUET, SourceFile
 from .report import LoadReport
 from .session import stage_progress
 from .state import FileRecord, IngestState, save_state
-from .table import KEY_COLUMN, LINKS, STAGING, Partition, Table
+from .table import KEY_COLUMN, LINKS, STAGING, Partition, Table, footer_rows, remove_run_folder
 from .tsfile_read import FILES_DDL, SCHEMA_DDL, data_batches, file_error, schema_rows
 
 PARQUET_GROUP, TSFILE = "p", "t"
@@ -86,6 +85,7 @@ class Prepared:
     columns: dict[str, Any]  # name -> Spark DataType, as the file stores it
     rows: int | None  # the Parquet footer's row count; None for TsFiles
     schema_key: str  # Parquet files with equal keys are read by one scan
+    partition: Partition  # where its rows go in the table
     kind: str = ""  # set when linked: PARQUET_GROUP or TSFILE
     key: str = ""  # set when linked: the file's number in its batch
     link: Path | None = None
@@ -246,7 +246,7 @@ class Ingest:
         tsfiles: list[Prepared] = []
         for source in files:
             try:
-                self.table.partition(source.sender, source.name, source.file_id)
+                partition = self.table.partition(source.sender, source.name, source.file_id)
             except ValueError as exc:  # a name no partition folder can hold
                 self._skip(source, str(exc))
                 continue
@@ -254,7 +254,7 @@ class Ingest:
             if deleted is None:
                 continue
             if source.suffix != PARQUET:
-                tsfiles.append(Prepared(source, source.file_id, {}, None, TSFILE,
+                tsfiles.append(Prepared(source, source.file_id, {}, None, TSFILE, partition,
                                         deleted=deleted))
                 continue
             try:
@@ -268,7 +268,7 @@ class Ingest:
                 continue
             key = arrow.remove_metadata().to_string()
             ready.append(Prepared(source, source.file_id, columns, meta.num_rows, key,
-                                  deleted=deleted))
+                                  partition, deleted=deleted))
         if tsfiles:
             self._say(f"reading the metadata of {len(tsfiles)} TsFiles")
             found = self._tsfile_columns(tsfiles)
@@ -443,11 +443,9 @@ class Ingest:
         table, make them durable, record them."""
         written = []
         for item in batch:
-            src = item.source
-            partition = self.table.partition(src.sender, src.name, item.file_id)
-            output = Partition(src.sender, src.name, item.file_id,
-                               staging / f"{KEY_COLUMN}={item.key}")
-            rows = self.table.rows(output) if output.path.is_dir() else 0
+            src, partition = item.source, item.partition
+            output = staging / f"{KEY_COLUMN}={item.key}"
+            rows = footer_rows(output) if output.is_dir() else 0
             # Parquet: the footer's row count must be what was written. With deletions
             # the table holds fewer, and how many fewer only the file's time and device
             # columns tell: reading them here would read data on the driver, and a second
@@ -459,8 +457,8 @@ class Ingest:
                 held = f"{item.rows} before its .mods deletions" if item.deleted else item.rows
                 self._skip(src, f"wrote {rows} rows, the file holds {held}")
                 continue
-            if output.path.is_dir():
-                self.table.move_in(output.path, partition)
+            if output.is_dir():
+                self.table.move_in(output, partition)
                 written.append(partition)
             self.state.files[item.file_id] = FileRecord(
                 src.sender, src.name, src.size, src.mtime_ns, rows
@@ -486,7 +484,7 @@ class Ingest:
                 with stage_progress(self.spark, self.progress, label):
                     self._write(group, staging)
             except Exception as exc:
-                _remove_staging(staging)
+                remove_run_folder(staging)
                 failures += 1
                 culprit = self._culprit(exc, group)
                 if culprit is not None:
@@ -509,7 +507,7 @@ class Ingest:
             try:
                 self._record(group, staging)
             finally:
-                _remove_staging(staging)
+                remove_run_folder(staging)
 
     def _clear_partitions(self, group: list[Prepared]) -> None:
         """Remove partitions these files may have from a job that failed while committing.
@@ -518,10 +516,8 @@ class Ingest:
         the old one first (one rename) keeps both steps atomic.
         """
         for item in group:
-            src = item.source
-            partition = self.table.partition(src.sender, src.name, item.file_id)
-            if partition.path.is_dir():
-                self.table.delete(partition)
+            if item.partition.path.is_dir():
+                self.table.delete(item.partition)
 
     def _culprit(self, exc: BaseException, group: list[Prepared]) -> tuple[Prepared, str] | None:
         text = str(exc)
@@ -535,10 +531,3 @@ class Ingest:
                 return by_key[key], _first_line(exc)
         return None
 
-
-def _remove_staging(staging: Path) -> None:
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        staging.parent.rmdir()
-    except OSError:
-        pass  # another group's folder is still there, or it is gone already

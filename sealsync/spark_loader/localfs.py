@@ -20,6 +20,7 @@ against the Hadoop client jar PySpark ships)::
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def session_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
         return {}
     key = "spark.driver.extraClassPath"
     current = conf.get(key)
-    return {key: f"{current}:{JAR}" if current else str(JAR)}
+    return {key: f"{current}{os.pathsep}{JAR}" if current else str(JAR)}
 
 
 def implementation(spark: Any) -> str:

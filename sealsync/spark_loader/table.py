@@ -184,19 +184,6 @@ class Table:
         partition.path.parent.mkdir(parents=True, exist_ok=True)
         os.rename(folder, partition.path)
 
-    def part_files(self, partition: Partition) -> list[Path]:
-        return sorted(
-            Path(e.path) for e in os.scandir(partition.path)
-            if e.is_file() and not e.name.startswith((".", "_"))
-        )
-
-    def rows(self, partition: Partition) -> int:
-        """Rows of one partition, from the Parquet footers (no data read)."""
-        return sum(pq.read_metadata(p).num_rows for p in self.part_files(partition))
-
-    def schema(self, partition: Partition) -> pa.Schema:
-        return pa.unify_schemas([pq.read_schema(p) for p in self.part_files(partition)])
-
     def sync(self, partitions: Iterable[Partition]) -> None:
         """Make newly written partitions durable before the state records them.
 
@@ -205,7 +192,7 @@ class Table:
         the disk gets them together instead of one after another.
         """
         partitions = list(partitions)
-        files = [p for partition in partitions for p in self.part_files(partition)]
+        files = [p for partition in partitions for p in part_files(partition.path)]
         folders: set[Path] = set()
         for partition in partitions:
             folders |= {partition.path, partition.path.parent, partition.path.parent.parent}
@@ -217,6 +204,30 @@ class Table:
 
 
 _SYNC_THREADS = 8
+
+
+def part_files(folder: Path) -> list[Path]:
+    """The data files of one partition folder (a table's or a staging one)."""
+    return sorted(
+        Path(e.path) for e in os.scandir(folder)
+        if e.is_file() and not e.name.startswith((".", "_"))
+    )
+
+
+def footer_rows(folder: Path) -> int:
+    """Rows of one partition folder, from the Parquet footers (no data read)."""
+    return sum(pq.read_metadata(p).num_rows for p in part_files(folder))
+
+
+def folder_schema(folder: Path) -> pa.Schema:
+    return pa.unify_schemas([pq.read_schema(p) for p in part_files(folder)])
+
+
+def remove_run_folder(folder: Path) -> None:
+    """Remove one run's private folder (its links, a job's staging output), and the
+    hidden folder holding it once no other run's is there."""
+    _rmtree(folder)
+    _rmdir_if_empty(folder.parent)
 
 
 def _subfolders(path: Path, column: str) -> list[os.DirEntry[str]]:
