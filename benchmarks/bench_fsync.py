@@ -64,13 +64,17 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=3000)
     parser.add_argument("--size", type=int, default=64 * 1024)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="a folder on the file system to measure (default: a temp dir)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="a folder on the file system to measure (default: a temp dir)",
+    )
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="sealsync-fsync-", dir=args.workdir))
     trash = root / "trash"  # moved aside, deleted at the end: deleting between runs
-    trash.mkdir()           # makes the next file creations pay for freed inodes
+    trash.mkdir()  # makes the next file creations pay for freed inodes
     data = os.urandom(args.size)
     modes = ["none", "fsync", "syncfs"]
     times: dict[str, list[float]] = {m: [] for m in modes}

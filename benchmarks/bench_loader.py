@@ -37,22 +37,24 @@ sys.path.insert(0, str(ROOT))
 
 from sealsync.config import LoaderConfig  # noqa: E402
 from sealsync.formats import tsfile as tsfile_format  # noqa: E402
-from sealsync.spark_loader import run_load  # noqa: E402
-from sealsync.spark_loader.session import create_session  # noqa: E402
+from spark_loader import run_load  # noqa: E402
+from spark_loader.session import create_session  # noqa: E402
 
 SENDERS = [str(uuid.UUID(int=i + 1)) for i in range(4)]
 
 
 def _table(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
     devices = np.array([f"root.sg{index % 5}.d{j}" for j in range(10)])
-    return pa.table({
-        "time": pa.array(1_700_000_000_000 + np.arange(rows, dtype=np.int64) // 10 * 1000),
-        "device": pa.array(devices[np.arange(rows) % 10]),
-        "s1": pa.array(np.cumsum(rng.normal(size=rows))),
-        "s2": pa.array(rng.integers(0, 1000, rows)),
-        "s3": pa.array(rng.random(rows).astype(np.float32)),
-        "s4": pa.array(rng.random(rows) > 0.5),
-    })
+    return pa.table(
+        {
+            "time": pa.array(1_700_000_000_000 + np.arange(rows, dtype=np.int64) // 10 * 1000),
+            "device": pa.array(devices[np.arange(rows) % 10]),
+            "s1": pa.array(np.cumsum(rng.normal(size=rows))),
+            "s2": pa.array(rng.integers(0, 1000, rows)),
+            "s3": pa.array(rng.random(rows).astype(np.float32)),
+            "s4": pa.array(rng.random(rows) > 0.5),
+        }
+    )
 
 
 def generate(data_dir: Path, rows: int, files: int, tsfiles: int) -> list[Path]:
@@ -95,11 +97,14 @@ def main() -> int:
     files = generate(data_dir, args.rows, args.files, args.tsfiles)
     parquet_rows = sum(pq.read_metadata(p).num_rows for p in files)
     size_mb = sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file()) / 1e6
-    print(f"generated {parquet_rows} Parquet rows in {len(files)} files "
-          f"(+{args.tsfiles} TsFiles), {size_mb:.0f} MB, in {time.monotonic() - t0:.1f}s")
+    print(
+        f"generated {parquet_rows} Parquet rows in {len(files)} files "
+        f"(+{args.tsfiles} TsFiles), {size_mb:.0f} MB, in {time.monotonic() - t0:.1f}s"
+    )
 
-    spark = create_session(args.master, work / "logs",
-                           conf={"spark.driver.memory": args.driver_memory})
+    spark = create_session(
+        args.master, work / "logs", conf={"spark.driver.memory": args.driver_memory}
+    )
     paths = [str(p) for p in files]
 
     def plain(i: int) -> float:
@@ -134,8 +139,10 @@ def main() -> int:
             else:
                 took, loader_rows = loader(i)
                 loader_times.append(took)
-        print(f"run {i + 1}: plain {plain_times[-1]:.2f}s, loader {loader_times[-1]:.2f}s "
-              f"({loader_rows} rows)")
+        print(
+            f"run {i + 1}: plain {plain_times[-1]:.2f}s, loader {loader_times[-1]:.2f}s "
+            f"({loader_rows} rows)"
+        )
 
     spark.stop()
     plain_rate = parquet_rows / statistics.median(plain_times)

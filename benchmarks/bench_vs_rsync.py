@@ -101,11 +101,17 @@ class Bench:
                 log(f"  rep {rep + 1}/{reps} {name}: {seconds:.3f} s")
         return s_times, r_times
 
-    def record(self, measure: str, unit: str, sealsync: float, rsync: float | None,
-               **extra: object) -> None:
+    def record(
+        self, measure: str, unit: str, sealsync: float, rsync: float | None, **extra: object
+    ) -> None:
         ratio = sealsync / rsync if rsync else None
-        self.results[measure] = {"unit": unit, "sealsync": sealsync, "rsync": rsync,
-                                 "ratio": ratio, **extra}
+        self.results[measure] = {
+            "unit": unit,
+            "sealsync": sealsync,
+            "rsync": rsync,
+            "ratio": ratio,
+            **extra,
+        }
 
     def transfer(self, measure: str, count: int, size: int, per_template: int) -> None:
         """bulk and small: ``count`` files of ``size`` bytes, both tools, alternating."""
@@ -146,11 +152,27 @@ class Bench:
         shutil.rmtree(root, ignore_errors=True)
         s, r = median(s_times), median(r_times)
         if measure == "bulk":
-            self.record(measure, "MiB/s", total / MiB / s, total / MiB / r,
-                        files=count, mib=total / MiB, sealsync_s=s_times, rsync_s=r_times)
+            self.record(
+                measure,
+                "MiB/s",
+                total / MiB / s,
+                total / MiB / r,
+                files=count,
+                mib=total / MiB,
+                sealsync_s=s_times,
+                rsync_s=r_times,
+            )
         else:
-            self.record(measure, "files/s", count / s, count / r,
-                        files=count, mib=total / MiB, sealsync_s=s_times, rsync_s=r_times)
+            self.record(
+                measure,
+                "files/s",
+                count / s,
+                count / r,
+                files=count,
+                mib=total / MiB,
+                sealsync_s=s_times,
+                rsync_s=r_times,
+            )
 
     # ------------------------------------------------------------------ measures
 
@@ -187,8 +209,15 @@ class Bench:
                 run_rsync()
             s_times, r_times = self.alternate(self.args.reps, run_sealsync, run_rsync)
         shutil.rmtree(root, ignore_errors=True)
-        self.record("idle", "s/round", median(s_times), median(r_times), files=count,
-                    sealsync_s=s_times, rsync_s=r_times)
+        self.record(
+            "idle",
+            "s/round",
+            median(s_times),
+            median(r_times),
+            files=count,
+            sealsync_s=s_times,
+            rsync_s=r_times,
+        )
 
     def memory(self) -> None:
         size = int(4 * GiB * self.args.scale)
@@ -207,11 +236,21 @@ class Bench:
                     started = time.monotonic()
                     log(f"memory: writing a {n / MiB:.0f} MiB TsFile")
                     # In a child process: this one stays small (see benchlib.timed).
-                    subprocess.run([sys.executable, "-c", (
-                        "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
-                        "from benchlib import write_tsfile; "
-                        "write_tsfile(Path(sys.argv[2]), int(sys.argv[3]), seed=7, text=True)"
-                    ), str(Path(__file__).resolve().parent), str(src_file), str(n)], check=True)
+                    subprocess.run(
+                        [
+                            sys.executable,
+                            "-c",
+                            (
+                                "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+                                "from benchlib import write_tsfile; "
+                                "write_tsfile(Path(sys.argv[2]), int(sys.argv[3]), seed=7, text=True)"
+                            ),
+                            str(Path(__file__).resolve().parent),
+                            str(src_file),
+                            str(n),
+                        ],
+                        check=True,
+                    )
                     log(f"  written in {time.monotonic() - started:.1f} s")
                 populate(ss.edge_data, [src_file], 1, link=True)
                 src = ss.edge_data / "sequence"
@@ -223,12 +262,20 @@ class Bench:
                 settle()
                 r_run = timed(self.ssh.rsync_cmd(src, dst), poll_rss=True)
                 real = src_file.stat().st_size
-                rows.append({"bytes": real, "sealsync_rss_mb": s_run.max_rss_kib * 1024 / 1e6,
-                             "rsync_rss_mb": r_run.max_rss_kib * 1024 / 1e6,
-                             "sealsync_s": s_run.seconds, "rsync_s": r_run.seconds})
-                log(f"  {real / MiB:.0f} MiB: sealsync {rows[-1]['sealsync_rss_mb']:.1f} MB "
+                rows.append(
+                    {
+                        "bytes": real,
+                        "sealsync_rss_mb": s_run.max_rss_kib * 1024 / 1e6,
+                        "rsync_rss_mb": r_run.max_rss_kib * 1024 / 1e6,
+                        "sealsync_s": s_run.seconds,
+                        "rsync_s": r_run.seconds,
+                    }
+                )
+                log(
+                    f"  {real / MiB:.0f} MiB: sealsync {rows[-1]['sealsync_rss_mb']:.1f} MB "
                     f"in {s_run.seconds:.1f} s, rsync {rows[-1]['rsync_rss_mb']:.1f} MB "
-                    f"in {r_run.seconds:.1f} s")
+                    f"in {r_run.seconds:.1f} s"
+                )
                 ss.forget_sent()
                 shutil.rmtree(dst.parent, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
@@ -236,8 +283,9 @@ class Bench:
             for n in sizes:
                 (self.cache / f"big-{n}.tsfile").unlink(missing_ok=True)
         big = rows[-1]
-        self.record("memory", "MB peak RSS", big["sealsync_rss_mb"], big["rsync_rss_mb"],
-                    sizes=rows)
+        self.record(
+            "memory", "MB peak RSS", big["sealsync_rss_mb"], big["rsync_rss_mb"], sizes=rows
+        )
 
     def startup(self) -> None:
         root = self.fresh("startup")
@@ -276,24 +324,43 @@ class Bench:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("measures", nargs="*", default=["all"],
-                        choices=[*MEASURES, "all"], metavar="MEASURE",
-                        help=f"any of {', '.join(MEASURES)}, or all (default)")
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply file counts and the memory file size (default 1)")
+    parser.add_argument(
+        "measures",
+        nargs="*",
+        default=["all"],
+        choices=[*MEASURES, "all"],
+        metavar="MEASURE",
+        help=f"any of {', '.join(MEASURES)}, or all (default)",
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply file counts and the memory file size (default 1)",
+    )
     parser.add_argument("--reps", type=int, default=5, help="repetitions per tool (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs first (default 1)")
-    parser.add_argument("--workdir", default="/tmp/sealsync-bench",
-                        help="scratch folder, same file system for both tools")
-    parser.add_argument("--rsync-cipher", default=CIPHER,
-                        help=f"ssh cipher for rsync (default {CIPHER}, like sealsync; "
-                             "'default' for OpenSSH's own choice)")
-    parser.add_argument("--keep-data", action="store_true",
-                        help="keep the generated template files for the next run")
+    parser.add_argument(
+        "--workdir",
+        default="/tmp/sealsync-bench",
+        help="scratch folder, same file system for both tools",
+    )
+    parser.add_argument(
+        "--rsync-cipher",
+        default=CIPHER,
+        help=f"ssh cipher for rsync (default {CIPHER}, like sealsync; "
+        "'default' for OpenSSH's own choice)",
+    )
+    parser.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the generated template files for the next run",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args(argv)
-    measures = MEASURES if "all" in args.measures else tuple(
-        m for m in MEASURES if m in args.measures)
+    measures = (
+        MEASURES if "all" in args.measures else tuple(m for m in MEASURES if m in args.measures)
+    )
 
     from benchlib import compile_bytecode, ensure_tools
 
@@ -316,15 +383,25 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(bench.cache, ignore_errors=True)
     elapsed = time.monotonic() - started
     load_after = os.getloadavg()
-    print(f"\nsealsync vs rsync -a over OpenSSH (cipher {args.rsync_cipher}), "
-          f"scale {args.scale:g}, {args.reps} reps, medians; {os.cpu_count()} CPUs; "
-          f"run took {elapsed / 60:.1f} min; load average {load_before[0]:.1f} before, "
-          f"{load_after[0]:.1f} after (other processes share these CPUs)")
+    print(
+        f"\nsealsync vs rsync -a over OpenSSH (cipher {args.rsync_cipher}), "
+        f"scale {args.scale:g}, {args.reps} reps, medians; {os.cpu_count()} CPUs; "
+        f"run took {elapsed / 60:.1f} min; load average {load_before[0]:.1f} before, "
+        f"{load_after[0]:.1f} after (other processes share these CPUs)"
+    )
     print(bench.table())
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"args": vars(args), "seconds": elapsed, "load": [load_before, load_after],
-             "results": bench.results}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "seconds": elapsed,
+                    "load": [load_before, load_after],
+                    "results": bench.results,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -131,8 +131,9 @@ def _peak_rss_kib(pid: int) -> int:
     return 0
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None, check: bool = True,
-          poll_rss: bool = False) -> Run:
+def timed(
+    cmd: list[str], env: dict[str, str] | None = None, check: bool = True, poll_rss: bool = False
+) -> Run:
     """Wall time (and with ``poll_rss`` the peak RSS) of one command.
 
     The peak RSS is the process's ``VmHWM`` read every 20 ms while it runs: ``wait4``'s
@@ -152,8 +153,13 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, check: bool = True,
         seconds = time.perf_counter() - started
         out.seek(0)
         err.seek(0)
-        run = Run(seconds, peak, proc.returncode,
-                  out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+        run = Run(
+            seconds,
+            peak,
+            proc.returncode,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+        )
     os.unlink(out_path)
     os.unlink(f"{out_path}.err")
     if check and run.returncode != 0:
@@ -178,8 +184,9 @@ def median(values: list[float]) -> float:
 # --------------------------------------------------------------------------- data
 
 
-def write_tsfile(path: Path, size: int, seed: int, device: str = f"{GROUP}.d0",
-                 text: bool = False) -> None:
+def write_tsfile(
+    path: Path, size: int, seed: int, device: str = f"{GROUP}.d0", text: bool = False
+) -> None:
     """A real tree-model TsFile of about ``size`` bytes.
 
     Random doubles in 8 measurements (~25 MiB/s to write), or with ``text`` one string
@@ -232,8 +239,10 @@ def templates(cache: Path, size: int, count: int) -> list[Path]:
             started = time.monotonic()
             write_tsfile(path, size, seed=1000 + i)
             if size >= 16 * MiB:
-                log(f"wrote template {path.name} ({path.stat().st_size / MiB:.0f} MiB) in "
-                    f"{time.monotonic() - started:.1f} s")
+                log(
+                    f"wrote template {path.name} ({path.stat().st_size / MiB:.0f} MiB) in "
+                    f"{time.monotonic() - started:.1f} s"
+                )
         out.append(path)
     return out
 
@@ -243,8 +252,9 @@ def file_name(index: int) -> str:
     return f"{1_700_000_000_000 + index}-{index + 1}-0.tsfile"
 
 
-def populate(data_dir: Path, sources: list[Path], count: int, per_folder: int = 1000,
-             link: bool = False) -> list[str]:
+def populate(
+    data_dir: Path, sources: list[Path], count: int, per_folder: int = 1000, link: bool = False
+) -> list[str]:
     """``count`` sealed files under ``sequence/root.bench/<partition>/``, copies (or hard
     links, ``.resource`` included: no inode to create or free) of ``sources`` round
     robin; returns their relative names."""
@@ -305,8 +315,9 @@ class OpenSsh:
         for name in ("host_ed25519", "client_ed25519"):
             key = self.root / name
             if not key.exists():
-                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                               check=True)
+                subprocess.run(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
+                )
         shutil.copyfile(self.root / "client_ed25519.pub", self.root / "authorized_keys")
         os.chmod(self.root / "authorized_keys", 0o600)
         self.port = free_port()
@@ -338,10 +349,21 @@ class OpenSsh:
 
     def ssh_command(self) -> str:
         parts = [
-            "ssh", "-p", str(self.port), "-i", str(self.root / "client_ed25519"),
-            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-            "-o", f"UserKnownHostsFile={self.root / 'known_hosts'}",
-            "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
+            "ssh",
+            "-p",
+            str(self.port),
+            "-i",
+            str(self.root / "client_ed25519"),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={self.root / 'known_hosts'}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "LogLevel=ERROR",
         ]
         if self.cipher:
             parts += ["-c", self.cipher]
@@ -412,7 +434,10 @@ class Sealsync:
         log_file = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - the process keeps it
         self.proc = subprocess.Popen(
             [*SEALSYNC, "serve", "--config", str(self.root / "receiver.toml")],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
         )
         log_file.close()
         wait_port(self.port, self.proc, "sealsync serve")
@@ -427,8 +452,9 @@ class Sealsync:
 
     def send(self, expect_files: int | None = None, poll_rss: bool = False) -> Run:
         """One ``sealsync send``; a round that did not ship (and load) every file is an error."""
-        run = timed([*SEALSYNC, "send", "--json", "--config", str(self.sender_config)],
-                    poll_rss=poll_rss)
+        run = timed(
+            [*SEALSYNC, "send", "--json", "--config", str(self.sender_config)], poll_rss=poll_rss
+        )
         doc = json.loads(run.stdout)
         receiver = doc["receivers"][0]
         if not doc["ok"] or not all(d["loaded"] or not d["shipped"] for d in receiver["dirs"]):
@@ -440,7 +466,7 @@ class Sealsync:
         return run
 
     def sender_state(self) -> Path:
-        from sealsync.sender.manage.layout import SenderPaths
+        from sender.manage.layout import SenderPaths
 
         return SenderPaths(self.edge_data, "127.0.0.1", self.port).folder
 
@@ -459,8 +485,8 @@ class Sealsync:
 
     def mark_synced(self, names: list[str]) -> None:
         """Write the state a finished round leaves: every name in ``last_local_files``."""
-        from sealsync.sender.manage.layout import SenderPaths
-        from sealsync.sender.manage.state import write_file_set
+        from sender.manage.layout import SenderPaths
+        from sender.manage.state import write_file_set
 
         paths = SenderPaths(self.edge_data, "127.0.0.1", self.port)
         paths.folder.mkdir(parents=True, exist_ok=True)

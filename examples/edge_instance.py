@@ -39,8 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--files", type=_positive, default=5, help="sequence files per group")
     parser.add_argument("--devices", type=_positive, default=2, help="devices per group")
     parser.add_argument("--rows", type=_positive, default=100, help="rows per device per file")
-    parser.add_argument("--unsequence", type=_positive, default=0, metavar="N",
-                        help="unsequence files per group, overlapping the first sequence files")
+    parser.add_argument(
+        "--unsequence",
+        type=_positive,
+        default=0,
+        metavar="N",
+        help="unsequence files per group, overlapping the first sequence files",
+    )
     parser.add_argument("--format", choices=("tsfile", "parquet"), default="tsfile")
     parser.add_argument("--data-dirs", type=int, default=1, help="data dirs of the instance")
     parser.add_argument("--start-ms", type=int, default=EPOCH_MS, help="time of the first point")
@@ -58,13 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     for g in range(1, args.groups + 1):
         group = f"root.sg{g}"
         devices = [f"{group}.d{k}" for k in range(1, args.devices + 1)]
-        edge.append_schema([f"CREATE TIMESERIES {d}.{m} INT64" for d in devices
-                            for m in DEFAULT_MEASUREMENTS])
+        edge.append_schema(
+            [f"CREATE TIMESERIES {d}.{m} INT64" for d in devices for m in DEFAULT_MEASUREMENTS]
+        )
         plan = [(i, False) for i in range(args.files)] + [(i, True) for i in range(args.unsequence)]
         for n, (i, unsequence) in enumerate(plan):
             rel = edge.write_file(
-                group, 0, devices=devices, rows_per_device=args.rows,
-                start_ms=args.start_ms + i * span, unsequence=unsequence, fmt=args.format,
+                group,
+                0,
+                devices=devices,
+                rows_per_device=args.rows,
+                start_ms=args.start_ms + i * span,
+                unsequence=unsequence,
+                fmt=args.format,
                 data_dir=n % args.data_dirs,
             )
             rows = args.rows * len(devices)

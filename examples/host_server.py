@@ -24,14 +24,14 @@ import threading
 from pathlib import Path
 
 try:
+    from receiver.service import ReceiverService
+    from receiver.storage import StorageError
     from sealsync.config import load_receiver_config
-    from sealsync.receiver.service import ReceiverService
-    from sealsync.receiver.storage import StorageError
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from receiver.service import ReceiverService
+    from receiver.storage import StorageError
     from sealsync.config import load_receiver_config
-    from sealsync.receiver.service import ReceiverService
-    from sealsync.receiver.storage import StorageError
 
 SIDECARS = (".mods", ".resource")
 

@@ -23,8 +23,10 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     spark = (
-        SparkSession.builder.master(args.master).appName("sealsync-query")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+        SparkSession.builder.master(args.master)
+        .appName("sealsync-query")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -43,8 +45,10 @@ def main() -> int:
         )
         print(f"{'device':<24}{'rows':>10}{'files':>7}{'senders':>9}  first_ms .. last_ms")
         for row in summary.toLocalIterator():
-            print(f"{row.device:<24}{row.rows:>10}{row.files:>7}{row.senders:>9}"
-                  f"  {row.first_ms} .. {row.last_ms}")
+            print(
+                f"{row.device:<24}{row.rows:>10}{row.files:>7}{row.senders:>9}"
+                f"  {row.first_ms} .. {row.last_ms}"
+            )
     finally:
         spark.stop()
     return 0

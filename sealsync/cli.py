@@ -22,8 +22,8 @@ from typing import Any
 
 import click
 
-from . import __version__
-from .config import (
+from sealsync import __version__
+from sealsync.config import (
     ReceiverEndpoint,
     SenderConfig,
     load_any,
@@ -31,7 +31,7 @@ from .config import (
     load_receiver_config,
     load_sender_config,
 )
-from .errors import EXIT_FAILURE, EXIT_USAGE, SealsyncError
+from sealsync.errors import EXIT_FAILURE, EXIT_USAGE, SealsyncError
 
 EXIT_INTERRUPTED = 130
 log = logging.getLogger("sealsync")
@@ -178,9 +178,11 @@ def send(
             click.echo(f"sealsync: error: {receiver.name}: {_one_line(str(e))}", err=True)
             failures.append(e)
     if as_json:
-        doc = {"ok": not failures and all(r.ok for r in reports),
-               "receivers": [r.to_dict() for r in reports],
-               "errors": [_one_line(str(e)) for e in failures]}
+        doc = {
+            "ok": not failures and all(r.ok for r in reports),
+            "receivers": [r.to_dict() for r in reports],
+            "errors": [_one_line(str(e)) for e in failures],
+        }
         click.echo(json.dumps(doc, indent=2))
     if failures:
         codes = {e.exit_code for e in failures}
@@ -193,10 +195,11 @@ def _send_one(
     config: SenderConfig, receiver: ReceiverEndpoint, opts: Options, as_json: bool
 ) -> Any:
     """One round to one receiver under its lock; prints its summary unless --json."""
-    from .output import TerminalProgress, round_problems, round_summary
-    from .sender.lock import receiver_lock
+    from sealsync.output import TerminalProgress, round_problems, round_summary
+    from sender.lock import receiver_lock
+
     _import_paramiko_lean()
-    from .sender.round import run_round
+    from sender.round import run_round
 
     with receiver_lock(config.schema_dir, receiver.host, receiver.port):
         progress = TerminalProgress(receiver.name, enabled=None if not opts.quiet else False)
@@ -225,7 +228,7 @@ def _import_paramiko_lean() -> None:
 
 
 def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: bool) -> None:
-    from .sender.plan import plan
+    from sender.plan import plan
 
     plans = [(r, plan(config, r)) for r in receivers]
     if as_json:
@@ -276,7 +279,7 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 def serve(config_path: Path) -> None:
     """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly."""
-    from .receiver.serve import serve as serve_until_stopped
+    from receiver.serve import serve as serve_until_stopped
 
     config = load_receiver_config(config_path)
     raise click.exceptions.Exit(serve_until_stopped(config))
@@ -292,12 +295,15 @@ def load(opts: Options, config_path: Path, master: str | None, full: bool, as_js
     """One Spark ingest run: every file loaded on the receiver goes into the table at
     table_path exactly once; files the receiver no longer holds take their rows out.
     A file that cannot be read is reported and retried next run (exit 1)."""
-    from .spark_loader import run_load
+    from spark_loader import run_load
 
     config = load_loader_config(config_path)
     chatty = not (as_json or opts.quiet)
     report = run_load(
-        config, master=master, full=full, verbose=opts.verbose > 0,
+        config,
+        master=master,
+        full=full,
+        verbose=opts.verbose > 0,
         progress=(lambda text: click.echo(f"load: {text}", err=True)) if chatty else None,
     )
     for name, why in sorted(report.skipped.items()):
@@ -318,7 +324,7 @@ def status(config_path: Path, as_json: bool) -> None:
     deleted files, refused files and why. Receiver: known senders (UUID, key
     fingerprint, last address, last round), devices per owner, rounds in flight and
     files waiting to load. Read-only: safe while rounds run."""
-    from .status import render, status_of
+    from sealsync.status import render, status_of
 
     doc = status_of(load_any(config_path))
     if as_json:
@@ -337,7 +343,7 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
     """List devices by owner; `owners --config R.toml release DEVICE...` frees devices so
     that another sender may claim them (for an edge node replaced by a new one). Safe
     while the receiver runs: ownership changes go through the same file lock."""
-    from .receiver.load.owners import DeviceOwners
+    from receiver.load.owners import DeviceOwners
 
     if action == "release" and not devices:
         raise click.UsageError("release needs at least one DEVICE")
@@ -377,7 +383,7 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
 def keygen(path: Path, force: bool, comment: str | None) -> None:
     """Write an Ed25519 private key at PATH (mode 0600) and its public key at PATH.pub,
     both in OpenSSH format; print the public key line."""
-    from .keys import fingerprint, generate_keypair, public_path
+    from sealsync.keys import fingerprint, generate_keypair, public_path
 
     if comment is None:
         comment = f"sealsync@{socket.gethostname()}"
@@ -390,8 +396,11 @@ def keygen(path: Path, force: bool, comment: str | None) -> None:
 
 @cli.command(short_help="Run the whole pipeline on this machine.")
 @click.option(
-    "--workdir", type=click.Path(path_type=Path, file_okay=False), default=Path("sealsync-demo"),
-    show_default=True, help="Work folder (an earlier demo's folder is replaced).",
+    "--workdir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("sealsync-demo"),
+    show_default=True,
+    help="Work folder (an earlier demo's folder is replaced).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
@@ -400,7 +409,7 @@ def demo(opts: Options, workdir: Path, as_json: bool) -> None:
     writes and seals TsFiles, a receiver (`sealsync serve`) on a free loopback port, a
     sender round, a merge and a .mods deletion, a second round, the Spark loader on
     local[*], and a summary checked against the edge's files. Exit 1 if they disagree."""
-    from .demo import print_summary, run_demo
+    from sealsync.demo import print_summary, run_demo
 
     quiet = as_json or opts.quiet
     summary = run_demo(workdir, echo=(lambda _line: None) if quiet else click.echo)

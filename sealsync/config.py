@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import ConfigError
+from sealsync.errors import ConfigError
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -118,8 +118,9 @@ class _Table:
             elif isinstance(item, str | int | float):
                 out[name] = str(item)
             else:
-                raise self.error(f"{key}.{name}", f"must be a string, number or boolean, "
-                                                  f"got {_type_name(item)}")
+                raise self.error(
+                    f"{key}.{name}", f"must be a string, number or boolean, got {_type_name(item)}"
+                )
         return out
 
     def resolve(self, key: str, value: str) -> Path:

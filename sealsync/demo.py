@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import EXIT_USAGE, SealsyncError
-from .keys import generate_keypair
+from sealsync.errors import EXIT_USAGE, SealsyncError
+from sealsync.keys import generate_keypair
 
 MARKER = ".sealsync-demo"
 GROUPS = ("root.sg1", "root.sg2", "root.sg3")
@@ -122,7 +122,10 @@ def _receiver_process(config: Path, port: int, log: Path, env: dict[str, str]): 
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             _sealsync("serve", "--config", str(config)),
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
     try:
         deadline = time.monotonic() + SERVE_START_TIMEOUT
@@ -165,9 +168,9 @@ def _start_ms(group: int, index: int) -> int:
 
 def _expected_rows_per_device(data_dir: Path, names: list[str]) -> dict[str, int]:
     """Rows the edge still has: each sealed file's rows minus what its ``.mods`` deleted."""
-    from . import formats
-    from .formats import mods
-    from .names import MODS_SUFFIX
+    from sealsync import formats
+    from sealsync.formats import mods
+    from sealsync.names import MODS_SUFFIX
 
     counts: Counter[str] = Counter()
     for name in names:
@@ -179,15 +182,15 @@ def _expected_rows_per_device(data_dir: Path, names: list[str]) -> dict[str, int
 
 def _receiver_files(data_dir: Path, sender: str) -> list[str]:
     """Sender-relative names of what the receiver loaded (default storage layout)."""
-    from .receiver.storage import DirectoryStorage
+    from receiver.storage import DirectoryStorage
 
     return sorted(DirectoryStorage([data_dir]).list(sender))
 
 
 def run_demo(workdir: Path, echo: Echo = print) -> DemoSummary:
     """Run the pipeline in ``workdir``; the summary says what moved and what Spark holds."""
-    from .sender.manage.identity import sender_uuid
-    from .simulator import EdgeInstance
+    from sealsync.simulator import EdgeInstance
+    from sender.manage.identity import sender_uuid
 
     started = time.monotonic()
     workdir = workdir.resolve()
@@ -211,16 +214,25 @@ def run_demo(workdir: Path, echo: Echo = print) -> DemoSummary:
     for g, group in enumerate(GROUPS):
         devices = [f"{group}.d{d}" for d in range(1, DEVICES_PER_GROUP + 1)]
         first[group] = [
-            edge.write_file(group, 0, devices=devices, rows_per_device=ROWS_PER_DEVICE,
-                            start_ms=_start_ms(g, i))
+            edge.write_file(
+                group, 0, devices=devices, rows_per_device=ROWS_PER_DEVICE, start_ms=_start_ms(g, i)
+            )
             for i in range(3)
         ]
-        edge.write_file(group, 0, devices=devices, rows_per_device=ROWS_PER_DEVICE // 4,
-                        start_ms=1_600_000_000_000 + g * 10_000_000, unsequence=True)
+        edge.write_file(
+            group,
+            0,
+            devices=devices,
+            rows_per_device=ROWS_PER_DEVICE // 4,
+            start_ms=1_600_000_000_000 + g * 10_000_000,
+            unsequence=True,
+        )
     edge.append_schema([f"CREATE DATABASE {g}" for g in GROUPS])
 
     dc = workdir / "dc"
-    sender_toml = _write(workdir / "sender.toml", f"""\
+    sender_toml = _write(
+        workdir / "sender.toml",
+        f"""\
 [sender]
 schema_dir = "edge/schema"
 data_dirs = ["edge/data"]
@@ -231,8 +243,11 @@ known_hosts = "keys/known_hosts"
 name = "dc1"
 host = "127.0.0.1"
 port = {port}
-""")
-    receiver_toml = _write(workdir / "receiver.toml", f"""\
+""",
+    )
+    receiver_toml = _write(
+        workdir / "receiver.toml",
+        f"""\
 [receiver]
 listen = "127.0.0.1:{port}"
 host_key = "keys/host"
@@ -240,14 +255,18 @@ authorized_keys = "keys/authorized_keys"
 allow = ["127.0.0.0/8"]
 schema_dir = "dc/schema"
 data_dirs = ["dc/data"]
-""")
-    loader_toml = _write(workdir / "loader.toml", """\
+""",
+    )
+    loader_toml = _write(
+        workdir / "loader.toml",
+        """\
 [loader]
 receiver_data_dirs = ["dc/data"]
 table_path = "warehouse/points"
 state_dir = "warehouse/_state"
 master = "local[*]"
-""")
+""",
+    )
     summary = DemoSummary(workdir=str(workdir), receiver=f"127.0.0.1:{port}")
     send = _sealsync("send", "--config", str(sender_toml), "--json")
 
@@ -262,8 +281,13 @@ master = "local[*]"
         half = _start_ms(GROUPS.index("root.sg2"), 0) + ROWS_PER_DEVICE // 2 * 1000
         edge.add_mods(first["root.sg2"][0], "root.sg2.d1", half - 1)
         for group in GROUPS[1:]:
-            edge.write_file(group, 1, devices=[f"{group}.d1"], rows_per_device=ROWS_PER_DEVICE,
-                            start_ms=1_800_000_000_000)
+            edge.write_file(
+                group,
+                1,
+                devices=[f"{group}.d1"],
+                rows_per_device=ROWS_PER_DEVICE,
+                start_ms=1_800_000_000_000,
+            )
         summary.rounds.append(_round_summary(_run_json(send, "round 2", logs / "send.log", env)))
         _echo_round(echo, summary.rounds[-1])
 
@@ -271,8 +295,10 @@ master = "local[*]"
     summary.load = _run_json(
         _sealsync("load", "--config", str(loader_toml), "--json"), "load", logs / "load.log", env
     )
-    echo(f"      {summary.load.get('ingested', 0)} files ingested, "
-         f"{summary.load.get('rows_written', 0)} rows, {summary.load.get('seconds', 0):.1f} s")
+    echo(
+        f"      {summary.load.get('ingested', 0)} files ingested, "
+        f"{summary.load.get('rows_written', 0)} rows, {summary.load.get('seconds', 0):.1f} s"
+    )
 
     echo("[6/6] checking the table against the edge instance")
     summary.edge_sealed_files = edge.sealed_files()
@@ -308,8 +334,10 @@ def _round_summary(result: dict[str, Any]) -> dict[str, Any]:
 
 def _echo_round(echo: Echo, r: dict[str, Any]) -> None:
     rate = r["shipped_bytes"] / r["seconds"] / 2**20 if r["seconds"] else 0.0
-    echo(f"      shipped {r['shipped_files']} files ({r['shipped_bytes'] / 2**20:.1f} MiB, "
-         f"{rate:.1f} MiB/s), deleted {r['deleted_files']}, {r['seconds']:.2f} s")
+    echo(
+        f"      shipped {r['shipped_files']} files ({r['shipped_bytes'] / 2**20:.1f} MiB, "
+        f"{rate:.1f} MiB/s), deleted {r['deleted_files']}, {r['seconds']:.2f} s"
+    )
 
 
 def print_summary(summary: DemoSummary, echo: Echo = print) -> None:

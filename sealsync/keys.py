@@ -17,8 +17,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from .durable import fsync_dir
-from .errors import SealsyncError
+from sealsync.durable import fsync_dir
+from sealsync.errors import SealsyncError
 
 
 def public_path(path: str | os.PathLike[str]) -> Path:

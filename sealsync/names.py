@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from .errors import BadName
+from sealsync.errors import BadName
 
 MAX_NAME_BYTES = 1024
 MAX_PART_BYTES = 255

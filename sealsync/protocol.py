@@ -34,8 +34,8 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import Any, ClassVar, Protocol
 
-from .errors import BadName, SealsyncError
-from .names import require_data_name
+from sealsync.errors import BadName, SealsyncError
+from sealsync.names import require_data_name
 
 PROTOCOL_VERSION = 1
 SUBSYSTEM = "sealsync"
@@ -57,6 +57,7 @@ def preferred_ciphers(available: Sequence[str]) -> tuple[str, ...]:
     """The transport's ciphers, ours first in our order; none it lacks is added."""
     first = tuple(c for c in SSH_PREFERRED_CIPHERS if c in available)
     return first + tuple(c for c in available if c not in first)
+
 
 HEADER = struct.Struct("!BI")
 MAX_CONTROL_PAYLOAD = 256 * 1024
@@ -440,8 +441,22 @@ AnyMessage = Message | Schema | Chunk
 _CONTROL: dict[Kind, type[Message]] = {
     cls.kind: cls
     for cls in (
-        Hello, Welcome, SchemaAck, RoundStart, RoundReady, OwnersQuery, Owners, Delete,
-        DeleteAck, FileBegin, FileEnd, FileVerdict, RoundEnd, RoundDone, Error, Bye,
+        Hello,
+        Welcome,
+        SchemaAck,
+        RoundStart,
+        RoundReady,
+        OwnersQuery,
+        Owners,
+        Delete,
+        DeleteAck,
+        FileBegin,
+        FileEnd,
+        FileVerdict,
+        RoundEnd,
+        RoundDone,
+        Error,
+        Bye,
     )
 }
 _LIMITS: dict[Kind, int] = {Kind.CHUNK: MAX_CHUNK_PAYLOAD, Kind.SCHEMA: MAX_SCHEMA_PAYLOAD + 8}

@@ -28,10 +28,10 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import formats
-from .formats import mods
-from .formats.common import DEVICE_COLUMN, TIME_COLUMN
-from .names import check_data_name, check_relative
+from sealsync import formats
+from sealsync.formats import mods
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.names import check_data_name, check_relative
 
 FORMAT_SUFFIXES = {"tsfile": ".tsfile", "parquet": ".parquet"}
 RESOURCE, MODS, MERGE = ".resource", ".mods", ".merge"
@@ -131,7 +131,8 @@ class EdgeInstance:
     def sealed_files(self, data_dir: int = 0) -> list[str]:
         """Data files with ``X.resource`` and without ``X.merge`` (DESIGN §1)."""
         return [
-            rel for rel in self.data_files(data_dir)
+            rel
+            for rel in self.data_files(data_dir)
             if self.path(rel + RESOURCE, data_dir).exists()
             and not self.path(rel + MERGE, data_dir).exists()
         ]
@@ -200,8 +201,16 @@ class EdgeInstance:
         ``X.resource`` appears only after the data file is complete.
         """
         table = expected_table(devices, rows_per_device, start_ms, measurements, step_ms)
-        return self.write_table(table, group, partition, name, unsequence=unsequence,
-                                fmt=fmt, seal=seal, data_dir=data_dir)
+        return self.write_table(
+            table,
+            group,
+            partition,
+            name,
+            unsequence=unsequence,
+            fmt=fmt,
+            seal=seal,
+            data_dir=data_dir,
+        )
 
     def _write_resource(self, rel: str, data_dir: int, table: pa.Table) -> None:
         times = table.column(TIME_COLUMN)
@@ -259,8 +268,15 @@ class EdgeInstance:
         )
         fmt = "parquet" if rels[0].endswith(FORMAT_SUFFIXES["parquet"]) else "tsfile"
         unsequence = all(r.startswith("unsequence/") for r in rels)
-        new = self.write_table(merged, group, partition, unsequence=unsequence, fmt=fmt,
-                               data_dir=data_dir, merges=merges)
+        new = self.write_table(
+            merged,
+            group,
+            partition,
+            unsequence=unsequence,
+            fmt=fmt,
+            data_dir=data_dir,
+            merges=merges,
+        )
         for rel in rels:
             self.delete(rel, data_dir)
         return new

@@ -10,7 +10,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from .config import LoaderConfig, ReceiverConfig, SenderConfig
+from sealsync.config import LoaderConfig, ReceiverConfig, SenderConfig
 
 
 def _when(ts: float | None) -> str | None:
@@ -21,11 +21,11 @@ def _when(ts: float | None) -> str | None:
 
 def sender_status(config: SenderConfig) -> dict[str, Any]:
     """Per receiver and data dir: last round, files synced, pending, refused."""
-    from .sender.manage.history import read_round_record
-    from .sender.manage.identity import sender_uuid
-    from .sender.manage.layout import SenderPaths
-    from .sender.plan import effective_last, plan_dir
-    from .sender.transfer.refusals import read_refusals, refused_path
+    from sender.manage.history import read_round_record
+    from sender.manage.identity import sender_uuid
+    from sender.manage.layout import SenderPaths
+    from sender.plan import effective_last, plan_dir
+    from sender.transfer.refusals import read_refusals, refused_path
 
     receivers = []
     for r in config.receivers:
@@ -36,23 +36,28 @@ def sender_status(config: SenderConfig) -> dict[str, Any]:
             planned = plan_dir(data_dir, r)
             record = read_round_record(paths) or {}
             refusals = read_refusals(refused_path(paths))
-            dirs.append({
-                "data_dir": str(data_dir),
-                "last_round": _when(record.get("finished")),
-                "last_round_ok": record.get("ok"),
-                "last_successful_round": _when(record.get("last_ok")),
-                "synced_files": len(synced),
-                "pending_new": len(planned.new),
-                "pending_deleted": len(planned.deleted),
-                "rejected": [{"name": n, "reason": why} for n, why in planned.rejected],
-                "refused": [
-                    {"name": n, "reason": ref.reason} for n, ref in sorted(refusals.items())
-                ],
-                "recovery_pending": recovery,
-            })
+            dirs.append(
+                {
+                    "data_dir": str(data_dir),
+                    "last_round": _when(record.get("finished")),
+                    "last_round_ok": record.get("ok"),
+                    "last_successful_round": _when(record.get("last_ok")),
+                    "synced_files": len(synced),
+                    "pending_new": len(planned.new),
+                    "pending_deleted": len(planned.deleted),
+                    "rejected": [{"name": n, "reason": why} for n, why in planned.rejected],
+                    "refused": [
+                        {"name": n, "reason": ref.reason} for n, ref in sorted(refusals.items())
+                    ],
+                    "recovery_pending": recovery,
+                }
+            )
         receivers.append({"name": r.name, "address": r.address, "data_dirs": dirs})
-    return {"role": "sender", "uuid": _dashed(sender_uuid(config.schema_dir)),
-            "receivers": receivers}
+    return {
+        "role": "sender",
+        "uuid": _dashed(sender_uuid(config.schema_dir)),
+        "receivers": receivers,
+    }
 
 
 def _dashed(value: str) -> str:
@@ -63,11 +68,11 @@ def _dashed(value: str) -> str:
 
 def receiver_status(config: ReceiverConfig) -> dict[str, Any]:
     """Known senders, device count per owner, rounds in flight, files waiting to load."""
-    from .receiver.auth import SenderKeys
-    from .receiver.layout import sender_folders
-    from .receiver.load.apply import read_load_log
-    from .receiver.load.owners import DeviceOwners
-    from .synclog import read_sync_log
+    from receiver.auth import SenderKeys
+    from receiver.layout import sender_folders
+    from receiver.load.apply import read_load_log
+    from receiver.load.owners import DeviceOwners
+    from sealsync.synclog import read_sync_log
 
     with DeviceOwners(config.schema_dir) as owners:
         by_owner = owners.by_owner()
@@ -85,13 +90,15 @@ def receiver_status(config: ReceiverConfig) -> dict[str, Any]:
             done = read_load_log(folder.load_log)
             waiting = [n for n in log.new if n not in done.loaded]
             waiting += [n for n in log.deleted if n not in done.deleted]
-            in_flight.append({
-                "sender": folder.uuid,
-                "ip": folder.ip,
-                "folder": str(folder.root),
-                "arrived_complete": folder.sync_end.exists(),
-                "waiting_to_load": len(waiting),
-            })
+            in_flight.append(
+                {
+                    "sender": folder.uuid,
+                    "ip": folder.ip,
+                    "folder": str(folder.root),
+                    "arrived_complete": folder.sync_end.exists(),
+                    "waiting_to_load": len(waiting),
+                }
+            )
     senders = [
         {
             "uuid": b.uuid,
@@ -114,10 +121,17 @@ def receiver_status(config: ReceiverConfig) -> dict[str, Any]:
 
 def loader_status(config: LoaderConfig) -> dict[str, Any]:
     """What the table holds according to the ingest state (the loader owns the format)."""
-    state_files = sorted(p.name for p in Path(config.state_dir).glob("*")) if Path(
-        config.state_dir).exists() else []
-    return {"role": "loader", "table_path": str(config.table_path),
-            "state_dir": str(config.state_dir), "state_files": state_files}
+    state_files = (
+        sorted(p.name for p in Path(config.state_dir).glob("*"))
+        if Path(config.state_dir).exists()
+        else []
+    )
+    return {
+        "role": "loader",
+        "table_path": str(config.table_path),
+        "state_dir": str(config.state_dir),
+        "state_files": state_files,
+    }
 
 
 def render(doc: dict[str, Any]) -> list[str]:
@@ -134,8 +148,10 @@ def render(doc: dict[str, Any]) -> list[str]:
                 lines.append(f"    last round:            {last} {state}".rstrip())
                 lines.append(f"    last successful round: {d['last_successful_round'] or 'never'}")
                 lines.append(f"    files synced:          {d['synced_files']}")
-                lines.append(f"    pending:               {d['pending_new']} new, "
-                             f"{d['pending_deleted']} deleted")
+                lines.append(
+                    f"    pending:               {d['pending_new']} new, "
+                    f"{d['pending_deleted']} deleted"
+                )
                 if d["recovery_pending"]:
                     lines.append(f"    recovery pending:      {d['recovery_pending']}")
                 lines.append(f"    refused:               {len(d['refused'])}")
@@ -147,15 +163,19 @@ def render(doc: dict[str, Any]) -> list[str]:
         lines.append(f"receiver listening on {doc['listen']}")
         lines.append(f"senders ({len(doc['senders'])}):")
         for s in doc["senders"]:
-            lines.append(f"  {s['uuid']}  {s['key_fingerprint']}  last from {s['last_address']}"
-                         f"  last round {s['last_round'] or 'never'}"
-                         f"  devices {s['devices_owned']}")
+            lines.append(
+                f"  {s['uuid']}  {s['key_fingerprint']}  last from {s['last_address']}"
+                f"  last round {s['last_round'] or 'never'}"
+                f"  devices {s['devices_owned']}"
+            )
         lines.append("devices per owner:")
         lines.extend(f"  {u}: {n}" for u, n in doc["devices_per_owner"].items())
         lines.append(f"rounds in flight: {len(doc['rounds_in_flight'])}")
-        lines.extend(f"  {r['sender']} from {r['ip']}: {r['waiting_to_load']} waiting to load"
-                     f"{'' if r['arrived_complete'] else ', still arriving'}"
-                     for r in doc["rounds_in_flight"])
+        lines.extend(
+            f"  {r['sender']} from {r['ip']}: {r['waiting_to_load']} waiting to load"
+            f"{'' if r['arrived_complete'] else ', still arriving'}"
+            for r in doc["rounds_in_flight"]
+        )
     else:
         lines.append(f"loader table {doc['table_path']}")
         lines.append(f"state in {doc['state_dir']}: {', '.join(doc['state_files']) or 'empty'}")
@@ -168,4 +188,3 @@ def status_of(config: SenderConfig | ReceiverConfig | LoaderConfig) -> dict[str,
     if isinstance(config, ReceiverConfig):
         return receiver_status(config)
     return loader_status(config)
-

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sealsync.keys import generate_keypair
-from sealsync.sender.manage.identity import sender_uuid
 from sealsync.simulator import EdgeInstance
+from sender.manage.identity import sender_uuid
 
 SEALSYNC = [sys.executable, "-m", "sealsync"]
 
@@ -47,11 +47,17 @@ class Sender:
 
         return str(uuid.UUID(sender_uuid(self.edge.schema_dir)))
 
-    def send(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
-             ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*SEALSYNC, "send", "--config", str(self.config), *args],
-                              capture_output=True, text=True, timeout=timeout,
-                              env=env, stdin=subprocess.DEVNULL)
+    def send(
+        self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SEALSYNC, "send", "--config", str(self.config), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
 
     def send_json(self) -> dict:
         result = self.send("--json")
@@ -83,7 +89,10 @@ class Deployment:
         log = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
             [*SEALSYNC, "-v", "serve", "--config", str(self.receiver_config)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
         )
         log.close()
         if wait:
@@ -124,7 +133,7 @@ class Deployment:
 
     def loaded_hashes(self, sender: Sender) -> dict[str, str]:
         """Relative name -> content hash of every file the receiver loaded from ``sender``."""
-        from sealsync.receiver.storage import DirectoryStorage
+        from receiver.storage import DirectoryStorage
 
         storage = DirectoryStorage([self.receiver_data])
         return {
@@ -188,20 +197,44 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
     return Deployment(root, port, receiver_config, receiver_data, receiver_schema, dep_senders)
 
 
-def populate(edge: EdgeInstance, groups: int = 3, files: int = 4, devices: int = 2,
-             rows: int = 50, prefix: str = "root.sg", unsequence: int = 1,
-             data_dir: int = 0) -> list[str]:
+def populate(
+    edge: EdgeInstance,
+    groups: int = 3,
+    files: int = 4,
+    devices: int = 2,
+    rows: int = 50,
+    prefix: str = "root.sg",
+    unsequence: int = 1,
+    data_dir: int = 0,
+) -> list[str]:
     """A few groups of small sealed TsFiles, sequence and unsequence; returns their names."""
     names = []
     for g in range(groups):
         group = f"{prefix}{g}"
         devs = [f"{group}.d{d}" for d in range(devices)]
         for f in range(files):
-            names.append(edge.write_file(group, 0, devices=devs, rows_per_device=rows,
-                                         start_ms=(g * 100 + f) * 1_000_000, data_dir=data_dir))
+            names.append(
+                edge.write_file(
+                    group,
+                    0,
+                    devices=devs,
+                    rows_per_device=rows,
+                    start_ms=(g * 100 + f) * 1_000_000,
+                    data_dir=data_dir,
+                )
+            )
         for f in range(unsequence):
-            names.append(edge.write_file(group, 0, devices=devs, rows_per_device=rows,
-                                         start_ms=f * 1_000, unsequence=True, data_dir=data_dir))
+            names.append(
+                edge.write_file(
+                    group,
+                    0,
+                    devices=devs,
+                    rows_per_device=rows,
+                    start_ms=f * 1_000,
+                    unsequence=True,
+                    data_dir=data_dir,
+                )
+            )
     return names
 
 

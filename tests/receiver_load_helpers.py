@@ -14,11 +14,11 @@ from pathlib import Path
 
 import tsfile
 
+from receiver.layout import SenderFolder, SyncLog
+from receiver.load.owners import DeviceOwners
+from receiver.storage import DirectoryStorage, make_dirs
 from sealsync.formats import FileInfo
 from sealsync.formats import inspect as real_inspect
-from sealsync.receiver.layout import SenderFolder, SyncLog
-from sealsync.receiver.load.owners import DeviceOwners
-from sealsync.receiver.storage import DirectoryStorage, make_dirs
 
 UUID_A = "0b5d1f7e-3c1a-4c2e-9a51-5d0f2f6a0a01"
 UUID_B = "7a1e9c44-2b7d-4f10-8c3e-1f2d3c4b5a02"

@@ -39,8 +39,8 @@ from sealsync.protocol import (
     receive,
     send,
 )
-from sealsync.sender.round import run_round
-from sealsync.sender.transfer.report import RoundReport
+from sender.round import run_round
+from sender.transfer.report import RoundReport
 
 SENDER_UUID_HEX = "0123456789abcdef0123456789abcdef"
 SENDER_UUID = "01234567-89ab-cdef-0123-456789abcdef"
@@ -247,9 +247,14 @@ def fake_round_config(tmp_path: Path) -> SenderConfig:
     schema, data = tmp_path / "schema", tmp_path / "data"
     schema.mkdir()
     data.mkdir()
-    return SenderConfig(schema_dir=schema, data_dirs=[data], identity=tmp_path / "unused",
-                        known_hosts=tmp_path / "unused", receivers=[FAKE_RECEIVER],
-                        chunk_size=4096)
+    return SenderConfig(
+        schema_dir=schema,
+        data_dirs=[data],
+        identity=tmp_path / "unused",
+        known_hosts=tmp_path / "unused",
+        receivers=[FAKE_RECEIVER],
+        chunk_size=4096,
+    )
 
 
 def round_with_fake(

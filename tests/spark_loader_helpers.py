@@ -14,14 +14,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from receiver.storage import DirectoryStorage
 from sealsync import formats
 from sealsync.config import LoaderConfig
 from sealsync.formats import mods
 from sealsync.names import MODS_SUFFIX, SIDECAR_SUFFIXES
-from sealsync.receiver.storage import DirectoryStorage
 from sealsync.simulator import EdgeInstance
-from sealsync.spark_loader import read_arrow
-from sealsync.spark_loader.table import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
+from spark_loader import read_arrow
+from spark_loader.table import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
 
 SENDER_A = str(uuid.UUID(int=0xA))
 SENDER_B = str(uuid.UUID(int=0xB))
@@ -38,8 +38,9 @@ class Receiver:
         self.storage = DirectoryStorage(self.data_dirs)
         self.placed: dict[tuple[str, str], Path] = {}
 
-    def place(self, edge: EdgeInstance, rel: str, sender: str = SENDER_A,
-              data_dir: int = 0) -> Path:
+    def place(
+        self, edge: EdgeInstance, rel: str, sender: str = SENDER_A, data_dir: int = 0
+    ) -> Path:
         """Copy an edge file and its sidecars (``.mods`` too) to where the receiver loads it.
 
         Without a ``.mods`` on the edge, a copy from an earlier placing is removed,
@@ -131,8 +132,10 @@ def snapshot(path: Path) -> dict[str, tuple[int, int]]:
         for name in dirnames + filenames:
             full = Path(dirpath) / name
             st = full.lstat()
-            out[str(full.relative_to(path))] = (st.st_size if name in filenames else 0,
-                                                st.st_mtime_ns)
+            out[str(full.relative_to(path))] = (
+                st.st_size if name in filenames else 0,
+                st.st_mtime_ns,
+            )
     return out
 
 
@@ -141,14 +144,45 @@ def two_senders(tmp_path: Path) -> tuple[EdgeInstance, Receiver]:
     edge = EdgeInstance(tmp_path / "edge")
     recv = Receiver(tmp_path)
     files = [
-        (SENDER_A, edge.write_file("root.sg1", 0, devices=["root.sg1.d1", "root.sg1.d2"],
-                                   rows_per_device=40)),
-        (SENDER_A, edge.write_file("root.sg1", 1, devices=["root.sg1.d1"], rows_per_device=25,
-                                   fmt="parquet", measurements=("s1", "s3"))),
-        (SENDER_B, edge.write_file("root.sg2", 0, devices=["root.sg2.d9"], rows_per_device=30,
-                                   unsequence=True, measurements=("s7",))),
-        (SENDER_B, edge.write_file("root.sg2", 0, devices=["root.sg2.d8"], rows_per_device=20,
-                                   fmt="parquet", unsequence=True)),
+        (
+            SENDER_A,
+            edge.write_file(
+                "root.sg1", 0, devices=["root.sg1.d1", "root.sg1.d2"], rows_per_device=40
+            ),
+        ),
+        (
+            SENDER_A,
+            edge.write_file(
+                "root.sg1",
+                1,
+                devices=["root.sg1.d1"],
+                rows_per_device=25,
+                fmt="parquet",
+                measurements=("s1", "s3"),
+            ),
+        ),
+        (
+            SENDER_B,
+            edge.write_file(
+                "root.sg2",
+                0,
+                devices=["root.sg2.d9"],
+                rows_per_device=30,
+                unsequence=True,
+                measurements=("s7",),
+            ),
+        ),
+        (
+            SENDER_B,
+            edge.write_file(
+                "root.sg2",
+                0,
+                devices=["root.sg2.d8"],
+                rows_per_device=20,
+                fmt="parquet",
+                unsequence=True,
+            ),
+        ),
     ]
     for sender, rel in files:
         recv.place(edge, rel, sender)

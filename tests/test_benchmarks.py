@@ -28,14 +28,27 @@ def test_each_mode_writes_exactly_the_files(tmp_path: Path, mode: str) -> None:
 
 def test_fsync_benchmark_prints_a_rate_and_ratio_per_mode(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_fsync.py"), "--files", "40",
-         "--size", "4096", "--reps", "1", "--workdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_fsync.py"),
+            "--files",
+            "40",
+            "--size",
+            "4096",
+            "--reps",
+            "1",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     assert result.returncode == 0, result.stderr
-    rows = re.findall(r"^(\w+)\s+([\d,]+) files/s\s+ratio to none\s+([\d.]+)$",
-                      result.stdout, re.MULTILINE)
+    rows = re.findall(
+        r"^(\w+)\s+([\d,]+) files/s\s+ratio to none\s+([\d.]+)$", result.stdout, re.MULTILINE
+    )
     assert [r[0] for r in rows] == ["none", "fsync", "syncfs"]
     assert rows[0][2] == "1.00" and all(int(r[1].replace(",", "")) > 0 for r in rows)
     assert list(tmp_path.iterdir()) == []  # its files are gone
@@ -43,13 +56,28 @@ def test_fsync_benchmark_prints_a_rate_and_ratio_per_mode(tmp_path: Path) -> Non
 
 def test_loader_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_loader.py"), "--rows", "4000",
-         "--files", "4", "--tsfiles", "1", "--repeat", "1", "--workdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=400,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_loader.py"),
+            "--rows",
+            "4000",
+            "--files",
+            "4",
+            "--tsfiles",
+            "1",
+            "--repeat",
+            "1",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
 
     assert result.returncode == 0, result.stderr[-2000:]
     assert "generated 4000 Parquet rows in 4 files (+1 TsFiles)" in result.stdout
     assert re.search(r"run 1: plain [\d.]+s, loader [\d.]+s \(4100 rows\)", result.stdout)
-    assert re.search(r"^ratio loader/plain: [\d.]+ \(target >= 0.80\)$", result.stdout,
-                     re.MULTILINE)
+    assert re.search(
+        r"^ratio loader/plain: [\d.]+ \(target >= 0.80\)$", result.stdout, re.MULTILINE
+    )

@@ -26,9 +26,9 @@ import sealsync.cli
 from sealsync.cli import cli, main
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import SealsyncError
-from sealsync.sender.manage.layout import SenderPaths
-from sealsync.sender.manage.scan import SYMLINK
-from sealsync.sender.transfer.report import RoundReport
+from sender.manage.layout import SenderPaths
+from sender.manage.scan import SYMLINK
+from sender.transfer.report import RoundReport
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = ["demo", "keygen", "load", "owners", "send", "serve", "status"]
@@ -206,14 +206,14 @@ def test_keyboard_interrupt_is_130_one_line(
 
 
 class FakeRound:
-    """Stands in for ``sealsync.sender.round``; records calls and checks the lock is held."""
+    """Stands in for ``sender.round``; records calls and checks the lock is held."""
 
     def __init__(self, fail_for: str | None = None) -> None:
         self.calls: list[tuple[SenderConfig, ReceiverEndpoint]] = []
         self.fail_for = fail_for
 
     def module(self) -> types.ModuleType:
-        module = types.ModuleType("sealsync.sender.round")
+        module = types.ModuleType("sender.round")
         module.run_round = self.run_round  # type: ignore[attr-defined]
         return module
 
@@ -239,7 +239,7 @@ def test_send_runs_a_round_per_receiver_under_its_lock(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeRound()
-    monkeypatch.setitem(sys.modules, "sealsync.sender.round", fake.module())
+    monkeypatch.setitem(sys.modules, "sender.round", fake.module())
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path))
     assert (code, err) == (0, "")
@@ -257,7 +257,7 @@ def test_send_goes_on_after_one_receiver_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeRound(fail_for="dc1")
-    monkeypatch.setitem(sys.modules, "sealsync.sender.round", fake.module())
+    monkeypatch.setitem(sys.modules, "sender.round", fake.module())
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path))
     assert [r.name for _, r in fake.calls] == ["dc1", "dc2"]
@@ -269,7 +269,7 @@ def test_send_with_several_receivers_locked_exits_75(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeRound()
-    monkeypatch.setitem(sys.modules, "sealsync.sender.round", fake.module())
+    monkeypatch.setitem(sys.modules, "sender.round", fake.module())
     path = two_receivers(tmp_path)
     lock = tmp_path / "edge/schema/sync/127.0.0.1_5555/sync.lock"
     with held_elsewhere(lock):
@@ -452,7 +452,9 @@ def test_dry_run_ignores_a_stale_current_next_to_last(
         "data_dirs"
     ][0]
     assert plan["new"] == [
-        "sequence/g1/0/b.tsfile", "sequence/g1/0/m.tsfile", "unsequence/g1/0/u.tsfile"
+        "sequence/g1/0/b.tsfile",
+        "sequence/g1/0/m.tsfile",
+        "unsequence/g1/0/u.tsfile",
     ]
     assert plan["deleted"] == ["sequence/g1/0/gone.tsfile"]
     assert plan["recovery"] == "would drop the stale current_local_files.txt"

@@ -347,20 +347,28 @@ LOADER_ERRORS = [
     (_set("loader", "tabel_path", "x"), "[loader] tabel_path: unknown key"),
     (_set("loader", "python", ""), "[loader] python: must not be empty"),
     (_set("loader", "spark", "x=1"), "[loader] spark: must be a table, got a string"),
-    (_set("loader", "spark", {"spark.jars": ["a"]}),
-     "[loader] spark.spark.jars: must be a string, number or boolean, got a list"),
+    (
+        _set("loader", "spark", {"spark.jars": ["a"]}),
+        "[loader] spark.spark.jars: must be a string, number or boolean, got a list",
+    ),
 ]
 
 
 def test_loader_takes_the_executors_python_and_spark_settings(tmp_path: Path) -> None:
     doc = copy.deepcopy(loader_doc())
     doc["loader"]["python"] = "/opt/venv/bin/python"
-    doc["loader"]["spark"] = {"spark.executor.memory": "4g", "spark.cores.max": 8,
-                              "spark.speculation": False}
+    doc["loader"]["spark"] = {
+        "spark.executor.memory": "4g",
+        "spark.cores.max": 8,
+        "spark.speculation": False,
+    }
     config = load_loader_config(make_loader(tmp_path, doc))
     assert config.python == "/opt/venv/bin/python"
-    assert config.spark == {"spark.executor.memory": "4g", "spark.cores.max": "8",
-                            "spark.speculation": "false"}
+    assert config.spark == {
+        "spark.executor.memory": "4g",
+        "spark.cores.max": "8",
+        "spark.speculation": "false",
+    }
     plain = load_loader_config(make_loader(tmp_path / "plain"))
     assert (plain.python, plain.spark) == (None, {})
 

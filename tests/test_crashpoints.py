@@ -21,7 +21,8 @@ from sealsync.crashpoints import (
     parse_spec,
 )
 
-SOURCE = Path(sealsync.__file__).parent
+ROOT = Path(sealsync.__file__).parent.parent
+SOURCES = [ROOT / name for name in ("sealsync", "sender", "receiver", "spark_loader")]
 CALL = re.compile(r"""crash_point\(\s*["']([^"']+)["']\s*\)""")
 
 
@@ -57,7 +58,10 @@ def test_the_nth_hit_kills_the_process_with_sigkill(tmp_path: Path) -> None:
     )
     env = {"SEALSYNC_CRASH_AT": "sender.file.sent:3", "SEALSYNC_CRASH_TRACE": str(trace)}
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
         env={**_base_env(), **env},
     )
     assert result.returncode == -9
@@ -70,7 +74,10 @@ def test_the_nth_hit_kills_the_process_with_sigkill(tmp_path: Path) -> None:
 def test_an_undeclared_point_fails_under_a_trace_run(tmp_path: Path) -> None:
     script = "from sealsync.crashpoints import crash_point\ncrash_point('sender.typo')\n"
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
         env={**_base_env(), "SEALSYNC_CRASH_TRACE": str(tmp_path / "t")},
     )
     assert result.returncode == 1
@@ -79,11 +86,11 @@ def test_an_undeclared_point_fails_under_a_trace_run(tmp_path: Path) -> None:
 
 def test_registry_is_exactly_the_points_the_code_uses() -> None:
     used: dict[str, list[str]] = {}
-    for path in sorted(SOURCE.rglob("*.py")):
+    for path in sorted(p for source in SOURCES for p in source.rglob("*.py")):
         if path.name == "crashpoints.py":
             continue
         for name in CALL.findall(path.read_text(encoding="utf-8")):
-            used.setdefault(name, []).append(str(path.relative_to(SOURCE)))
+            used.setdefault(name, []).append(str(path.relative_to(ROOT)))
     assert set(used) == POINTS
     assert SENDER_POINTS.isdisjoint(RECEIVER_POINTS)
     assert all(p.startswith("sender.") for p in SENDER_POINTS)
@@ -97,5 +104,5 @@ def test_registry_is_exactly_the_points_the_code_uses() -> None:
 
 def _base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEALSYNC_CRASH")}
-    env["PYTHONPATH"] = str(SOURCE.parent)
+    env["PYTHONPATH"] = str(ROOT)
     return env

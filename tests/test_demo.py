@@ -21,7 +21,10 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     workdir = tmp_path / "demo"
     result = subprocess.run(
         [sys.executable, "-m", "sealsync", "demo", "--workdir", str(workdir), "--json"],
-        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
@@ -48,8 +51,9 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     assert want["root.sg2.d1"] < raw["root.sg2.d1"]  # the .mods deletion took points away
 
     # the table, read with pyarrow (no Spark), holds exactly those rows
-    table = ds.dataset(str(workdir / "warehouse" / "points"), format="parquet",
-                       partitioning="hive").to_table()
+    table = ds.dataset(
+        str(workdir / "warehouse" / "points"), format="parquet", partitioning="hive"
+    ).to_table()
     assert dict(Counter(table.column("device").to_pylist())) == dict(want)
     assert summary["rows_per_device"] == dict(sorted(want.items()))
     assert set(table.column("source_file").to_pylist()) == set(sealed)
@@ -63,9 +67,17 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     # the example Spark job reads the same table (mergeSchema, no metastore)
     example = Path(__file__).resolve().parent.parent / "examples" / "query_table.py"
     query = subprocess.run(
-        [sys.executable, str(example), str(workdir / "warehouse" / "points"),
-         "--master", "local[2]"],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            str(example),
+            str(workdir / "warehouse" / "points"),
+            "--master",
+            "local[2]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
     )
     assert query.returncode == 0, query.stderr[-2000:]
     rows = {line.split()[0]: int(line.split()[1]) for line in query.stdout.splitlines()[1:]}

@@ -18,9 +18,17 @@ def test_host_server_embeds_the_receiver_with_its_own_storage(tmp_path: Path) ->
     dep = make_deployment(tmp_path / "site")
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "host_server.py"), "--config", str(dep.receiver_config),
-         "--store", str(store)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            str(EXAMPLES / "host_server.py"),
+            "--config",
+            str(dep.receiver_config),
+            "--store",
+            str(store),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         first = proc.stdout.readline() if proc.stdout else ""

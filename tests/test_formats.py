@@ -48,8 +48,7 @@ def _assert_rejected(module: object, path: Path) -> None:
     assert str(path) in message
     with pytest.raises(FormatError):
         formats.inspect(path)
-    for read in (module.devices, module.row_count, module.to_arrow, module.verify,
-                 formats.verify):
+    for read in (module.devices, module.row_count, module.to_arrow, module.verify, formats.verify):
         with pytest.raises(FormatError):
             read(path)
 
@@ -81,14 +80,16 @@ def test_complete_file_reads_back_exactly(written: tuple[object, Path]) -> None:
 
 def test_tsfile_rows_are_the_union_of_measurement_timestamps(tmp_path: Path) -> None:
     """A row is a (time, device); measurements missing at that time are null."""
-    table = pa.table({
-        "time": pa.array([1, 2, 3, 1, 5], pa.int64()),
-        "device": ["root.a.d1", "root.a.d1", "root.a.d1", "root.a.d2", "root.a.d2"],
-        "s1": pa.array([10, None, 30, None, None], pa.int64()),
-        "s2": pa.array([None, 2.5, 3.5, 1.5, None], pa.float64()),
-        "flag": pa.array([None, None, None, True, False], pa.bool_()),
-        "name": pa.array(["a", "b", None, None, "e"], pa.string()),
-    })
+    table = pa.table(
+        {
+            "time": pa.array([1, 2, 3, 1, 5], pa.int64()),
+            "device": ["root.a.d1", "root.a.d1", "root.a.d1", "root.a.d2", "root.a.d2"],
+            "s1": pa.array([10, None, 30, None, None], pa.int64()),
+            "s2": pa.array([None, 2.5, 3.5, 1.5, None], pa.float64()),
+            "flag": pa.array([None, None, None, True, False], pa.bool_()),
+            "name": pa.array(["a", "b", None, None, "e"], pa.string()),
+        }
+    )
     path = tmp_path / "mixed.tsfile"
     tsfile.write_arrow(path, table)
     assert tsfile.inspect(path) == FileInfo(devices=("root.a.d1", "root.a.d2"), rows=5)
@@ -99,16 +100,21 @@ def test_tsfile_rows_are_the_union_of_measurement_timestamps(tmp_path: Path) -> 
 
 def test_tsfile_table_model_devices_are_table_plus_tags(tmp_path: Path) -> None:
     path = tmp_path / "table.tsfile"
-    schema = native.TableSchema("trains", [
-        native.ColumnSchema("line", native.TSDataType.STRING, native.ColumnCategory.TAG),
-        native.ColumnSchema("car", native.TSDataType.STRING, native.ColumnCategory.TAG),
-        native.ColumnSchema("speed", native.TSDataType.DOUBLE, native.ColumnCategory.FIELD),
-    ])
+    schema = native.TableSchema(
+        "trains",
+        [
+            native.ColumnSchema("line", native.TSDataType.STRING, native.ColumnCategory.TAG),
+            native.ColumnSchema("car", native.TSDataType.STRING, native.ColumnCategory.TAG),
+            native.ColumnSchema("speed", native.TSDataType.DOUBLE, native.ColumnCategory.FIELD),
+        ],
+    )
     rows = [(0, "L1", "c1", 1.0), (1, "L1", "c1", 2.0), (0, "L2", None, 3.0)]
     with native.TsFileTableWriter(str(path), schema) as writer:
-        tablet = native.Tablet(["line", "car", "speed"],
-                               [native.TSDataType.STRING, native.TSDataType.STRING,
-                                native.TSDataType.DOUBLE], len(rows))
+        tablet = native.Tablet(
+            ["line", "car", "speed"],
+            [native.TSDataType.STRING, native.TSDataType.STRING, native.TSDataType.DOUBLE],
+            len(rows),
+        )
         for i, (t, line, car, speed) in enumerate(rows):
             tablet.add_timestamp(i, t)
             tablet.add_value_by_name("line", i, line)
@@ -152,8 +158,13 @@ def test_tsfile_measurement_named_like_a_reserved_column_is_refused(tmp_path: Pa
 
 def test_tsfile_writer_refuses_duplicate_rows_and_leaves_nothing(tmp_path: Path) -> None:
     path = tmp_path / "dup.tsfile"
-    table = pa.table({"time": pa.array([1, 1], pa.int64()), "device": ["root.a.d", "root.a.d"],
-                      "s1": pa.array([1, 2], pa.int64())})
+    table = pa.table(
+        {
+            "time": pa.array([1, 1], pa.int64()),
+            "device": ["root.a.d", "root.a.d"],
+            "s1": pa.array([1, 2], pa.int64()),
+        }
+    )
     with pytest.raises(ValueError, match="same time"):
         tsfile.write_arrow(path, table)
     assert not path.exists()
@@ -172,8 +183,15 @@ def test_writers_refuse_to_overwrite(module: object, tmp_path: Path) -> None:
 
 
 def _cuts(size: int) -> dict[str, int]:
-    return {"empty": 0, "one byte": 1, "magic only": 4, "head only": 16,
-            "half": size // 2, "tail magic missing": size - 6, "last byte missing": size - 1}
+    return {
+        "empty": 0,
+        "one byte": 1,
+        "magic only": 4,
+        "head only": 16,
+        "half": size // 2,
+        "tail magic missing": size - 6,
+        "last byte missing": size - 1,
+    }
 
 
 @pytest.mark.parametrize("cut", list(_cuts(100)))
@@ -298,7 +316,9 @@ def test_missing_file_is_not_complete(tmp_path: Path) -> None:
     ids=["no device", "no time", "float time", "int device", "null device"],
 )
 def test_parquet_with_wrong_columns_is_refused(
-    tmp_path: Path, columns: dict[str, object], message: str,
+    tmp_path: Path,
+    columns: dict[str, object],
+    message: str,
 ) -> None:
     path = tmp_path / "odd.parquet"
     pq.write_table(pa.table(columns), path)
@@ -311,8 +331,13 @@ def test_parquet_with_wrong_columns_is_refused(
 
 def test_parquet_dictionary_device_reads_as_string(tmp_path: Path) -> None:
     path = tmp_path / "dict.parquet"
-    table = pa.table({"device": pa.array(["b", "a", "b"]).dictionary_encode(),
-                      "v": pa.array([1.0, 2.0, 3.0]), "time": pa.array([3, 2, 1], pa.int64())})
+    table = pa.table(
+        {
+            "device": pa.array(["b", "a", "b"]).dictionary_encode(),
+            "v": pa.array([1.0, 2.0, 3.0]),
+            "time": pa.array([3, 2, 1], pa.int64()),
+        }
+    )
     pq.write_table(table, path)
     assert parquet.inspect(path) == FileInfo(devices=("a", "b"), rows=3)
     got = parquet.to_arrow(path)
@@ -328,8 +353,19 @@ def test_format_for_picks_the_module_by_suffix() -> None:
     assert formats.format_for(Path("unsequence/g/0/x.parquet")) is parquet
 
 
-@pytest.mark.parametrize("name", ["a.csv", "a.tsfile.resource", "a.tsfile.mods", "tsfile",
-                                  ".tsfile", "a.TSFILE", "a.parquet.merge", ""])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a.csv",
+        "a.tsfile.resource",
+        "a.tsfile.mods",
+        "tsfile",
+        ".tsfile",
+        "a.TSFILE",
+        "a.parquet.merge",
+        "",
+    ],
+)
 def test_unknown_suffix_is_a_format_error(name: str, tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="not a data file"):
         formats.format_for(name)

@@ -18,10 +18,10 @@ from sender_transfer_helpers import (
 )
 
 from sealsync.config import SenderConfig
-from sealsync.sender import round as round_mod
-from sealsync.sender.manage import scan_cache
-from sealsync.sender.manage.layout import SenderPaths
-from sealsync.sender.manage.state import read_file_set
+from sender import round as round_mod
+from sender.manage import scan_cache
+from sender.manage.layout import SenderPaths
+from sender.manage.state import read_file_set
 
 RECEIVER = FAKE_RECEIVER
 A = "sequence/root.sg1/0/1-1-0.tsfile"

@@ -19,7 +19,7 @@ import json, multiprocessing, os, signal, sys
 from pathlib import Path
 from multiprocessing import forkserver, resource_tracker
 from sealsync.errors import FormatError
-from sealsync.receiver.inspect_pool import InspectPool
+from receiver.inspect_pool import InspectPool
 
 if __name__ == "__main__":
     pool = InspectPool(workers=2)
@@ -56,7 +56,10 @@ def test_workers_fork_server_and_tracker_exit_when_the_host_is_killed(tmp_path: 
     with open(out, "wb") as stdout, open(err, "wb") as stderr:  # not pipes: the children
         result = subprocess.run(  # inherit them, and a pipe would wait for them to exit
             [sys.executable, str(script), str(garbage)],
-            stdout=stdout, stderr=stderr, timeout=60, cwd=tmp_path,
+            stdout=stdout,
+            stderr=stderr,
+            timeout=60,
+            cwd=tmp_path,
         )
     assert result.returncode == -9, err.read_text()
     pids = json.loads(out.read_text())

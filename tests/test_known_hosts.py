@@ -19,13 +19,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint, generate_keypair
 from sealsync.protocol import SSH_MAX_PACKET_SIZE, SSH_WINDOW_SIZE, SUBSYSTEM
-from sealsync.sender.transfer.client import (
+from sender.transfer.client import (
     check_host_key,
     connect,
     known_hosts_name,
     load_identity,
 )
-from sealsync.sender.transfer.errors import HostKeyError, Unreachable
+from sender.transfer.errors import HostKeyError, Unreachable
 
 
 class _Policy(paramiko.ServerInterface):

@@ -13,7 +13,7 @@ import pytest
 from config_helpers import held_elsewhere, make_sender
 
 from sealsync.errors import EXIT_LOCKED, LockHeld
-from sealsync.sender.lock import receiver_lock
+from sender.lock import receiver_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 SEALSYNC = [sys.executable, "-m", "sealsync"]

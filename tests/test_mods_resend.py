@@ -1,6 +1,6 @@
 """A synced file whose ``X.mods`` changed ships again (DESIGN §3 step 1, §8.2).
 
-:mod:`sealsync.sender.manage.shipped_mods` keeps the ``(size, mtime_ns)`` of the
+:mod:`sender.manage.shipped_mods` keeps the ``(size, mtime_ns)`` of the
 ``.mods`` each synced file shipped with. Checked here: selection (the round's and the
 dry run's), the state file and its fold into recovery under crashes, the identity
 being taken before the bytes stream (an append during the round ships again), the
@@ -27,21 +27,21 @@ from sender_transfer_helpers import (
     write_data_file,
 )
 
+from receiver.storage import DirectoryStorage
 from sealsync import durable
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.protocol import Verdict
-from sealsync.receiver.storage import DirectoryStorage
-from sealsync.sender import round as round_mod
-from sealsync.sender.manage import idle_mark, scan_cache, shipped_mods
-from sealsync.sender.manage import scan as scan_module
-from sealsync.sender.manage.layout import SenderPaths
-from sealsync.sender.manage.scan import DataDirScan, scan
-from sealsync.sender.manage.selection import Selection, select
-from sealsync.sender.manage.snapshot import take_snapshot
-from sealsync.sender.manage.state import read_file_set, write_file_set
-from sealsync.sender.plan import plan_dir
-from sealsync.sender.recover.recovery import recover
 from sealsync.synclog import SyncLogState, read_sync_log
+from sender import round as round_mod
+from sender.manage import idle_mark, scan_cache, shipped_mods
+from sender.manage import scan as scan_module
+from sender.manage.layout import SenderPaths
+from sender.manage.scan import DataDirScan, scan
+from sender.manage.selection import Selection, select
+from sender.manage.snapshot import take_snapshot
+from sender.manage.state import read_file_set, write_file_set
+from sender.plan import plan_dir
+from sender.recover.recovery import recover
 
 RECEIVER = FAKE_RECEIVER
 A = "sequence/root.sg1/0/1-1-0.tsfile"
@@ -85,8 +85,9 @@ def planned(config: SenderConfig) -> tuple[str, ...]:
 
 
 def test_select_adds_sealed_names_whose_mods_changed() -> None:
-    found = DataDirScan(frozenset({A, B, C}), frozenset({A, B, C, D}), (),
-                        with_mods=frozenset({A, B}))
+    found = DataDirScan(
+        frozenset({A, B, C}), frozenset({A, B, C, D}), (), with_mods=frozenset({A, B})
+    )
     assert select(found, {A, B, D}) == Selection(new=(C,), deleted=())
     assert select(found, {A, B, D}, frozenset({B})) == Selection(new=(B, C), deleted=())
     # D exists but is not sealed (a merge is rewriting it): it is not shipped meanwhile
@@ -121,16 +122,16 @@ def test_selection_picks_a_synced_file_until_its_mods_identity_is_recorded(
 
     append(Path(f"{data / A}.mods"), b"DELETION,root.sg1.d1,7\n")  # appended
     assert planned(config) == (A,)
-    shipped_mods.write_identities(paths.shipped_mods, {A: shipped_mods.mods_identity(
-        f"{data / A}.mods")})  # type: ignore[dict-item]
+    shipped_mods.write_identities(
+        paths.shipped_mods, {A: shipped_mods.mods_identity(f"{data / A}.mods")}
+    )  # type: ignore[dict-item]
     assert planned(config) == ()
 
     os.utime(f"{data / A}.mods", ns=(1, 1))  # rewritten to the same size
     assert planned(config) == (A,)
 
 
-def test_only_files_with_a_mods_are_stated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
+def test_only_files_with_a_mods_are_stated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = config_for(tmp_path)
     data, paths = config.data_dirs[0], paths_of(config)
     for name in (A, B, C, D):
@@ -183,9 +184,7 @@ def test_state_file_round_trips_sorted_with_tabs(tmp_path: Path) -> None:
     path = tmp_path / "shipped_mods.txt"
     entries = {B: (0, 1_700_000_000_123_456_789), A: (123, 5), D: (1 << 40, -3)}
     shipped_mods.write_identities(path, entries)
-    assert path.read_text() == (
-        f"{A}\t123\t5\n{B}\t0\t1700000000123456789\n{D}\t{1 << 40}\t-3\n"
-    )
+    assert path.read_text() == (f"{A}\t123\t5\n{B}\t0\t1700000000123456789\n{D}\t{1 << 40}\t-3\n")
     assert shipped_mods.read_identities(path) == entries
     assert shipped_mods.read_identities(tmp_path / "absent") == {}
 
@@ -245,15 +244,25 @@ def test_fold_is_the_round_applied_and_idempotent() -> None:
     assert shipped_mods.fold({D: (4, 4)}, {}, log, synced) == {}
     # a name not verified keeps its old record, however new the snapshot's is
     assert shipped_mods.fold(shipped, snapshot, SyncLogState((), (), False), synced) == {
-        A: (1, 1), B: (2, 2)}
+        A: (1, 1),
+        B: (2, 2),
+    }
 
 
 # --- recovery folds the round in, crash or no crash ---------------------------------
 
 SYNCED = [A, B, E]
 NEW = [A, C, D]  # A ships again (its .mods grew), C and D are new
-LOG_LINES = ["sync start", "sync deleted file names start", E, "sync deleted file names end",
-             "sync tsfile start", *NEW, "sync tsfile end", "sync end"]
+LOG_LINES = [
+    "sync start",
+    "sync deleted file names start",
+    E,
+    "sync deleted file names end",
+    "sync tsfile start",
+    *NEW,
+    "sync tsfile end",
+    "sync end",
+]
 
 
 def crashed_round(tmp_path: Path, lines: list[str]) -> tuple[SenderPaths, dict]:
@@ -279,8 +288,7 @@ def expected_after(paths: SenderPaths, lines: list[str], old: dict) -> dict:
     done = read_sync_log(paths.sync_log) if paths.sync_log.exists() else None
     assert done is not None
     synced = (set(SYNCED) - set(done.deleted)) | set(done.new)
-    return shipped_mods.fold(old, shipped_mods.read_identities(paths.snapshot_mods), done,
-                             synced)
+    return shipped_mods.fold(old, shipped_mods.read_identities(paths.snapshot_mods), done, synced)
 
 
 @pytest.mark.parametrize("cut", range(len(LOG_LINES) + 1))
@@ -312,8 +320,12 @@ class Injector:
         self.crash_at = -1
         self.count = 0
         self.steps: list[str] = []
-        for module, name in ((durable, "atomic_write"), (durable, "remove"),
-                             (durable, "rename"), (shutil, "rmtree")):
+        for module, name in (
+            (durable, "atomic_write"),
+            (durable, "remove"),
+            (durable, "rename"),
+            (shutil, "rmtree"),
+        ):
             monkeypatch.setattr(module, name, self._wrap(name, getattr(module, name)))
 
     def arm(self, crash_at: int) -> None:
@@ -362,8 +374,7 @@ def test_a_crash_before_any_durable_step_of_the_fold_loses_nothing(
                     continue
             assert shipped_mods.read_identities(paths.shipped_mods) == want, (first, second)
             assert read_file_set(paths.last_local_files) == {A, B, C, D}
-            assert sorted(os.listdir(paths.folder)) == ["last_local_files.txt",
-                                                        "shipped_mods.txt"]
+            assert sorted(os.listdir(paths.folder)) == ["last_local_files.txt", "shipped_mods.txt"]
 
 
 def test_dry_run_during_a_crashed_round_counts_what_recovery_will_record(
@@ -447,7 +458,8 @@ def test_a_resend_that_fails_keeps_the_old_record(tmp_path: Path) -> None:
     report, peer = one_round(config)
     assert report.dirs[0].shipped == [A] and peer.files[A].endswith(b"one;two;")
     assert shipped_mods.read_identities(paths.shipped_mods) == {
-        A: shipped_mods.mods_identity(f"{data / A}.mods")}
+        A: shipped_mods.mods_identity(f"{data / A}.mods")
+    }
 
 
 def test_deleted_files_lose_their_record(tmp_path: Path) -> None:
@@ -523,17 +535,19 @@ def test_the_mark_keeps_what_selection_saw_not_what_is_there_later(
     found = scan(data, cache=paths.scan_cache)
     seen = shipped_mods.current_identities(data, found.with_mods)
     append(Path(f"{data / A}.mods"), b"m2;")
-    idle_mark.record(paths.idle_mark, data, found.folders, paths.last_local_files,
-                     paths.shipped_mods, seen)
+    idle_mark.record(
+        paths.idle_mark, data, found.folders, paths.last_local_files, paths.shipped_mods, seen
+    )
     assert not paths.idle_mark.exists()
     seen = shipped_mods.current_identities(data, found.with_mods)
-    idle_mark.record(paths.idle_mark, data, found.folders, paths.last_local_files,
-                     paths.shipped_mods, seen)
-    assert idle_mark.unchanged(paths.idle_mark, data, paths.last_local_files,
-                               paths.shipped_mods)
+    idle_mark.record(
+        paths.idle_mark, data, found.folders, paths.last_local_files, paths.shipped_mods, seen
+    )
+    assert idle_mark.unchanged(paths.idle_mark, data, paths.last_local_files, paths.shipped_mods)
     shipped_mods.write_identities(paths.shipped_mods, seen)  # state changed: mark stale
-    assert not idle_mark.unchanged(paths.idle_mark, data, paths.last_local_files,
-                                   paths.shipped_mods)
+    assert not idle_mark.unchanged(
+        paths.idle_mark, data, paths.last_local_files, paths.shipped_mods
+    )
 
 
 # --- end to end: real sender processes, the real receiver over SSH -------------------
@@ -574,8 +588,12 @@ def test_a_changed_mods_reaches_the_receiver_and_the_file_is_never_deleted(
     assert not Path(f"{stored(victim)}.mods").exists()
 
     edge.add_mods(victim, "root.sg0.d1", 10_000)
-    status = subprocess.run([*SEALSYNC, "status", "--config", str(sender.config), "--json"],
-                            capture_output=True, text=True, timeout=60)
+    status = subprocess.run(
+        [*SEALSYNC, "status", "--config", str(sender.config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert status.returncode == 0, status.stderr
     (pending,) = json.loads(status.stdout)["receivers"][0]["data_dirs"]
     assert (pending["pending_new"], pending["pending_deleted"]) == (1, 0)

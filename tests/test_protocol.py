@@ -111,12 +111,18 @@ def test_hostile_names_are_refused(kind: p.Kind, name: str) -> None:
         (p.Kind.HELLO, {"version": 1, "uuid": UUID}),
         (p.Kind.HELLO, {"version": 1, "uuid": UUID, "name": "a\nb"}),
         (p.Kind.HELLO, [1, 2, 3]),
-        (p.Kind.FILE_BEGIN, {"file_id": 1, "name": NAME, "size": -1, "resource_size": 0,
-                             "mods_size": -1}),
-        (p.Kind.FILE_BEGIN, {"file_id": 1, "name": NAME, "size": 1 << 41, "resource_size": 0,
-                             "mods_size": -1}),
-        (p.Kind.FILE_BEGIN, {"file_id": 1, "name": NAME, "size": 1.5, "resource_size": 0,
-                             "mods_size": -1}),
+        (
+            p.Kind.FILE_BEGIN,
+            {"file_id": 1, "name": NAME, "size": -1, "resource_size": 0, "mods_size": -1},
+        ),
+        (
+            p.Kind.FILE_BEGIN,
+            {"file_id": 1, "name": NAME, "size": 1 << 41, "resource_size": 0, "mods_size": -1},
+        ),
+        (
+            p.Kind.FILE_BEGIN,
+            {"file_id": 1, "name": NAME, "size": 1.5, "resource_size": 0, "mods_size": -1},
+        ),
         (p.Kind.FILE_END, {"file_id": 1, "md5": "XYZ"}),
         (p.Kind.VERDICT, {"file_id": 1, "name": NAME, "status": "maybe", "reason": ""}),
         (p.Kind.ROUND_START, {"data_dir": 5000}),
@@ -204,9 +210,16 @@ def test_fuzz_mutated_frames(data: bytes) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.text(max_size=8), st.one_of(
-    st.none(), st.booleans(), st.integers(), st.text(max_size=20), st.lists(st.integers())),
-    max_size=6), st.sampled_from([k for k in p.Kind if k not in (p.Kind.CHUNK, p.Kind.SCHEMA)]))
+@given(
+    st.dictionaries(
+        st.text(max_size=8),
+        st.one_of(
+            st.none(), st.booleans(), st.integers(), st.text(max_size=20), st.lists(st.integers())
+        ),
+        max_size=6,
+    ),
+    st.sampled_from([k for k in p.Kind if k not in (p.Kind.CHUNK, p.Kind.SCHEMA)]),
+)
 def test_fuzz_json_bodies(body: dict, kind: p.Kind) -> None:
     _assert_decodes_or_refuses(control(kind, body))
 
@@ -222,7 +235,10 @@ def test_preferred_ciphers_put_ours_first_and_add_none() -> None:
 
     offered = ("chacha20-poly1305@openssh.com", "aes256-ctr", "aes128-gcm@openssh.com", "x")
     assert preferred_ciphers(offered) == (
-        "aes128-gcm@openssh.com", "aes256-ctr", "chacha20-poly1305@openssh.com", "x"
+        "aes128-gcm@openssh.com",
+        "aes256-ctr",
+        "chacha20-poly1305@openssh.com",
+        "x",
     )
     assert preferred_ciphers(()) == ()
     assert preferred_ciphers(SSH_PREFERRED_CIPHERS[::-1]) == SSH_PREFERRED_CIPHERS

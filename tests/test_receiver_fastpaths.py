@@ -18,19 +18,19 @@ from paramiko.buffered_pipe import PipeTimeout
 from receiver_load_helpers import UUID_A, UUID_B, inspect, make_env, stage
 from receiver_service_helpers import tsfile_bytes
 
+from receiver import storage as storage_module
+from receiver.chunk_pipe import ChunkPipe
+from receiver.incoming import IncomingFile
+from receiver.inspect_pool import InspectPool
+from receiver.layout import SenderFolder
+from receiver.load import apply as apply_module
+from receiver.load.apply import Applier, read_load_log
+from receiver.load.owners import DeviceConflict, DeviceIdError, DeviceOwners
+from receiver.writer import BackgroundWriter
 from sealsync import durable, formats
 from sealsync.errors import FormatError
 from sealsync.formats import parquet
 from sealsync.protocol import Chunk, FileBegin, FileEnd, ReadBuffer, encode, receive
-from sealsync.receiver import storage as storage_module
-from sealsync.receiver.chunk_pipe import ChunkPipe
-from sealsync.receiver.incoming import IncomingFile
-from sealsync.receiver.inspect_pool import InspectPool
-from sealsync.receiver.layout import SenderFolder
-from sealsync.receiver.load import apply as apply_module
-from sealsync.receiver.load.apply import Applier, read_load_log
-from sealsync.receiver.load.owners import DeviceConflict, DeviceIdError, DeviceOwners
-from sealsync.receiver.writer import BackgroundWriter
 
 
 def names(count: int) -> list[str]:
@@ -243,8 +243,9 @@ def test_frames_split_anywhere_decode_the_same(tmp_path: Path) -> None:
     wire = b"".join(encode(f) for f in frames)
     a, b = socket.socketpair()
     try:
-        sender = threading.Thread(target=lambda: [b.sendall(wire[i : i + 7777])
-                                                  for i in range(0, len(wire), 7777)])
+        sender = threading.Thread(
+            target=lambda: [b.sendall(wire[i : i + 7777]) for i in range(0, len(wire), 7777)]
+        )
         sender.start()
         buffered = ReadBuffer(a, block=65536)
         got = [receive(buffered) for _ in frames]

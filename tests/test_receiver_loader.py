@@ -18,11 +18,11 @@ from receiver_load_helpers import (
     stage,
 )
 
+from receiver.layout import SenderFolder
+from receiver.load.loader import Loader
+from receiver.recover.replay import recover_folder
+from receiver.storage import DirectoryStorage, StorageError
 from sealsync.errors import SealsyncError
-from sealsync.receiver.layout import SenderFolder
-from sealsync.receiver.load.loader import Loader
-from sealsync.receiver.recover.replay import recover_folder
-from sealsync.receiver.storage import DirectoryStorage, StorageError
 
 GROUPS = ("root.sg0", "root.sg1", "root.sg2")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from receiver_load_helpers import UUID_A, UUID_B
 
+from receiver.load.owners import DeviceIdError, DeviceOwners
 from sealsync.errors import BadName
-from sealsync.receiver.load.owners import DeviceIdError, DeviceOwners
 
 UUID_C = "c3a9e1d2-6b5f-4e8a-9d7c-0a1b2c3d4e03"
 
@@ -128,7 +128,7 @@ def test_release_from_another_process_is_seen(tmp_path: Path) -> None:
     assert owners.claim(["root.a"], UUID_B) == {"root.a": UUID_A}
     script = (
         "import sys; from pathlib import Path\n"
-        "from sealsync.receiver.load.owners import DeviceOwners\n"
+        "from receiver.load.owners import DeviceOwners\n"
         "print(DeviceOwners(Path(sys.argv[1])).release(['root.a', 'root.x']))\n"
     )
     done = subprocess.run(
@@ -149,7 +149,7 @@ def test_claims_from_another_process_are_seen_before_claiming(tmp_path: Path) ->
     owners.claim(["root.a"], UUID_A)
     script = (
         "import sys; from pathlib import Path\n"
-        "from sealsync.receiver.load.owners import DeviceOwners\n"
+        "from receiver.load.owners import DeviceOwners\n"
         f"print(DeviceOwners(Path(sys.argv[1])).claim(['root.a', 'root.b'], '{UUID_A}'))\n"
     )
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=60)

@@ -16,11 +16,11 @@ from receiver_load_helpers import (
     stage,
 )
 
-from sealsync.receiver.layout import SenderFolder
-from sealsync.receiver.load.apply import Applier
-from sealsync.receiver.load.owners import DeviceOwners
-from sealsync.receiver.recover.replay import recover_all, recover_folder
-from sealsync.receiver.storage import DirectoryStorage
+from receiver.layout import SenderFolder
+from receiver.load.apply import Applier
+from receiver.load.owners import DeviceOwners
+from receiver.recover.replay import recover_all, recover_folder
+from receiver.storage import DirectoryStorage
 
 NEW = [f"sequence/root.sg1/0/{i}-{i}-0.tsfile" for i in range(4)]
 OLD = ["sequence/root.sg1/0/old-1.tsfile", "unsequence/root.sg1/0/old-2.tsfile"]

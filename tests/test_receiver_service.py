@@ -32,6 +32,12 @@ from receiver_service_helpers import (
     tsfile_bytes,
 )
 
+from receiver.inspect_pool import InspectPool
+from receiver.layout import SenderFolder
+from receiver.load.owners import DeviceOwners
+from receiver.serve import serve
+from receiver.service import ReceiverService
+from receiver.storage import DirectoryStorage
 from sealsync.config import ReceiverConfig
 from sealsync.errors import FormatError
 from sealsync.formats.common import FileInfo
@@ -53,12 +59,6 @@ from sealsync.protocol import (
     Welcome,
     encode,
 )
-from sealsync.receiver.inspect_pool import InspectPool
-from sealsync.receiver.layout import SenderFolder
-from sealsync.receiver.load.owners import DeviceOwners
-from sealsync.receiver.serve import serve
-from sealsync.receiver.service import ReceiverService
-from sealsync.receiver.storage import DirectoryStorage
 from sealsync.simulator import EdgeInstance
 
 LOCAL = "127.0.0.1"
@@ -518,7 +518,7 @@ SERVE_SCRIPT = """
 import json, logging, sys
 from pathlib import Path
 from sealsync.config import ReceiverConfig
-from sealsync.receiver.serve import serve
+from receiver.serve import serve
 logging.basicConfig(level=logging.INFO)
 sys.exit(serve(ReceiverConfig.from_mapping(json.loads(sys.argv[1]), Path(sys.argv[2]))))
 """

@@ -21,6 +21,9 @@ from receiver_service_helpers import UUID_A, UUID_B, files_under, md5, send_file
 from reliability import session_env
 from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file
 
+from receiver import incoming as incoming_module
+from receiver.incoming import IncomingFile, stage_all
+from receiver.session import clean_text
 from sealsync.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -44,9 +47,6 @@ from sealsync.protocol import (
     receive,
     send,
 )
-from sealsync.receiver import incoming as incoming_module
-from sealsync.receiver.incoming import IncomingFile, stage_all
-from sealsync.receiver.session import clean_text
 
 
 class Env(SessionEnv):
@@ -169,9 +169,7 @@ def test_round_logs_in_the_sender_vocabulary_and_loads_in_order(env: Env) -> Non
     wait_for(lambda: not old_path.exists())  # deletes are not gated
     env.storage.gate.set()
     wait_for(  # .resource is moved last
-        lambda: all(
-            Path(f"{env.loaded_path(UUID_A, n)}.resource").exists() for n in files
-        )
+        lambda: all(Path(f"{env.loaded_path(UUID_A, n)}.resource").exists() for n in files)
     )
     for name, (data, res, mods) in files.items():
         target = env.loaded_path(UUID_A, name)

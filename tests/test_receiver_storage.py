@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from receiver_load_helpers import UUID_A, UUID_B, copy_file, files_under, stage
 
+from receiver.layout import SenderFolder, check_sender_uuid, sender_folders
+from receiver.storage import DirectoryStorage, StorageError
 from sealsync.errors import BadName
-from sealsync.receiver.layout import SenderFolder, check_sender_uuid, sender_folders
-from sealsync.receiver.storage import DirectoryStorage, StorageError
 
 NAME = "sequence/root.sg1/0/100-1-0.tsfile"
 

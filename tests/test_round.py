@@ -15,13 +15,13 @@ from sender_transfer_helpers import FakeReceiver, connect_fake, frame_kinds, wri
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.durable import write_lines
 from sealsync.protocol import Verdict
-from sealsync.sender import round as round_mod
-from sealsync.sender.manage.history import read_round_record
-from sealsync.sender.manage.layout import SchemaPaths, SenderPaths
-from sealsync.sender.manage.state import read_file_set
-from sealsync.sender.round import run_round
-from sealsync.sender.transfer.errors import Unreachable
-from sealsync.sender.transfer.refusals import read_refusals, refused_path
+from sender import round as round_mod
+from sender.manage.history import read_round_record
+from sender.manage.layout import SchemaPaths, SenderPaths
+from sender.manage.state import read_file_set
+from sender.round import run_round
+from sender.transfer.errors import Unreachable
+from sender.transfer.refusals import read_refusals, refused_path
 
 RECEIVER = ReceiverEndpoint("dc1", "127.0.0.1", 5555)
 
@@ -87,8 +87,9 @@ def data(name: str) -> bytes:
 
 def put(data_dir: Path, *names: str, mods: bool = False) -> None:
     for name in names:
-        write_data_file(data_dir, name, data(name), b"resource:" + name.encode(),
-                        mods=b"mods" if mods else None)
+        write_data_file(
+            data_dir, name, data(name), b"resource:" + name.encode(), mods=b"mods" if mods else None
+        )
 
 
 def stream(data_dir: Path, name: str) -> bytes:
@@ -280,7 +281,7 @@ def test_busy_data_dir_makes_the_run_fail_but_others_go_on(tmp_path: Path) -> No
 def test_conflict_is_remembered_across_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sealsync.sender.transfer import session as session_mod
+    from sender.transfer import session as session_mod
 
     monkeypatch.setattr(session_mod, "_devices", lambda path, inspect: ("root.sg1.d1",))
     config = make_config(tmp_path, dirs=1)
@@ -294,9 +295,7 @@ def test_conflict_is_remembered_across_runs(
         return Verdict.VERIFIED, ""
 
     owned = {"root.sg1.d1": other}
-    peers = Peers(
-        FakeReceiver(policy=policy), FakeReceiver(owners=owned), FakeReceiver(owners={})
-    )
+    peers = Peers(FakeReceiver(policy=policy), FakeReceiver(owners=owned), FakeReceiver(owners={}))
     first = run_round(config, RECEIVER, connector=peers)
     second = run_round(config, RECEIVER, connector=peers)
     paths = SenderPaths(d0, "127.0.0.1", 5555)
@@ -354,10 +353,10 @@ class Site:
     def __init__(self, tmp_path: Path) -> None:
         import dataclasses
 
+        from receiver.service import ReceiverService
         from sealsync.config import ReceiverConfig
         from sealsync.formats import inspect
         from sealsync.keys import generate_keypair
-        from sealsync.receiver.service import ReceiverService
 
         self.tmp = tmp_path
         self.keys = tmp_path / "keys"
@@ -404,7 +403,7 @@ class Site:
 def _uuid_of(config: SenderConfig) -> str:
     import uuid
 
-    from sealsync.sender.manage.identity import sender_uuid
+    from sender.manage.identity import sender_uuid
 
     return str(uuid.UUID(sender_uuid(config.schema_dir)))
 
@@ -429,20 +428,34 @@ def test_end_to_end_over_ssh(tmp_path: Path) -> None:
     try:
         edge = EdgeInstance(tmp_path / "edge_a", data_dirs=2)
         names = [
-            edge.write_file("root.sg1", 0, devices=["root.sg1.d1", "root.sg1.d2"],
-                            rows_per_device=20),
-            edge.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=5,
-                            start_ms=100_000, unsequence=True),
+            edge.write_file(
+                "root.sg1", 0, devices=["root.sg1.d1", "root.sg1.d2"], rows_per_device=20
+            ),
+            edge.write_file(
+                "root.sg1",
+                0,
+                devices=["root.sg1.d1"],
+                rows_per_device=5,
+                start_ms=100_000,
+                unsequence=True,
+            ),
             edge.write_file("root.sg2", 1, devices=["root.sg2.d1"], rows_per_device=30000),
-            edge.write_file("root.sg3", 0, devices=["root.sg3.d1"], rows_per_device=10,
-                            fmt="parquet"),
-            edge.write_file("root.sg4", 0, devices=["root.sg4.d1"], rows_per_device=10,
-                            data_dir=1),
-            edge.write_file("root.sg4", 1, devices=["root.sg4.d2"], rows_per_device=10,
-                            unsequence=True, data_dir=1),
+            edge.write_file(
+                "root.sg3", 0, devices=["root.sg3.d1"], rows_per_device=10, fmt="parquet"
+            ),
+            edge.write_file("root.sg4", 0, devices=["root.sg4.d1"], rows_per_device=10, data_dir=1),
+            edge.write_file(
+                "root.sg4",
+                1,
+                devices=["root.sg4.d2"],
+                rows_per_device=10,
+                unsequence=True,
+                data_dir=1,
+            ),
         ]
-        unsealed = edge.write_file("root.sg1", 0, devices=["root.sg1.d3"], rows_per_device=3,
-                                   seal=False)
+        unsealed = edge.write_file(
+            "root.sg1", 0, devices=["root.sg1.d3"], rows_per_device=3, seal=False
+        )
         edge.add_mods(names[0], "root.sg1.d1", 5000)
         edge.append_schema(["CREATE DATABASE root.sg1", "CREATE DATABASE root.sg2"])
         config = site.sender(edge, "edge_a")
@@ -451,9 +464,7 @@ def test_end_to_end_over_ssh(tmp_path: Path) -> None:
 
         report = run_round(config, site.endpoint)
         assert report.ok, report.to_dict()
-        assert [sorted(d.shipped) for d in report.dirs] == [
-            sorted(names[:4]), sorted(names[4:])
-        ]
+        assert [sorted(d.shipped) for d in report.dirs] == [sorted(names[:4]), sorted(names[4:])]
         assert [d.loaded for d in report.dirs] == [True, True]
         assert report.schema_bytes == len((edge.schema_dir / "mlog.txt").read_bytes())
         _assert_mirrored(site, edge, config)
@@ -481,7 +492,7 @@ def test_end_to_end_over_ssh(tmp_path: Path) -> None:
 def test_conflict_end_to_end(tmp_path: Path) -> None:
     """Sender B offers a device A owns: refused with the reason, remembered, skipped
     while owned (OWNERS_QUERY), shipped once an operator releases the device."""
-    from sealsync.receiver.load.owners import DeviceOwners
+    from receiver.load.owners import DeviceOwners
     from sealsync.simulator import EdgeInstance
 
     site = Site(tmp_path)
@@ -489,8 +500,13 @@ def test_conflict_end_to_end(tmp_path: Path) -> None:
         edge_a = EdgeInstance(tmp_path / "edge_a")
         edge_b = EdgeInstance(tmp_path / "edge_b")
         edge_a.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=5)
-        clash = edge_b.write_file("root.sg1", 0, devices=["root.sg1.d1", "root.sg1.d9"],
-                                  rows_per_device=5, start_ms=50_000)
+        clash = edge_b.write_file(
+            "root.sg1",
+            0,
+            devices=["root.sg1.d1", "root.sg1.d9"],
+            rows_per_device=5,
+            start_ms=50_000,
+        )
         fine = edge_b.write_file("root.sg2", 0, devices=["root.sg2.d1"], rows_per_device=5)
         config_a, config_b = site.sender(edge_a, "edge_a"), site.sender(edge_b, "edge_b")
         uuid_a = _uuid_of(config_a)

@@ -1,4 +1,4 @@
-"""The scan cache (sealsync.sender.manage.scan_cache) and read_file_set's ``known``.
+"""The scan cache (sender.manage.scan_cache) and read_file_set's ``known``.
 
 A cached scan must give exactly what a full scan gives, reuse only folders whose
 (dev, ino, mtime, ctime) did not change, and never trust a listing taken too soon
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sealsync.sender.manage import scan as scan_module
-from sealsync.sender.manage import scan_cache
-from sealsync.sender.manage.scan import scan
-from sealsync.sender.manage.state import read_file_set, write_file_set
+from sender.manage import scan as scan_module
+from sender.manage import scan_cache
+from sender.manage.scan import scan
+from sender.manage.state import read_file_set, write_file_set
 
 
 def make(root: Path, rel: str) -> None:
@@ -80,8 +80,9 @@ def test_cached_scan_equals_a_full_scan_and_lists_nothing_unchanged(
     assert counter.listed == []
 
 
-def test_a_changed_folder_is_listed_again(tmp_path: Path, trusting: None,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_changed_folder_is_listed_again(
+    tmp_path: Path, trusting: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
     populate(data)
     cache = tmp_path / "scan_cache"
@@ -114,8 +115,9 @@ def test_a_listing_taken_right_after_a_change_is_not_kept(tmp_path: Path) -> Non
     assert not cache.exists()  # every folder changed within RACY_NS: nothing trusted
 
 
-def test_a_damaged_or_foreign_cache_is_ignored(tmp_path: Path, trusting: None,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_damaged_or_foreign_cache_is_ignored(
+    tmp_path: Path, trusting: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
     populate(data)
     cache = tmp_path / "scan_cache"
@@ -144,9 +146,7 @@ def test_folders_with_rejected_entries_are_never_cached(
     counter = CountingScandir()
     monkeypatch.setattr(scan_module.os, "scandir", counter)
     assert scan(data, cache=cache) == first
-    assert [Path(p).relative_to(data).as_posix() for p in counter.listed] == [
-        "sequence/root.sg1/0"
-    ]
+    assert [Path(p).relative_to(data).as_posix() for p in counter.listed] == ["sequence/root.sg1/0"]
 
 
 def test_read_file_set_trusts_known_names_and_still_drops_bad_lines(tmp_path: Path) -> None:

@@ -9,21 +9,22 @@ from pathlib import Path
 import pytest
 
 from sealsync.errors import ConfigError, SealsyncError
-from sealsync.sender.manage import identity
-from sealsync.sender.manage.cleanup import finish_round
-from sealsync.sender.manage.identity import sender_uuid
-from sealsync.sender.manage.layout import SchemaPaths, SenderPaths, receiver_key
-from sealsync.sender.manage.scan import scan
-from sealsync.sender.manage.selection import Selection, select
-from sealsync.sender.manage.snapshot import take_snapshot
-from sealsync.sender.manage.state import read_file_set
 from sealsync.synclog import SyncLog
+from sender.manage import identity
+from sender.manage.cleanup import finish_round
+from sender.manage.identity import sender_uuid
+from sender.manage.layout import SchemaPaths, SenderPaths, receiver_key
+from sender.manage.scan import scan
+from sender.manage.selection import Selection, select
+from sender.manage.snapshot import take_snapshot
+from sender.manage.state import read_file_set
 
 # --- helpers -----------------------------------------------------------------------
 
 
-def make_file(data_dir: Path, name: str, *, resource: bool = True, mods: bool = False,
-              merge: bool = False) -> str:
+def make_file(
+    data_dir: Path, name: str, *, resource: bool = True, mods: bool = False, merge: bool = False
+) -> str:
     path = data_dir / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"TsFile" + name.encode() + b"TsFile")
@@ -60,8 +61,10 @@ def record_synced(paths: SenderPaths, sel: Selection) -> None:
 
 
 def group_files(group: int, first: int, count: int) -> list[str]:
-    return [f"sequence/root.sg{group}/0/{1581324718000 + i}-{i}-0.tsfile"
-            for i in range(first, first + count)]
+    return [
+        f"sequence/root.sg{group}/0/{1581324718000 + i}-{i}-0.tsfile"
+        for i in range(first, first + count)
+    ]
 
 
 @pytest.fixture
@@ -186,8 +189,18 @@ def test_receiver_key(host: str, port: int, key: str) -> None:
 
 @pytest.mark.parametrize(
     ("host", "port"),
-    [("a/b", 22), ("..", 22), ("", 22), ("[]", 22), ("a\nb", 22), ("a\\b", 22),
-     ("h", 0), ("h", 65536), ("h", True), ("h", "22")],
+    [
+        ("a/b", 22),
+        ("..", 22),
+        ("", 22),
+        ("[]", 22),
+        ("a\nb", 22),
+        ("a\\b", 22),
+        ("h", 0),
+        ("h", 65536),
+        ("h", True),
+        ("h", "22"),
+    ],
 )
 def test_receiver_key_refuses_unsafe_values(host: str, port: object) -> None:
     with pytest.raises(ConfigError):
@@ -198,8 +211,11 @@ def test_sender_paths(tmp_path: Path) -> None:
     p = SenderPaths(tmp_path / "data", "::1", 5555)
     folder = tmp_path / "data" / "sync-sender" / "--1_5555"
     assert (p.folder, p.last_local_files, p.current_local_files, p.snapshot, p.sync_log) == (
-        folder, folder / "last_local_files.txt", folder / "current_local_files.txt",
-        folder / "snapshot", folder / "sync.log",
+        folder,
+        folder / "last_local_files.txt",
+        folder / "current_local_files.txt",
+        folder / "snapshot",
+        folder / "sync.log",
     )
 
 
@@ -207,7 +223,10 @@ def test_schema_paths(tmp_path: Path) -> None:
     p = SchemaPaths(tmp_path / "schema", "192.168.130.16", 5555)
     folder = tmp_path / "schema" / "sync" / "192.168.130.16_5555"
     assert (p.folder, p.lock, p.schema_pos, p.schema_log) == (
-        folder, folder / "sync.lock", folder / "sync_schema_pos", tmp_path / "schema" / "mlog.txt",
+        folder,
+        folder / "sync.lock",
+        folder / "sync_schema_pos",
+        tmp_path / "schema" / "mlog.txt",
     )
 
 

@@ -17,14 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sealsync import durable
-from sealsync.sender.manage.cleanup import finish_round
-from sealsync.sender.manage.layout import SenderPaths
-from sealsync.sender.manage.scan import scan
-from sealsync.sender.manage.selection import Selection, select
-from sealsync.sender.manage.snapshot import take_snapshot
-from sealsync.sender.manage.state import read_file_set, write_file_set
-from sealsync.sender.recover.recovery import recover, recover_all
 from sealsync.synclog import SyncLog
+from sender.manage.cleanup import finish_round
+from sender.manage.layout import SenderPaths
+from sender.manage.scan import scan
+from sender.manage.selection import Selection, select
+from sender.manage.snapshot import take_snapshot
+from sender.manage.state import read_file_set, write_file_set
+from sender.recover.recovery import recover, recover_all
 
 SYNCED = [f"sequence/root.sg{g}/0/{i}-{i}-0.tsfile" for g in (1, 2) for i in range(3)]
 GONE = [SYNCED[1], SYNCED[4]]
@@ -221,8 +221,12 @@ class Injector:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.crash_at = -1
         self.count = 0
-        for module, name in ((durable, "atomic_write"), (durable, "remove"),
-                             (durable, "rename"), (shutil, "rmtree")):
+        for module, name in (
+            (durable, "atomic_write"),
+            (durable, "remove"),
+            (durable, "rename"),
+            (shutil, "rmtree"),
+        ):
             monkeypatch.setattr(module, name, self._wrap(name, getattr(module, name)))
 
     def arm(self, crash_at: int) -> None:
@@ -285,15 +289,22 @@ POOL = [f"sequence/sg{i % 3}/{i}.tsfile" for i in range(6)] + ["unsequence/u/1.p
 def test_recovery_result_is_last_minus_deleted_plus_new(
     last: set[str] | None, deleted: list[str], new: list[str], data: st.DataObject
 ) -> None:
-    lines = ["sync start", "sync deleted file names start", *deleted,
-             "sync deleted file names end", "sync tsfile start", *new, "sync tsfile end",
-             "sync end"]
+    lines = [
+        "sync start",
+        "sync deleted file names start",
+        *deleted,
+        "sync deleted file names end",
+        "sync tsfile start",
+        *new,
+        "sync tsfile end",
+        "sync end",
+    ]
     log = "".join(f"{line}\n" for line in lines).encode()
     cut = data.draw(st.integers(0, len(log)), label="cut")
     complete = lines[: log[:cut].count(b"\n")]
     first_new = 4 + len(deleted)
     logged_deleted = set(complete[2 : 2 + len(deleted)])
-    logged_new = set(complete[first_new:first_new + len(new)])
+    logged_new = set(complete[first_new : first_new + len(new)])
     with tempfile.TemporaryDirectory() as tmp:
         paths = SenderPaths(Path(tmp), "h", 1)
         paths.folder.mkdir(parents=True)
@@ -301,8 +312,9 @@ def test_recovery_result_is_last_minus_deleted_plus_new(
             write_file_set(paths.last_local_files, last)
         paths.sync_log.write_bytes(log[:cut])
         recover(paths)
-        assert read_file_set(paths.last_local_files) == ((last or set()) - logged_deleted
-                                                         ) | logged_new
+        assert (
+            read_file_set(paths.last_local_files) == ((last or set()) - logged_deleted) | logged_new
+        )
         assert os.listdir(paths.folder) == ["last_local_files.txt"]
 
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from sealsync.errors import BadName, SealsyncError
 from sealsync.names import _SAFE, check_data_name, data_name_problem, is_data_name
-from sealsync.sender.manage import scan as scan_module
-from sealsync.sender.manage.scan import NOT_FOLDER, NOT_REGULAR, SYMLINK, DataDirScan, scan
+from sender.manage import scan as scan_module
+from sender.manage.scan import NOT_FOLDER, NOT_REGULAR, SYMLINK, DataDirScan, scan
 
 
 def make_file(data_dir: Path, name: str, *, resource: bool = True, merge: bool = False) -> str:
@@ -234,6 +234,8 @@ def test_fast_check_at_the_limits(name: str) -> None:
 
 
 def test_typical_names_take_the_fast_path() -> None:
-    for name in ("sequence/root.sg1/0/0/1581324718762-101-1.tsfile",
-                 "unsequence/db_1/table-a/12/0/1-1-0.parquet"):
+    for name in (
+        "sequence/root.sg1/0/0/1581324718762-101-1.tsfile",
+        "unsequence/db_1/table-a/12/0/1-1-0.parquet",
+    ):
         assert _SAFE.fullmatch(name)

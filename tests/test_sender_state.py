@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sealsync.errors import BadName
-from sealsync.sender.manage.state import read_file_set, write_file_set
 from sealsync.synclog import (
     SyncLog,
     SyncLogState,
@@ -17,6 +16,7 @@ from sealsync.synclog import (
     parse_sync_log,
     read_sync_log,
 )
+from sender.manage.state import read_file_set, write_file_set
 
 A = "sequence/root.sg1/0/0/1-1-0.tsfile"
 B = "sequence/root.sg2/0/0/2-1-0.tsfile"
@@ -43,8 +43,9 @@ def test_file_set_round_trip_is_sorted_one_per_line(tmp_path: Path) -> None:
 
 def test_file_set_skips_damaged_lines(tmp_path: Path) -> None:
     path = tmp_path / "last_local_files.txt"
-    path.write_bytes(f"{A}\n\n../../etc/passwd\n/abs/x.tsfile\nsequence/\xff.tsfile\n{B}\n".encode(
-        "latin-1"))
+    path.write_bytes(
+        f"{A}\n\n../../etc/passwd\n/abs/x.tsfile\nsequence/\xff.tsfile\n{B}\n".encode("latin-1")
+    )
     assert read_file_set(path) == {A, B}
 
 

@@ -28,11 +28,11 @@ from sealsync.protocol import (
     receive,
     send,
 )
-from sealsync.sender.transfer.errors import ConnectionLost
-from sealsync.sender.transfer.refusals import Refusal, RefusalBook, read_refusals
-from sealsync.sender.transfer.report import DirReport
-from sealsync.sender.transfer.schema_pos import read_position, write_position
-from sealsync.sender.transfer.session import SenderSession, backoff
+from sender.transfer.errors import ConnectionLost
+from sender.transfer.refusals import Refusal, RefusalBook, read_refusals
+from sender.transfer.report import DirReport
+from sender.transfer.schema_pos import read_position, write_position
+from sender.transfer.session import SenderSession, backoff
 
 A = "sequence/root.sg1/0/0/1-1-0.tsfile"
 B = "sequence/root.sg1/0/0/2-2-0.tsfile"
@@ -235,9 +235,10 @@ def test_sender_side_md5_is_checked_by_a_real_hash(tmp_path: Path) -> None:
     report = h.round([A])
     h.finish()
     assert h.peer.attempts == {A: 1}
-    assert hashlib.md5(h.peer.files[A]).hexdigest() == hashlib.md5(
-        payload + b"resource-bytes"
-    ).hexdigest()
+    assert (
+        hashlib.md5(h.peer.files[A]).hexdigest()
+        == hashlib.md5(payload + b"resource-bytes").hexdigest()
+    )
     assert report.shipped == [A]
 
 
@@ -337,15 +338,27 @@ def test_busy_round_is_a_note_not_a_crash(tmp_path: Path) -> None:
     # the session goes on: the next data dir is served
     other = DirReport(1, "other")
     h.session.round(
-        1, snapshot_dir=h.snapshot, new=[A], deleted=[], sync_log=tmp_path / "sync1.log",
-        refusals=h.refusals, report=other, own_uuid=SENDER_UUID,
+        1,
+        snapshot_dir=h.snapshot,
+        new=[A],
+        deleted=[],
+        sync_log=tmp_path / "sync1.log",
+        refusals=h.refusals,
+        report=other,
+        own_uuid=SENDER_UUID,
     )
     h.finish()
     assert report.note is not None and "receiver busy (loading)" in report.note
     assert not report.complete and not report.ok
     assert not h.sync_log.exists()
     assert frame_kinds(h.peer.frames) == [
-        "HELLO", "ROUND_START", "ROUND_START", "FILE_BEGIN", "CHUNK", "FILE_END", "ROUND_END",
+        "HELLO",
+        "ROUND_START",
+        "ROUND_START",
+        "FILE_BEGIN",
+        "CHUNK",
+        "FILE_END",
+        "ROUND_END",
         "BYE",
     ]
     assert other.shipped == [A] and other.ok
@@ -487,7 +500,15 @@ def test_refusal_book_ignores_damaged_lines(tmp_path: Path) -> None:
     path = tmp_path / "refused.txt"
     good = Refusal(A, "conflict", "r", ("d\n1",)).to_line()
     path.write_text(
-        "\n".join([good, "not json", json.dumps({"name": "../x.tsfile", "status": "conflict",
-                   "reason": "", "devices": []})]) + "\n"
+        "\n".join(
+            [
+                good,
+                "not json",
+                json.dumps(
+                    {"name": "../x.tsfile", "status": "conflict", "reason": "", "devices": []}
+                ),
+            ]
+        )
+        + "\n"
     )
     assert read_refusals(path) == {A: Refusal(A, "conflict", "r", ("d\n1",))}

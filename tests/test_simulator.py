@@ -53,13 +53,26 @@ def test_write_file_layout_resource_and_content(tmp_path: Path, fmt: str) -> Non
 
 def test_write_file_options_place_files(tmp_path: Path) -> None:
     edge = EdgeInstance(tmp_path, data_dirs=2)
-    unseq = edge.write_file(G, 0, "custom.tsfile", devices=[D1], rows_per_device=2,
-                            unsequence=True, data_dir=1, measurements=("a", "b", "c"))
+    unseq = edge.write_file(
+        G,
+        0,
+        "custom.tsfile",
+        devices=[D1],
+        rows_per_device=2,
+        unsequence=True,
+        data_dir=1,
+        measurements=("a", "b", "c"),
+    )
     assert unseq == f"unsequence/{G}/0/custom.tsfile"
     assert _files_under(edge.data_dirs[0]) == set()
     assert _files_under(edge.data_dirs[1]) == {unseq, unseq + ".resource"}
     assert formats.tsfile.to_arrow(edge.path(unseq, 1)).column_names == [
-        "time", "device", "a", "b", "c"]
+        "time",
+        "device",
+        "a",
+        "b",
+        "c",
+    ]
     with pytest.raises(ValueError, match="does not end with"):
         edge.write_file(G, 0, "x.parquet", devices=[D1], rows_per_device=1)
     with pytest.raises(ValueError, match="unknown format"):
@@ -68,8 +81,7 @@ def test_write_file_options_place_files(tmp_path: Path) -> None:
 
 def test_default_names_never_collide(tmp_path: Path) -> None:
     edge = EdgeInstance(tmp_path)
-    rels = [edge.write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0)
-            for _ in range(3)]
+    rels = [edge.write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0) for _ in range(3)]
     again = EdgeInstance(tmp_path).write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0)
     assert rels == [f"sequence/{G}/0/{T0}-{v}-0.tsfile" for v in (1, 2, 3)]
     assert again == f"sequence/{G}/0/{T0}-4-0.tsfile"
@@ -115,8 +127,9 @@ def test_merge_keeps_every_row_and_removes_inputs(tmp_path: Path) -> None:
     rels = [
         edge.write_file(G, 0, devices=[D1, D2], rows_per_device=4, start_ms=T0),
         edge.write_file(G, 0, devices=[D1], rows_per_device=6, start_ms=T0 + 10_000),
-        edge.write_file(G, 0, devices=[D2], rows_per_device=2, start_ms=T0 + 20_000,
-                        unsequence=True),
+        edge.write_file(
+            G, 0, devices=[D2], rows_per_device=2, start_ms=T0 + 20_000, unsequence=True
+        ),
     ]
     edge.start_merge(rels[0])  # a marker left by the merge itself must go too
     total = sum(formats.inspect(edge.path(r)).rows for r in rels)
@@ -134,21 +147,34 @@ def test_merge_keeps_every_row_and_removes_inputs(tmp_path: Path) -> None:
 
 def test_merge_applies_mods_and_later_file_wins_ties(tmp_path: Path) -> None:
     edge = EdgeInstance(tmp_path)
-    old = edge.write_file(G, 1, devices=[D1, D2], rows_per_device=5, start_ms=T0,
-                          unsequence=True, fmt="parquet")
+    old = edge.write_file(
+        G, 1, devices=[D1, D2], rows_per_device=5, start_ms=T0, unsequence=True, fmt="parquet"
+    )
     edge.add_mods(old, D1, T0 + 1000)  # deletes D1 at T0 and T0+1000
     newer = edge.write_table(
-        pa.table({"time": pa.array([T0 + 4000], pa.int64()), "device": [D2],
-                  "s1": pa.array([-1], pa.int64()), "s2": pa.array([-2], pa.int64())}),
-        G, 1, unsequence=True, fmt="parquet")
+        pa.table(
+            {
+                "time": pa.array([T0 + 4000], pa.int64()),
+                "device": [D2],
+                "s1": pa.array([-1], pa.int64()),
+                "s2": pa.array([-2], pa.int64()),
+            }
+        ),
+        G,
+        1,
+        unsequence=True,
+        fmt="parquet",
+    )
     merged = edge.merge([old, newer], G, 1)
     assert merged.startswith(f"unsequence/{G}/1/") and merged.endswith("-1.parquet")
     table = formats.parquet.to_arrow(edge.path(merged))
     assert table.num_rows == 10 - 2
     rows = {(r["device"], r["time"]): (r["s1"], r["s2"]) for r in table.to_pylist()}
     assert (D1, T0) not in rows and (D1, T0 + 1000) not in rows
-    assert rows[(D1, T0 + 2000)] == (point_value(D1, "s1", T0 + 2000),
-                                     point_value(D1, "s2", T0 + 2000))
+    assert rows[(D1, T0 + 2000)] == (
+        point_value(D1, "s1", T0 + 2000),
+        point_value(D1, "s2", T0 + 2000),
+    )
     assert rows[(D2, T0 + 4000)] == (-1, -2)
     assert edge.data_files() == [merged]
 
@@ -169,7 +195,8 @@ def test_append_schema_appends_lines(tmp_path: Path) -> None:
     edge.append_schema(["CREATE TIMESERIES root.sg1.d1.s1 INT64"])
     edge.append_schema(["a", "b"])
     assert (edge.schema_dir / "mlog.txt").read_text() == (
-        "CREATE TIMESERIES root.sg1.d1.s1 INT64\na\nb\n")
+        "CREATE TIMESERIES root.sg1.d1.s1 INT64\na\nb\n"
+    )
     with pytest.raises(ValueError):
         edge.append_schema(["bad\nline"])
 
@@ -187,9 +214,25 @@ def test_names_from_callers_go_through_the_name_gate(tmp_path: Path) -> None:
 def test_example_cli_writes_what_it_prints(tmp_path: Path) -> None:
     root = tmp_path / "edge"
     result = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "edge_instance.py"), str(root),
-         "--groups", "2", "--files", "2", "--devices", "2", "--rows", "3", "--unsequence", "1"],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            sys.executable,
+            str(REPO / "examples" / "edge_instance.py"),
+            str(root),
+            "--groups",
+            "2",
+            "--files",
+            "2",
+            "--devices",
+            "2",
+            "--rows",
+            "3",
+            "--unsequence",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     lines = result.stdout.splitlines()
     assert lines[-1].startswith("wrote 6 files, 36 rows")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sealsync.errors import BadName
-from sealsync.sender.manage.snapshot import hard_link, snapshot_path, take_snapshot
+from sender.manage.snapshot import hard_link, snapshot_path, take_snapshot
 
 A = "sequence/root.sg1/0/0/1-1-0.tsfile"
 B = "sequence/root.sg1/0/0/2-1-0.tsfile"
@@ -150,8 +150,16 @@ def test_stale_entries_from_an_earlier_round_are_replaced(dirs: tuple[Path, Path
     assert os.stat(snap / A).st_ino == os.stat(data / A).st_ino
 
 
-@pytest.mark.parametrize("name", ["../outside.tsfile", "sequence/../../x.tsfile", "/etc/x.tsfile",
-                                  "sequence/a\nb.tsfile", "sequence/x.resource"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../outside.tsfile",
+        "sequence/../../x.tsfile",
+        "/etc/x.tsfile",
+        "sequence/a\nb.tsfile",
+        "sequence/x.resource",
+    ],
+)
 def test_bad_names_never_reach_a_path_join(dirs: tuple[Path, Path], name: str) -> None:
     data, snap = dirs
     with pytest.raises(BadName):

@@ -23,7 +23,7 @@ import pyspark
 import pytest
 from spark_loader_helpers import Receiver, partition_dirs, source_rows, table_rows, two_senders
 
-from sealsync.spark_loader.table import Table
+from spark_loader.table import Table
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,10 +51,15 @@ class Cluster:
 
     def _start(self, name: str, *args: str) -> None:
         log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
-        self.procs.append(subprocess.Popen(
-            [str(SPARK_HOME / "bin" / "spark-class"), *args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        ))
+        self.procs.append(
+            subprocess.Popen(
+                [str(SPARK_HOME / "bin" / "spark-class"), *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         log.close()
 
     def state(self) -> dict[str, Any]:
@@ -62,11 +67,31 @@ class Cluster:
             return json.load(r)
 
     def start(self) -> None:
-        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--webui-port", str(self.ui))
-        self._start("worker", "org.apache.spark.deploy.worker.Worker", self.url,
-                    "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
-                    "--webui-port", str(_free_port()), "--work-dir", str(self.work / "worker"))
+        self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui),
+        )
+        self._start(
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            self.url,
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            "2",
+            "--memory",
+            "2g",
+            "--webui-port",
+            str(_free_port()),
+            "--work-dir",
+            str(self.work / "worker"),
+        )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
@@ -115,9 +140,22 @@ def _config(tmp_path: Path, recv: Receiver, python: str | None) -> Path:
 def _load(config: Path, master: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
     return subprocess.run(
-        [sys.executable, "-m", "sealsync", "load", "--config", str(config),
-         "--master", master, "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400,
+        [
+            sys.executable,
+            "-m",
+            "sealsync",
+            "load",
+            "--config",
+            str(config),
+            "--master",
+            master,
+            "--json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
 
 
@@ -154,8 +192,9 @@ def test_executors_without_pyarrow_fail_the_run_in_one_line(
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('pyarrow is not installed here')\n")
     python = tmp_path / "python-without-pyarrow"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{fake.parent}:$PYTHONPATH" '
-                      f'exec "{sys.executable}" "$@"\n')
+    python.write_text(
+        f'#!/bin/sh\nPYTHONPATH="{fake.parent}:$PYTHONPATH" exec "{sys.executable}" "$@"\n'
+    )
     python.chmod(0o755)
 
     result = _load(_config(tmp_path, recv, str(python)), cluster.url)

@@ -14,8 +14,8 @@ from spark_loader_helpers import SENDER_A, SENDER_B, Receiver
 
 from sealsync.errors import LockHeld
 from sealsync.simulator import EdgeInstance
-from sealsync.spark_loader.discovery import SourceFile, discover, file_id, is_sender_folder
-from sealsync.spark_loader.state import (
+from spark_loader.discovery import SourceFile, discover, file_id, is_sender_folder
+from spark_loader.state import (
     DRIVER_LOCK_FILE,
     LOCK_FILE,
     FileRecord,
@@ -26,7 +26,7 @@ from sealsync.spark_loader.state import (
     state_path,
     wait_for_previous_driver,
 )
-from sealsync.spark_loader.table import MAX_FOLDER_BYTES, Partition, Table, folder_value, unescape
+from spark_loader.table import MAX_FOLDER_BYTES, Partition, Table, folder_value, unescape
 
 
 def _edge(tmp_path: Path) -> EdgeInstance:
@@ -37,8 +37,9 @@ def test_discovers_every_senders_files_in_both_roots_and_nothing_else(tmp_path: 
     edge = _edge(tmp_path)
     recv = Receiver(tmp_path, data_dirs=2)
     seq = edge.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=3)
-    unseq = edge.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=3,
-                            unsequence=True, fmt="parquet")
+    unseq = edge.write_file(
+        "root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=3, unsequence=True, fmt="parquet"
+    )
     recv.place(edge, seq, SENDER_A)
     recv.place(edge, unseq, SENDER_B, data_dir=1)
     data = recv.data_dirs[0]
@@ -59,8 +60,10 @@ def test_discovers_every_senders_files_in_both_roots_and_nothing_else(tmp_path: 
     found = discover(recv.data_dirs)
 
     assert [(f.sender, f.name) for f in found.files] == [(SENDER_A, seq), (SENDER_B, unseq)]
-    assert [f.path for f in found.files] == [recv.placed[(SENDER_A, seq)],
-                                             recv.placed[(SENDER_B, unseq)]]
+    assert [f.path for f in found.files] == [
+        recv.placed[(SENDER_A, seq)],
+        recv.placed[(SENDER_B, unseq)],
+    ]
     assert found.skipped == {}
     st = recv.placed[(SENDER_A, seq)].stat()
     assert (found.files[0].size, found.files[0].mtime_ns) == (st.st_size, st.st_mtime_ns)
@@ -147,8 +150,11 @@ def test_sender_folder_needs_the_canonical_spelling() -> None:
 
 
 def test_partition_values_round_trip_through_escaping() -> None:
-    names = ["sequence/root.sg1/0/1-1-0.parquet", "sequence/a b/%x=y:z#[]{}*?+/1.parquet",
-             "sequence/root.中国 ü/0/1-1-0.tsfile"]
+    names = [
+        "sequence/root.sg1/0/1-1-0.parquet",
+        "sequence/a b/%x=y:z#[]{}*?+/1.parquet",
+        "sequence/root.中国 ü/0/1-1-0.tsfile",
+    ]
     for name in names:
         escaped = folder_value(name)
         assert escaped is not None
@@ -168,8 +174,11 @@ def test_partition_values_round_trip_through_escaping() -> None:
 
 def test_table_partitions_and_atomic_delete(tmp_path: Path) -> None:
     table = Table(tmp_path / "t")
-    for sender, name, fid in [(SENDER_A, "a/1", "f1"), (SENDER_A, "a/1", "f2"),
-                              (SENDER_B, "b 2", "f3")]:
+    for sender, name, fid in [
+        (SENDER_A, "a/1", "f1"),
+        (SENDER_A, "a/1", "f2"),
+        (SENDER_B, "b 2", "f3"),
+    ]:
         folder = table.partition(sender, name, fid).path
         folder.mkdir(parents=True)
         (folder / "part-0.parquet").write_bytes(b"x")
@@ -238,12 +247,16 @@ def test_a_second_loader_stops_at_once(tmp_path: Path) -> None:
 def test_waits_for_a_dead_runs_spark_driver(tmp_path: Path) -> None:
     """A process holding spark-driver.lock (the killed run's JVM) blocks the next run."""
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import fcntl, os, sys, time\n"
-         f"fd = os.open({str(tmp_path / DRIVER_LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)\n"
-         "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
-         "print('locked', flush=True)\n"
-         "time.sleep(float(sys.argv[1]))\n", "1.5"],
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(tmp_path / DRIVER_LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(float(sys.argv[1]))\n",
+            "1.5",
+        ],
         stdout=subprocess.PIPE,
     )
     try:

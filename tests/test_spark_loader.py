@@ -30,11 +30,11 @@ from spark_loader_helpers import (
 from sealsync import formats
 from sealsync.config import LoaderConfig
 from sealsync.simulator import EdgeInstance
-from sealsync.spark_loader import ingest as ingest_module
-from sealsync.spark_loader import localfs, read_arrow, run_load
-from sealsync.spark_loader.session import create_session
-from sealsync.spark_loader.state import load_state, state_path
-from sealsync.spark_loader.table import Table, part_files
+from spark_loader import ingest as ingest_module
+from spark_loader import localfs, read_arrow, run_load
+from spark_loader.session import create_session
+from spark_loader.state import load_state, state_path
+from spark_loader.table import Table, part_files
 
 pytestmark = pytest.mark.slow
 
@@ -72,26 +72,52 @@ def test_ingests_both_formats_with_provenance_and_merged_schema(tmp_path: Path, 
     # Spark reads the same table when it merges the files' schemas.
     df = spark.read.option("mergeSchema", "true").parquet(str(config.table_path))
     assert df.count() == sum(own_counts.values())
-    assert set(df.columns) == {"time", "device", "s1", "s2", "s3", "s7", "source_file",
-                               "sender", "file_id"}
+    assert set(df.columns) == {
+        "time",
+        "device",
+        "s1",
+        "s2",
+        "s3",
+        "s7",
+        "source_file",
+        "sender",
+        "file_id",
+    }
     assert df.where("s7 is not null").count() == 30  # only the one file has s7
 
 
-def test_types_are_normalised_and_a_conflicting_file_is_refused(
-    tmp_path: Path, spark: Any
-) -> None:
+def test_types_are_normalised_and_a_conflicting_file_is_refused(tmp_path: Path, spark: Any) -> None:
     edge = EdgeInstance(tmp_path / "edge")
     recv = Receiver(tmp_path)
     base = {"time": pa.array([1, 2], pa.int64()), "device": ["root.a.d1", "root.a.d1"]}
-    narrow = edge.write_table(pa.table({**base, "v": pa.array([1, 2], pa.int32()),
-                                        "w": pa.array([0.5, 1.5], pa.float32())}),
-                              "root.a", 0, fmt="parquet")
-    wide = edge.write_table(pa.table({**base, "v": pa.array([3, 2**40], pa.int64()),
-                                      "w": pa.array([2.25, None], pa.float64())}),
-                            "root.a", 1, fmt="parquet")
-    tsfile = edge.write_table(pa.table({**base, "v": pa.array([7, 8], pa.int32()),
-                                        "w": pa.array([0.25, 4.0], pa.float32())}),
-                              "root.a", 2, fmt="tsfile")
+    narrow = edge.write_table(
+        pa.table(
+            {**base, "v": pa.array([1, 2], pa.int32()), "w": pa.array([0.5, 1.5], pa.float32())}
+        ),
+        "root.a",
+        0,
+        fmt="parquet",
+    )
+    wide = edge.write_table(
+        pa.table(
+            {
+                **base,
+                "v": pa.array([3, 2**40], pa.int64()),
+                "w": pa.array([2.25, None], pa.float64()),
+            }
+        ),
+        "root.a",
+        1,
+        fmt="parquet",
+    )
+    tsfile = edge.write_table(
+        pa.table(
+            {**base, "v": pa.array([7, 8], pa.int32()), "w": pa.array([0.25, 4.0], pa.float32())}
+        ),
+        "root.a",
+        2,
+        fmt="tsfile",
+    )
     clash = edge.write_table(pa.table({**base, "v": ["x", "y"]}), "root.a", 3, fmt="parquet")
     for rel in (narrow, wide, tsfile):
         recv.place(edge, rel)
@@ -129,9 +155,7 @@ def test_rerun_with_nothing_new_changes_nothing(tmp_path: Path, spark: Any) -> N
     assert table_rows(config.table_path) == rows
 
 
-def test_deleted_and_replaced_files_take_exactly_their_rows_out(
-    tmp_path: Path, spark: Any
-) -> None:
+def test_deleted_and_replaced_files_take_exactly_their_rows_out(tmp_path: Path, spark: Any) -> None:
     edge, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
     _load(config, spark)
@@ -141,8 +165,9 @@ def test_deleted_and_replaced_files_take_exactly_their_rows_out(
     # The same name with other content: a new version of the file.
     recv.remove(replaced, SENDER_A)
     (edge.path(replaced)).unlink()
-    edge.write_file("root.sg1", 0, replaced.rsplit("/", 1)[1], devices=["root.sg1.d5"],
-                    rows_per_device=7)
+    edge.write_file(
+        "root.sg1", 0, replaced.rsplit("/", 1)[1], devices=["root.sg1.d5"], rows_per_device=7
+    )
     recv.place(edge, replaced, SENDER_A)
     before = partition_dirs(config.table_path)
 
@@ -164,15 +189,24 @@ def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> Non
     _load(incremental, spark)
     recv.add_mods(ts_a[1], "root.sg1.d1", 3000, ts_a[0])  # a .mods grows
     recv.add_mods(pq_b[1], "root.sg2.d8", 7000, pq_b[0])  # a first .mods
-    extra = edge.write_file("root.sg3", 0, devices=["root.sg3.d1"], rows_per_device=12,
-                            fmt="parquet", measurements=("s9",))
+    extra = edge.write_file(
+        "root.sg3",
+        0,
+        devices=["root.sg3.d1"],
+        rows_per_device=12,
+        fmt="parquet",
+        measurements=("s9",),
+    )
     recv.place(edge, extra, SENDER_B)
     dropped = [rel for (sender, rel) in recv.placed if sender == SENDER_A][1]
     recv.remove(dropped, SENDER_A)
     _load(incremental, spark, batch_files=1)
 
-    full = LoaderConfig(recv.data_dirs, incremental.table_path.with_name("full-table"),
-                        incremental.state_dir.with_name("full-state"))
+    full = LoaderConfig(
+        recv.data_dirs,
+        incremental.table_path.with_name("full-table"),
+        incremental.state_dir.with_name("full-state"),
+    )
     _load(full, spark)  # a table with other content first: --full must clear it
     report = _load(full, spark, full=True)
 
@@ -185,8 +219,13 @@ def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> Non
 
 def test_files_without_rows_are_recorded_without_a_partition(tmp_path: Path, spark: Any) -> None:
     edge, recv = two_senders(tmp_path)
-    empty = pa.table({"time": pa.array([], pa.int64()), "device": pa.array([], pa.string()),
-                      "s1": pa.array([], pa.int64())})
+    empty = pa.table(
+        {
+            "time": pa.array([], pa.int64()),
+            "device": pa.array([], pa.string()),
+            "s1": pa.array([], pa.int64()),
+        }
+    )
     empties = [edge.write_table(empty, "root.e", 0, fmt=fmt) for fmt in ("parquet", "tsfile")]
     for rel in empties:
         recv.place(edge, rel)
@@ -197,7 +236,13 @@ def test_files_without_rows_are_recorded_without_a_partition(tmp_path: Path, spa
     assert report.ok and report.ingested == 6 and report.rows_written == 155
     assert len(partition_dirs(config.table_path)) == 4
     assert sorted(r.rows for r in load_state(config.state_dir).files.values()) == [
-        0, 0, 20, 25, 30, 80]
+        0,
+        0,
+        20,
+        25,
+        30,
+        80,
+    ]
     assert _load(config, spark).unchanged == 6  # not ingested again and again
     for rel in empties:
         recv.remove(rel)
@@ -211,8 +256,9 @@ def test_files_without_rows_are_recorded_without_a_partition(tmp_path: Path, spa
 def test_corrupt_files_are_reported_skipped_and_retried(tmp_path: Path, spark: Any) -> None:
     edge, recv = two_senders(tmp_path)
     bad_ts = edge.write_file("root.sg4", 0, devices=["root.sg4.d1"], rows_per_device=50)
-    bad_pq = edge.write_file("root.sg4", 1, devices=["root.sg4.d1"], rows_per_device=50,
-                             fmt="parquet")
+    bad_pq = edge.write_file(
+        "root.sg4", 1, devices=["root.sg4.d1"], rows_per_device=50, fmt="parquet"
+    )
     good = {rel: edge.path(rel).read_bytes() for rel in (bad_ts, bad_pq)}
     for rel in (bad_ts, bad_pq):  # truncated copies reach the receiver
         edge.path(rel).write_bytes(good[rel][: len(good[rel]) // 2])
@@ -265,9 +311,17 @@ def test_a_file_that_fails_inside_spark_is_isolated(tmp_path: Path, spark: Any) 
     """Its footer is fine, so only the Spark job finds out; the others still load."""
     edge, recv = two_senders(tmp_path)
     nanos = edge.write_table(
-        pa.table({"time": pa.array([1], pa.int64()), "device": ["root.n.d1"],
-                  "at": pa.array([5], pa.timestamp("ns"))}),
-        "root.n", 0, fmt="parquet")
+        pa.table(
+            {
+                "time": pa.array([1], pa.int64()),
+                "device": ["root.n.d1"],
+                "at": pa.array([5], pa.timestamp("ns")),
+            }
+        ),
+        "root.n",
+        0,
+        fmt="parquet",
+    )
     path = recv.place(edge, nanos)
     assert pq.read_schema(path).field("at").type == pa.timestamp("ns")
     config = recv.config(tmp_path)
@@ -286,8 +340,7 @@ def test_odd_names_keep_their_exact_source_file(tmp_path: Path, spark: Any) -> N
     long_group = "root." + "g" * 230
     placed = {}
     for group in ("root.ü sg#1", "root.中国", long_group, "root.a=b%c"):
-        rel = edge.write_file(group, 0, devices=["root.x.d1"], rows_per_device=4,
-                              fmt="parquet")
+        rel = edge.write_file(group, 0, devices=["root.x.d1"], rows_per_device=4, fmt="parquet")
         placed[group] = recv.place(edge, rel)
     config = recv.config(tmp_path)
 
@@ -300,8 +353,13 @@ def test_odd_names_keep_their_exact_source_file(tmp_path: Path, spark: Any) -> N
     recv.remove(next(rel for (_, rel) in recv.placed if long_group in rel))
     assert table_rows(config.table_path) == source_rows(recv)
     # Spark reads every name back exactly as pyarrow does.
-    names = {r.source_file for r in spark.read.parquet(str(config.table_path))
-             .select("source_file").distinct().collect()}
+    names = {
+        r.source_file
+        for r in spark.read.parquet(str(config.table_path))
+        .select("source_file")
+        .distinct()
+        .collect()
+    }
     assert names == {rel for (_, rel) in recv.placed}
     assert {n.split("/")[1] for n in names} == {"root.ü sg#1", "root.中国", "root.a=b%c"}
 
@@ -314,7 +372,7 @@ def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatc
     def crash(*_args: Any) -> None:
         raise RuntimeError("crash after the commit")
 
-    monkeypatch.setattr("sealsync.spark_loader.job.save_state", crash)
+    monkeypatch.setattr("spark_loader.job.save_state", crash)
     with pytest.raises(RuntimeError, match="crash after the commit"):
         _load(config, spark, batch_files=2)
     monkeypatch.undo()
@@ -332,8 +390,7 @@ def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatc
     report = _load(config, spark)
 
     assert report.ingested == 1 and report.unchanged == 3
-    assert report.notes == [
-        "1 recorded files were missing from the table; ingesting them again"]
+    assert report.notes == ["1 recorded files were missing from the table; ingesting them again"]
     assert table_rows(config.table_path) == source_rows(recv)
 
 
@@ -358,8 +415,7 @@ def test_a_table_in_the_earlier_layout_is_converted_by_the_next_run(
     report = _load(config, spark)
 
     assert report.ok and (report.ingested, report.unchanged) == (3, 1)
-    assert report.notes == [
-        "3 recorded files were missing from the table; ingesting them again"]
+    assert report.notes == ["3 recorded files were missing from the table; ingesting them again"]
     assert len(partition_dirs(config.table_path)) == 4
     assert not list(config.table_path.glob("sender=*/file_id=*"))
     assert table_rows(config.table_path) == source_rows(recv)
@@ -369,7 +425,7 @@ def _script(config: LoaderConfig, batch_files: int) -> str:
     return (
         "from pathlib import Path\n"
         "from sealsync.config import LoaderConfig\n"
-        "from sealsync.spark_loader import run_load\n"
+        "from spark_loader import run_load\n"
         f"config = LoaderConfig([Path({str(config.receiver_data_dirs[0])!r})], "
         f"Path({str(config.table_path)!r}), Path({str(config.state_dir)!r}), 'local[1]')\n"
         f"report = run_load(config, batch_files={batch_files})\n"
@@ -391,26 +447,42 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
     edge = EdgeInstance(tmp_path / "edge")
     recv = Receiver(tmp_path)
     for i in range(10):
-        rel = edge.write_file(f"root.k{i % 3}", i, devices=[f"root.k.d{i}"],
-                              rows_per_device=200 + i, fmt="parquet" if i % 2 else "tsfile")
+        rel = edge.write_file(
+            f"root.k{i % 3}",
+            i,
+            devices=[f"root.k.d{i}"],
+            rows_per_device=200 + i,
+            fmt="parquet" if i % 2 else "tsfile",
+        )
         recv.place(edge, rel, SENDER_A if i % 4 else SENDER_B)
 
     # A clean run in a process of its own: its terminal stays quiet.
     clean = recv.config(tmp_path, "clean")
-    done = subprocess.run([sys.executable, "-c", _script(clean, 3)], capture_output=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _script(clean, 3)], capture_output=True, timeout=300
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, b"OK\n", b"")
 
     crashed = recv.config(tmp_path, "crashed")
     table = crashed.table_path
     # First kill: inside the first Spark job, before anything is committed.
-    proc = subprocess.Popen([sys.executable, "-c", _script(crashed, 1)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _kill_when(proc, lambda: table.is_dir() and any(
-        n.startswith(".sealsync-staging") for n in os.listdir(table)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _script(crashed, 1)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _kill_when(
+        proc,
+        lambda: (
+            table.is_dir() and any(n.startswith(".sealsync-staging") for n in os.listdir(table))
+        ),
+    )
     # Second kill, after the rerun (which waits for the dead run's JVM) committed some.
-    proc = subprocess.Popen([sys.executable, "-c", _script(crashed, 1)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _script(crashed, 1)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _kill_when(proc, lambda: len(partition_dirs(table)) >= 3)
     assert len(partition_dirs(table)) < 10
 
@@ -481,9 +553,17 @@ def test_mods_deletions_are_applied_on_both_formats(tmp_path: Path, spark: Any) 
     ts_a, pq_a, ts_b, pq_b = list(recv.placed)
     # Read by the same Parquet scan as pq_a (same schema, same device), without a .mods:
     # the filter is per file, so none of its points may go.
-    twin = (SENDER_A, edge.write_file("root.sg1", 2, devices=["root.sg1.d1"],
-                                      rows_per_device=25, fmt="parquet",
-                                      measurements=("s1", "s3")))
+    twin = (
+        SENDER_A,
+        edge.write_file(
+            "root.sg1",
+            2,
+            devices=["root.sg1.d1"],
+            rows_per_device=25,
+            fmt="parquet",
+            measurements=("s1", "s3"),
+        ),
+    )
     recv.place(edge, twin[1], twin[0])
     edge.add_mods(ts_a[1], "root.sg1.d1", 9000)  # times 0..9000: 10 points
     edge.add_mods(ts_a[1], "root.sg1.d1", 4000)  # covered by the line before
@@ -512,7 +592,12 @@ def test_mods_deletions_are_applied_on_both_formats(tmp_path: Path, spark: Any) 
     assert (*twin, 0, "root.sg1.d1") in points
     assert len(partition_dirs(config.table_path)) == 4  # pq_b: recorded, no partition
     assert sorted(r.rows for r in load_state(config.state_dir).files.values()) == [
-        0, 22, 25, 30, 70]
+        0,
+        22,
+        25,
+        30,
+        70,
+    ]
 
 
 def test_a_growing_mods_takes_exactly_those_points_out(tmp_path: Path, spark: Any) -> None:
@@ -536,8 +621,12 @@ def test_a_growing_mods_takes_exactly_those_points_out(tmp_path: Path, spark: An
     assert after == source_rows(recv)
     assert _points(after) <= _points(before)
     assert _points(before) - _points(after) == {
-        (*pq_a, 3000, "root.sg1.d1"), (*pq_a, 4000, "root.sg1.d1"),
-        (*pq_a, 5000, "root.sg1.d1"), (*ts_b, 0, "root.sg2.d9"), (*ts_b, 1000, "root.sg2.d9")}
+        (*pq_a, 3000, "root.sg1.d1"),
+        (*pq_a, 4000, "root.sg1.d1"),
+        (*pq_a, 5000, "root.sg1.d1"),
+        (*ts_b, 0, "root.sg2.d9"),
+        (*ts_b, 1000, "root.sg2.d9"),
+    }
     after_parts = partition_dirs(config.table_path)
     assert len(before_parts & after_parts) == 2 and len(after_parts - before_parts) == 2
     table = snapshot(config.table_path)
@@ -596,6 +685,8 @@ def test_local_writes_set_permissions_in_process_with_hadoops_bits(
     target = tmp_path / "f"
     target.write_bytes(b"x")
     for mode in ("640", "600", "755", "1750"):  # the last needs the sticky bit: Hadoop's path
-        fs.setPermission(jvm.org.apache.hadoop.fs.Path(str(target)),
-                         jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
+        fs.setPermission(
+            jvm.org.apache.hadoop.fs.Path(str(target)),
+            jvm.org.apache.hadoop.fs.permission.FsPermission(mode),
+        )
         assert oct(stat.S_IMODE(target.stat().st_mode)) == oct(int(mode, 8))

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from sealsync.spark_loader import localfs
+from spark_loader import localfs
 
 
 def _classes(jar: Path) -> dict[str, bytes]:
@@ -21,15 +21,13 @@ def test_the_shipped_jar_is_built_from_the_shipped_source(tmp_path: Path) -> Non
     shipped = _classes(localfs.JAR)
     assert list(shipped) == ["io/sealsync/hadoop/PosixLocalFileSystem.class"]
     assert _classes(rebuilt) == shipped, (
-        "the jar is stale: run python -m sealsync.spark_loader.localfs and commit it"
+        "the jar is stale: run python -m spark_loader.localfs and commit it"
     )
     assert rebuilt.read_bytes() == localfs.JAR.read_bytes()  # the build is reproducible
 
 
 def test_a_local_session_gets_the_jar_on_its_class_path() -> None:
-    assert localfs.session_conf("local[*]", {}) == {
-        "spark.driver.extraClassPath": str(localfs.JAR)
-    }
+    assert localfs.session_conf("local[*]", {}) == {"spark.driver.extraClassPath": str(localfs.JAR)}
     mine = {"spark.driver.extraClassPath": "/opt/x.jar"}
     assert localfs.session_conf("local[2]", mine) == {
         "spark.driver.extraClassPath": f"/opt/x.jar:{localfs.JAR}"
@@ -40,8 +38,9 @@ def test_a_local_session_gets_the_jar_on_its_class_path() -> None:
 class _Jvm:
     def __init__(self, loadable: bool) -> None:
         self.loadable = loadable
-        self.java = SimpleNamespace(lang=SimpleNamespace(Class=SimpleNamespace(
-            forName=self.for_name)))
+        self.java = SimpleNamespace(
+            lang=SimpleNamespace(Class=SimpleNamespace(forName=self.for_name))
+        )
         self.asked: list[str] = []
 
     def for_name(self, name: str) -> Any:

@@ -71,11 +71,21 @@ def test_owners_release_lets_a_refused_sender_load_the_device(dep: Deployment) -
     listing = json.loads(cli("owners", "--config", str(dep.receiver_config), "--json").stdout)
     assert listing == {"owners": {a.uuid: ["root.moved0.d0", "root.moved0.d1"]}}
 
-    released = cli("owners", "--config", str(dep.receiver_config), "release",
-                   "root.moved0.d0", "root.moved0.d1", "root.nobody")
+    released = cli(
+        "owners",
+        "--config",
+        str(dep.receiver_config),
+        "release",
+        "root.moved0.d0",
+        "root.moved0.d1",
+        "root.nobody",
+    )
     assert released.returncode == 0, released.stderr
     assert released.stdout.splitlines() == [
-        "released root.moved0.d0", "released root.moved0.d1", "not owned: root.nobody"]
+        "released root.moved0.d0",
+        "released root.moved0.d1",
+        "not owned: root.nobody",
+    ]
 
     assert b.send().returncode == 0  # released while the receiver runs
     assert set(dep.loaded_hashes(b)) == set(refused)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-from ..errors import FormatError
-from . import parquet, tsfile
-from .common import DEVICE_COLUMN, TIME_COLUMN, FileInfo
+from sealsync.errors import FormatError
+from sealsync.formats import parquet, tsfile
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, FileInfo
 
 __all__ = [
     "DEVICE_COLUMN",

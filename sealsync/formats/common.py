@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import FormatError
+from sealsync.errors import FormatError
 
 #: Columns every ``to_arrow`` table starts with; measurements may not reuse them.
 TIME_COLUMN = "time"

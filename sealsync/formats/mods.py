@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import FormatError
-from .common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.errors import FormatError
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 
 MAX_MODS_SIZE = 1 << 30  # what the protocol accepts for a sidecar
 _MIN_TIME, _MAX_TIME = -(1 << 63), (1 << 63) - 1
@@ -96,7 +96,9 @@ def apply(table: pa.Table | pa.RecordBatch, deletions: list[Deletion]) -> pa.Tab
         return table
     gone = None
     for d in deletions:
-        hit = pc.and_(pc.equal(table.column(DEVICE_COLUMN), d.device),
-                      pc.less_equal(table.column(TIME_COLUMN), d.until_ms))
+        hit = pc.and_(
+            pc.equal(table.column(DEVICE_COLUMN), d.device),
+            pc.less_equal(table.column(TIME_COLUMN), d.until_ms),
+        )
         gone = hit if gone is None else pc.or_(gone, hit)
     return table.filter(pc.invert(pc.fill_null(gone, False)))

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import FormatError
-from .common import (
+from sealsync.errors import FormatError
+from sealsync.formats.common import (
     DEVICE_COLUMN,
     RESERVED_COLUMNS,
     TIME_COLUMN,
@@ -74,8 +74,11 @@ def _check_schema(path: str | os.PathLike[str], schema: pa.Schema) -> None:
     if not pa.types.is_int64(time_type):
         raise FormatError(f"{os.fspath(path)}: 'time' column is {time_type}, not int64")
     dev_type = schema.field(DEVICE_COLUMN).type
-    if not (pa.types.is_string(dev_type) or pa.types.is_large_string(dev_type)
-            or (pa.types.is_dictionary(dev_type) and pa.types.is_string(dev_type.value_type))):
+    if not (
+        pa.types.is_string(dev_type)
+        or pa.types.is_large_string(dev_type)
+        or (pa.types.is_dictionary(dev_type) and pa.types.is_string(dev_type.value_type))
+    ):
         raise FormatError(f"{os.fspath(path)}: 'device' column is {dev_type}, not string")
 
 
@@ -83,8 +86,7 @@ def _read(path: str | os.PathLike[str], columns: list[str] | None) -> pa.Table:
     meta = _metadata(path)
     _check_schema(path, meta.schema.to_arrow_schema())
     try:
-        table = pq.read_table(os.fspath(path), columns=columns,
-                              page_checksum_verification=True)
+        table = pq.read_table(os.fspath(path), columns=columns, page_checksum_verification=True)
     except Exception as exc:
         raise unreadable(path, KIND, f"data: {one_line(exc)}") from exc
     if table.column(DEVICE_COLUMN).null_count:

@@ -40,7 +40,7 @@ bytes gave no crash, and all but 2 truncations were rejected up front. But
 flipped bytes *before* the footer, in the measurement index or in data pages,
 still crash the reader (SIGSEGV, SIGABRT from heap corruption) or make it loop
 forever, in ~2-4% of cases. So untrusted files must be read in a worker
-process that is killed on a timeout (``sealsync.receiver.inspect_pool``).
+process that is killed on a timeout (``receiver.inspect_pool``).
 Flips that decode fine go unnoticed (TsFile has no checksums); MD5 on transfer
 covers those. BLOB values are cut at the first NUL byte by the
 2.5 reader (it returns them as C strings).
@@ -57,8 +57,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import FormatError
-from .common import (
+from sealsync.errors import FormatError
+from sealsync.formats.common import (
     DEVICE_COLUMN,
     RESERVED_COLUMNS,
     TIME_COLUMN,
@@ -351,10 +351,16 @@ def _table_batches(reader: Any, tables: dict[str, Any]) -> Iterator[pa.Table]:
 
     for table_name in sorted(tables):
         schema = tables[table_name]
-        tags = [c.get_column_name() for c in schema.get_columns()
-                if c.get_category() == ColumnCategory.TAG]
-        fields = [c.get_column_name() for c in schema.get_columns()
-                  if c.get_category() == ColumnCategory.FIELD]
+        tags = [
+            c.get_column_name()
+            for c in schema.get_columns()
+            if c.get_category() == ColumnCategory.TAG
+        ]
+        fields = [
+            c.get_column_name()
+            for c in schema.get_columns()
+            if c.get_category() == ColumnCategory.FIELD
+        ]
         _check_names(fields)
         result = reader.query_table(table_name, tags + fields, batch_size=_BATCH_ROWS)
         try:
@@ -365,8 +371,7 @@ def _table_batches(reader: Any, tables: dict[str, Any]) -> Iterator[pa.Table]:
                 if batch.num_rows == 0:
                     continue
                 if tags:
-                    parts = [pc.fill_null(batch.column(t).cast(pa.string()), "null")
-                             for t in tags]
+                    parts = [pc.fill_null(batch.column(t).cast(pa.string()), "null") for t in tags]
                     device = pc.binary_join_element_wise(table_name, *parts, ".")
                 else:
                     device = pa.array([table_name] * batch.num_rows, pa.string())
@@ -391,8 +396,9 @@ def _batches(reader: Any) -> Iterator[pa.Table]:
 
 def _assemble(batches: list[pa.Table]) -> pa.Table:
     if not batches:
-        return pa.table({TIME_COLUMN: pa.array([], pa.int64()),
-                         DEVICE_COLUMN: pa.array([], pa.string())})
+        return pa.table(
+            {TIME_COLUMN: pa.array([], pa.int64()), DEVICE_COLUMN: pa.array([], pa.string())}
+        )
     table = pa.concat_tables(batches, promote_options="permissive")
     measurements = sorted(n for n in table.column_names if n not in RESERVED_COLUMNS)
     table = table.select([TIME_COLUMN, DEVICE_COLUMN, *measurements])
@@ -407,8 +413,9 @@ def _assemble(batches: list[pa.Table]) -> pa.Table:
 def is_complete(path: str | os.PathLike[str]) -> bool:
     """Magic at head and tail, a sane footer, and metadata the native reader can read."""
     try:
-        _native(path, "reading metadata",
-                lambda r: (r.get_all_devices(), r.get_timeseries_metadata()))
+        _native(
+            path, "reading metadata", lambda r: (r.get_all_devices(), r.get_timeseries_metadata())
+        )
     except FormatError:
         return False
     return True
@@ -528,5 +535,3 @@ def write_arrow(path: str | os.PathLike[str], table: pa.Table) -> None:
             pass
         target.unlink(missing_ok=True)
         raise
-
-

@@ -54,8 +54,11 @@ class Site:
         for rel in names:
             path = PurePosixPath(rel)
             self.b.edge.write_file(
-                path.parts[1], int(path.parts[2]), path.name,
-                devices=[f"root.b.{path.parts[1].replace('.', '_')}"], rows_per_device=7,
+                path.parts[1],
+                int(path.parts[2]),
+                path.name,
+                devices=[f"root.b.{path.parts[1].replace('.', '_')}"],
+                rows_per_device=7,
                 unsequence=path.parts[0] == "unsequence",
             )
         self.dep.start_receiver(env=clean_env())
@@ -73,8 +76,15 @@ class Site:
         namesakes = [rel for rel in sealed if rel in self.b_hashes]  # b holds these names too
         for rel in (namesakes[:1] + [r for r in sealed if r not in namesakes])[:deletions]:
             self.a.edge.delete(rel)
-        populate(self.a.edge, groups=1, files=new - 1, devices=2, rows=20, unsequence=1,
-                 prefix=f"root.n{self.batch}_")
+        populate(
+            self.a.edge,
+            groups=1,
+            files=new - 1,
+            devices=2,
+            rows=20,
+            unsequence=1,
+            prefix=f"root.n{self.batch}_",
+        )
 
     # ---------------------------------------------------------------- convergence
 

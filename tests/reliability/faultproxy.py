@@ -183,8 +183,9 @@ class FaultProxy:
                     daemon=True,
                 ).start()
 
-    def _pump(self, conn: Connection, direction: str, src: socket.socket,
-              dst: socket.socket) -> None:
+    def _pump(
+        self, conn: Connection, direction: str, src: socket.socket, dst: socket.socket
+    ) -> None:
         try:
             while True:
                 try:
@@ -209,8 +210,9 @@ class FaultProxy:
                     s.close()
                 conn.done.set()
 
-    def _forward(self, conn: Connection, direction: str, buf: bytearray,
-                 dst: socket.socket) -> bool:
+    def _forward(
+        self, conn: Connection, direction: str, buf: bytearray, dst: socket.socket
+    ) -> bool:
         """Send ``buf`` on, applying the faults that fall inside it; False once dropped."""
         start = conn.forwarded[direction]
         end = start + len(buf)
@@ -235,8 +237,7 @@ class FaultProxy:
                 return False
         return self._send(conn, direction, dst, buf[sent:])
 
-    def _send(self, conn: Connection, direction: str, dst: socket.socket,
-              data: bytearray) -> bool:
+    def _send(self, conn: Connection, direction: str, dst: socket.socket, data: bytearray) -> bool:
         if not data:
             return True
         try:

@@ -24,9 +24,18 @@ def main() -> int:
         figures = Path(tmp) / "figures.jsonl"
         env = dict(os.environ, SEALSYNC_FIGURES=str(figures))
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             str(ROOT / "tests" / "reliability"), *sys.argv[1:]],
-            cwd=ROOT, env=env,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                str(ROOT / "tests" / "reliability"),
+                *sys.argv[1:],
+            ],
+            cwd=ROOT,
+            env=env,
         )
         totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         if figures.exists():

@@ -16,16 +16,16 @@ from pathlib import Path
 
 from receiver_service_helpers import UUID_A, send_file
 
+from receiver.auth import SenderKeys
+from receiver.layout import SenderFolder
+from receiver.load.owners import DeviceOwners
+from receiver.rounds import Rounds
+from receiver.schema import SchemaStore
+from receiver.session import Session, SessionContext
+from receiver.storage import DirectoryStorage
 from sealsync.errors import FormatError
 from sealsync.formats.common import FileInfo
 from sealsync.protocol import PROTOCOL_VERSION, AnyMessage, Hello, receive, send
-from sealsync.receiver.auth import SenderKeys
-from sealsync.receiver.layout import SenderFolder
-from sealsync.receiver.load.owners import DeviceOwners
-from sealsync.receiver.rounds import Rounds
-from sealsync.receiver.schema import SchemaStore
-from sealsync.receiver.session import Session, SessionContext
-from sealsync.receiver.storage import DirectoryStorage
 
 FP_A = "SHA256:keyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 FP_B = "SHA256:keyBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
@@ -62,8 +62,9 @@ class GatedStorage(DirectoryStorage):
 class SessionEnv:
     """Receiver folders under ``root``: ``data0``.., ``schema``; sessions on socket pairs."""
 
-    def __init__(self, root: Path, n_dirs: int = 1, load_wait: float = 5.0,
-                 timeout: float = 10.0) -> None:
+    def __init__(
+        self, root: Path, n_dirs: int = 1, load_wait: float = 5.0, timeout: float = 10.0
+    ) -> None:
         self.root = root
         self.data_dirs = [root / f"data{i}" for i in range(n_dirs)]
         for d in self.data_dirs:
@@ -84,8 +85,9 @@ class SessionEnv:
         )
         self.threads: list[threading.Thread] = []
 
-    def connect(self, fingerprint: str = FP_A, peer: str = PEER) -> tuple[socket.socket,
-                                                                            threading.Thread]:
+    def connect(
+        self, fingerprint: str = FP_A, peer: str = PEER
+    ) -> tuple[socket.socket, threading.Thread]:
         ours, theirs = socket.socketpair()
         ours.settimeout(self.timeout)
         theirs.settimeout(self.timeout)

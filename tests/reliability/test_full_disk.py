@@ -31,9 +31,9 @@ import pytest
 from deploy_helpers import Deployment, make_deployment, populate
 from reliability.figures import record
 
+from receiver.incoming import TEMP_PREFIX
+from receiver.service import ReceiverService
 from sealsync.config import load_receiver_config
-from sealsync.receiver.incoming import TEMP_PREFIX
-from sealsync.receiver.service import ReceiverService
 
 CAPACITY = 4 << 20
 ROOM = 64 << 10
@@ -129,7 +129,8 @@ def try_mount_tmpfs(path: Path) -> bool:
     try:
         result = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={CAPACITY}", "tmpfs", str(path)],
-            capture_output=True, timeout=30,
+            capture_output=True,
+            timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -169,8 +170,9 @@ class Site:
 
 
 @pytest.fixture(params=["tmpfs", "injected"])
-def site(request: pytest.FixtureRequest, tmp_path: Path,
-         monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
+def site(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Site]:
     dep = make_deployment(tmp_path / "site", senders=1)
     mounted = request.param == "tmpfs" and try_mount_tmpfs(dep.receiver_data)
     try:
@@ -199,8 +201,13 @@ def site(request: pytest.FixtureRequest, tmp_path: Path,
 def big_files(site: Site, n: int) -> list[str]:
     edge = site.sender.edge
     return [
-        edge.write_file("root.big", 0, devices=["root.big.d0", "root.big.d1"],
-                        rows_per_device=BIG_ROWS, start_ms=(i + 1) * 10**9)
+        edge.write_file(
+            "root.big",
+            0,
+            devices=["root.big.d0", "root.big.d1"],
+            rows_per_device=BIG_ROWS,
+            start_ms=(i + 1) * 10**9,
+        )
         for i in range(n)
     ]
 

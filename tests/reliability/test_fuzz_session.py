@@ -103,16 +103,24 @@ VALID_NAMES = [
 names = st.one_of(
     st.sampled_from(HOSTILE_NAMES + VALID_NAMES),
     st.text(max_size=30),
-    st.builds(lambda a, b: f"{a}/{b}.tsfile", st.sampled_from(["sequence", "unsequence"]),
-              st.text(max_size=20)),
+    st.builds(
+        lambda a, b: f"{a}/{b}.tsfile",
+        st.sampled_from(["sequence", "unsequence"]),
+        st.text(max_size=20),
+    ),
 )
 json_values = st.recursive(
     st.one_of(
-        st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-        st.floats(allow_nan=False), st.text(max_size=20), names,
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False),
+        st.text(max_size=20),
+        names,
     ),
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=8,
 )
 CONTROL_FIELDS = {
@@ -165,8 +173,9 @@ good_names = st.sampled_from(VALID_NAMES)
 
 
 @st.composite
-def file_streams(draw: st.DrawFn, name: st.SearchStrategy[str] | None = None,
-                 sound: bool = False) -> bytes:
+def file_streams(
+    draw: st.DrawFn, name: st.SearchStrategy[str] | None = None, sound: bool = False
+) -> bytes:
     """FILE_BEGIN, CHUNKs, FILE_END: sizes, names and digests right or (unless
     ``sound``) wrong."""
     file_id = draw(st.integers(0, 5))
@@ -182,8 +191,11 @@ def file_streams(draw: st.DrawFn, name: st.SearchStrategy[str] | None = None,
     cut = draw(st.integers(1, max(len(stream), 1)))
     for i in range(0, len(stream), cut):
         out += frame(Kind.CHUNK, stream[i : i + cut])
-    digest = md5(stream) if sound or draw(st.booleans()) else draw(
-        st.one_of(st.sampled_from(["0" * 32, "zz", ""]), st.text(max_size=40)))
+    digest = (
+        md5(stream)
+        if sound or draw(st.booleans())
+        else draw(st.one_of(st.sampled_from(["0" * 32, "zz", ""]), st.text(max_size=40)))
+    )
     end_id = file_id if sound or draw(st.integers(0, 4)) else draw(st.integers(-1, 2**60))
     return out + raw(FileEnd(end_id, digest))
 
@@ -204,14 +216,17 @@ def sound_rounds(draw: st.DrawFn) -> bytes:
 pieces = st.one_of(
     st.binary(max_size=40),
     st.builds(frame, st.integers(0, 255), st.binary(max_size=60)),
-    st.builds(lambda k, n: HEADER.pack(k, n), st.sampled_from(list(Kind)),
-              st.integers(0, 2**32 - 1)),
+    st.builds(
+        lambda k, n: HEADER.pack(k, n), st.sampled_from(list(Kind)), st.integers(0, 2**32 - 1)
+    ),
     control_frames(),
     file_streams(),
     st.builds(lambda n: raw(Delete(n)), names),
     st.builds(lambda d: raw(RoundStart(d)), st.integers(-3, 3000)),
-    st.builds(lambda devs: raw(OwnersQuery(devs)),
-              st.lists(st.one_of(st.text(max_size=12), st.just("root.a\tb")), max_size=5)),
+    st.builds(
+        lambda devs: raw(OwnersQuery(devs)),
+        st.lists(st.one_of(st.text(max_size=12), st.just("root.a\tb")), max_size=5),
+    ),
     st.builds(lambda o, d: encode(Schema(o, d)), st.integers(0, 64), st.binary(max_size=40)),
     st.just(raw(RoundEnd())),
     st.just(raw(Bye())),
@@ -224,13 +239,19 @@ def sessions(draw: st.DrawFn) -> bytes:
     mode = draw(st.sampled_from(["sound", "sound then hostile", "hostile", "mangled"]))
     if mode == "sound":
         return b"".join(draw(st.lists(sound_rounds(), min_size=1, max_size=3)))
-    out = draw(st.one_of(sound_rounds(), st.just(b""), st.builds(
-        lambda d: raw(RoundStart(d)), st.integers(0, 3))))
+    out = draw(
+        st.one_of(
+            sound_rounds(), st.just(b""), st.builds(lambda d: raw(RoundStart(d)), st.integers(0, 3))
+        )
+    )
     out += b"".join(draw(st.lists(pieces, min_size=1, max_size=6)))
     if mode == "mangled" and out:  # flip bytes and cut the tail
         buf = bytearray(out)
-        for at, xor in draw(st.lists(st.tuples(st.integers(0, len(buf) - 1),
-                                               st.integers(1, 255)), min_size=1, max_size=4)):
+        for at, xor in draw(
+            st.lists(
+                st.tuples(st.integers(0, len(buf) - 1), st.integers(1, 255)), min_size=1, max_size=4
+            )
+        ):
             buf[at] ^= xor
         out = bytes(buf[: draw(st.integers(0, len(buf)))])
     return out
@@ -243,8 +264,11 @@ def _sound_file(file_id: int, name: str, mods: bytes | None = None) -> bytes:
 
 
 SOUND_ROUND = (
-    raw(RoundStart(0)) + raw(Delete("sequence/sg/0/gone.tsfile"))
-    + _sound_file(0, VALID_NAMES[0]) + _sound_file(1, VALID_NAMES[2], b"mods") + raw(RoundEnd())
+    raw(RoundStart(0))
+    + raw(Delete("sequence/sg/0/gone.tsfile"))
+    + _sound_file(0, VALID_NAMES[0])
+    + _sound_file(1, VALID_NAMES[2], b"mods")
+    + raw(RoundEnd())
 )
 """Always among the examples, so every run also goes all the way through a round."""
 
@@ -356,7 +380,8 @@ def test_hostile_frames_never_crash_the_receiver_or_escape_its_folders(env: Sess
     host_file.write_bytes(b"the host's own file")
     well_behaved_round(env, FP_B, UUID_B, "sequence/sg/0/b-own.tsfile")
     protected = {  # the host's file and sender B's loaded file with its sidecar
-        rel: v for rel, v in tree(root).items()
+        rel: v
+        for rel, v in tree(root).items()
         if rel.startswith(("data0/sequence", "data0/unsequence")) and (root / rel).is_file()
     }
     assert len(protected) == 3
@@ -365,8 +390,12 @@ def test_hostile_frames_never_crash_the_receiver_or_escape_its_folders(env: Sess
     examples = [0]
     seen: Counter[str] = Counter()
 
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(blob=sessions())
     @example(blob=SOUND_ROUND)
     @example(blob=SOUND_ROUND + raw(Delete("../escape.tsfile")) + SOUND_ROUND)
@@ -418,7 +447,8 @@ def test_frames_that_claim_huge_lengths_are_refused_before_reading(env: SessionE
 def test_chunk_outside_a_file_stream_ends_only_that_session(env: SessionEnv) -> None:
     frames = feed(env, raw(RoundStart(0)) + encode(Chunk(b"stray bytes")))
     assert frames == [
-        RoundReady("ready", ""), Error("unexpected", "CHUNK not expected inside a round")
+        RoundReady("ready", ""),
+        Error("unexpected", "CHUNK not expected inside a round"),
     ]
     well_behaved_round(env, FP_A, UUID_A, "sequence/sg/0/next.tsfile")
     record("fuzz", cases=1)
@@ -435,9 +465,13 @@ def test_text_that_is_not_utf8_is_refused_at_the_frame_not_inside(env: SessionEn
         (raw(RoundStart(0)) + raw(Delete(name)), "DELETE.name"),
     ]:
         frames = feed(env, blob)
-        assert frames == [RoundReady("ready", ""), Error(
-            "bad-name", f"{what}: file name that is not valid UTF-8: sequence/sg/0/\\udcff.tsfile"
-        )]
+        assert frames == [
+            RoundReady("ready", ""),
+            Error(
+                "bad-name",
+                f"{what}: file name that is not valid UTF-8: sequence/sg/0/\\udcff.tsfile",
+            ),
+        ]
     assert feed(env, raw(OwnersQuery(["root.\udcff"]))) == [
         Error("protocol", "OWNERS_QUERY.devices[]: not valid UTF-8")
     ]

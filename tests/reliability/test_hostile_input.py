@@ -25,9 +25,9 @@ from pathlib import Path
 from deploy_helpers import Deployment, make_deployment, populate, sha256
 from reliability.figures import record
 
-from sealsync.receiver.storage import DirectoryStorage
-from sealsync.sender.manage.identity import uuid_path
+from receiver.storage import DirectoryStorage
 from sealsync.simulator import EdgeInstance
+from sender.manage.identity import uuid_path
 
 SECRET = b"TOP-SECRET-OUTSIDE-THE-DATA-DIR-7f3a"
 
@@ -123,8 +123,9 @@ def test_hostile_names_in_the_data_dir_are_rejected_and_never_followed(tmp_path:
     assert sorted(report["shipped"]) == shipped
     sender = dep.senders[0]
     assert dep.loaded_hashes(sender) == {n: sha256(data / n) for n in shipped}
-    target = DirectoryStorage([dep.receiver_data]).target(dep.receiver_data, sender.uuid,
-                                                         mods_victim)
+    target = DirectoryStorage([dep.receiver_data]).target(
+        dep.receiver_data, sender.uuid, mods_victim
+    )
     assert target.exists() and not Path(f"{target}.mods").exists()
     for rel, _ in receiver_tree(dep).items():  # the secret reached no file of the receiver
         assert SECRET not in (dep.receiver_data.parent / rel).read_bytes(), rel

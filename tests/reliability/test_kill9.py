@@ -171,8 +171,14 @@ def _run(tmp_path: Path, seed: int) -> None:
     edge = Edge(a.edge, rng)
     edge.add(FILES)
     for i in range(12):  # B: its own devices, some in A's group folders
-        b.edge.write_file(f"root.k{i % GROUPS}", 0, devices=[f"root.b.d{i}"], rows_per_device=9,
-                          start_ms=i * 60_000, data_dir=i % 2)
+        b.edge.write_file(
+            f"root.k{i % GROUPS}",
+            0,
+            devices=[f"root.b.d{i}"],
+            rows_per_device=9,
+            start_ms=i * 60_000,
+            data_dir=i % 2,
+        )
     dep.start_receiver(env=clean_env())
     orphans: list[int] = []
     started = time.monotonic()
@@ -181,8 +187,7 @@ def _run(tmp_path: Path, seed: int) -> None:
         b_hashes = b.sealed_hashes()
         kills = attempts = mid_round = 0
         while (
-            kills < KILLS and attempts < MAX_ATTEMPTS
-            and time.monotonic() - started < TIME_BUDGET
+            kills < KILLS and attempts < MAX_ATTEMPTS and time.monotonic() - started < TIME_BUDGET
         ):
             attempts += 1
             if attempts > 1:  # the first round ships all FILES
@@ -193,8 +198,11 @@ def _run(tmp_path: Path, seed: int) -> None:
             trace = tmp_path / f"send-{attempts}.trace"
             proc = subprocess.Popen(
                 [*SEALSYNC, "send", "--config", str(a.config)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                env=clean_env() | {ENV_TRACE: str(trace)}, text=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                env=clean_env() | {ENV_TRACE: str(trace)},
+                text=True,
             )
             if rng.random() < ANCHORED:  # from the moment the transfer began
                 _wait_for(trace, "sender.synclog.start", proc)
@@ -221,9 +229,17 @@ def _run(tmp_path: Path, seed: int) -> None:
                 kills += 1
                 mid_round += phase == "mid-round"
                 print(f"kill {kills}: {side} after {delay:.2f} s, {phase}, {runs} rerun(s)")
-                record("kill -9", kills=1, converged=1, lost=lost, reruns=runs, side=side,
-                       mid_round=int(phase == "mid-round"), delay=round(delay, 3),
-                       files=len(a.sealed_hashes()))
+                record(
+                    "kill -9",
+                    kills=1,
+                    converged=1,
+                    lost=lost,
+                    reruns=runs,
+                    side=side,
+                    mid_round=int(phase == "mid-round"),
+                    delay=round(delay, 3),
+                    files=len(a.sealed_hashes()),
+                )
         assert kills >= MIN_KILLS, f"only {kills} kills landed in {attempts} rounds"
         assert mid_round >= MIN_MID_ROUND, f"only {mid_round} of {kills} kills were mid-round"
     finally:

@@ -36,7 +36,7 @@ from pathlib import Path
 from deploy_helpers import SEALSYNC, Deployment, Sender, make_deployment
 from reliability.figures import record
 
-from sealsync.receiver.storage import DirectoryStorage
+from receiver.storage import DirectoryStorage
 from sealsync.simulator import EdgeInstance
 
 SENDERS = 8
@@ -105,8 +105,9 @@ def generate(dep: Deployment, work: Path) -> dict[int, dict[str, tuple[str, ...]
         for name, devs, variant in plan_sender(i):
             src = written.get((devs, variant))
             if src is None:
-                rel = templates.write_file("t", 0, devices=list(devs), rows_per_device=ROWS,
-                                           start_ms=variant * 3_600_000)
+                rel = templates.write_file(
+                    "t", 0, devices=list(devs), rows_per_device=ROWS, start_ms=variant * 3_600_000
+                )
                 src = written[(devs, variant)] = templates.path(rel)
             target = sender.edge.path(name)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -183,10 +184,14 @@ def send_all(dep: Deployment, tag: str) -> tuple[list[int], list[dict], float]:
     started = time.monotonic()
     for s in dep.senders:
         with open(root / f"{s.name}.out", "wb") as out, open(root / f"{s.name}.err", "wb") as err:
-            procs.append(subprocess.Popen(
-                [*SEALSYNC, "send", "--config", str(s.config), "--json"],
-                stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [*SEALSYNC, "send", "--config", str(s.config), "--json"],
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
     deadline = started + ROUND_BOUND
     hung = []
     for s, p in zip(dep.senders, procs, strict=True):
@@ -259,8 +264,7 @@ def test_eight_senders_at_once_lose_nothing(tmp_path: Path) -> None:
             codes, docs, round1_seconds = send_all(dep, "round1")
             owner, claims, other = owner_log(dep)
             expected_loaded = {
-                i: {n for n, devs in plans[i].items()
-                    if all(owner.get(d) == s.uuid for d in devs)}
+                i: {n for n, devs in plans[i].items() if all(owner.get(d) == s.uuid for d in devs)}
                 for i, s in enumerate(dep.senders)
             }
             settle_seconds = wait_loaded(dep, expected_loaded, bound=20)
@@ -268,10 +272,12 @@ def test_eight_senders_at_once_lose_nothing(tmp_path: Path) -> None:
             stop_code = dep.stop_receiver()
     finally:
         dep.stop_receiver()
-    print(f"\ngenerate {gen_seconds:.1f}s, round 1 {round1_seconds:.1f}s, "
-          f"loaders settled {settle_seconds:.1f}s later, round 2 {round2_seconds:.1f}s; "
-          f"receiver peak RSS {rss.peak_kb / 1024:.0f} MB "
-          f"({rss.peak_tree_kb / 1024:.0f} MB with workers, {rss.samples} samples)")
+    print(
+        f"\ngenerate {gen_seconds:.1f}s, round 1 {round1_seconds:.1f}s, "
+        f"loaders settled {settle_seconds:.1f}s later, round 2 {round2_seconds:.1f}s; "
+        f"receiver peak RSS {rss.peak_kb / 1024:.0f} MB "
+        f"({rss.peak_tree_kb / 1024:.0f} MB with workers, {rss.samples} samples)"
+    )
     assert stop_code == 0, dep.log()
     winners = Counter(owner.get(shared(k), "") for k in range(SHARED))
     print(f"shared devices per owner: {sorted(winners.values(), reverse=True)}")
@@ -310,8 +316,10 @@ def test_eight_senders_at_once_lose_nothing(tmp_path: Path) -> None:
         assert d["failed"] == {} and d["note"] is None and d["complete"] is True
         book = refusals_file(dep, s)
         assert set(book) == refused
-        assert all(e["status"] == "conflict" and tuple(sorted(e["devices"])) == plans[i][n]
-                   for n, e in book.items())
+        assert all(
+            e["status"] == "conflict" and tuple(sorted(e["devices"])) == plans[i][n]
+            for n, e in book.items()
+        )
         lost = set(sealed) - set(loaded) - set(d["refused"])
         assert lost == set(), s.name
         for name in loaded:
@@ -345,9 +353,17 @@ def test_eight_senders_at_once_lose_nothing(tmp_path: Path) -> None:
     peak_mb = round(rss.peak_kb / 1024, 1)
     assert rss.samples > 0 and 0 < peak_mb < RSS_CEILING_MB
     assert rss.peak_tree_kb / 1024 < RSS_TREE_CEILING_MB
-    record("load", senders=SENDERS, files=SENDERS * FILES, loaded=loaded_total,
-           refused=refused_total, lost=lost_total, peak_rss_mb=peak_mb,
-           peak_rss_with_workers_mb=round(rss.peak_tree_kb / 1024, 1),
-           shared_owners=len(winners), round1_seconds=round(round1_seconds, 1),
-           generate_seconds=round(gen_seconds, 1),
-           test_seconds=round(time.monotonic() - test_started, 1))
+    record(
+        "load",
+        senders=SENDERS,
+        files=SENDERS * FILES,
+        loaded=loaded_total,
+        refused=refused_total,
+        lost=lost_total,
+        peak_rss_mb=peak_mb,
+        peak_rss_with_workers_mb=round(rss.peak_tree_kb / 1024, 1),
+        shared_owners=len(winners),
+        round1_seconds=round(round1_seconds, 1),
+        generate_seconds=round(gen_seconds, 1),
+        test_seconds=round(time.monotonic() - test_started, 1),
+    )

@@ -35,12 +35,12 @@ from reliability.figures import record
 
 from sealsync.config import SenderConfig, load_sender_config
 from sealsync.protocol import HEADER, Kind
-from sealsync.sender import round as round_module
-from sealsync.sender.manage.layout import SenderPaths
-from sealsync.sender.manage.state import read_file_set
-from sealsync.sender.round import RoundReport, run_round
-from sealsync.sender.transfer.client import connect_receiver
-from sealsync.sender.transfer.session import SenderSession
+from sender import round as round_module
+from sender.manage.layout import SenderPaths
+from sender.manage.state import read_file_set
+from sender.round import RoundReport, run_round
+from sender.transfer.client import connect_receiver
+from sender.transfer.session import SenderSession
 
 IDLE_TIMEOUT = 3.0
 """The receiver's idle timeout here (default 120 s): a stall longer than it is testable."""
@@ -154,10 +154,15 @@ def new_batch(net: Net, big: int = 2, small: int = 30, schema_bytes: int = 0) ->
     names = []
     prefix = f"root.case{net.cases}"
     for i in range(big):
-        names.append(edge.write_file(
-            f"{prefix}.a", 0, devices=[f"{prefix}.a.d0", f"{prefix}.a.d1"],
-            rows_per_device=BIG_ROWS, start_ms=i * 10**9,
-        ))
+        names.append(
+            edge.write_file(
+                f"{prefix}.a",
+                0,
+                devices=[f"{prefix}.a.d0", f"{prefix}.a.d1"],
+                rows_per_device=BIG_ROWS,
+                start_ms=i * 10**9,
+            )
+        )
     if small:
         names += populate(edge, groups=3, files=small // 3 - 1, prefix=f"{prefix}.g", rows=20)
     written = 0
@@ -201,15 +206,18 @@ def assert_one_line(stderr: str) -> str:
 # --- phases: a dropped, corrupted or stalled link ends in a clean retry ------------------
 
 
-@pytest.mark.parametrize("case", [
-    "drop up mid-schema",
-    "drop up mid-file",
-    "reset up mid-file",
-    "drop down mid-verdicts",
-    "flip up mid-schema",
-    "flip up mid-file",
-    "flip down mid-verdicts",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "drop up mid-schema",
+        "drop up mid-file",
+        "reset up mid-file",
+        "drop down mid-verdicts",
+        "flip up mid-schema",
+        "flip up mid-file",
+        "flip down mid-verdicts",
+    ],
+)
 def test_fault_mid_round_ends_in_a_clean_retry(net: Net, case: str) -> None:
     action, direction, phase = case.split()
     batch = new_batch(net, schema_bytes=(3 << 20) if phase == "mid-schema" else 0)
@@ -220,7 +228,9 @@ def test_fault_mid_round_ends_in_a_clean_retry(net: Net, case: str) -> None:
     else:
         offset = VERDICTS_FROM + VERDICT_BYTES * len(batch.names) // 2
     fault = Fault(
-        UP if direction == "up" else DOWN, offset, FLIP if action == "flip" else DROP,
+        UP if direction == "up" else DOWN,
+        offset,
+        FLIP if action == "flip" else DROP,
         reset=action == "reset",
     )
     first = net.proxy.count()
@@ -260,8 +270,9 @@ def test_short_stalls_only_slow_the_round(net: Net) -> None:
 
     report, events, seconds = run_in_process(net)
 
-    assert sorted((f.fault.offset, f.fault.direction) for f in net.proxy.fired_since(first)) == \
-        sorted((f.offset, f.direction) for f in stalls)
+    assert sorted(
+        (f.fault.offset, f.fault.direction) for f in net.proxy.fired_since(first)
+    ) == sorted((f.offset, f.direction) for f in stalls)
     assert seconds >= 2.0  # the up stalls cost their time; the down one overlaps
     assert report.ok and report.attempts == 1 and events.retries == 0, report.to_dict()
     assert sorted(report.dirs[0].shipped) == sorted(batch.names)
@@ -324,11 +335,15 @@ def test_reply_stall_longer_than_the_senders_timeout(
 # --- the command line: clean failures, then convergence -----------------------------------
 
 
-@pytest.mark.parametrize("fault", [
-    Fault(UP, HANDSHAKE, DROP),
-    Fault(DOWN, HANDSHAKE, DROP),
-    Fault(DOWN, HANDSHAKE, STALL, seconds=CONNECT_TIMEOUT + 1.5),
-], ids=["drop up", "drop down", "stall longer than connect timeout"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault(UP, HANDSHAKE, DROP),
+        Fault(DOWN, HANDSHAKE, DROP),
+        Fault(DOWN, HANDSHAKE, STALL, seconds=CONNECT_TIMEOUT + 1.5),
+    ],
+    ids=["drop up", "drop down", "stall longer than connect timeout"],
+)
 def test_handshake_fault_is_a_clean_failure_then_converges(net: Net, fault: Fault) -> None:
     batch = new_batch(net, big=1, small=6)
     net.proxy.plan(fault)

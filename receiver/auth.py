@@ -1,0 +1,238 @@
+"""Who may talk to the receiver: IP allow list, authorized keys, UUID-to-key binding.
+
+Three independent gates (DESIGN §5, §8.7, §8.10):
+
+* the **allow list** is checked against the TCP peer address of the socket, before
+  a single SSH byte is exchanged — never against anything the client says;
+* **public-key authentication** against an OpenSSH ``authorized_keys`` file, compared
+  by key blob, re-read when the file changes so that revoking a key needs no restart;
+* a sender's **UUID is bound to the first key that presented it**: the UUID names the
+  sender's folders and its device ownership, so a second key claiming it could write
+  under another sender's name. The bindings live in ``<schema dir>/sync/sender_keys.txt``,
+  one line per sender, tab separated::
+
+      <uuid>\\t<key fingerprint SHA256:...>\\t<last peer ip>\\t<first seen, UTC ISO 8601>
+
+  replaced atomically on every change. An operator re-keys a sender by deleting its
+  line (the next connection binds the new key).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import logging
+import os
+import struct
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sealsync import durable
+from sealsync.keys import fingerprint
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+SENDER_KEYS_FILE = "sender_keys.txt"
+
+# Key types paramiko can verify; anything else in authorized_keys is skipped.
+KEY_TYPES = frozenset(
+    {
+        "ssh-ed25519",
+        "ssh-rsa",
+        "ecdsa-sha2-nistp256",
+        "ecdsa-sha2-nistp384",
+        "ecdsa-sha2-nistp521",
+    }
+)
+
+
+# --- allow list ----------------------------------------------------------------------
+
+
+def peer_address(host: str) -> IPAddress:
+    """The IP of a socket peer, an IPv4-mapped IPv6 address taken as the IPv4 it maps.
+
+    A dual-stack listener reports IPv4 clients as ``::ffff:a.b.c.d``; an allow list
+    written with IPv4 networks must still match them.
+    """
+    ip = ipaddress.ip_address(host.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def is_allowed(ip: IPAddress, allow: Iterable[IPNetwork]) -> bool:
+    """True if ``ip`` is inside one of the networks (networks of the other family never match)."""
+    return any(ip.version == net.version and ip in net for net in allow)
+
+
+# --- authorized_keys -----------------------------------------------------------------
+
+
+def parse_authorized_keys(text: str, source: str = "authorized_keys") -> set[bytes]:
+    """The key blobs of an OpenSSH ``authorized_keys`` text.
+
+    A line is ``[options] type base64 [comment]``. Options (``from=``, ``command=``...)
+    are not enforced by this server: a line with options is skipped with a warning
+    rather than silently granted more than it says. A line whose base64 does not
+    decode, or whose blob names another type than the line, is skipped too.
+    """
+    blobs: set[bytes] = set()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if parts[0] not in KEY_TYPES:
+            log.warning(
+                "%s:%d: skipped: key options or an unsupported key type (%s)",
+                source,
+                number,
+                parts[0][:40],
+            )
+            continue
+        if len(parts) < 2:
+            log.warning("%s:%d: skipped: no key data", source, number)
+            continue
+        blob = _decode_blob(parts[1])
+        if blob is None or _blob_type(blob) != parts[0]:
+            log.warning("%s:%d: skipped: malformed %s key", source, number, parts[0])
+            continue
+        blobs.add(blob)
+    return blobs
+
+
+def _decode_blob(text: str) -> bytes | None:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _blob_type(blob: bytes) -> str | None:
+    """The type string an SSH public key blob starts with (uint32 length + name)."""
+    if len(blob) < 4:
+        return None
+    (length,) = struct.unpack_from("!I", blob)
+    if length > 64 or len(blob) < 4 + length:
+        return None
+    try:
+        return blob[4 : 4 + length].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+class AuthorizedKeys:
+    """The public keys allowed to connect, re-read whenever the file changes.
+
+    The file's identity (inode, size, mtime) is checked at each authentication
+    attempt; a file that vanished or cannot be read grants nothing (fail closed).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._blobs: frozenset[bytes] = frozenset()
+        self._refresh()
+
+    def _refresh(self) -> frozenset[bytes]:
+        with self._lock:
+            try:
+                st = os.stat(self.path)
+            except OSError as exc:
+                if self._stamp is not None or self._blobs:
+                    log.warning("%s: cannot read (%s): no key is accepted", self.path, exc)
+                self._stamp, self._blobs = None, frozenset()
+                return self._blobs
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if stamp != self._stamp:
+                try:
+                    text = self.path.read_text(encoding="utf-8", errors="replace")
+                except OSError as exc:
+                    log.warning("%s: cannot read (%s): no key is accepted", self.path, exc)
+                    self._stamp, self._blobs = None, frozenset()
+                    return self._blobs
+                self._blobs = frozenset(parse_authorized_keys(text, str(self.path)))
+                self._stamp = stamp
+                log.info("%s: %d authorized keys", self.path, len(self._blobs))
+            return self._blobs
+
+    def allows(self, key_blob: bytes) -> bool:
+        return key_blob in self._refresh()
+
+
+# --- UUID to key binding -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SenderBinding:
+    uuid: str
+    fingerprint: str
+    last_ip: str
+    first_seen: str
+
+    def line(self) -> str:
+        return "\t".join((self.uuid, self.fingerprint, self.last_ip, self.first_seen))
+
+
+def parse_sender_keys(lines: Iterable[str]) -> dict[str, SenderBinding]:
+    """Bindings by UUID; malformed lines are skipped (the file is only written here)."""
+    out: dict[str, SenderBinding] = {}
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) != 4 or not parts[0] or not parts[1].startswith("SHA256:"):
+            if line:
+                log.warning("%s: ignoring a malformed line: %r", SENDER_KEYS_FILE, line[:200])
+            continue
+        out.setdefault(parts[0], SenderBinding(*parts))
+    return out
+
+
+class SenderKeys:
+    """The UUID → key bindings, shared by every session of one receiver.
+
+    The file is re-read at each bind so that an operator's edit (deleting a line to
+    re-key a sender) takes effect at once; writes happen only when something changed.
+    """
+
+    def __init__(self, schema_dir: Path) -> None:
+        self.path = Path(schema_dir) / "sync" / SENDER_KEYS_FILE
+        self._lock = threading.Lock()
+
+    def bindings(self) -> dict[str, SenderBinding]:
+        return parse_sender_keys(durable.read_lines(self.path))
+
+    def bind(self, uuid: str, key: object, ip: str) -> SenderBinding | None:
+        """Bind ``uuid`` to ``key`` (a paramiko key, blob or fingerprint) if it is free.
+
+        Returns the binding when the key may act as ``uuid``, None when the UUID is
+        already bound to another key.
+        """
+        fp = key if isinstance(key, str) and key.startswith("SHA256:") else fingerprint(key)
+        with self._lock:
+            bindings = self.bindings()
+            current = bindings.get(uuid)
+            if current is not None and current.fingerprint != fp:
+                return None
+            if current is not None and current.last_ip == ip:
+                return current
+            first_seen = (
+                current.first_seen
+                if current is not None
+                else datetime.now(UTC).replace(microsecond=0).isoformat()
+            )
+            binding = SenderBinding(uuid, fp, ip, first_seen)
+            bindings[uuid] = binding
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            durable.write_lines(self.path, [b.line() for b in bindings.values()])
+            if current is None:
+                log.info("sender %s bound to key %s (first seen from %s)", uuid, fp, ip)
+            return binding

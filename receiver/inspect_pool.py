@@ -1,0 +1,267 @@
+"""Reading untrusted data files in worker processes (DESIGN §4).
+
+A received file is parsed by native code (the TsFile reader, Arrow's Parquet
+reader); a malformed file that crashes or hangs it must cost a worker, never the
+host server the receiver runs in. So ``formats.inspect`` (the service uses
+``formats.verify``) runs in a process pool.
+
+Workers are started with ``forkserver`` (``spawn`` where that is unavailable):
+forking a multi-threaded server process (paramiko threads, loader threads) can
+copy a lock held by another thread into the child and deadlock it. As with any
+such pool, the host's main module must be importable without side effects (the
+``if __name__ == "__main__":`` idiom): workers import it.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sealsync.errors import FormatError
+
+if TYPE_CHECKING:
+    from sealsync.formats import FileInfo
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+DEFAULT_TIMEOUT = 300.0
+
+
+def _inspect_in_worker(path: str) -> FileInfo:
+    """Runs in the worker: any reader failure becomes a picklable FormatError."""
+    from sealsync import formats
+
+    inspect = formats.inspect  # outside the try: a missing reader is our bug, not the file's
+    return _guarded(inspect, path)
+
+
+def verify_in_worker(path: str) -> FileInfo:
+    """``formats.verify`` in the worker: what the receiver checks of a received file.
+
+    The metadata check DESIGN §1 asks for, not ``inspect``'s decode of every page
+    (13 s for a 64 MiB TsFile, against well under a millisecond).
+    """
+    from sealsync import formats
+
+    verify = formats.verify  # outside the try: a missing reader is our bug, not the file's
+    return _guarded(verify, path)
+
+
+def _guarded(read: Callable[[Path], FileInfo], path: str) -> FileInfo:
+    """Any reader failure becomes a picklable FormatError."""
+    try:
+        return read(Path(path))
+    except FormatError:
+        raise
+    except Exception as exc:  # a reader bug on hostile input is still "not a valid file"
+        raise FormatError(f"{Path(path).name}: unreadable: {type(exc).__name__}: {exc}") from None
+
+
+def _inspect_each(target: Callable[[str], FileInfo], paths: list[str]) -> list[Any]:
+    """Runs in the worker: ``target`` for each path, a FormatError kept as its result."""
+    out: list[Any] = []
+    for path in paths:
+        try:
+            out.append(target(path))
+        except FormatError as exc:
+            out.append(exc)
+    return out
+
+
+def _warm_up() -> None:
+    """Runs in a new worker: pay the format readers' import before the first file."""
+    import sealsync.formats  # noqa: F401
+
+
+HOST_CHECK_INTERVAL = 1.0
+"""Seconds between a worker's checks that the host process is still alive."""
+
+
+def _host_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else: not our host, but be safe
+        return True
+    try:  # a killed host not yet reaped by its parent is a zombie: gone all the same
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+
+
+def _exit_with_host(host: int) -> None:
+    """Runs in each new worker: exit once the host process is gone.
+
+    Pool workers never notice a host killed by SIGKILL (they wait on a queue whose
+    write end they hold themselves), and they keep the fork server and the resource
+    tracker alive: a receiver killed -9 would leave four processes behind for good.
+    """
+
+    def watch() -> None:
+        while _host_alive(host):
+            time.sleep(HOST_CHECK_INTERVAL)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="sealsync-host-watch", daemon=True).start()
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        # Import the readers once in the fork server, so each worker forks ready.
+        ctx.set_forkserver_preload(["sealsync.formats"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+class InspectPool:
+    """``formats.inspect`` in worker processes; a dead or hung worker is a FormatError.
+
+    The pool starts on first use (a receiver that never gets a file never pays for
+    the workers) and is replaced when a worker dies, so one hostile file does not
+    break the files after it.
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        timeout: float = DEFAULT_TIMEOUT,
+        target: Callable[[str], FileInfo] = _inspect_in_worker,
+    ) -> None:
+        """``target`` runs in the workers (a module-level function, for tests)."""
+        self.workers = workers
+        self.timeout = timeout
+        self._target = target
+        self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
+        self._closed = False
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise FormatError("the receiver is stopping: file not inspected")
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.workers,
+                    mp_context=_context(),
+                    initializer=_exit_with_host,
+                    initargs=(os.getpid(),),
+                )
+            return self._pool
+
+    def warm(self) -> None:
+        """Start the workers now, in the background, so the first round does not wait
+        seconds for processes and imports while its sender holds verdicts open."""
+        pool = self._get_pool()
+        for _ in range(self.workers):
+            pool.submit(_warm_up)
+
+    def _discard(self, pool: ProcessPoolExecutor, kill: bool) -> None:
+        """Drop ``pool`` if it is still the current one; the next call starts a fresh one."""
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        if kill:
+            # A hung reader never returns; shutdown() alone would leave it running.
+            # ``_processes`` is private but the only handle on the workers.
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                try:
+                    proc.kill()
+                except Exception:  # already gone
+                    pass
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def inspect(self, path: Path) -> FileInfo:
+        """The devices and rows of ``path``; FormatError if it is not a valid data file."""
+        pool = self._get_pool()
+        try:
+            future = pool.submit(self._target, str(path))
+        except (BrokenProcessPool, RuntimeError):  # broken by another file, or shut down
+            self._discard(pool, kill=False)
+            pool = self._get_pool()
+            future = pool.submit(self._target, str(path))
+        try:
+            return future.result(timeout=self.timeout)
+        except FormatError:
+            raise
+        except BrokenProcessPool:
+            log.warning("%s: the format reader's worker died; restarting the pool", path)
+            self._discard(pool, kill=False)
+            raise FormatError(f"{Path(path).name}: the file crashed the format reader") from None
+        except FutureTimeout:
+            log.warning("%s: the format reader hung; restarting the pool", path)
+            self._discard(pool, kill=True)
+            raise FormatError(
+                f"{Path(path).name}: the format reader did not finish in {self.timeout:g} s"
+            ) from None
+
+    def inspect_many(self, paths: Sequence[Path]) -> list[FileInfo | FormatError]:
+        """``inspect`` for several files: per path, its FileInfo or its FormatError.
+
+        One task per worker instead of one per file: with small files the pool's
+        messaging (pickling, pipes, its threads waking up) cost more than the reading.
+        A task whose worker dies or hangs is redone one file at a time, so that only
+        the bad file is refused, exactly as ``inspect`` would have.
+        """
+        if len(paths) < 2:
+            return [self._inspect_or_error(p) for p in paths]
+        size = -(-len(paths) // self.workers)
+        chunks = [list(paths[i : i + size]) for i in range(0, len(paths), size)]
+        pool = self._get_pool()
+        try:
+            futures = [
+                pool.submit(_inspect_each, self._target, [str(p) for p in chunk])
+                for chunk in chunks
+            ]
+        except (BrokenProcessPool, RuntimeError):  # broken by another file, or shut down
+            self._discard(pool, kill=False)
+            return [self._inspect_or_error(p) for p in paths]
+        deadline = time.monotonic() + self.timeout
+        results: list[FileInfo | FormatError] = []
+        for chunk, future in zip(chunks, futures, strict=True):
+            try:
+                results.extend(future.result(timeout=max(deadline - time.monotonic(), 0.0)))
+                continue
+            except FutureTimeout:
+                self._discard(pool, kill=True)
+            except BrokenProcessPool:
+                self._discard(pool, kill=False)
+            except Exception:  # not the pool's failure: ``inspect`` reports it per file
+                pass
+            results.extend(self._inspect_or_error(p) for p in chunk)
+        return results
+
+    def _inspect_or_error(self, path: Path) -> FileInfo | FormatError:
+        try:
+            return self.inspect(path)
+        except FormatError as exc:
+            return exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> InspectPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __call__(self, path: Path) -> FileInfo:
+        return self.inspect(path)

@@ -1,0 +1,135 @@
+"""Where the receiver keeps a sender's round in flight (DESIGN §2, §4).
+
+One folder per sender and receiver data dir, ``<data dir>/sync-receiver/<ip>_<uuid>/``,
+named as in the seed so that an operator who knows the original tool finds it. All
+path building for it lives here so that no other module joins these paths by hand,
+and every name reaches a path only through ``names.check_data_name``.
+
+The ``sync.log`` code is shared with the sender (same lines, same parser); this is the
+one module on the receiver side that imports it, so moving it touches one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuid_module
+from dataclasses import dataclass
+from pathlib import Path
+
+from sealsync.errors import BadName
+from sealsync.names import check_data_name
+from sealsync.synclog import SyncLog, SyncLogState, parse_sync_log, read_sync_log
+
+__all__ = [
+    "RECEIVER_FOLDER",
+    "SenderFolder",
+    "SyncLog",
+    "SyncLogState",
+    "check_sender_uuid",
+    "parse_sync_log",
+    "read_sync_log",
+    "sender_folders",
+]
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+RECEIVER_FOLDER = "sync-receiver"
+
+
+def check_sender_uuid(value: str) -> str:
+    """``value`` if it is a canonical lowercase UUID string, else BadName.
+
+    The UUID names folders and keys ownership, so two spellings of one UUID
+    (upper case, braces, no dashes) must never become two senders.
+    """
+    try:
+        canonical = str(uuid_module.UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        canonical = None
+    if canonical != value:
+        shown = str(value)[:80].encode("unicode_escape").decode("ascii")
+        raise BadName(f"sender uuid is not a canonical lowercase uuid: {shown}")
+    return value
+
+
+def _folder_ip(ip: str) -> str:
+    """The peer address as one folder-name component (IPv6 colons become dashes)."""
+    name = ip.strip()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    name = name.replace(":", "-")
+    shown = ip[:80].encode("unicode_escape").decode("ascii")
+    if not name or name in (".", "..") or any(ch in name for ch in "/\\"):
+        raise BadName(f"sender address unfit for a folder name: {shown}")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise BadName(f"sender address with a control character: {shown}")
+    return name
+
+
+@dataclass(frozen=True)
+class SenderFolder:
+    """One sender's round state in one receiver data dir."""
+
+    data_dir: Path
+    ip: str
+    uuid: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_dir", Path(self.data_dir))
+        check_sender_uuid(self.uuid)
+        _folder_ip(self.ip)
+
+    @property
+    def root(self) -> Path:
+        return self.data_dir / RECEIVER_FOLDER / f"{_folder_ip(self.ip)}_{self.uuid}"
+
+    @property
+    def sync_log(self) -> Path:
+        return self.root / "sync.log"
+
+    @property
+    def load_log(self) -> Path:
+        return self.root / "load.log"
+
+    @property
+    def sync_end(self) -> Path:
+        return self.root / "sync.end"
+
+    @property
+    def data(self) -> Path:
+        """Verified files waiting to load, at their relative names."""
+        return self.root / "data"
+
+    def staged(self, name: str) -> Path:
+        return self.data.joinpath(*check_data_name(name).split("/"))
+
+
+def sender_folders(data_dirs: list[Path]) -> list[SenderFolder]:
+    """Every sender folder on disk, for recovery at service start.
+
+    A folder whose name is not ``<ip>_<uuid>`` was not made by us; it is reported and
+    left alone rather than guessed at.
+    """
+    found = []
+    for data_dir in data_dirs:
+        parent = Path(data_dir) / RECEIVER_FOLDER
+        try:
+            entries = sorted(parent.iterdir())
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if not entry.is_dir():
+                continue
+            ip, sep, uuid = entry.name.rpartition("_")
+            try:
+                if not sep:
+                    raise BadName("no '_' between address and uuid")
+                folder = SenderFolder(Path(data_dir), ip, uuid)
+            except BadName as exc:
+                log.warning("%s: not a sender folder, left alone: %s", entry, exc)
+                continue
+            if folder.root != entry:
+                log.warning("%s: not a sender folder name, left alone", entry)
+                continue
+            found.append(folder)
+    return found

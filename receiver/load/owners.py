@@ -1,0 +1,237 @@
+"""Device ownership on a receiver: first come, first served (DESIGN §1, §2, §4).
+
+``<schema dir>/sync/device_owner.log`` is an append-only log, UTF-8, one event a line,
+fields separated by one TAB:
+
+    claim<TAB><sender uuid><TAB><device>     the sender now owns the device
+    release<TAB><device>                     the device has no owner any more
+
+The state is the replay of the lines in order: a ``claim`` of an owned device is
+ignored (the first claim wins), a ``release`` makes the device unowned. A device id
+may hold any character but TAB, CR and LF (rejected with a clear error, since they
+would forge fields or lines); the uuid is a canonical lowercase uuid. Every append is
+fsynced before the call returns; a torn last line (crash mid-append) is not an event
+and is cut before the next append.
+
+Two kinds of writers share the file: the receiver's loader threads and, in another
+process, ``sealsync owners release``. Every operation therefore takes a thread lock
+and then a file lock (``device_owner.log.lock``), reads whatever the log gained since
+it last looked, decides, and appends while still holding both; so a claim is atomic
+against every other claim and release, here or elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from receiver.layout import check_sender_uuid
+from receiver.storage import make_dirs
+from sealsync import durable
+from sealsync.errors import SealsyncError
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+OWNER_LOG = "device_owner.log"
+CLAIM = "claim"
+RELEASE = "release"
+LOCK_TIMEOUT = 60.0
+
+
+class DeviceIdError(SealsyncError):
+    """A device id that cannot be recorded in ``device_owner.log``."""
+
+
+class DeviceConflict(SealsyncError):
+    """A file holds devices that another sender owns; nothing of it was claimed."""
+
+    def __init__(self, name: str, conflicts: dict[str, str]) -> None:
+        shown = ", ".join(f"{d} (owner {o})" for d, o in sorted(conflicts.items())[:5])
+        more = f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
+        super().__init__(f"{name}: devices owned by another sender: {shown}{more}")
+        self.name = name
+        self.conflicts = dict(conflicts)
+
+
+def check_device(device: str) -> str:
+    """``device`` if it can be one field of one log line, else DeviceIdError."""
+    if not isinstance(device, str) or not device:
+        raise DeviceIdError(f"empty or non-text device id: {device!r}")
+    if any(ch in device for ch in "\t\r\n"):
+        shown = device[:80].encode("unicode_escape").decode("ascii")
+        raise DeviceIdError(f"device id with a tab or line break: {shown}")
+    return device
+
+
+def _unique(devices: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(check_device(d) for d in devices))
+
+
+class DeviceOwners:
+    """The receiver's device -> owner map, kept in step with ``device_owner.log``."""
+
+    def __init__(self, schema_dir: Path) -> None:
+        self.path = Path(schema_dir) / "sync" / OWNER_LOG
+        make_dirs(self.path.parent)
+        self._thread_lock = threading.Lock()
+        # Threads are serialised by the lock above, so the file lock need not be per thread.
+        self._file_lock = FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT, thread_local=False)
+        self._owners: dict[str, str] = {}
+        self._identity: tuple[int, int] | None = None
+        self._offset = 0
+        self._torn = False
+        self._log: durable.AppendLog | None = None
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._thread_lock:
+            try:
+                self._file_lock.acquire()
+            except Timeout as exc:
+                raise SealsyncError(
+                    f"{self.path}: another process holds {self._file_lock.lock_file} "
+                    f"for more than {LOCK_TIMEOUT:.0f}s"
+                ) from exc
+            try:
+                self._refresh()
+                yield
+            finally:
+                self._file_lock.release()
+
+    def _reset(self) -> None:
+        self._owners = {}
+        self._identity = None
+        self._offset = 0
+        self._torn = False
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _refresh(self) -> None:
+        """Apply what the log gained since last time (another process may have appended)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._reset()
+            return
+        identity = (st.st_dev, st.st_ino)
+        if identity != self._identity or st.st_size < self._offset:
+            self._reset()
+            self._identity = identity
+        if st.st_size == self._offset:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read(st.st_size - self._offset)
+        complete = data[: data.rfind(b"\n") + 1]
+        self._torn = len(complete) != len(data)  # only a crashed writer leaves one
+        self._offset += len(complete)
+        text = complete.decode("utf-8", errors="surrogateescape")
+        for line in text.split("\n")[:-1]:
+            self._apply(line)
+
+    def _apply(self, line: str) -> None:
+        fields = line.split("\t")
+        if len(fields) == 3 and fields[0] == CLAIM and fields[2]:
+            self._owners.setdefault(fields[2], fields[1])
+        elif len(fields) == 2 and fields[0] == RELEASE:
+            self._owners.pop(fields[1], None)
+        elif line:
+            log.warning("%s: ignoring a line that is not an event: %r", self.path, line[:200])
+
+    def _append(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        if self._log is None or self._torn:
+            if self._log is not None:
+                self._log.close()
+            self._log = durable.AppendLog(self.path)  # cuts a torn tail before appending
+            self._torn = False
+        self._log.append_many(lines)
+        self._refresh()  # the state changes only by reading the log back
+
+    def claim(self, devices: Iterable[str], uuid: str) -> dict[str, str]:
+        """Claim every unowned device for ``uuid``, or nothing if any is another's.
+
+        Returns ``{device: owner}`` for the devices owned by another sender (nothing
+        claimed then), else ``{}`` once the new claims are on disk.
+        """
+        check_sender_uuid(uuid)
+        wanted = _unique(devices)
+        with self._locked():
+            conflicts = {d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid}
+            if conflicts:
+                return conflicts
+            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in wanted if d not in self._owners])
+            return {}
+
+    def claim_each(
+        self, files: Sequence[Iterable[str]], uuid: str
+    ) -> list[dict[str, str] | SealsyncError]:
+        """:meth:`claim` for several files in order, under one lock and one append.
+
+        Per file: ``{}`` (claimed), its conflicts, or the DeviceIdError of a device id
+        the log cannot hold. What the files claim is on disk when this returns.
+        """
+        check_sender_uuid(uuid)
+        wanted_each: list[list[str] | SealsyncError] = []
+        for devices in files:
+            try:
+                wanted_each.append(_unique(devices))
+            except SealsyncError as exc:
+                wanted_each.append(exc)
+        results: list[dict[str, str] | SealsyncError] = []
+        with self._locked():
+            new: dict[str, None] = {}  # claimed by an earlier file of this call
+            for wanted in wanted_each:
+                if isinstance(wanted, SealsyncError):
+                    results.append(wanted)
+                    continue
+                conflicts = {
+                    d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid
+                }
+                if not conflicts:
+                    new.update((d, None) for d in wanted if d not in self._owners)
+                results.append(conflicts)
+            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
+        return results
+
+    def owners_of(self, devices: Iterable[str]) -> dict[str, str]:
+        """Owner uuid per device, ``""`` for an unowned one."""
+        wanted = _unique(devices)
+        with self._locked():
+            return {d: self._owners.get(d, "") for d in wanted}
+
+    def release(self, devices: Iterable[str]) -> list[str]:
+        """Make devices unowned so another sender may claim them; returns those that were owned."""
+        wanted = _unique(devices)
+        with self._locked():
+            owned = [d for d in wanted if d in self._owners]
+            self._append([f"{RELEASE}\t{d}" for d in owned])
+            return owned
+
+    def by_owner(self) -> dict[str, list[str]]:
+        """Devices per owner uuid, each list sorted."""
+        with self._locked():
+            grouped: dict[str, list[str]] = {}
+            for device, owner in self._owners.items():
+                grouped.setdefault(owner, []).append(device)
+        return {owner: sorted(found) for owner, found in sorted(grouped.items())}
+
+    def close(self) -> None:
+        with self._thread_lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    def __enter__(self) -> DeviceOwners:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,85 @@
+"""Receiver recovery: finish whatever a crash left half applied (DESIGN §4, §8.9).
+
+At service start and at each round start, per sender folder: without ``sync.log``
+there is no round to finish and the leftovers go; with it, every event ``sync.log``
+holds that ``load.log`` does not record is applied again, and only then is the round
+forgotten. ``load.log`` is read before anything is replayed and never truncated (the
+original tool truncated it first and so replayed what it had already applied). Each
+load and delete is idempotent, so replaying an event whose effect landed just before
+the crash (file moved, line not yet logged) is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from receiver.layout import SenderFolder, read_sync_log, sender_folders
+from receiver.load.apply import Applier, Inspect, clear_staging, finish_round, read_load_log
+from receiver.load.owners import DeviceOwners
+from receiver.storage import Storage
+from sealsync import durable
+from sealsync.crashpoints import crash_point
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+
+def recover_folder(
+    folder: SenderFolder,
+    storage: Storage,
+    owners: DeviceOwners,
+    inspect: Inspect,
+) -> bool:
+    """Replay and clear one sender folder; True when clean, False when some event failed.
+
+    On False nothing is cleared: the failed events stay in ``sync.log`` with their
+    staged files, to be tried again at the next round start.
+    """
+    if not folder.sync_log.exists():
+        durable.remove(folder.load_log)
+        durable.remove(folder.sync_end)
+        clear_staging(folder)
+        return True
+    arrived = read_sync_log(folder.sync_log)
+    applied = read_load_log(folder.load_log)
+    failed = 0
+    applier = Applier(folder, storage, owners, inspect)
+    try:
+        for name in arrived.deleted:
+            if name not in applied.deleted:
+                failed += not _replay(folder, "delete", name, applier.delete)
+        for name in arrived.new:
+            if name not in applied.loaded:
+                failed += not _replay(folder, "load", name, applier.load)
+    finally:
+        applier.close()
+    if failed:
+        log.warning("%s: %d event(s) not applied, kept for the next try", folder.root, failed)
+        return False
+    finish_round(folder)
+    return True
+
+
+def _replay(folder: SenderFolder, kind: str, name: str, apply: Callable[[str], None]) -> bool:
+    try:
+        apply(name)
+    except Exception as exc:  # one bad event must not stop the others
+        log.warning("%s: replaying %s %s failed: %s", folder.root, kind, name, exc)
+        return False
+    crash_point("receiver.recover.replayed")
+    return True
+
+
+def recover_all(
+    data_dirs: list[Path],
+    storage: Storage,
+    owners: DeviceOwners,
+    inspect: Inspect,
+) -> None:
+    """Recover every sender folder (service start); a folder that stays dirty is logged."""
+    for folder in sender_folders(data_dirs):
+        try:
+            recover_folder(folder, storage, owners, inspect)
+        except Exception as exc:  # one broken folder must not keep the service down
+            log.warning("%s: recovery failed: %s", folder.root, exc)

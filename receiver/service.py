@@ -1,0 +1,441 @@
+"""The receiver plugin: an SSH server the host process embeds (DESIGN §4-5).
+
+``ReceiverService`` listens on TCP, and for each connection, in this order:
+
+1. checks the socket's **peer address** against the allow list and closes at once
+   if it is outside — before any SSH byte, never trusting what the client says (§8.7);
+2. bounds the number of connections (far over the session bound: closed at once);
+3. sets ``TCP_NODELAY`` (paramiko never does; without it a verdict per file waits
+   for Nagle + delayed ACK, ~22 files/s instead of hundreds, DESIGN §5);
+4. runs a paramiko server ``Transport`` with the host key, AES-GCM first, an 8 MiB
+   window and 64 KiB packets (the measured best), public-key auth only;
+5. serves one ``session`` channel with the ``sealsync`` subsystem, whose handler
+   thread runs a :class:`~receiver.session.Session`. Over ``max_sessions``
+   the sender gets an ERROR frame ``busy`` after its HELLO and retries later.
+
+Failures in a connection are logged and end that connection only. ``start()``
+replays unfinished rounds (``recover_all``) before accepting anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import paramiko
+
+from receiver import chunk_pipe
+from receiver.auth import AuthorizedKeys, SenderKeys, is_allowed, peer_address
+from receiver.inspect_pool import InspectPool, verify_in_worker
+from receiver.load.owners import DeviceOwners
+from receiver.recover.replay import recover_all
+from receiver.rounds import Rounds
+from receiver.schema import SchemaStore
+from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext
+from receiver.storage import DirectoryStorage, Storage
+from sealsync.config import ReceiverConfig
+from sealsync.errors import SealsyncError
+from sealsync.keys import fingerprint
+from sealsync.protocol import (
+    SSH_MAX_PACKET_SIZE,
+    SSH_WINDOW_SIZE,
+    SUBSYSTEM,
+    Error,
+    preferred_ciphers,
+    receive,
+    send,
+)
+
+if TYPE_CHECKING:
+    from sealsync.formats import FileInfo
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+HANDSHAKE_TIMEOUT = 15.0
+BUSY_REPLY_TIMEOUT = 5.0
+STOP_JOIN_TIMEOUT = 5.0
+_POLL = 0.2
+
+
+SSH_LOG = "sealsync.receiver.ssh"
+
+
+class _PeerGone(logging.Filter):
+    """paramiko logs any failure of one connection (a peer's abrupt disconnect, a port
+    probe that never sends a banner, a failed handshake) as ERROR lines with a
+    traceback; for a server that is routine (a sender killed by cron, a health check,
+    a port scanner) and says nothing about the service, so it is demoted to INFO —
+    visible with ``-v``, out of the way otherwise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+logging.getLogger(SSH_LOG).addFilter(_PeerGone())
+
+
+def load_host_key(path: Path) -> paramiko.PKey:
+    """The server's private host key (Ed25519, ECDSA or RSA; OpenSSH or PEM)."""
+    try:
+        return paramiko.PKey.from_path(path)
+    except FileNotFoundError:
+        raise SealsyncError(f"host key {path} does not exist") from None
+    except (OSError, ValueError, paramiko.SSHException) as exc:
+        raise SealsyncError(f"cannot load host key {path}: {exc}") from None
+
+
+class _SshServer(paramiko.ServerInterface):
+    """Policy for one connection: public keys only, one session, one subsystem."""
+
+    def __init__(self, authorized: AuthorizedKeys, peer_ip: str) -> None:
+        self.authorized = authorized
+        self.peer_ip = peer_ip
+        self.key_fingerprint = ""
+        self.channel_opened = False
+        self.handler: _Handler | None = None
+        self.started = threading.Event()
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_none(self, username: str) -> int:
+        return paramiko.AUTH_FAILED
+
+    def check_auth_password(self, username: str, password: str) -> int:
+        return paramiko.AUTH_FAILED
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        if self.authorized.allows(key.asbytes()):
+            self.key_fingerprint = fingerprint(key)
+            return paramiko.AUTH_SUCCESSFUL
+        log.warning("%s: public key %s not authorized", self.peer_ip, fingerprint(key))
+        return paramiko.AUTH_FAILED
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        if kind == "session" and not self.channel_opened:
+            self.channel_opened = True
+            return paramiko.OPEN_SUCCEEDED
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_subsystem_request(self, channel: paramiko.Channel, name: str) -> bool:
+        if name != SUBSYSTEM or self.handler is not None:
+            return False
+        chunk_pipe.install(channel)  # before the session thread can start reading
+        return bool(super().check_channel_subsystem_request(channel, name))
+
+    def attach(self, handler: _Handler) -> None:
+        self.handler = handler
+
+
+class _Handler(paramiko.SubsystemHandler):
+    """The ``sealsync`` subsystem of one channel: runs the session on its own thread."""
+
+    def __init__(
+        self, channel: paramiko.Channel, name: str, server: _SshServer, service: ReceiverService
+    ) -> None:
+        super().__init__(channel, name, server)
+        self.daemon = True
+        self.name = f"sealsync-session-{server.peer_ip}"
+        self.service = service
+        server.attach(self)
+
+    def start_subsystem(self, name: str, transport: paramiko.Transport, channel: Any) -> None:
+        server = self.get_server()
+        assert isinstance(server, _SshServer)
+        server.started.set()  # the thread runs: the connection thread may join it now
+        self.service._run_session(channel, server)
+
+
+class ReceiverService:
+    """The receiver plugin: ``start()``, ``stop()``, or use it as a context manager.
+
+    ``config`` is a ReceiverConfig or the ``[receiver]`` table as a mapping (paths
+    relative to ``base_dir``); ``storage`` is the host's adapter (default: files in
+    the receiver's data dirs). ``inspect`` replaces the worker pool (a host that
+    already isolates parsing, or tests); ``load_wait`` is how long ROUND_END waits
+    for the loader before answering ``loaded=False``.
+    """
+
+    def __init__(
+        self,
+        config: ReceiverConfig | Mapping[str, Any],
+        storage: Storage | None = None,
+        base_dir: Path | str | None = None,
+        *,
+        inspect: Callable[[Path], FileInfo] | None = None,
+        load_wait: float = DEFAULT_LOAD_WAIT,
+        inspect_workers: int = 2,
+    ) -> None:
+        if not isinstance(config, ReceiverConfig):
+            config = ReceiverConfig.from_mapping(config, Path(base_dir or Path.cwd()))
+        self.config = config
+        self.storage: Storage = (
+            storage if storage is not None else DirectoryStorage(list(config.data_dirs))
+        )
+        self._pool: InspectPool | None = None
+        if inspect is None:
+            self._pool = InspectPool(workers=inspect_workers, target=verify_in_worker)
+            inspect = self._pool.inspect
+        self._inspect = inspect
+        self.owners = DeviceOwners(config.schema_dir)
+        self.rounds = Rounds(self.storage, self.owners, inspect)
+        self.context = SessionContext(
+            data_dirs=list(config.data_dirs),
+            owners=self.owners,
+            inspect=inspect,
+            inspect_many=self._pool.inspect_many if self._pool is not None else None,
+            sender_keys=SenderKeys(config.schema_dir),
+            schema=SchemaStore(config.schema_dir),
+            rounds=self.rounds,
+            load_wait=load_wait,
+        )
+        self._authorized = AuthorizedKeys(config.authorized_keys)
+        self.max_connections = max(2 * config.max_sessions, config.max_sessions + 4)
+        self._lock = threading.Lock()
+        self._host_key: paramiko.PKey | None = None
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+        self._connections: dict[threading.Thread, paramiko.Transport | None] = {}
+        self._sessions = 0
+        self._state = "new"  # new -> running -> stopped
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port); useful with port 0."""
+        if self._listener is None:
+            raise SealsyncError("the receiver is not listening")
+        host, port = self._listener.getsockname()[:2]
+        return host, port
+
+    @property
+    def sessions(self) -> int:
+        with self._lock:
+            return self._sessions
+
+    def start(self) -> ReceiverService:
+        """Recover unfinished rounds, then listen and accept in a background thread."""
+        if self._state != "new":
+            raise SealsyncError(f"the receiver service cannot start: it is {self._state}")
+        try:
+            self._host_key = load_host_key(self.config.host_key)
+            if self._pool is not None:
+                self._pool.warm()
+            recover_all(list(self.config.data_dirs), self.storage, self.owners, self._inspect)
+            self._listener = self._listen()
+        except BaseException:
+            self.stop()  # the pool may have started for recovery
+            raise
+        self._state = "running"
+        self._accept_thread = threading.Thread(
+            target=self._accept_loop, name="sealsync-accept", daemon=True
+        )
+        self._accept_thread.start()
+        host, port = self.address
+        log.info("receiver listening on %s:%d", host, port)
+        return self
+
+    def _listen(self) -> socket.socket:
+        host, port = self.config.listen_host, self.config.listen_port
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            family = infos[0][0]
+            listener = socket.create_server((host, port), family=family, backlog=64)
+            listener.settimeout(_POLL)  # the accept loop checks for stop() between waits
+            return listener
+        except OSError as exc:
+            raise SealsyncError(
+                f"cannot listen on {self.config.listen}: {exc.strerror or exc}"
+            ) from None
+
+    def stop(self) -> None:
+        """Close the listener and every session, wait for their threads; idempotent."""
+        with self._lock:
+            if self._state == "stopped":
+                return
+            was_running = self._state == "running"
+            self._state = "stopped"
+            transports = [t for t in self._connections.values() if t is not None]
+            threads = list(self._connections)
+        if self._listener is not None:
+            try:  # wakes the accept() in progress at once
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        if self._accept_thread is not None:
+            self._accept_thread.join()
+        for transport in transports:
+            transport.close()
+        self.rounds.close()
+        deadline = time.monotonic() + STOP_JOIN_TIMEOUT
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("%s did not stop in time", thread.name)
+        self.context.executor.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.close()
+        self.owners.close()
+        if was_running:
+            log.info("receiver stopped")
+
+    def __enter__(self) -> ReceiverService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- connections -----------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        while self._state == "running":
+            try:
+                sock, _ = listener.accept()  # the address is read back from the socket
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._state == "running":
+                    log.exception("accept failed")
+                    time.sleep(_POLL)
+                    continue
+                return
+            try:
+                self._admit(sock)
+            except Exception:
+                log.exception("connection setup failed")
+                sock.close()
+
+    def _admit(self, sock: socket.socket) -> None:
+        """Allow list first (the socket's own peer address), then the connection bound."""
+        try:
+            ip = peer_address(sock.getpeername()[0])
+        except OSError:  # gone already
+            sock.close()
+            return
+        if not is_allowed(ip, self.config.allow):
+            log.warning("connection from %s refused: address not in the allow list", ip)
+            sock.close()
+            return
+        with self._lock:
+            if self._state != "running":
+                sock.close()
+                return
+            if len(self._connections) >= self.max_connections:
+                log.warning(
+                    "connection from %s refused: %d connections open", ip, len(self._connections)
+                )
+                sock.close()
+                return
+            thread = threading.Thread(
+                target=self._serve_connection,
+                args=(sock, str(ip)),
+                name=f"sealsync-conn-{ip}",
+                daemon=True,
+            )
+            self._connections[thread] = None
+        thread.start()
+
+    def _serve_connection(self, sock: socket.socket, peer_ip: str) -> None:
+        me = threading.current_thread()
+        transport: paramiko.Transport | None = None
+        try:
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            transport = self._make_transport(sock)
+            server = _SshServer(self._authorized, peer_ip)
+            with self._lock:
+                if self._state != "running":
+                    return
+                self._connections[me] = transport
+            transport.start_server(server=server)
+            if not self._wait_for_subsystem(transport, server):
+                if transport.is_active() and self._state == "running":
+                    log.info("%s: no %s session opened in time, closing", peer_ip, SUBSYSTEM)
+                else:
+                    log.info("%s: connection closed before a session started", peer_ip)
+                return
+            assert server.handler is not None
+            server.handler.join()
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            log.info("%s: connection ended: %s", peer_ip, exc or type(exc).__name__)
+        except Exception:
+            log.exception("%s: connection failed", peer_ip)
+        finally:
+            if transport is not None:
+                transport.close()
+            sock.close()
+            with self._lock:
+                self._connections.pop(me, None)
+
+    def _make_transport(self, sock: socket.socket) -> paramiko.Transport:
+        transport = paramiko.Transport(
+            sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
+        )
+        options = transport.get_security_options()
+        options.ciphers = preferred_ciphers(options.ciphers)
+        assert self._host_key is not None
+        transport.set_log_channel(SSH_LOG)  # under sealsync's logger, with _PeerGone
+        transport.add_server_key(self._host_key)
+        transport.set_subsystem_handler(SUBSYSTEM, _Handler, self)
+        transport.banner_timeout = HANDSHAKE_TIMEOUT
+        transport.handshake_timeout = HANDSHAKE_TIMEOUT
+        transport.auth_timeout = HANDSHAKE_TIMEOUT
+        return transport
+
+    def _wait_for_subsystem(self, transport: paramiko.Transport, server: _SshServer) -> bool:
+        """Wait, bounded by the idle timeout, for auth, a channel and the subsystem."""
+        deadline = time.monotonic() + self.config.idle_timeout
+        while not server.started.wait(_POLL):
+            if not transport.is_active() or self._state != "running":
+                return False
+            if time.monotonic() >= deadline:
+                return False
+        return True
+
+    def _run_session(self, channel: paramiko.Channel, server: _SshServer) -> None:
+        """Runs on the subsystem's thread; never raises."""
+        with self._lock:
+            admitted = self._state == "running" and self._sessions < self.config.max_sessions
+            if admitted:
+                self._sessions += 1
+        try:
+            if not admitted:
+                self._refuse_busy(channel, server.peer_ip)
+                return
+            channel.settimeout(self.config.idle_timeout)
+            Session(channel, self.context, server.peer_ip, server.key_fingerprint).run()
+        except Exception:
+            log.exception("%s: session failed", server.peer_ip)
+        finally:
+            if admitted:
+                with self._lock:
+                    self._sessions -= 1
+            try:
+                channel.close()
+            except Exception:  # the peer or the transport is gone already
+                pass
+
+    def _refuse_busy(self, channel: paramiko.Channel, peer_ip: str) -> None:
+        """Over the session bound: answer the HELLO with ERROR busy so the sender retries."""
+        log.warning("%s: session refused: %d sessions open", peer_ip, self.config.max_sessions)
+        channel.settimeout(BUSY_REPLY_TIMEOUT)
+        try:
+            receive(channel)  # the HELLO; the sender reads the answer after sending it
+        except Exception:
+            pass
+        try:
+            message = f"receiver busy: {self.config.max_sessions} sessions open, retry later"
+            send(channel, Error("busy", message))
+        except Exception:
+            pass

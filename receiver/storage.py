@@ -1,0 +1,200 @@
+"""The host's storage: where verified files end up (DESIGN §4 "host API").
+
+The receiver runs inside a database server, which decides where loaded files live and
+how it registers them; ``Storage`` is the small interface it implements. The default,
+``DirectoryStorage`` (what ``sealsync serve`` uses), keeps a file of sender ``U`` named
+``sequence/<dirs...>/<file>`` at ``<data dir>/sequence/<dirs...>/<U>/<file>`` (same for
+``unsequence/``), sidecars beside it. So two senders' files never collide, a delete
+from one sender can never reach another's file or the host's own (which never sit in
+a folder named by a UUID, DESIGN §8.4), and ``list`` only has to look at files whose
+parent folder is exactly ``U``.
+
+Every operation is idempotent, because the loader replays after a crash without
+knowing how far the last attempt got: pieces already moved are recognised, an
+identical file already in place is success, a different one is an error and never a
+silent skip or overwrite.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from receiver.layout import check_sender_uuid
+from sealsync import durable
+from sealsync.errors import SealsyncError
+from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, check_data_name
+
+
+class StorageError(SealsyncError):
+    """A load or delete the host's storage cannot do; the staged file is kept."""
+
+
+class Storage(Protocol):
+    """What a host server implements so that the receiver can hand it files."""
+
+    def load(self, sender: str, name: str, staged: Path) -> None:
+        """Move ``staged`` and its sidecars (``staged.name + ".resource"``/``".mods"``
+        beside it) in as ``sender``'s ``name``; already loaded identical is a no-op,
+        a different existing file raises StorageError."""
+        ...
+
+    def delete(self, sender: str, name: str) -> bool:
+        """Remove only ``sender``'s ``name`` with its sidecars; True if something was there."""
+        ...
+
+    def list(self, sender: str) -> set[str]:
+        """Relative names loaded from ``sender``."""
+        ...
+
+
+# Moved in this order so that ``.resource``, whose presence marks a file complete
+# (DESIGN §1), appears last; deleted in the reverse order for the same reason.
+LOAD_ORDER = ("", ".mods", ".resource")
+DELETE_ORDER = (".resource", ".mods", ".merge", "")
+
+
+def make_dirs(path: Path) -> None:
+    """Create ``path`` and missing parents, each new entry persisted in its parent."""
+    missing = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        durable.fsync_dir(folder.parent)
+
+
+def _same_content(a: Path, b: Path) -> bool:
+    """Byte equality (no stat cache: a replay must see what is on disk now)."""
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            chunk = fa.read(1 << 20)
+            if chunk != fb.read(1 << 20):
+                return False
+            if not chunk:
+                return True
+
+
+def _replaceable(dst: Path) -> bool:
+    """``.mods`` is the one sidecar that legitimately changes after sealing (points deleted
+    later, DESIGN §3, §8.2): a newer list replaces the older one."""
+    return dst.name.endswith(".mods")
+
+
+class DirectoryStorage:
+    """The default storage of ``sealsync serve``: plain folders in the receiver's data dirs.
+
+    A file loads into the data dir its staged copy is in, so that the load is a rename
+    on one file system, never a copy.
+    """
+
+    def __init__(self, data_dirs: list[Path]) -> None:
+        if not data_dirs:
+            raise StorageError("no receiver data dirs")
+        self.data_dirs = [Path(d) for d in data_dirs]
+        self._resolved = [Path(os.path.realpath(d)) for d in self.data_dirs]
+        self._local = threading.local()  # deferred_sync's folders, per loader thread
+
+    def target(self, data_dir: Path, sender: str, name: str) -> Path:
+        """Where ``sender``'s ``name`` lives in ``data_dir``."""
+        check_sender_uuid(sender)
+        parts = PurePosixPath(check_data_name(name)).parts
+        return Path(data_dir).joinpath(*parts[:-1], sender, parts[-1])
+
+    def _data_dir_of(self, staged: Path) -> Path:
+        real = Path(os.path.realpath(staged.parent))
+        for data_dir, resolved in zip(self.data_dirs, self._resolved, strict=True):
+            if real.is_relative_to(resolved):
+                return data_dir
+        raise StorageError(f"staged file outside every receiver data dir: {staged}")
+
+    @contextmanager
+    def deferred_sync(self) -> Iterator[None]:
+        """Loads on this thread inside the block do not fsync after every rename: each
+        folder they touched is fsynced once when the block ends (group commit; the
+        loader applies a round's files in batches). Durable when the block exits,
+        exception or not; until then a crash may keep or undo each rename, whole,
+        which a replay handles as always. An fsync failure raises OSError: nothing of
+        the block is known durable then.
+        """
+        if getattr(self._local, "defer", None) is not None:
+            yield  # nested: the outer block syncs
+            return
+        folders: dict[Path, None] = {}
+        self._local.defer = folders
+        try:
+            yield
+        finally:
+            self._local.defer = None
+            for folder in folders:
+                durable.fsync_dir(folder)
+
+    def load(self, sender: str, name: str, staged: Path) -> None:
+        staged = Path(staged)
+        target = self.target(self.data_dirs[0], sender, name)  # validates before any path use
+        if staged.name != target.name:
+            raise StorageError(f"staged file {staged} does not match the name {name}")
+        target = self.target(self._data_dir_of(staged), sender, name)
+        if not staged.exists() and not target.exists():
+            raise StorageError(f"{name}: the staged file is missing and it is not loaded")
+        pieces = [(Path(f"{staged}{s}"), Path(f"{target}{s}")) for s in LOAD_ORDER]
+        for src, dst in pieces:  # refuse before moving anything, so the staged set stays whole
+            if src.exists() and dst.exists() and not _replaceable(dst):
+                if not _same_content(src, dst):
+                    raise StorageError(
+                        f"{name}: a different {dst.name} is already loaded from this sender; "
+                        f"the staged copy is kept in {src.parent}"
+                    )
+        for src, dst in pieces:
+            self._move_in(src, dst)
+
+    def _move_in(self, src: Path, dst: Path) -> None:
+        """Move one piece; a piece already in place (an earlier attempt) is left alone."""
+        if not src.exists():
+            return  # moved by an earlier attempt, or an optional sidecar never shipped
+        if dst.exists() and _same_content(src, dst):
+            durable.remove(src)
+            return
+        make_dirs(dst.parent)
+        defer = getattr(self._local, "defer", None)
+        if defer is None:
+            durable.rename(src, dst)
+        else:
+            os.replace(src, dst)
+            defer[dst.parent] = None
+            defer[src.parent] = None
+
+    def delete(self, sender: str, name: str) -> bool:
+        removed = False
+        for data_dir in self.data_dirs:
+            target = self.target(data_dir, sender, name)
+            for suffix in DELETE_ORDER:
+                removed |= durable.remove(f"{target}{suffix}")
+        return removed
+
+    def list(self, sender: str) -> set[str]:
+        check_sender_uuid(sender)
+        names = set()
+        for data_dir in self.data_dirs:
+            for root in DATA_ROOTS:
+                top = data_dir / root
+                for folder, _dirs, files in os.walk(top):
+                    here = Path(folder)
+                    if here.name != sender or here == top:
+                        continue
+                    prefix = here.parent.relative_to(data_dir).as_posix()
+                    for file in files:
+                        if file.endswith(DATA_SUFFIXES):
+                            names.add(f"{prefix}/{file}")
+        return names

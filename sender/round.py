@@ -1,0 +1,241 @@
+"""One sender run against one receiver: recover → connect → schema → per data dir
+select → snapshot → transfer → clean up (DESIGN §3).
+
+Recovery runs first (DESIGN §8.1): the diff must start from what the last round
+really achieved. Clean-up after a data dir *is* recovery (``recover(paths)``), so the
+path a crash takes is the path every round takes.
+
+A connection that drops mid-round is retried (tenacity, ``max_retries`` connections):
+each attempt recovers again, which folds what ``sync.log`` recorded into
+``last_local_files.txt``, and redoes select/snapshot/transfer for what is left; data
+dirs already finished are not touched again. A connection that cannot be made at
+all on the first attempt, a refused key or an unknown host key are not retried:
+they would fail the same way.
+
+The caller (``sealsync send``) holds the receiver's ``sync.lock`` around this.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import tenacity
+
+from sealsync.config import ReceiverEndpoint, SenderConfig
+from sealsync.protocol import Stream
+from sender.manage import idle_mark, shipped_mods
+from sender.manage.history import write_round_record
+from sender.manage.identity import sender_uuid
+from sender.manage.layout import SchemaPaths, SenderPaths
+from sender.manage.scan import scan
+from sender.manage.selection import Selection, select
+from sender.manage.snapshot import take_snapshot
+from sender.manage.state import read_file_set
+from sender.recover.recovery import recover, recover_all
+from sender.transfer.client import connect_receiver
+from sender.transfer.errors import ConnectionLost, Unreachable
+from sender.transfer.refusals import RefusalBook, refused_path
+from sender.transfer.report import DirReport, RoundReport
+from sender.transfer.schema_pos import read_position
+from sender.transfer.session import Progress, SenderSession
+
+__all__ = ["DirReport", "RoundReport", "run_round"]
+
+ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_exponential(multiplier=0.2, max=5.0)
+"""Backoff between connections after a dropped one."""
+
+
+class OpenConnection(Protocol):
+    @property
+    def stream(self) -> Stream: ...
+
+    def close(self) -> None: ...
+
+
+Connector = Callable[[SenderConfig, ReceiverEndpoint], OpenConnection]
+
+
+def run_round(
+    config: SenderConfig,
+    receiver: ReceiverEndpoint,
+    *,
+    progress: Progress | None = None,
+    connector: Connector | None = None,
+) -> RoundReport:
+    """Sync every data dir of ``config`` to ``receiver``; the report says what happened.
+
+    Raises SealsyncError for what stops the whole run (unreachable, untrusted or
+    refusing receiver, protocol error); a data dir that could not finish (receiver
+    busy, connection lost for good) is a note in the report and ``ok`` is False.
+    ``connector`` replaces the SSH connection (tests).
+
+    ``progress(event, **fields)`` is called on this thread with: ``connected``
+    (receiver, attempt), ``retry`` (attempt, reason), ``schema`` (position, size),
+    ``dir_start`` (index, files, bytes, deleted), ``bytes`` (index, sent, total) after
+    every chunk, ``file`` (index, name, status, reason) for each answer, ``dir_end``
+    (index, shipped, failed, refused).
+    """
+    started = time.monotonic()
+    report = RoundReport(
+        receiver=receiver.name,
+        address=receiver.address,
+        dirs=[DirReport(i, str(d)) for i, d in enumerate(config.data_dirs)],
+    )
+    own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
+    run = _Run(config, receiver, report, own_uuid, connector or connect_receiver, progress)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(config.max_retries),
+        wait=ROUND_WAIT,
+        retry=_retryable,
+        before_sleep=run.before_sleep,
+        reraise=True,
+    )
+    try:
+        for attempt in retrying:
+            with attempt:
+                report.attempts = attempt.retry_state.attempt_number
+                run.attempt()
+    except (ConnectionLost, Unreachable) as exc:
+        if report.attempts <= 1 and isinstance(exc, Unreachable):
+            raise
+        for d in report.dirs:
+            if not d.complete and d.note is None:
+                d.note = f"connection lost, gave up after {report.attempts} attempts: {exc}"
+    finally:
+        report.seconds = time.monotonic() - started
+    for d, data_dir in zip(report.dirs, config.data_dirs, strict=True):
+        write_round_record(SenderPaths(data_dir, receiver.host, receiver.port), d.to_dict())
+    return report
+
+
+def _retryable(state: tenacity.RetryCallState) -> bool:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(exc, ConnectionLost):
+        return True
+    # Unreachable on a reconnect: the receiver may be restarting; on the first
+    # connection it is the answer (cron runs again later anyway).
+    return isinstance(exc, Unreachable) and state.attempt_number > 1
+
+
+def _hostname() -> str:
+    name = "".join(ch for ch in socket.gethostname() if ch.isprintable())
+    return name.encode("utf-8")[:200].decode("utf-8", "ignore")
+
+
+class _Run:
+    def __init__(
+        self,
+        config: SenderConfig,
+        receiver: ReceiverEndpoint,
+        report: RoundReport,
+        own_uuid: str,
+        connector: Connector,
+        progress: Progress | None,
+    ) -> None:
+        self.config = config
+        self.receiver = receiver
+        self.report = report
+        self.own_uuid = own_uuid
+        self.connector = connector
+        self.progress = progress
+
+    def emit(self, event: str, **fields: object) -> None:
+        if self.progress is not None:
+            self.progress(event, **fields)
+
+    def before_sleep(self, state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        self.emit("retry", attempt=state.attempt_number, reason=str(exc))
+
+    def attempt(self) -> None:
+        config, receiver = self.config, self.receiver
+        recover_all(config.data_dirs, receiver.host, receiver.port)
+        conn = self.connector(config, receiver)
+        try:
+            self.emit("connected", receiver=receiver.address, attempt=self.report.attempts)
+            session = SenderSession(
+                conn.stream,
+                chunk_size=config.chunk_size,
+                pipeline_depth=config.pipeline_depth,
+                max_retries=config.max_retries,
+                progress=self.progress,
+            )
+            try:
+                session.hello(self.own_uuid, _hostname())
+                schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
+                shipped_from = read_position(schema.schema_pos)
+                try:
+                    session.ship_schema(schema.schema_log, schema.schema_pos)
+                finally:  # pieces acknowledged before a dropped connection count too
+                    shipped_to = read_position(schema.schema_pos)
+                    self.report.schema_bytes += max(shipped_to - shipped_from, 0)
+                for i, data_dir in enumerate(config.data_dirs):
+                    d = self.report.dirs[i]
+                    if d.complete or d.note is not None:
+                        continue  # finished (or told busy) in an earlier attempt
+                    self.data_dir(session, i, Path(data_dir), d)
+                session.bye()
+            finally:
+                session.close()
+        finally:
+            conn.close()
+
+    def data_dir(self, session: SenderSession, index: int, data_dir: Path, d: DirReport) -> None:
+        started = time.monotonic()
+        paths = SenderPaths(data_dir, self.receiver.host, self.receiver.port)
+        found = None
+        mods_seen: dict[str, shipped_mods.ModsId] = {}
+        if idle_mark.unchanged(
+            paths.idle_mark, data_dir, paths.last_local_files, paths.shipped_mods
+        ):
+            d.rejected = {}
+            selection = Selection(new=(), deleted=())  # nothing changed since an idle round
+        else:
+            found = scan(data_dir, cache=paths.scan_cache)
+            d.rejected = dict(found.rejected)
+            last = read_file_set(paths.last_local_files, known=found.present)
+            mods_seen = shipped_mods.current_identities(data_dir, found.with_mods & last)
+            changed = shipped_mods.changed(
+                mods_seen, shipped_mods.read_identities(paths.shipped_mods)
+            )
+            selection = select(found, last, changed)
+        refusals = RefusalBook(refused_path(paths))
+        refusals.keep_only(selection.new)
+        d.failed.clear()
+        d.refused.clear()
+        try:
+            if not selection.new and not selection.deleted:
+                d.complete = True
+                if found is not None and not found.rejected:
+                    idle_mark.record(
+                        paths.idle_mark,
+                        data_dir,
+                        found.folders,
+                        paths.last_local_files,
+                        paths.shipped_mods,
+                        mods_seen,
+                    )
+                return
+            paths.folder.mkdir(parents=True, exist_ok=True)
+            names = take_snapshot(data_dir, paths.snapshot, selection.new)
+            # before sync.log can name any of them (shipped_mods' docstring, point 1)
+            shipped_mods.record_snapshot(paths, names)
+            session.round(
+                index,
+                snapshot_dir=paths.snapshot,
+                new=names,
+                deleted=selection.deleted,
+                sync_log=paths.sync_log,
+                refusals=refusals,
+                report=d,
+                own_uuid=self.own_uuid,
+            )
+        finally:
+            refusals.save()
+            recover(paths)  # the clean-up (DESIGN §3 step 4) is recovery's steps 4-8
+            d.seconds += time.monotonic() - started

@@ -1,0 +1,241 @@
+"""The SSH connection to a receiver: reach it, trust it, log in, open the subsystem.
+
+Trust comes first (DESIGN §5): the receiver's host key is checked against the pinned
+``known_hosts`` right after key exchange and before the sender authenticates, so an
+impostor never sees a signature made with the sender's key. There is no
+trust-on-first-use: an unknown host is refused with the line to add after checking
+the fingerprint out of band.
+
+The transport is tuned for bulk data (DESIGN §5 measurements): ``TCP_NODELAY`` (or
+Nagle plus delayed ACKs cap request/response at ~22 files/s), ``aes128-gcm`` first,
+64 KiB packets and an 8 MiB window.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from paramiko.pkey import UnknownKeyType
+
+from sealsync.config import ReceiverEndpoint, SenderConfig, format_endpoint
+from sealsync.errors import SealsyncError
+from sealsync.keys import fingerprint
+from sealsync.protocol import (
+    SSH_MAX_PACKET_SIZE,
+    SSH_WINDOW_SIZE,
+    SUBSYSTEM,
+    preferred_ciphers,
+)
+from sender.transfer.errors import HostKeyError, Unreachable
+
+USERNAME = "sealsync"
+IO_TIMEOUT = 120.0
+"""Longest a single send may wait for window space, and the reader's poll period."""
+
+# paramiko's transport thread logs a traceback when a handshake is cut short; with no
+# handler configured Python would print it on stderr. The CLI's -v still shows it.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+# known_hosts stores an RSA key as ``ssh-rsa``; the signature algorithms that prove it.
+_HOST_KEY_ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256")}
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    """The name OpenSSH files a host under: ``host`` on port 22, else ``[host]:port``."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def load_identity(path: Path) -> paramiko.PKey:
+    """The sender's private key (Ed25519, ECDSA or RSA; OpenSSH or PEM), unencrypted.
+
+    Read before connecting, so a broken key costs no connection attempt; a sender runs
+    from cron, so a passphrase could never be typed and is refused as such.
+    """
+    try:
+        return paramiko.PKey.from_path(Path(path))
+    except FileNotFoundError:
+        raise SealsyncError(f"identity {path} does not exist") from None
+    except OSError as exc:
+        raise SealsyncError(f"cannot read identity {path}: {exc.strerror or exc}") from None
+    except (TypeError, paramiko.PasswordRequiredException):
+        raise SealsyncError(
+            f"identity {path} is encrypted: sealsync needs a key without a passphrase "
+            "(create one with `sealsync keygen`)"
+        ) from None
+    except UnknownKeyType:
+        raise SealsyncError(
+            f"identity {path}: unsupported key type (use Ed25519, ECDSA or RSA)"
+        ) from None
+    except (ValueError, paramiko.SSHException, UnicodeDecodeError) as exc:
+        raise SealsyncError(
+            f"identity {path} is not a usable private key (OpenSSH or PEM): {exc}"
+        ) from None
+
+
+def load_known_hosts(path: Path) -> paramiko.HostKeys:
+    """The pinned host keys; lines paramiko cannot parse are ignored, like OpenSSH does."""
+    keys = paramiko.HostKeys()
+    try:
+        keys.load(str(path))
+    except FileNotFoundError:
+        raise SealsyncError(f"known_hosts {path} does not exist") from None
+    except OSError as exc:
+        raise SealsyncError(f"cannot read known_hosts {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SealsyncError(f"known_hosts {path} is not a text file") from None
+    return keys
+
+
+def host_key_types(
+    known: paramiko.HostKeys, host: str, port: int, supported: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Host key algorithms to ask for: those of the pinned keys (as OpenSSH does).
+
+    Without this a receiver holding several host keys could present one we have not
+    pinned and be refused as "changed" although the pinned one is still valid.
+    """
+    entry = known.lookup(known_hosts_name(host, port))
+    if not entry:
+        return ()
+    types: list[str] = []
+    for key_type in entry.keys():
+        for algorithm in _HOST_KEY_ALGORITHMS.get(key_type, (key_type,)):
+            if algorithm in supported and algorithm not in types:
+                types.append(algorithm)
+    return tuple(types)
+
+
+def check_host_key(
+    known: paramiko.HostKeys, host: str, port: int, key: paramiko.PKey, known_hosts: Path
+) -> None:
+    """Raise HostKeyError unless ``key`` is the one pinned for ``host:port``."""
+    name = known_hosts_name(host, port)
+    offered = fingerprint(key)
+    entry = known.lookup(name)
+    if not entry:
+        raise HostKeyError(
+            f"host key for {name} not in {known_hosts} (add it: check that the receiver's "
+            f"host key fingerprint is {offered}, then append the line "
+            f"'{name} {key.get_name()} {key.get_base64()}' to {known_hosts})"
+        )
+    pinned = entry.get(key.get_name())
+    if pinned is not None and pinned.asbytes() == key.asbytes():
+        return
+    expected = ", ".join(fingerprint(k) for k in entry.values())
+    raise HostKeyError(
+        f"host key for {name} CHANGED: receiver offered {key.get_name()} {offered}, "
+        f"{known_hosts} pins {expected}; possible man-in-the-middle, refusing to connect "
+        f"(if the receiver's key really changed, replace its line in {known_hosts})"
+    )
+
+
+@dataclass
+class Connection:
+    """An open ``sealsync`` subsystem channel and what carries it."""
+
+    address: str
+    sock: socket.socket
+    transport: paramiko.Transport
+    channel: paramiko.Channel
+
+    @property
+    def stream(self) -> paramiko.Channel:
+        return self.channel
+
+    def close(self) -> None:
+        for close in (self.channel.close, self.transport.close, self.sock.close):
+            try:
+                close()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_socket(host: str, port: int, timeout: float) -> socket.socket:
+    """A connected TCP socket with Nagle off, or Unreachable with the OS's reason."""
+    address = format_endpoint(host, port)
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except TimeoutError:
+        raise Unreachable(
+            f"cannot connect to receiver {address}: timed out after {timeout:g} s"
+        ) from None
+    except socket.gaierror as exc:
+        raise Unreachable(f"cannot resolve receiver host {host}: {exc.strerror or exc}") from None
+    except OSError as exc:
+        raise Unreachable(f"cannot connect to receiver {address}: {exc.strerror or exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def connect(
+    host: str, port: int, *, identity: Path, known_hosts: Path, timeout: float = 10.0
+) -> Connection:
+    """Reach, verify, authenticate and open the subsystem; every failure is one line."""
+    address = format_endpoint(host, port)
+    key = load_identity(identity)
+    known = load_known_hosts(known_hosts)
+    sock = open_socket(host, port, timeout)
+    transport = paramiko.Transport(
+        sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
+    )
+    try:
+        options = transport.get_security_options()
+        options.ciphers = preferred_ciphers(options.ciphers)
+        types = host_key_types(known, host, port, tuple(options.key_types))
+        if types:
+            options.key_types = types
+        try:
+            transport.start_client(timeout=timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise Unreachable(f"SSH handshake with receiver {address} failed: {exc}") from None
+        try:  # start_client returns quietly on timeout: only the key says it finished
+            server_key = transport.get_remote_server_key()
+        except paramiko.SSHException:
+            raise Unreachable(
+                f"SSH handshake with receiver {address} failed: timed out after {timeout:g} s"
+            ) from None
+        check_host_key(known, host, port, server_key, known_hosts)
+        try:
+            transport.auth_publickey(USERNAME, key)
+        except paramiko.AuthenticationException:
+            raise SealsyncError(
+                f"receiver {address} refused key {fingerprint(key)} ({identity}): "
+                f"add {identity}.pub to the receiver's authorized_keys"
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise Unreachable(
+                f"receiver {address} closed the connection during authentication: {exc}"
+            ) from None
+        try:
+            channel = transport.open_session(timeout=timeout)
+            channel.invoke_subsystem(SUBSYSTEM)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise SealsyncError(
+                f"receiver {address} did not open the '{SUBSYSTEM}' subsystem: {exc}"
+            ) from None
+        channel.settimeout(IO_TIMEOUT)
+    except BaseException:
+        transport.close()
+        sock.close()
+        raise
+    return Connection(address=address, sock=sock, transport=transport, channel=channel)
+
+
+def connect_receiver(config: SenderConfig, receiver: ReceiverEndpoint) -> Connection:
+    return connect(
+        receiver.host,
+        receiver.port,
+        identity=config.identity,
+        known_hosts=config.known_hosts,
+        timeout=config.connect_timeout,
+    )

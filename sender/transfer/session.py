@@ -1,0 +1,513 @@
+"""The sender's side of one session (the order in :mod:`sealsync.protocol`'s docstring).
+
+``sync.log`` is written here, and only after the receiver's answer: a deleted name
+once its DELETE_ACK arrived, a new file once its VERDICT said *verified*. Recovery
+treats every logged name as synced, so logging earlier would mark files synced that
+the receiver never stored (DESIGN §8.5); logging later only costs a resend.
+
+Files and deletions are pipelined: up to ``pipeline_depth`` files are in flight, their
+verdicts read by a separate thread (:mod:`.reader`) and applied between sends, with
+one fsync for all verdicts that arrived together. A *mismatch* verdict puts the file
+back in the queue after a tenacity backoff until ``max_retries`` sends, after which it
+stays unsynced for the next run; *conflict* and *refused* are reported and remembered
+in ``refused.txt`` (:mod:`.refusals`) instead of being marked synced.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tenacity
+
+from sealsync.crashpoints import crash_point
+from sealsync.errors import SealsyncError
+from sealsync.protocol import (
+    MAX_DEVICES_PER_QUERY,
+    MAX_SCHEMA_PAYLOAD,
+    PROTOCOL_VERSION,
+    AnyMessage,
+    Bye,
+    Delete,
+    DeleteAck,
+    FileVerdict,
+    Hello,
+    Owners,
+    OwnersQuery,
+    ProtocolError,
+    RoundDone,
+    RoundEnd,
+    RoundReady,
+    RoundStart,
+    Schema,
+    SchemaAck,
+    Stream,
+    Verdict,
+    Welcome,
+    check_device,
+    encode,
+    expect,
+    send,
+)
+from sealsync.synclog import SyncLog
+from sender.manage.snapshot import snapshot_path
+from sender.transfer.errors import ConnectionLost
+from sender.transfer.filestream import Unsendable, open_snapshot_file, send_file
+from sender.transfer.reader import LINK_ERRORS, REPLY_TIMEOUT, FrameReader, lost
+from sender.transfer.refusals import Refusal, RefusalBook
+from sender.transfer.report import DirReport
+from sender.transfer.schema_pos import read_position, write_position
+from sender.transfer.verified_log import VerifiedLog
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+Progress = Callable[..., None]
+"""``progress(event: str, **fields)``; events are listed in :class:`SenderSession`."""
+
+FILE_WAIT: tenacity.wait.wait_base = tenacity.wait_exponential(multiplier=0.05, max=2.0)
+"""Backoff before resending a file the receiver answered *mismatch* for."""
+
+
+def backoff(wait: tenacity.wait.wait_base, attempt: int) -> float:
+    """Seconds tenacity's ``wait`` prescribes after failed attempt number ``attempt``.
+
+    Resends are interleaved with the other files in flight, so tenacity cannot drive
+    them as a decorated call; it still decides how long each one waits.
+    """
+    state = tenacity.RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state.attempt_number = attempt
+    return float(wait(state))
+
+
+class _Guarded:
+    """The stream, with link failures on send turned into ConnectionLost."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+
+    def recv(self, n: int) -> bytes:
+        return self._stream.recv(n)
+
+    def sendall(self, data: bytes | memoryview) -> None:
+        try:
+            self._stream.sendall(data)
+        except LINK_ERRORS as exc:
+            raise lost(exc) from None
+
+
+@dataclass
+class _InFlight:
+    name: str
+    sends: int
+    size: int
+
+
+class SenderSession:
+    """One SSH channel's worth of protocol, from HELLO to BYE.
+
+    Progress events: ``schema`` (position, size), ``dir_start`` (index, files, bytes,
+    deleted), ``bytes`` (index, sent, total), ``file`` (index, name, status, reason),
+    ``dir_end`` (index, shipped, failed, refused).
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        *,
+        chunk_size: int = 262144,
+        pipeline_depth: int = 64,
+        max_retries: int = 5,
+        progress: Progress | None = None,
+        reply_timeout: float = REPLY_TIMEOUT,
+        file_wait: tenacity.wait.wait_base | None = None,
+        inspect: Callable[[Path], Any] | None = None,
+    ) -> None:
+        self.stream = _Guarded(stream)
+        self.reader = FrameReader(stream, reply_timeout)
+        self.chunk_size = chunk_size
+        self.pipeline_depth = pipeline_depth
+        self.max_retries = max_retries
+        self.file_wait = FILE_WAIT if file_wait is None else file_wait
+        self._progress = progress
+        self.inspect = inspect
+        self.buffer = bytearray(chunk_size)
+        """Reused for every chunk read: sends take views of it, never copies."""
+        self._next_id = 0
+        self.welcome: Welcome | None = None
+
+    # --- plumbing --------------------------------------------------------------------
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if self._progress is not None:
+            self._progress(event, **fields)
+
+    def new_file_id(self) -> int:
+        """Unique within the session, so a verdict always names one offer."""
+        self._next_id += 1
+        return self._next_id - 1
+
+    def send(self, msg: AnyMessage) -> None:
+        send(self.stream, msg)
+
+    def receive(self, *types: type) -> Any:
+        return expect(self.reader.get(), *types)
+
+    def close(self) -> None:
+        self.reader.stop(join=0.0)
+
+    # --- session ---------------------------------------------------------------------
+
+    def hello(self, uuid: str, name: str) -> Welcome:
+        self.send(Hello(PROTOCOL_VERSION, uuid, name))
+        welcome = self.receive(Welcome)
+        if welcome.version != PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"receiver speaks protocol version {welcome.version}, "
+                f"this sender {PROTOCOL_VERSION}"
+            )
+        self.welcome = welcome
+        return welcome
+
+    def bye(self, linger: float = 2.0) -> None:
+        """Say goodbye and give the receiver a moment to close its end first.
+
+        Closing our socket while the receiver's last SSH messages are unread makes the
+        kernel reset the connection, which the receiver would log as an error.
+        """
+        self.send(Bye())
+        deadline = time.monotonic() + linger
+        try:
+            while time.monotonic() < deadline:
+                if self.reader.wait(deadline - time.monotonic()) is None:
+                    break
+        except (ConnectionLost, ProtocolError):
+            pass  # the expected end: the receiver closed the channel
+
+    def ship_schema(self, schema_log: Path, pos_file: Path) -> int:
+        """Send the schema log from the acknowledged position on; bytes newly acknowledged."""
+        pos = read_position(pos_file)
+        try:
+            f = open(schema_log, "rb")  # noqa: SIM115
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise SealsyncError(f"cannot read schema log {schema_log}: {exc.strerror}") from None
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if pos > size:
+                log.warning(
+                    "%s: %s says %d bytes were shipped but the log has %d; not resending",
+                    schema_log,
+                    pos_file,
+                    pos,
+                    size,
+                )
+                return 0
+            start, rewound = pos, False
+            while pos < size:
+                f.seek(pos)
+                data = f.read(min(MAX_SCHEMA_PAYLOAD, size - pos))
+                if not data:
+                    break
+                self.send(Schema(pos, data))
+                acked = self.receive(SchemaAck).position
+                if acked == pos or (acked < pos and rewound):
+                    raise ProtocolError(
+                        f"receiver did not accept the schema log at byte {pos} (it holds {acked})"
+                    )
+                rewound = rewound or acked < pos  # it holds less than we thought: resend
+                pos = acked
+                write_position(pos_file, pos)
+                self.emit("schema", position=pos, size=size)
+            return max(pos - start, 0)
+
+    def round(
+        self,
+        index: int,
+        *,
+        snapshot_dir: Path,
+        new: Sequence[str],
+        deleted: Sequence[str],
+        sync_log: Path,
+        refusals: RefusalBook,
+        report: DirReport,
+        own_uuid: str,
+    ) -> None:
+        """One data dir's round: deletions, then files; ``report`` says what happened."""
+        self.send(RoundStart(index))
+        ready = self.receive(RoundReady)
+        if ready.status == "busy":
+            report.note = (
+                f"receiver busy ({ready.message or 'still loading an earlier round'}); "
+                "this data dir is retried on the next run"
+            )
+            return
+        to_send = self._owners_check(new, refusals, report, own_uuid)
+        total = sum(_stream_size(snapshot_dir, n) for n in to_send)
+        self.emit("dir_start", index=index, files=len(to_send), bytes=total, deleted=len(deleted))
+        with SyncLog(sync_log) as slog:
+            slog.start()
+            crash_point("sender.synclog.start")
+            self._deletes(deleted, slog, report)
+            slog.tsfile_start()
+            crash_point("sender.synclog.tsfile_start")
+            verified = VerifiedLog(slog, sync_log)
+            try:
+                _Files(self, index, snapshot_dir, verified, refusals, report, total).run(to_send)
+            except BaseException:
+                try:
+                    verified.close()  # what was verified still counts for recovery
+                except SealsyncError:
+                    pass
+                raise
+            verified.close()
+            slog.tsfile_end()
+            crash_point("sender.synclog.tsfile_end")
+            self.send(RoundEnd())
+            done = self.receive(RoundDone)
+            slog.end()
+            crash_point("sender.synclog.end")
+        report.complete = True
+        report.loaded = done.loaded
+        self.emit(
+            "dir_end",
+            index=index,
+            shipped=len(report.shipped),
+            failed=len(report.failed),
+            refused=len(report.refused),
+        )
+
+    # --- round parts -----------------------------------------------------------------
+
+    def _owners_check(
+        self, new: Sequence[str], refusals: RefusalBook, report: DirReport, own_uuid: str
+    ) -> list[str]:
+        """The files to send: all of ``new`` but remembered conflicts still owned elsewhere."""
+        queried: dict[str, tuple[str, ...]] = {}
+        devices: dict[str, None] = {}
+        for name in new:
+            entry = refusals.get(name)
+            if entry is None or entry.status != Verdict.CONFLICT or not entry.devices:
+                continue
+            wanted = [d for d in dict.fromkeys(entry.devices) if d not in devices]
+            if len(devices) + len(wanted) > MAX_DEVICES_PER_QUERY:
+                continue  # does not fit in the one query: just offer the file again
+            try:
+                for device in wanted:
+                    check_device(device)
+            except ProtocolError:
+                continue
+            devices.update(dict.fromkeys(wanted))
+            queried[name] = entry.devices
+        if not queried:
+            return list(new)
+        self.send(OwnersQuery(list(devices)))
+        owners = self.receive(Owners).owners
+        out = []
+        for name in new:
+            held = [
+                (d, owners.get(d, ""))
+                for d in queried.get(name, ())
+                if owners.get(d, "") not in ("", own_uuid)
+            ]
+            if not held:
+                out.append(name)
+                continue
+            device, owner = held[0]
+            more = f" and {len(held) - 1} more" if len(held) > 1 else ""
+            report.refused[name] = (
+                f"conflict: device {device}{more} owned by sender {owner} on the receiver; "
+                "not resent until released there (`sealsync owners release`)"
+            )
+        return out
+
+    def _deletes(self, names: Sequence[str], slog: SyncLog, report: DirReport) -> None:
+        slog.deleted_start()
+        crash_point("sender.synclog.deleted_start")
+        depth = self.pipeline_depth
+        for start in range(0, len(names), depth):
+            window = names[start : start + depth]
+            self.stream.sendall(b"".join(encode(Delete(n)) for n in window))
+            acked: list[str] = []
+            try:
+                for name in window:
+                    ack = self.receive(DeleteAck)
+                    if ack.name != name:
+                        raise ProtocolError(
+                            f"receiver acknowledged deleting {ack.name}, expected {name}"
+                        )
+                    acked.append(name)
+            finally:
+                if acked:
+                    slog.deleted_many(acked)
+                    crash_point("sender.synclog.deleted")
+                    report.deleted.extend(acked)
+        slog.deleted_end()
+        crash_point("sender.synclog.deleted_end")
+
+
+def _stream_size(snapshot_dir: Path, name: str) -> int:
+    base = os.fspath(snapshot_path(snapshot_dir, name))
+    total = 0
+    for suffix in ("", ".resource", ".mods"):
+        try:
+            total += os.stat(base + suffix).st_size
+        except OSError:
+            pass
+    return total
+
+
+class _Files:
+    """The file part of one round: a send queue, a window of files in flight, resends."""
+
+    def __init__(
+        self,
+        session: SenderSession,
+        index: int,
+        snapshot_dir: Path,
+        verified: VerifiedLog,
+        refusals: RefusalBook,
+        report: DirReport,
+        total: int,
+    ) -> None:
+        self.s = session
+        self.index = index
+        self.snapshot_dir = snapshot_dir
+        self.verified = verified
+        self.refusals = refusals
+        self.report = report
+        self.total = total
+        self.sent_bytes = 0
+        self.in_flight: OrderedDict[int, _InFlight] = OrderedDict()
+        self.sends: dict[str, int] = {}
+        self.resend: list[tuple[float, int, str]] = []  # (due, tie-break, name)
+
+    def run(self, names: Sequence[str]) -> None:
+        todo = deque(names)
+        while todo or self.resend or self.in_flight:
+            self.absorb(block=False)
+            if len(self.in_flight) >= self.s.pipeline_depth:
+                self.absorb(block=True)
+                continue
+            now = time.monotonic()
+            if self.resend and self.resend[0][0] <= now:
+                self.offer(heapq.heappop(self.resend)[2])
+            elif todo:
+                self.offer(todo.popleft())
+            elif self.resend:
+                delay = self.resend[0][0] - now
+                if self.in_flight:
+                    self.absorb(block=True, timeout=delay)
+                else:
+                    time.sleep(delay)
+            elif self.in_flight:
+                self.absorb(block=True)
+
+    def offer(self, name: str) -> None:
+        try:
+            opened = open_snapshot_file(self.snapshot_dir, name)
+        except Unsendable as exc:
+            self.report.failed[name] = str(exc)
+            self.s.emit("file", index=self.index, name=name, status="failed", reason=str(exc))
+            return
+        try:
+            file_id = self.s.new_file_id()
+            sends = self.sends.get(name, 0) + 1
+            self.sends[name] = sends
+            if sends > 1:
+                self.total += opened.stream_size  # progress counts the resend too
+            self.in_flight[file_id] = _InFlight(name, sends, opened.stream_size)
+            send_file(self.s.stream, opened, file_id, self.s.buffer, self.on_bytes)
+            crash_point("sender.file.sent")
+        finally:
+            opened.close()
+
+    def on_bytes(self, n: int) -> None:
+        self.sent_bytes += n
+        self.s.emit("bytes", index=self.index, sent=self.sent_bytes, total=self.total)
+
+    def absorb(self, block: bool, timeout: float | None = None) -> None:
+        """Apply the verdicts that are here (after waiting for one if ``block``)."""
+        verified: list[_InFlight] = []
+        try:
+            first = True
+            while self.in_flight:
+                if first and block:
+                    if timeout is None:
+                        msg: AnyMessage | None = self.s.reader.get()
+                    else:
+                        msg = self.s.reader.wait(max(timeout, 0.0))
+                else:
+                    msg = self.s.reader.poll()
+                first = False
+                if msg is None:
+                    break
+                verdict: FileVerdict = expect(msg, FileVerdict)
+                item = self.match(verdict)
+                if verdict.status == Verdict.VERIFIED:
+                    verified.append(item)
+                else:
+                    self.not_verified(item, verdict)
+        finally:
+            if verified:
+                self.verified.add([v.name for v in verified])
+                for v in verified:
+                    self.report.shipped.append(v.name)
+                    self.report.shipped_bytes += v.size
+                    self.report.failed.pop(v.name, None)
+                    self.report.refused.pop(v.name, None)
+                    self.refusals.forget(v.name)
+                    self.s.emit(
+                        "file", index=self.index, name=v.name, status=Verdict.VERIFIED, reason=""
+                    )
+
+    def match(self, verdict: FileVerdict) -> _InFlight:
+        expected_id, item = next(iter(self.in_flight.items()))
+        if verdict.file_id != expected_id or verdict.name != item.name:
+            raise ProtocolError(
+                f"receiver answered for file {verdict.file_id} ({verdict.name}), "
+                f"expected {expected_id} ({item.name})"
+            )
+        del self.in_flight[expected_id]
+        return item
+
+    def not_verified(self, item: _InFlight, verdict: FileVerdict) -> None:
+        name, reason = item.name, verdict.reason
+        if verdict.status == Verdict.MISMATCH:
+            if item.sends < self.s.max_retries:
+                due = time.monotonic() + backoff(self.s.file_wait, item.sends)
+                heapq.heappush(self.resend, (due, item.sends, name))
+                log.info("%s: receiver answered mismatch (%s), resending", name, reason)
+                return
+            why = f"checksum mismatch after {item.sends} attempts"
+            self.report.failed[name] = f"{why}: {reason}" if reason else why
+        else:
+            devices: tuple[str, ...] = ()
+            if verdict.status == Verdict.CONFLICT:
+                devices = _devices(snapshot_path(self.snapshot_dir, name), self.s.inspect)
+            self.refusals.record(Refusal(name, verdict.status, reason, devices))
+            self.report.refused[name] = f"{verdict.status}: {reason}" if reason else verdict.status
+        self.s.emit("file", index=self.index, name=name, status=verdict.status, reason=reason)
+
+
+def _devices(path: Path, inspect: Callable[[Path], Any] | None) -> tuple[str, ...]:
+    """The devices of a refused file, for the next round's OWNERS_QUERY.
+
+    ``sealsync.formats`` is imported here, not at the top: the format readers pull in
+    heavy libraries that a round without conflicts never needs.
+    """
+    try:
+        if inspect is None:
+            from sealsync.formats import inspect
+
+        return tuple(str(d) for d in inspect(path).devices)
+    except Exception as exc:  # unreadable here: the file is simply offered again
+        log.warning("cannot read the devices of %s (%s); it will be offered again", path, exc)
+        return ()

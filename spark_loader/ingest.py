@@ -1,0 +1,317 @@
+"""One ``sealsync load`` run: reconcile, remove what left, ingest what arrived.
+
+Exactly once, built on three facts:
+
+1. Each source file version has its own partition ``file_id=<id>`` (identity in
+   :mod:`.discovery`); a run writes it into a private staging folder and then
+   renames it into the table, after deleting any earlier copy, so writing a file
+   again (a rerun after a crash) replaces it instead of adding rows.
+2. A partition enters and leaves the table by one rename (:mod:`.table`), so a
+   crash never leaves part of a file's rows.
+3. The partitions in the table are the truth; ``ingested.json`` is reconciled
+   against them at the start of every run (recorded but missing: re-ingested;
+   present but not recorded: adopted), and then the wanted set (the files on the
+   receiver now) decides: partitions of files that are gone are deleted, files
+   without a partition are ingested. A rerun with nothing new writes nothing.
+
+``--full`` deletes every partition and the state first, then runs as usual, so
+it ends with the same partitions and rows as incremental runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sealsync.config import LoaderConfig
+from sealsync.errors import SealsyncError
+from spark_loader import schema as schemas
+from spark_loader.discovery import PARQUET, SourceFile, discover
+from spark_loader.job import Ingest, Prepared
+from spark_loader.report import LoadReport
+from spark_loader.session import (
+    active_session,
+    check_executor_python,
+    create_session,
+    driver_lock,
+    python_warnings_quiet,
+    run_conf,
+)
+from spark_loader.state import (
+    FileRecord,
+    IngestState,
+    load_state,
+    loader_lock,
+    save_state,
+    wait_for_previous_driver,
+)
+from spark_loader.table import (
+    LINKS,
+    PROVENANCE_COLUMNS,
+    Partition,
+    Table,
+    folder_schema,
+    footer_rows,
+    remove_run_folder,
+)
+
+Progress = Callable[[str], None]
+
+DEFAULT_BATCH_BYTES = 4 << 30
+DEFAULT_BATCH_FILES = 2000
+
+
+@dataclass(frozen=True)
+class _Options:
+    master: str | None
+    full: bool
+    verbose: bool
+    spark: Any
+    batch_bytes: int
+    batch_files: int
+    sync: bool
+    driver_wait: float
+
+
+def run_load(
+    config: LoaderConfig,
+    master: str | None = None,
+    full: bool = False,
+    progress: Progress | None = None,
+    *,
+    verbose: bool = False,
+    spark: Any = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_files: int = DEFAULT_BATCH_FILES,
+    sync: bool = True,
+    driver_wait: float = 120.0,
+) -> LoadReport:
+    """Bring the table at ``config.table_path`` in line with the receiver's files.
+
+    Uses ``spark`` if given, else the active SparkSession, else starts one on
+    ``master`` (default: the config's) and stops it at the end. Batches bound how
+    much one Spark job writes (and how much a crash redoes). ``sync=False`` skips
+    the fsync of written partitions (tests). ``driver_wait``: how long to wait for
+    the Spark driver of a killed earlier run to exit.
+    """
+    started = time.monotonic()
+    options = _Options(master, full, verbose, spark, batch_bytes, batch_files, sync, driver_wait)
+    run = _Run(config, options, progress)
+    try:
+        run.state_dir.mkdir(parents=True, exist_ok=True)
+        run.table.ensure()
+    except OSError as exc:
+        raise SealsyncError(f"cannot create {exc.filename}: {exc.strerror}") from None
+    with loader_lock(run.state_dir):
+        try:
+            run.run()
+        except OSError as exc:  # a full disk, a permission: one line, not a traceback
+            where = f" {exc.filename}" if exc.filename else ""
+            raise SealsyncError(f"loader failed on{where}: {exc.strerror or exc}") from None
+    run.report.seconds = time.monotonic() - started
+    return run.report  # the caller prints the summary: once, where it wants it
+
+
+class _Run:
+    """One run under the locks: reconcile, remove, ingest."""
+
+    def __init__(self, config: LoaderConfig, options: _Options, progress: Progress | None) -> None:
+        self.config = config
+        self.options = options
+        self.progress = progress
+        self.report = LoadReport()
+        self.state_dir = Path(config.state_dir)
+        self.table = Table(Path(config.table_path))
+
+    def say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def run(self) -> None:
+        report, table = self.report, self.table
+        wait_for_previous_driver(self.state_dir, self.options.driver_wait)
+        table.sweep()
+        state = load_state(self.state_dir)
+        if state.rebuilt:
+            report.notes.append(state.rebuilt)
+            self.say(state.rebuilt)
+        if self.options.full:
+            state = _clear(table, self.state_dir, report, self.say)
+        found = discover(list(self.config.receiver_data_dirs))
+        for name, reason in found.skipped.items():
+            report.skip(name, reason)
+        senders = len({f.sender for f in found.files})
+        self.say(f"found {len(found.files)} loaded files from {senders} senders")
+        wanted = {f.file_id: f for f in found.files}
+        partitions = table.partitions()
+        changed = _reconcile(state, table, partitions, wanted, report)
+        present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
+        gone = sorted(present - wanted.keys())
+        if gone:
+            self.say(f"removing the rows of {len(gone)} files no longer on the receiver")
+        for fid in gone:
+            record = state.files.pop(fid, None)
+            partition = partitions.get(fid)
+            rows = record.rows if record else (footer_rows(partition.path) if partition else 0)
+            if partition is not None:
+                table.delete(partition)
+            report.removed += 1
+            report.rows_removed += rows
+        if gone or changed:
+            save_state(self.state_dir, state)
+        todo = [f for f in found.files if f.file_id not in present]
+        report.unchanged = len(found.files) - len(todo)
+        if todo:
+            self.ingest(todo, state)
+
+    def _session(self) -> tuple[Any, bool]:
+        if self.options.spark is not None:
+            return self.options.spark, False
+        existing = active_session()
+        if existing is not None:
+            return existing, False
+        url = self.options.master or self.config.master
+        created = create_session(
+            url,
+            self.state_dir,
+            verbose=self.options.verbose,
+            conf=self.config.spark,
+            python=self.config.python,
+        )
+        if not url.startswith("local"):
+            _ship_package(created, self.state_dir)
+        return created, True
+
+    def ingest(self, todo: list[SourceFile], state: IngestState) -> None:
+        self.say(f"ingesting {len(todo)} files")
+        session, owned = self._session()
+        run_id = uuid.uuid4().hex
+        try:
+            with python_warnings_quiet(), run_conf(session), driver_lock(session, self.state_dir):
+                if any(f.suffix != PARQUET for f in todo) and _remote_python(session):
+                    check_executor_python(session)
+                job = Ingest(
+                    session,
+                    self.table,
+                    state,
+                    self.state_dir,
+                    self.report,
+                    self.progress,
+                    run_id,
+                    self.options.sync,
+                )
+                admitted = []
+                for item in job.prepare(todo):
+                    reason = schemas.admit(state.columns, item.columns)
+                    if reason:
+                        self.report.skip(str(item.source.path), reason)
+                    else:
+                        admitted.append(item)
+                batches = _batches(admitted, self.options.batch_bytes, self.options.batch_files)
+                for i, batch in enumerate(batches, start=1):
+                    megabytes = sum(p.source.size for p in batch) / 1e6
+                    label = f"batch {i}/{len(batches)}"
+                    self.say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
+                    job.write(batch, i, label)
+        finally:
+            remove_run_folder(self.table.path / LINKS / run_id)
+            if owned:
+                session.stop()
+
+
+def _remote_python(session: Any) -> bool:
+    """Executors may run a Python other than this one: on a cluster, or when told to."""
+    sc = session.sparkContext
+    return not sc.master.startswith("local") or sc.pythonExec != sys.executable
+
+
+def _clear(table: Table, state_dir: Path, report: LoadReport, say: Progress) -> IngestState:
+    partitions = table.partitions()
+    say(f"full rebuild: removing all {len(partitions)} partitions")
+    for partition in partitions.values():
+        table.delete(partition)
+    state = IngestState()
+    save_state(state_dir, state)
+    report.notes.append(f"full rebuild: cleared {len(partitions)} partitions")
+    return state
+
+
+def _reconcile(
+    state: IngestState,
+    table: Table,
+    partitions: dict[str, Partition],
+    wanted: dict[str, SourceFile],
+    report: LoadReport,
+) -> bool:
+    """Make the record agree with the table; True if it changed."""
+    missing = [fid for fid, r in state.files.items() if r.rows > 0 and fid not in partitions]
+    for fid in missing:
+        del state.files[fid]
+    adopted = 0
+    for fid, partition in partitions.items():
+        source = wanted.get(fid)
+        record = state.files.get(fid)
+        if source is None or (record is not None and record.rows > 0):
+            continue  # unwanted partitions are deleted next
+        rows = footer_rows(partition.path)
+        _adopt_columns(state, partition)
+        state.files[fid] = FileRecord(
+            source.sender, source.name, source.size, source.mtime_ns, rows
+        )
+        adopted += 1
+    if missing:
+        report.notes.append(
+            f"{len(missing)} recorded files were missing from the table; ingesting them again"
+        )
+    if adopted:
+        report.notes.append(f"{adopted} files were in the table but not recorded; recorded them")
+    return bool(missing or adopted)
+
+
+def _adopt_columns(state: IngestState, partition: Partition) -> None:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    skip = {*PROVENANCE_COLUMNS, "time", "device"}
+    for field in folder_schema(partition.path):
+        if field.name not in skip and field.name not in state.columns:
+            state.columns[field.name] = schemas.to_json(
+                schemas.normalize(from_arrow_type(field.type))
+            )
+
+
+def _batches(items: list[Prepared], max_bytes: int, max_files: int) -> list[list[Prepared]]:
+    out: list[list[Prepared]] = []
+    current: list[Prepared] = []
+    size = 0
+    for item in items:
+        if current and (size + item.source.size > max_bytes or len(current) >= max_files):
+            out.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += item.source.size
+    if current:
+        out.append(current)
+    return out
+
+
+def _ship_package(spark: Any, state_dir: Path) -> None:
+    """On a cluster, executors import ``spark_loader`` (the TsFile reader) and the
+    ``sealsync`` modules it uses from this zip.
+
+    The native ``tsfile`` and ``pyarrow`` packages must be installed there already.
+    """
+    import sealsync
+
+    packages = [Path(__file__).resolve().parent, Path(sealsync.__file__).resolve().parent]
+    target = state_dir / "sealsync-executor.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in packages:
+            for path in sorted(package.rglob("*.py")):
+                zf.write(path, path.relative_to(package.parent).as_posix())
+    spark.sparkContext.addPyFile(str(target))

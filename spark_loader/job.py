@@ -1,0 +1,547 @@
+"""The Spark side of a run: source files in, one table partition per file out.
+
+Per batch of files, one DataFrame and one write:
+
+* **Parquet** files are read by Spark's own Parquet reader, one scan per batch and
+  file schema. Each file is first linked (hard link, else symlink) into a hidden
+  folder of the table, ``.sealsync-links/<run>/b<batch>/p<n>/__sealsync_key=<k>/``
+  ``data.parquet``, where ``<k>`` is the file's number in the batch, so the scan of
+  ``p<n>`` yields the key as a constant column: no per-row lookup, no join. The hard
+  link is also a snapshot: a file the receiver deletes meanwhile stays readable
+  until the run ends.
+* **TsFiles** are read on the executors (:mod:`.tsfile_read`) with ``mapInArrow``
+  over a DataFrame of file paths, one Spark partition per file, which add the key.
+
+**Deletions.** A file's ``X.mods`` (points the database deleted after sealing) is
+read here on the driver, once per run, when the file is prepared (it is small; the
+data never is), and checked to be the version its ``file_id`` names. TsFile rows
+carry the deletions' text to the executors, which drop those points from each
+file's Arrow table (``mods.apply``). A Parquet scan is anti-joined with a small
+broadcast table of the deletions of the files in it, per file (the key is a column
+of the scan), so Spark's own reader stays on the path and no Python runs per row. A
+``.mods`` that does not parse makes its file skipped and reported, like a corrupt
+data file, and retried on the next run.
+
+**Writing.** The union is written with ``partitionBy(KEY_COLUMN)`` into a fresh
+hidden staging folder of the table; Spark's job commit makes it complete or leaves
+it unfinished. Then each ``__sealsync_key=<k>`` folder is renamed to its file's
+partition ``sender=/source_file=/file_id=`` (:mod:`.table`): one rename per file, so
+a partition appears whole, and a crash between renames leaves whole partitions
+that the next run adopts. Provenance lives only in those folder names: Spark's
+row-based writer never copies or encodes it per row, and a short key is all it
+partitions by (measured in docs/performance.md).
+
+A failing job is retried without the file that broke it, when the error names it
+(our TsFile reader's marker, or the link path in Spark's message), else split in
+halves, until each bad file is alone; only it is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import functools
+import os
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sealsync import formats
+from sealsync.errors import FormatError
+from sealsync.formats import mods
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
+from spark_loader import localfs
+from spark_loader import schema as schemas
+from spark_loader.discovery import PARQUET, SourceFile
+from spark_loader.report import LoadReport
+from spark_loader.session import stage_progress
+from spark_loader.state import FileRecord, IngestState, save_state
+from spark_loader.table import (
+    KEY_COLUMN,
+    LINKS,
+    STAGING,
+    Partition,
+    Table,
+    footer_rows,
+    remove_run_folder,
+)
+from spark_loader.tsfile_read import FILES_DDL, SCHEMA_DDL, data_batches, file_error, schema_rows
+
+PARQUET_GROUP, TSFILE = "p", "t"
+MAX_FAILED_JOBS = 32
+_LINK_KEY_RE = re.compile(rf"/b\d+/{PARQUET_GROUP}\d+/{KEY_COLUMN}=(\d+)/data\.parquet")
+# Columns of the deletions a Parquet scan is anti-joined with, named so that no real
+# measurement has them (a file that did would fail its job and be isolated, skipped).
+_GONE_FILE = "__sealsync_mods_key"
+_GONE_DEVICE = "__sealsync_mods_device"
+_GONE_UNTIL = "__sealsync_mods_until"
+
+
+@dataclass
+class Prepared:
+    """A source file ready for a Spark job: its columns known, later linked."""
+
+    source: SourceFile
+    file_id: str
+    columns: dict[str, Any]  # name -> Spark DataType, as the file stores it
+    rows: int | None  # the Parquet footer's row count; None for TsFiles
+    schema_key: str  # Parquet files with equal keys are read by one scan
+    partition: Partition  # where its rows go in the table
+    kind: str = ""  # set when linked: PARQUET_GROUP or TSFILE
+    key: str = ""  # set when linked: the file's number in its batch
+    link: Path | None = None
+    folder: Path | None = None  # the link folder one scan reads
+    # The latest deletion time per device from its X.mods (the only one that counts:
+    # a deletion up to T covers every earlier one of that device); empty if none.
+    deleted: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def mods_text(self) -> str | None:
+        """The deletions as ``.mods`` text, for executors that apply them."""
+        if not self.deleted:
+            return None
+        return "".join(mods.Deletion(d, t).line() for d, t in sorted(self.deleted.items()))
+
+
+def _link(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst, follow_symlinks=True)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        os.symlink(os.path.abspath(src), dst)
+
+
+def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    if len(set(arrow.names)) != len(arrow.names):
+        raise ValueError("duplicate column names")
+    out = {}
+    for f in arrow:
+        t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+        try:
+            out[f.name] = from_arrow_type(t)
+        except Exception:
+            raise ValueError(f"column {f.name!r} has a type Spark cannot read: {t}") from None
+    return out
+
+
+_PY_ERROR_RE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?.*$")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line of a (Spark) exception that says what went wrong."""
+    text = str(exc).strip()
+    if "Traceback (most recent call last)" in text:
+        found = [m for m in (_PY_ERROR_RE.match(ln.strip()) for ln in text.splitlines()) if m]
+        if found:
+            return one_line(RuntimeError(found[-1].group(0))).removeprefix("RuntimeError: ")
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("An error occurred while calling"):
+            return one_line(RuntimeError(line)).removeprefix("RuntimeError: ")
+    return one_line(exc)
+
+
+def _latest(deletions: list[mods.Deletion]) -> dict[str, int]:
+    """Device -> the latest time any of ``deletions`` deletes up to."""
+    out: dict[str, int] = {}
+    for d in deletions:
+        out[d.device] = max(d.until_ms, out.get(d.device, d.until_ms))
+    return out
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def conform(df: Any, target: Any) -> Any:
+    """``df`` with exactly the target's columns, in order, cast; missing ones null."""
+    from pyspark.sql import functions as F
+
+    have = {f.name: f.dataType for f in df.schema.fields}
+    if [(f.name, f.dataType) for f in df.schema.fields] == [
+        (f.name, f.dataType) for f in target.fields
+    ]:
+        return df  # already the target's shape: no per-row projection
+    cols = []
+    for field in target.fields:
+        if field.name in have:
+            col = F.col(_quoted(field.name))
+            if have[field.name] != field.dataType:
+                col = col.cast(field.dataType)
+        else:
+            col = F.lit(None).cast(field.dataType)
+        cols.append(col.alias(field.name))
+    return df.select(*cols)
+
+
+class Ingest:
+    """Runs the Spark jobs of one loader run and records what they wrote."""
+
+    def __init__(
+        self,
+        spark: Any,
+        table: Table,
+        state: IngestState,
+        state_dir: Path,
+        report: LoadReport,
+        progress: Callable[[str], None] | None,
+        run_id: str,
+        sync: bool = True,
+    ) -> None:
+        self.spark = spark
+        self.table = table
+        self.state = state
+        self.state_dir = state_dir
+        self.report = report
+        self.progress = progress
+        self.links = table.path / LINKS / run_id
+        self.sync = sync
+        self._members: dict[Path, set[str]] = {}
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def _skip(self, source: SourceFile, reason: str) -> None:
+        """Report a file not ingested, unless it merely left the receiver meanwhile.
+
+        A file deleted (or replaced, or its ``.mods`` changed) on the receiver during
+        the run is no failure: the next run sees the receiver as it is then.
+        """
+        if source.unchanged():
+            self.report.skip(str(source.path), reason)
+        else:
+            self.report.changed += 1
+
+    # ------------------------------------------------------------------ prepare
+
+    def _deletions(self, source: SourceFile) -> dict[str, int] | None:
+        """The file's ``.mods`` deletions (device -> latest time); None if it is skipped.
+
+        Read once per run, here on the driver (a ``.mods`` is small). The version read
+        must be the one the file's id names: one replaced since discovery is left to
+        the next run, which gives the file a new id.
+        """
+        if source.mods is None:
+            return {}
+        try:
+            deletions, version = mods.read_version(source.mods_path)
+        except FormatError as exc:  # its text names .mods and the bad line
+            self._skip(source, str(exc))
+            return None
+        except OSError as exc:
+            self._skip(source, f"cannot read its .mods: {exc.strerror or exc}")
+            return None
+        if version != source.mods:
+            self.report.changed += 1
+            return None
+        return _latest(deletions)
+
+    def prepare(self, files: list[SourceFile]) -> list[Prepared]:
+        """Read every file's columns (Parquet footers here, TsFile metadata on
+        executors) and its ``.mods`` deletions."""
+        ready: list[Prepared] = []
+        tsfiles: list[Prepared] = []
+        for source in files:
+            try:
+                partition = self.table.partition(source.sender, source.name, source.file_id)
+            except ValueError as exc:  # a name no partition folder can hold
+                self._skip(source, str(exc))
+                continue
+            deleted = self._deletions(source)
+            if deleted is None:
+                continue
+            if source.suffix != PARQUET:
+                tsfiles.append(
+                    Prepared(source, source.file_id, {}, None, TSFILE, partition, deleted=deleted)
+                )
+                continue
+            try:
+                if not formats.is_complete(source.path):
+                    raise ValueError("not a complete Parquet file")
+                meta = pq.read_metadata(source.path)
+                arrow = meta.schema.to_arrow_schema()
+                columns = _spark_columns(arrow)
+            except Exception as exc:
+                self._skip(source, _first_line(exc))
+                continue
+            key = arrow.remove_metadata().to_string()
+            ready.append(
+                Prepared(
+                    source, source.file_id, columns, meta.num_rows, key, partition, deleted=deleted
+                )
+            )
+        if tsfiles:
+            self._say(f"reading the metadata of {len(tsfiles)} TsFiles")
+            found = self._tsfile_columns(tsfiles)
+            for item in tsfiles:
+                got = found.get(item.file_id, "no metadata returned")
+                if isinstance(got, str):
+                    self._skip(item.source, got)
+                else:
+                    item.columns = got
+                    ready.append(item)
+        return ready
+
+    def _link_batch(self, batch: list[Prepared], number: int) -> list[Prepared]:
+        """Link the batch's files into folders one scan each reads whole.
+
+        A hard link is a snapshot: the receiver may delete the file meanwhile.
+        The link's size and mtime must still be the discovered ones (else the
+        file changed after discovery and its id no longer describes it).
+        """
+        root = self.links / f"b{number}"
+        groups: dict[str, Path] = {}
+        linked: list[Prepared] = []
+        for number_in_batch, item in enumerate(batch):
+            source, fid = item.source, item.file_id
+            item.key = str(number_in_batch)
+            if source.suffix != PARQUET:
+                item.kind, item.folder = TSFILE, root / TSFILE
+                item.link = item.folder / f"{fid}.tsfile"
+            else:
+                item.kind = PARQUET_GROUP
+                item.folder = groups.setdefault(
+                    item.schema_key, root / f"{PARQUET_GROUP}{len(groups)}"
+                )
+                item.link = item.folder / f"{KEY_COLUMN}={item.key}" / "data.parquet"
+            try:
+                _link(source.path, item.link)
+                st = os.stat(item.link)
+            except OSError as exc:
+                self._skip(source, f"cannot link it for reading: {exc.strerror or exc}")
+                continue
+            if (st.st_size, st.st_mtime_ns) != (source.size, source.mtime_ns):
+                self.report.changed += 1  # replaced since discovery: the next run loads it
+                continue
+            linked.append(item)
+        self._members = {}
+        for item in linked:
+            assert item.folder is not None
+            self._members.setdefault(item.folder, set()).add(item.file_id)
+        return linked
+
+    def _files_df(self, items: list[Prepared], deletions: bool = False) -> Any:
+        """One row per file (``FILES_DDL``); with ``deletions``, its ``.mods`` text."""
+        rows = [
+            (str(p.link or p.source.path), p.file_id, p.key, p.mods_text() if deletions else None)
+            for p in items
+        ]
+        rdd = self.spark.sparkContext.parallelize(rows, len(rows))
+        return self.spark.createDataFrame(rdd, FILES_DDL)
+
+    def _tsfile_columns(self, items: list[Prepared]) -> dict[str, dict[str, Any] | str]:
+        """file_id -> {column: Spark type} or the reason it cannot be read."""
+        from pyspark.sql.types import LongType, StringType
+
+        out: dict[str, dict[str, Any] | str] = {}
+        pending = [items]
+        failures = 0
+        while pending:
+            group = pending.pop()
+            try:
+                with stage_progress(self.spark, self.progress, "TsFile metadata"):
+                    rows = self._files_df(group).mapInArrow(schema_rows, SCHEMA_DDL).collect()
+            except Exception as exc:  # a worker died: isolate the file that killed it
+                failures += 1
+                if len(group) == 1 or failures > MAX_FAILED_JOBS:
+                    for p in group:
+                        out[p.file_id] = f"reading metadata failed: {_first_line(exc)}"
+                else:
+                    pending += [group[: len(group) // 2], group[len(group) // 2 :]]
+                continue
+            for row in rows:
+                fid = row["file_id"]
+                if row["error"] is not None:
+                    out[fid] = row["error"]
+                elif row["name"] is None:
+                    out[fid] = {TIME_COLUMN: LongType(), DEVICE_COLUMN: StringType()}
+                elif isinstance(out.get(fid), dict):
+                    out[fid][row["name"]] = schemas.from_json(row["type"])  # type: ignore[index]
+        return out
+
+    # ------------------------------------------------------------------ write
+
+    def _frame(self, batch: list[Prepared], target: Any) -> Any:
+        from pyspark.sql import DataFrame
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        parts = []
+        groups: dict[Path, list[Prepared]] = {}
+        for item in batch:
+            assert item.folder is not None
+            groups.setdefault(item.folder, []).append(item)
+        for folder, items in sorted(groups.items()):
+            if items[0].kind == TSFILE:
+                arrow = to_arrow_schema(target)
+                body = functools.partial(data_batches, schema=arrow)
+                parts.append(self._files_df(items, deletions=True).mapInArrow(body, target))
+                continue
+            reader = self.spark.read.option("basePath", str(folder))
+            if {p.file_id for p in items} == self._members.get(folder):
+                df = reader.parquet(str(folder))  # one listing instead of a path per file
+            else:  # part of a batch being retried
+                paths = [str(p.link) for p in items]
+                df = reader.option("__globPaths__", "false").parquet(*paths)
+            parts.append(conform(self._without_deleted(df, items), target))
+        return functools.reduce(DataFrame.union, parts)
+
+    def _without_deleted(self, df: Any, items: list[Prepared]) -> Any:
+        """A Parquet scan of ``items`` without the points their ``.mods`` delete.
+
+        A broadcast left anti join against the deletions, one row per (file, device)
+        with the latest time deleted: a row goes when its file's key and ``device``
+        match one and its time is at most that. No Python runs per row, and the plan
+        stays the same size however many deletions there are (a filter expression with
+        one condition per (file, device) took Spark's planner ~1.4 s for 100 of them
+        and ~45 s for 4000). A row whose time or device is null matches nothing and
+        stays, as ``mods.apply`` keeps it.
+        """
+        from pyspark.sql import functions as F
+
+        rows = [
+            (p.key, device, until) for p in items for device, until in sorted(p.deleted.items())
+        ]
+        if not rows:
+            return df  # the common case: the scan is not touched
+        gone = self.spark.createDataFrame(
+            rows, f"{_GONE_FILE} string, {_GONE_DEVICE} string, {_GONE_UNTIL} bigint"
+        )
+        deleted = (
+            (F.col(KEY_COLUMN) == F.col(_GONE_FILE))
+            & (F.col(DEVICE_COLUMN) == F.col(_GONE_DEVICE))
+            & (F.col(TIME_COLUMN) <= F.col(_GONE_UNTIL))
+        )
+        return df.join(F.broadcast(gone), deleted, "left_anti")
+
+    def _write(self, batch: list[Prepared], staging: Path) -> None:
+        from pyspark.sql.types import DoubleType, FloatType
+
+        names = {n for p in batch for n in schemas.measurements(p.columns)}
+        target = schemas.target_schema(self.state.columns, sorted(names))
+        writer = (
+            self._frame(batch, target)
+            .write.mode("errorifexists")
+            .partitionBy(KEY_COLUMN)
+            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            # Version 1 renames each task's folders whole at commit; version 2
+            # re-creates every partition folder file by file.
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
+        )
+        if self.table.path.is_absolute():
+            # The table is a local (or mounted) folder: write it without Hadoop's
+            # ``.crc`` sidecar per file (Parquet pages carry their own checksums), and
+            # without a forked ``chmod`` per file and folder where we can (:mod:`.localfs`).
+            writer = writer.option("fs.file.impl", localfs.implementation(self.spark))
+            writer = writer.option("fs.file.impl.disable.cache", "true")
+        # Time stamps and floating point values are nearly all distinct: building a
+        # dictionary per (small) partition file only to drop it is wasted work.
+        for field in target.fields:
+            if field.name == TIME_COLUMN or isinstance(field.dataType, (DoubleType, FloatType)):
+                writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
+        writer.parquet(str(staging))
+
+    def _record(self, batch: list[Prepared], staging: Path) -> None:
+        """After a committed job: check each file's rows, move its partition into the
+        table, make them durable, record them."""
+        written = []
+        for item in batch:
+            src, partition = item.source, item.partition
+            output = staging / f"{KEY_COLUMN}={item.key}"
+            rows = footer_rows(output) if output.is_dir() else 0
+            # Parquet: the footer's row count must be what was written. With deletions
+            # the table holds fewer, and how many fewer only the file's time and device
+            # columns tell: reading them here would read data on the driver, and a second
+            # Spark scan would read each such file twice. So then the check is a bound,
+            # which still catches rows written twice; without deletions it stays exact.
+            # (TsFiles have no footer count: rows is None.)
+            if item.rows is not None and (
+                rows > item.rows or (not item.deleted and rows != item.rows)
+            ):
+                held = f"{item.rows} before its .mods deletions" if item.deleted else item.rows
+                self._skip(src, f"wrote {rows} rows, the file holds {held}")
+                continue
+            if output.is_dir():
+                self.table.move_in(output, partition)
+                written.append(partition)
+            self.state.files[item.file_id] = FileRecord(
+                src.sender, src.name, src.size, src.mtime_ns, rows
+            )
+            self.report.ingested += 1
+            self.report.rows_written += rows
+        if self.sync:
+            self.table.sync(written)
+        save_state(self.state_dir, self.state)
+
+    def write(self, batch: list[Prepared], number: int, label: str) -> None:
+        """Write a batch; isolate and report the files that make its job fail."""
+        batch = self._link_batch(batch, number)
+        if not batch:
+            return
+        pending = [batch]
+        failures = 0
+        while pending:
+            group = pending.pop(0)
+            self._clear_partitions(group)
+            staging = self.table.path / STAGING / uuid.uuid4().hex
+            try:
+                with stage_progress(self.spark, self.progress, label):
+                    self._write(group, staging)
+            except Exception as exc:
+                remove_run_folder(staging)
+                failures += 1
+                culprit = self._culprit(exc, group)
+                if culprit is not None:
+                    bad, reason = culprit
+                    self._skip(bad.source, reason)
+                    rest = [p for p in group if p is not bad]
+                    if rest:
+                        pending.insert(0, rest)
+                elif len(group) == 1:
+                    self._skip(group[0].source, _first_line(exc))
+                elif failures > MAX_FAILED_JOBS:
+                    for p in group:
+                        self._skip(
+                            p.source,
+                            f"not retried after {failures} failed Spark jobs: {_first_line(exc)}",
+                        )
+                else:
+                    half = len(group) // 2
+                    pending[0:0] = [group[:half], group[half:]]
+                    self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs")
+                continue
+            try:
+                self._record(group, staging)
+            finally:
+                remove_run_folder(staging)
+
+    def _clear_partitions(self, group: list[Prepared]) -> None:
+        """Remove partitions these files may have from a job that failed while committing.
+
+        A partition is moved in by one rename, which needs its place free; deleting
+        the old one first (one rename) keeps both steps atomic.
+        """
+        for item in group:
+            if item.partition.path.is_dir():
+                self.table.delete(item.partition)
+
+    def _culprit(self, exc: BaseException, group: list[Prepared]) -> tuple[Prepared, str] | None:
+        text = str(exc)
+        by_id = {p.file_id: p for p in group}
+        marked = file_error(text)
+        if marked and marked[0] in by_id:
+            return by_id[marked[0]], marked[1]
+        by_key = {p.key: p for p in group if p.kind == PARQUET_GROUP}
+        for key in _LINK_KEY_RE.findall(text):
+            if key in by_key:
+                return by_key[key], _first_line(exc)
+        return None

@@ -1,0 +1,301 @@
+"""The Spark session the loader runs in, quiet unless asked to talk.
+
+Spark's chatter (log4j INFO/WARN lines, the JVM's start-up messages, progress
+bars) must not reach a cron mail or an operator's terminal: log4j is configured
+from a file we write (level WARN, or ERROR at run time), console progress is off,
+and, unless verbose, the driver JVM's stderr is a log file in the state dir (the
+JVM inherits it at launch, so whatever it prints later lands there too).
+
+No Hive metastore, no UI, no shuffle-heavy defaults: the loader only reads files
+and writes a path-based Parquet dataset.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sealsync import durable
+from sealsync.errors import LockHeld, SealsyncError
+from spark_loader import localfs
+from spark_loader.state import DRIVER_LOCK_FILE
+
+LOG_FILE = "spark-driver.log"
+LOG4J_FILE = "log4j2.properties"
+_LOG_LIMIT = 16 * 1024 * 1024
+
+#: Fixed when the session starts (only when the loader creates it).
+SESSION_CONF = {
+    "spark.app.name": "sealsync-load",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "1g",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.catalogImplementation": "in-memory",
+}
+
+#: Set for the duration of a run and restored afterwards (the session may be the caller's).
+RUN_CONF = {
+    # Rows are sorted by the partition key before the write (Spark's planned write),
+    # one Parquet writer open at a time: measured faster than concurrent writers,
+    # which keep every partition's writer and buffers open until the task ends.
+    "spark.sql.optimizer.plannedWrite.enabled": "true",
+    # Measurement names are case sensitive (IoTDB), so are our columns.
+    "spark.sql.caseSensitive": "true",
+    # Partition values of the link folders are strings, never guessed numbers.
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.sql.files.ignoreMissingFiles": "false",
+    "spark.sql.files.ignoreCorruptFiles": "false",
+    "spark.sql.parquet.mergeSchema": "false",
+    # List the link folders on the driver: a Spark job per listing costs more than
+    # a few thousand local directory reads.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+}
+
+_LOG4J = """\
+status = error
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+"""
+
+
+def _quiet_python_warnings() -> None:
+    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support.*")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark(\..*)?")
+
+
+@contextmanager
+def python_warnings_quiet() -> Iterator[None]:
+    """PySpark's own Python warnings (pandas versions) are not the user's business."""
+    with warnings.catch_warnings():
+        _quiet_python_warnings()
+        yield
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point fd 2 at ``path`` while the JVM is launched, so the JVM keeps it for life."""
+    try:
+        if path.stat().st_size > _LOG_LIMIT:
+            durable.rename(path, path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        pass
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def active_session() -> Any | None:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def create_session(
+    master: str,
+    log_dir: Path,
+    verbose: bool = False,
+    conf: dict[str, str] | None = None,
+    python: str | None = None,
+) -> Any:
+    """A new SparkSession on ``master`` (``local[*]`` needs nothing but Java).
+
+    ``python``: the interpreter executors start for the TsFile reader; it must have
+    pyarrow and tsfile. PySpark takes it from ``PYSPARK_PYTHON`` when the session
+    starts, so that is where it goes.
+    """
+    from pyspark.sql import SparkSession
+
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    props = log_dir / LOG4J_FILE
+    durable.atomic_write(props, _LOG4J.format(level="warn"))
+    settings = dict(SESSION_CONF)
+    if python:
+        os.environ["PYSPARK_PYTHON"] = python
+    elif master.startswith("local") and not os.environ.get("PYSPARK_PYTHON"):
+        # Python workers must have this interpreter's packages (pyarrow, tsfile,
+        # sealsync); PySpark starts ``python3`` from the PATH, maybe another one.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = SparkSession.builder.master(master)
+    merged = {**settings, **(conf or {})}
+    merged.update(localfs.session_conf(master, merged))
+    for key, value in merged.items():
+        builder = builder.config(key, value)
+    java_opts = f"-Dlog4j2.configurationFile={props.resolve().as_uri()}"  # no spaces: a URI
+    extra = (conf or {}).get("spark.driver.extraJavaOptions")
+    builder = builder.config(
+        "spark.driver.extraJavaOptions", f"{java_opts} {extra}" if extra else java_opts
+    )
+    try:
+        with python_warnings_quiet():
+            if verbose:
+                spark = builder.getOrCreate()
+            else:
+                with _stderr_to(log_dir / LOG_FILE):
+                    spark = builder.getOrCreate()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if first.startswith("An error occurred while calling"):  # py4j says nothing more
+            first = _last_error_line(_tail(log_dir / LOG_FILE)) or first
+        raise SealsyncError(
+            f"cannot start Spark on {master}: {first} (see {log_dir / LOG_FILE})"
+        ) from None
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    return spark
+
+
+@contextmanager
+def run_conf(spark: Any) -> Iterator[None]:
+    """Apply RUN_CONF for the body, then put the caller's values back."""
+    before: dict[str, str | None] = {}
+    for key, value in RUN_CONF.items():
+        before[key] = spark.conf.get(key, None)
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+@contextmanager
+def driver_lock(spark: Any, state_dir: Path) -> Iterator[None]:
+    """The driver JVM holds ``spark-driver.lock`` while the run may write the table.
+
+    Held by the JVM, not by Python, so that it outlives a killed Python process
+    for exactly as long as the JVM that could still commit does (see
+    :mod:`.state`).
+    """
+    path = Path(state_dir) / DRIVER_LOCK_FILE
+    jvm = spark.sparkContext._jvm
+    handle = jvm.java.io.RandomAccessFile(str(path), "rw")
+    try:
+        lock = handle.getChannel().tryLock()
+    except Exception as exc:
+        handle.close()
+        raise SealsyncError(f"cannot lock {path} in the Spark driver: {exc}") from None
+    if lock is None:
+        handle.close()
+        raise LockHeld(f"another Spark driver holds {path}")
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        finally:
+            handle.close()
+
+
+@contextmanager
+def stage_progress(
+    spark: Any, report: Callable[[str], None] | None, label: str, every: float = 5.0
+) -> Iterator[None]:
+    """While the body runs, report the active stages' task counts every few seconds."""
+    if report is None:
+        yield
+        return
+    done = threading.Event()
+    tracker = spark.sparkContext.statusTracker()
+
+    def poll() -> None:
+        last = ""
+        while not done.wait(every):
+            parts = []
+            try:
+                for stage_id in sorted(tracker.getActiveStageIds()):
+                    info = tracker.getStageInfo(stage_id)
+                    if info is not None:
+                        parts.append(
+                            f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks"
+                        )
+            except Exception:  # the tracker is best effort; never break the run
+                return
+            line = f"{label}: {', '.join(parts)}" if parts else ""
+            if line and line != last:
+                report(line)
+                last = line
+
+    thread = threading.Thread(target=poll, name="sealsync-load-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=2)
+
+
+def check_executor_python(spark: Any) -> None:
+    """Fail the run in one line if executors cannot run the TsFile reader.
+
+    Otherwise every TsFile would be skipped with the same reason, one line each. The
+    probe is a closure, so it is shipped by value and imports only on the executor.
+    """
+
+    def probe(_: Any) -> str | None:
+        try:
+            import pyarrow  # noqa: F401
+            import tsfile  # noqa: F401
+
+            import spark_loader.tsfile_read  # noqa: F401
+        except BaseException as exc:  # the reason is the answer
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    python = spark.sparkContext.pythonExec
+    try:
+        found = spark.sparkContext.parallelize([0], 1).map(probe).collect()[0]
+    except Exception as exc:  # the interpreter could not even start
+        text = str(exc)
+        at = text.find("Cannot run program")
+        found = text[at:].splitlines()[0] if at >= 0 else _last_error_line(text)
+    if found:
+        raise SealsyncError(
+            f"executors cannot read TsFiles with {python}: {found[:300]}; set [loader] "
+            "python to an interpreter on the workers that has pyarrow and tsfile"
+        )
+
+
+def _tail(path: Path, size: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - size, 0))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_error_line(text: str) -> str:
+    """The message of the last log4j ERROR line, or the last ``...Error:`` line."""
+    found = ""
+    for line in text.splitlines():
+        if " ERROR " in line:
+            found = line.split(": ", 1)[-1].strip()
+        elif not found and ("Error:" in line or "Exception:" in line):
+            found = line.strip()
+    return found

@@ -1,0 +1,177 @@
+"""TsFile reading on the executors (the functions Spark's ``mapInArrow`` runs).
+
+The driver never opens a TsFile: the native reader runs in Spark's Python workers,
+so the work spreads over a cluster and a malformed file that crashes the reader
+costs a worker (the task fails, the driver isolates the file), never the driver.
+Executors need ``sealsync`` and the ``tsfile`` package installed (in local mode
+they share the driver's environment).
+
+Two passes, because ``mapInArrow`` needs its output schema before it runs:
+:func:`schema_rows` reads only each file's metadata (measurement names and types),
+the driver merges them into one schema, then :func:`data_batches` reads the rows
+with ``formats.tsfile.to_arrow``, drops the points the file's ``X.mods`` deletes
+(its text comes with the file's row: the driver read it, so the executors apply the
+very version the file's id names) and conforms them to that schema.
+
+A file that fails raises an error whose text carries :data:`FILE_ERROR` and the
+file id, so the driver can tell which file of a batch broke the job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sealsync.errors import FormatError
+from sealsync.formats import mods
+from sealsync.formats import tsfile as tsfile_format
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
+from spark_loader.table import KEY_COLUMN
+
+FILE_ERROR = "sealsync-file-error"
+_FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)")
+
+#: Input rows of both passes: one per file; ``mods`` is the text of the deletions its
+#: ``X.mods`` makes (read on the driver; null in the schema pass and without deletions).
+FILES_DDL = "path string, file_id string, key string, mods string"
+#: Output rows of the schema pass: one per measurement, plus one (name null) per file.
+SCHEMA_DDL = "file_id string, name string, type string, error string"
+
+_TYPES = {
+    "BOOLEAN": pa.bool_(),
+    "INT32": pa.int32(),
+    "INT64": pa.int64(),
+    "FLOAT": pa.float32(),
+    "DOUBLE": pa.float64(),
+    "TEXT": pa.string(),
+    "STRING": pa.string(),
+    "TIMESTAMP": pa.int64(),
+    "DATE": pa.date32(),
+    "BLOB": pa.binary(),
+}
+_BATCH_ROWS = 65536
+
+
+def file_error(text: str) -> tuple[str, str] | None:
+    """``(file_id, reason)`` of the first per-file error in an exception's text."""
+    found = _FILE_ERROR_RE.search(text)
+    return (found.group(1), found.group(2).strip()) if found else None
+
+
+def _arrow_type(ts_type: Any) -> pa.DataType:
+    name = getattr(ts_type, "name", str(ts_type))
+    try:
+        return _TYPES[name]
+    except KeyError:
+        raise FormatError(f"unsupported TsFile data type {name}") from None
+
+
+def measurement_types(path: str) -> dict[str, pa.DataType]:
+    """Measurement name -> Arrow type, from the file's metadata only.
+
+    Tree model: every device's timeseries; table model: every table's FIELD
+    columns (tags become part of ``device``). These are the columns ``to_arrow``
+    returns besides ``time`` and ``device``.
+    """
+    tsfile_format.verify(path)  # framing and metadata checks before the native reader
+    import tsfile
+
+    reader = tsfile.TsFileReader(path)
+    try:
+        found: dict[str, list[pa.DataType]] = {}
+        tables = reader.get_all_table_schemas()
+        if tables:
+            for schema in tables.values():
+                for column in schema.get_columns():
+                    if column.get_category() == tsfile.ColumnCategory.FIELD:
+                        found.setdefault(column.get_column_name(), []).append(
+                            _arrow_type(column.get_data_type())
+                        )
+        else:
+            for device_schema in reader.get_all_timeseries_schemas().values():
+                for series in device_schema.get_timeseries_list():
+                    found.setdefault(series.get_timeseries_name(), []).append(
+                        _arrow_type(series.get_data_type())
+                    )
+    finally:
+        reader.close()
+    out: dict[str, pa.DataType] = {}
+    for name, types in found.items():
+        if name in (TIME_COLUMN, DEVICE_COLUMN):
+            raise FormatError(f"measurement named {name!r} clashes with a reserved column")
+        out[name] = _widest(name, types)
+    return out
+
+
+def _widest(name: str, types: list[pa.DataType]) -> pa.DataType:
+    """One type for a measurement that devices of one file declare differently."""
+    kinds = set(types)
+    if len(kinds) == 1:
+        return types[0]
+    if all(pa.types.is_integer(t) for t in kinds):
+        return pa.int64()
+    if all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in kinds):
+        return pa.float64()
+    shown = ", ".join(sorted(str(t) for t in kinds))
+    raise FormatError(f"measurement {name!r} has incompatible types in one file: {shown}")
+
+
+def schema_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of the schema pass; per-file failures become ``error`` rows."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    for batch in batches:
+        out: list[tuple[str, str | None, str | None, str | None]] = []
+        for row in batch.to_pylist():
+            try:
+                types = measurement_types(row["path"])
+            except Exception as exc:  # the native reader raises many unrelated types
+                out.append((row["file_id"], None, None, one_line(exc)))
+                continue
+            out.append((row["file_id"], None, None, None))
+            for name, typ in sorted(types.items()):
+                out.append((row["file_id"], name, from_arrow_type(typ).json(), None))
+        columns = list(zip(*out, strict=True)) if out else [(), (), (), ()]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(list(c), pa.string()) for c in columns], schema=_SCHEMA_ARROW
+        )
+
+
+_SCHEMA_ARROW = pa.schema([(n, pa.string()) for n in ("file_id", "name", "type", "error")])
+
+
+def _constant(value: str, n: int, typ: pa.DataType) -> pa.Array:
+    return pa.array([value], typ).take(pa.array(np.zeros(n, dtype=np.int32)))
+
+
+def conform(table: pa.Table, schema: pa.Schema, row: dict[str, str]) -> pa.Table:
+    """``to_arrow`` output shaped as one Spark write: every column, in order, typed."""
+    n = table.num_rows
+    columns = []
+    for field in schema:
+        if field.name == KEY_COLUMN:
+            columns.append(_constant(row["key"], n, field.type))
+        elif field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(n, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def data_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of the data pass: every row of every file but the points its
+    ``.mods`` deletes, conformed."""
+    for batch in batches:
+        for row in batch.to_pylist():
+            try:
+                table = tsfile_format.to_arrow(row["path"])
+                if row["mods"]:
+                    table = mods.apply(table, mods.parse(row["mods"]))
+                table = conform(table, schema, row)
+            except Exception as exc:
+                raise RuntimeError(f"{FILE_ERROR}[{row['file_id']}]: {one_line(exc)}") from None
+            yield from table.to_batches(max_chunksize=_BATCH_ROWS)
