@@ -5,6 +5,28 @@ one line that names the file and the key: cron mails that line to an operator wh
 has no other clue. So every key is checked here — type, range, existence of the
 paths that must already exist — and unknown keys (a typo silently ignored is a
 setting silently lost) are errors at every level.
+
+Each key is declared once, on the dataclass field it fills::
+
+    max_retries: int = field(default=5, metadata=setting(Integer(1, 1000)))
+
+The field's name is the key, its dataclass default is the key's default (a field
+without one is a required key), and the reader given to ``setting`` is the key's
+type, range and checks: ``Text``, ``Integer(lo, hi)``, ``Number(lo, hi)``,
+``PathValue`` and ``PathList`` (resolved against the config file's folder; ``check=``
+what must already exist, ``create=True`` for folders made once every key is valid),
+``TextList``, ``Settings``, or a small ``Reader`` subclass for anything else. One
+loader, ``_read_table``, walks the fields: it refuses keys no field declares (with
+"did you mean"), reads the present keys in field order, leaves absent ones to the
+dataclass defaults, and only then runs the steps that change the disk.
+
+To add a key, add that one field line to its class. Nothing else lists keys: the
+unknown-key check, the suggestions and the defaults all come from the field. A key
+whose name differs from its field, or that fills several fields (``listen`` gives
+``listen_host`` and ``listen_port``), says so with ``setting(reader, key=, part=)``;
+a default computed from other keys is ``setting(reader, fallback=)``. A field that is
+not a key of its table is marked ``not_a_key(why)``, so that every field says which
+it is.
 """
 
 from __future__ import annotations
@@ -16,7 +38,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +48,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_ALLOW = ("127.0.0.0/8", "::1/128")
 MAPPING_SOURCE = "<mapping>"
+#: The ``Field.metadata`` entry that holds a field's ``Setting`` (or ``NotAKey``).
+METADATA_KEY = "sealsync.config"
 
 # A host goes into a state folder name (<host>_<port>) and into log lines.
 _HOST_RE = re.compile(r"^[A-Za-z0-9._:%-]+$")
@@ -52,7 +76,7 @@ class _Table:
         self.base_dir = base_dir
         if not isinstance(data, Mapping):
             raise self.error(None, f"must be a table, got {_type_name(data)}")
-        self.data = data
+        self.data: Mapping[str, Any] = data
         unknown = sorted(set(data) - set(known))
         if unknown:
             raise self.error(unknown[0], f"unknown key ({_suggest(unknown[0], known)})")
@@ -61,56 +85,184 @@ class _Table:
         where = self.label if key is None else f"{self.label} {key}"
         return ConfigError(f"{self.source}: {where}: {message}".strip())
 
-    def _get(self, key: str, required: bool) -> Any:
-        if key not in self.data:
-            if required:
-                raise self.error(key, "missing required key")
-            return None
-        return self.data[key]
+    def resolve(self, key: str, value: str) -> Path:
+        """A path as written, relative ones taken from the config file's folder."""
+        if "\x00" in value:
+            raise self.error(key, "must not contain NUL")
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.base_dir / path
 
-    def string(self, key: str, default: str | None = None) -> str:
-        value = self._get(key, default is None)
-        if value is None:
-            return default  # type: ignore[return-value]
+
+# ---------------------------------------------------------------- readers
+
+
+class Reader:
+    """How one key's TOML value becomes its field's value, or a one-line error."""
+
+    def read(self, table: _Table, key: str, value: object) -> Any:
+        raise NotImplementedError
+
+    def after(self, table: _Table, key: str, value: Any) -> None:
+        """A step that changes the disk, run only once every key of the table is valid."""
+
+
+@dataclass(frozen=True)
+class Text(Reader):
+    """A non-empty one-line string."""
+
+    def read(self, table: _Table, key: str, value: object) -> str:
         if not isinstance(value, str):
-            raise self.error(key, f"must be a string, got {_type_name(value)}")
+            raise table.error(key, f"must be a string, got {_type_name(value)}")
         if not value.strip():
-            raise self.error(key, "must not be empty")
+            raise table.error(key, "must not be empty")
         if any(ord(ch) < 0x20 for ch in value):
-            raise self.error(key, "must not contain control characters")
+            raise table.error(key, "must not contain control characters")
         return value
 
-    def integer(self, key: str, default: int | None, lo: int, hi: int) -> int:
-        value = self._get(key, default is None)
-        if value is None:
-            return default  # type: ignore[return-value]
+
+@dataclass(frozen=True)
+class Host(Reader):
+    """A host name or IP address as it goes into a state folder name."""
+
+    def read(self, table: _Table, key: str, value: object) -> str:
+        host = Text().read(table, key, value)
+        if not _HOST_RE.match(host) or host.startswith("["):
+            raise table.error(key, f"not a host name or IP address (no brackets): {host!r}")
+        return host
+
+
+@dataclass(frozen=True)
+class ListenAddress(Reader):
+    """``host:port`` or ``[v6]:port`` as a ``(host, port)`` pair (see ``parse_listen``)."""
+
+    def read(self, table: _Table, key: str, value: object) -> tuple[str, int]:
+        text = Text().read(table, key, value)
+        try:
+            return parse_listen(text)
+        except ValueError as e:
+            raise table.error(key, f"{e}: {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Integer(Reader):
+    """An integer in ``[lo, hi]``."""
+
+    lo: int
+    hi: int
+
+    def read(self, table: _Table, key: str, value: object) -> int:
         # bool is an int subclass in Python; `true` for a count is a mistake, not 1.
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(key, f"must be an integer, got {_type_name(value)}")
-        if not lo <= value <= hi:
-            raise self.error(key, f"must be between {lo} and {hi}, got {value}")
+            raise table.error(key, f"must be an integer, got {_type_name(value)}")
+        if not self.lo <= value <= self.hi:
+            raise table.error(key, f"must be between {self.lo} and {self.hi}, got {value}")
         return value
 
-    def number(self, key: str, default: float, lo: float, hi: float) -> float:
-        value = self._get(key, False)
-        if value is None:
-            return default
+
+@dataclass(frozen=True)
+class Number(Reader):
+    """A finite number in ``(lo, hi]``, as a float (an integer is accepted)."""
+
+    lo: float
+    hi: float
+
+    def read(self, table: _Table, key: str, value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.error(key, f"must be a number, got {_type_name(value)}")
-        if not math.isfinite(value) or not lo < value <= hi:
-            raise self.error(key, f"must be greater than {lo:g} and at most {hi:g}, got {value}")
+            raise table.error(key, f"must be a number, got {_type_name(value)}")
+        if not math.isfinite(value) or not self.lo < value <= self.hi:
+            raise table.error(
+                key, f"must be greater than {self.lo:g} and at most {self.hi:g}, got {value}"
+            )
         return float(value)
 
-    def path(self, key: str) -> Path:
-        return self.resolve(key, self.string(key))
 
-    def settings(self, key: str) -> dict[str, str]:
-        """A table of ``name = value`` settings passed on as strings (Spark's ``--conf``)."""
-        value = self._get(key, False)
-        if value is None:
-            return {}
+#: What a path must already be, checked as the key is read: raises ``table.error``.
+PathCheck = Callable[[_Table, str, Path], object]
+
+
+@dataclass(frozen=True)
+class PathValue(Reader):
+    """A path relative to the config file's folder; ``create``: a folder made if missing."""
+
+    check: PathCheck | None = None
+    create: bool = False
+
+    def read(self, table: _Table, key: str, value: object) -> Path:
+        path = table.resolve(key, Text().read(table, key, value))
+        if self.check is not None:
+            self.check(table, key, path)
+        return path
+
+    def after(self, table: _Table, key: str, value: Path) -> None:
+        if self.create:
+            _make_dir(table, key, value)
+
+
+@dataclass(frozen=True)
+class TextList(Reader):
+    """A non-empty list of non-empty strings."""
+
+    def read(self, table: _Table, key: str, value: object) -> list[str]:
+        if not isinstance(value, list):
+            raise table.error(key, f"must be a list of strings, got {_type_name(value)}")
+        if not value:
+            raise table.error(key, "must not be empty")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise table.error(f"{key}[{i}]", f"must be a string, got {_type_name(item)}")
+            if not item.strip():
+                raise table.error(f"{key}[{i}]", "must not be empty")
+        return value
+
+
+@dataclass(frozen=True)
+class PathList(Reader):
+    """Distinct paths, each like ``PathValue`` and named ``key[i]`` in errors."""
+
+    check: PathCheck | None = None
+    create: bool = False
+
+    def read(self, table: _Table, key: str, value: object) -> list[Path]:
+        texts = TextList().read(table, key, value)
+        paths = [table.resolve(f"{key}[{i}]", v) for i, v in enumerate(texts)]
+        seen: dict[Path, int] = {}
+        for i, path in enumerate(paths):
+            norm = Path(os.path.normpath(path))
+            if norm in seen:
+                raise table.error(f"{key}[{i}]", f"duplicate of {key}[{seen[norm]}]: {path}")
+            seen[norm] = i
+        if self.check is not None:
+            for i, path in enumerate(paths):
+                self.check(table, f"{key}[{i}]", path)
+        return paths
+
+    def after(self, table: _Table, key: str, value: list[Path]) -> None:
+        if self.create:
+            for i, path in enumerate(value):
+                _make_dir(table, f"{key}[{i}]", path)
+
+
+@dataclass(frozen=True)
+class Networks(Reader):
+    """A list of CIDR networks, host bits zero (``10.0.0.1/8`` is a mistake)."""
+
+    def read(self, table: _Table, key: str, value: object) -> list[IPNetwork]:
+        out: list[IPNetwork] = []
+        for i, text in enumerate(TextList().read(table, key, value)):
+            try:
+                out.append(ipaddress.ip_network(text.strip(), strict=True))
+            except ValueError as e:
+                raise table.error(f"{key}[{i}]", f"not a CIDR network: {e}") from None
+        return out
+
+
+@dataclass(frozen=True)
+class Settings(Reader):
+    """A table of ``name = value`` settings passed on as strings (Spark's ``--conf``)."""
+
+    def read(self, table: _Table, key: str, value: object) -> dict[str, str]:
         if not isinstance(value, Mapping):
-            raise self.error(key, f"must be a table, got {_type_name(value)}")
+            raise table.error(key, f"must be a table, got {_type_name(value)}")
         out: dict[str, str] = {}
         for name, item in value.items():
             if isinstance(item, bool):
@@ -118,69 +270,10 @@ class _Table:
             elif isinstance(item, str | int | float):
                 out[name] = str(item)
             else:
-                raise self.error(
+                raise table.error(
                     f"{key}.{name}", f"must be a string, number or boolean, got {_type_name(item)}"
                 )
         return out
-
-    def resolve(self, key: str, value: str) -> Path:
-        if "\x00" in value:
-            raise self.error(key, "must not contain NUL")
-        path = Path(value).expanduser()
-        return path if path.is_absolute() else self.base_dir / path
-
-    def string_list(self, key: str, default: list[str] | None = None) -> list[str]:
-        value = self._get(key, default is None)
-        if value is None:
-            return list(default)  # type: ignore[arg-type]
-        if not isinstance(value, list):
-            raise self.error(key, f"must be a list of strings, got {_type_name(value)}")
-        if not value:
-            raise self.error(key, "must not be empty")
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise self.error(f"{key}[{i}]", f"must be a string, got {_type_name(item)}")
-            if not item.strip():
-                raise self.error(f"{key}[{i}]", "must not be empty")
-        return value
-
-    def path_list(self, key: str) -> list[Path]:
-        paths = [self.resolve(f"{key}[{i}]", v) for i, v in enumerate(self.string_list(key))]
-        seen: dict[Path, int] = {}
-        for i, path in enumerate(paths):
-            norm = Path(os.path.normpath(path))
-            if norm in seen:
-                raise self.error(f"{key}[{i}]", f"duplicate of {key}[{seen[norm]}]: {path}")
-            seen[norm] = i
-        return paths
-
-
-def _suggest(key: str, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
-    return f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
-
-
-def _type_name(value: object) -> str:
-    return {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        list: "a list",
-        dict: "a table",
-    }.get(type(value), type(value).__name__)
-
-
-def _check_top(doc: Mapping[str, Any], source: str, known: tuple[str, ...]) -> None:
-    unknown = sorted(set(doc) - set(known))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = (
-            f"did you mean [{close[0]}]?"
-            if close
-            else "expected " + ", ".join(f"[{k}]" for k in known)
-        )
-        raise ConfigError(f"{source}: [{unknown[0]}]: unknown table or key ({hint})")
 
 
 def _need_dir(table: _Table, key: str, path: Path) -> Path:
@@ -212,6 +305,122 @@ def _make_dir(table: _Table, key: str, path: Path) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- declaring keys
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A field's key: its reader, and where it differs from the plain case.
+
+    ``key``: the TOML key when it is not the field's name. ``part``: the field takes
+    item ``part`` of the reader's result (one key filling several fields, read once).
+    ``fallback``: the value when the key is absent, computed from the fields already
+    read (for a default that depends on other keys).
+    """
+
+    reader: Reader
+    key: str | None = None
+    part: int | None = None
+    fallback: Callable[[Mapping[str, Any]], Any] | None = None
+
+
+@dataclass(frozen=True)
+class NotAKey:
+    """A field of a config class that its table does not set, and why."""
+
+    why: str
+
+
+def setting(
+    reader: Reader,
+    *,
+    key: str | None = None,
+    part: int | None = None,
+    fallback: Callable[[Mapping[str, Any]], Any] | None = None,
+) -> dict[str, Setting]:
+    """The ``metadata=`` of a field that is a config key (see the module docstring)."""
+    return {METADATA_KEY: Setting(reader, key, part, fallback)}
+
+
+def not_a_key(why: str) -> dict[str, NotAKey]:
+    """The ``metadata=`` of a field its table does not set."""
+    return {METADATA_KEY: NotAKey(why)}
+
+
+def settings_of(cls: type[Any]) -> list[tuple[str, Field[Any], Setting]]:
+    """``(key, field, setting)`` for every field of ``cls`` that is a key, in order."""
+    out: list[tuple[str, Field[Any], Setting]] = []
+    for f in fields(cls):
+        s = f.metadata.get(METADATA_KEY)
+        if isinstance(s, Setting):
+            out.append((s.key or f.name, f, s))
+    return out
+
+
+def keys_of(cls: type[Any]) -> tuple[str, ...]:
+    """The keys a table read into ``cls`` accepts, in declaration order."""
+    return tuple(dict.fromkeys(key for key, _, _ in settings_of(cls)))
+
+
+def _has_default(f: Field[Any]) -> bool:
+    return f.default is not MISSING or f.default_factory is not MISSING
+
+
+def _read_table(cls: type[Any], table: _Table) -> dict[str, Any]:
+    """Keyword arguments for ``cls`` from ``table``: the one walk every key goes through.
+
+    Absent keys are left out so that the dataclass default applies: the default is
+    written once, on the field. Disk-changing steps run last, so a bad key anywhere
+    in the table leaves nothing behind.
+    """
+    settings = settings_of(cls)
+    values: dict[str, Any] = {}
+    read: dict[str, tuple[Reader, Any]] = {}  # by key: a key filling two fields is read once
+    for key, f, s in settings:
+        if key not in table.data:
+            if s.fallback is None and not _has_default(f):
+                raise table.error(key, "missing required key")
+            continue
+        if key not in read:
+            read[key] = (s.reader, s.reader.read(table, key, table.data[key]))
+        value = read[key][1]
+        values[f.name] = value if s.part is None else value[s.part]
+    for _, f, s in settings:
+        if f.name not in values and s.fallback is not None:
+            values[f.name] = s.fallback(values)
+    for key, (reader, value) in read.items():
+        reader.after(table, key, value)
+    return values
+
+
+def _suggest(key: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
+
+
+def _type_name(value: object) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def _check_top(doc: Mapping[str, Any], source: str, known: tuple[str, ...]) -> None:
+    unknown = sorted(set(doc) - set(known))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = (
+            f"did you mean [{close[0]}]?"
+            if close
+            else "expected " + ", ".join(f"[{k}]" for k in known)
+        )
+        raise ConfigError(f"{source}: [{unknown[0]}]: unknown table or key ({hint})")
+
+
 def _document(d: Mapping[str, Any], source: str) -> Mapping[str, Any]:
     if not isinstance(d, Mapping):
         raise ConfigError(f"{source}: the configuration must be a table, got {_type_name(d)}")
@@ -237,54 +446,40 @@ def _role_table(
     raise ConfigError(f"{source}: [{role}]: missing table")
 
 
+def _role_values(
+    cls: type[Any], role: str, d: Mapping[str, Any], base_dir: Path, source: str
+) -> dict[str, Any]:
+    """``cls``'s fields from the ``[role]`` table of ``d`` (or ``d`` being that table)."""
+    return _read_table(cls, _role_table(d, role, source, base_dir.absolute(), keys_of(cls)))
+
+
 @dataclass(frozen=True)
 class ReceiverEndpoint:
     """A receiver as the sender sees it; state folders are named by host and port."""
 
-    name: str
-    host: str
-    port: int
+    name: str = field(
+        metadata=setting(Text(), fallback=lambda v: format_endpoint(v["host"], v["port"]))
+    )
+    host: str = field(metadata=setting(Host()))
+    port: int = field(metadata=setting(Integer(1, 65535)))
 
     @property
     def address(self) -> str:
         return format_endpoint(self.host, self.port)
 
 
-_SENDER_KEYS = (
-    "schema_dir",
-    "data_dirs",
-    "identity",
-    "known_hosts",
-    "max_retries",
-    "connect_timeout",
-    "chunk_size",
-    "pipeline_depth",
-)
-_RECEIVER_KEYS = (
-    "listen",
-    "host_key",
-    "authorized_keys",
-    "allow",
-    "schema_dir",
-    "data_dirs",
-    "max_sessions",
-    "idle_timeout",
-)
-_LOADER_KEYS = ("receiver_data_dirs", "table_path", "state_dir", "master", "python", "spark")
-
-
 @dataclass(frozen=True)
 class SenderConfig:
-    schema_dir: Path
-    data_dirs: list[Path]
-    identity: Path
-    known_hosts: Path
-    receivers: list[ReceiverEndpoint]
-    max_retries: int = 5
-    connect_timeout: float = 10.0
-    chunk_size: int = 262144
-    pipeline_depth: int = 64
-    source: str = MAPPING_SOURCE
+    schema_dir: Path = field(metadata=setting(PathValue(check=_need_dir)))
+    data_dirs: list[Path] = field(metadata=setting(PathList(check=_need_dir)))
+    identity: Path = field(metadata=setting(PathValue(check=_need_readable_file)))
+    known_hosts: Path = field(metadata=setting(PathValue(check=_need_readable_file)))
+    receivers: list[ReceiverEndpoint] = field(metadata=not_a_key("the [[receiver]] tables"))
+    max_retries: int = field(default=5, metadata=setting(Integer(1, 1000)))
+    connect_timeout: float = field(default=10.0, metadata=setting(Number(0, 3600)))
+    chunk_size: int = field(default=262144, metadata=setting(Integer(1024, 16 * 1024 * 1024)))
+    pipeline_depth: int = field(default=64, metadata=setting(Integer(1, 4096)))
+    source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
 
     @classmethod
     def from_mapping(
@@ -295,23 +490,10 @@ class SenderConfig:
         _check_top(doc, source, ("sender", "receiver"))
         if "sender" not in doc:
             raise ConfigError(f"{source}: [sender]: missing table")
-        t = _Table(doc["sender"], source, "[sender]", base_dir.absolute(), _SENDER_KEYS)
-        data_dirs = t.path_list("data_dirs")
-        for i, p in enumerate(data_dirs):
-            _need_dir(t, f"data_dirs[{i}]", p)
-        config = cls(
-            schema_dir=_need_dir(t, "schema_dir", t.path("schema_dir")),
-            data_dirs=data_dirs,
-            identity=_need_readable_file(t, "identity", t.path("identity")),
-            known_hosts=_need_readable_file(t, "known_hosts", t.path("known_hosts")),
-            max_retries=t.integer("max_retries", 5, 1, 1000),
-            connect_timeout=t.number("connect_timeout", 10.0, 0, 3600),
-            chunk_size=t.integer("chunk_size", 262144, 1024, 16 * 1024 * 1024),
-            pipeline_depth=t.integer("pipeline_depth", 64, 1, 4096),
-            receivers=_receivers(doc.get("receiver"), source, base_dir),
-            source=source,
-        )
-        return config
+        t = _Table(doc["sender"], source, "[sender]", base_dir.absolute(), keys_of(cls))
+        values = _read_table(cls, t)
+        receivers = _receivers(doc.get("receiver"), source, base_dir)
+        return cls(**values, receivers=receivers, source=source)
 
     def receiver(self, name: str) -> ReceiverEndpoint:
         """The receiver called ``name`` (or written as ``host:port``), for ``--receiver``."""
@@ -332,24 +514,18 @@ def _receivers(value: object, source: str, base_dir: Path) -> list[ReceiverEndpo
     out: list[ReceiverEndpoint] = []
     names: dict[str, int] = {}
     addresses: dict[tuple[str, int], int] = {}
+    known = keys_of(ReceiverEndpoint)
     for i, item in enumerate(value, start=1):
-        t = _Table(item, source, f"[[receiver]] #{i}", base_dir, ("name", "host", "port"))
-        host = t.string("host")
-        if not _HOST_RE.match(host) or host.startswith("["):
-            raise t.error("host", f"not a host name or IP address (no brackets): {host!r}")
-        port = t.integer("port", None, 1, 65535)
-        name = t.string("name", format_endpoint(host, port))
-        if name in names:
-            raise t.error("name", f"duplicate of [[receiver]] #{names[name]}: {name!r}")
-        if (host.lower(), port) in addresses:
-            raise t.error(
-                "port",
-                f"duplicate of [[receiver]] #{addresses[(host.lower(), port)]}: "
-                f"{format_endpoint(host, port)}",
-            )
-        names[name] = i
-        addresses[(host.lower(), port)] = i
-        out.append(ReceiverEndpoint(name=name, host=host, port=port))
+        t = _Table(item, source, f"[[receiver]] #{i}", base_dir, known)
+        r = ReceiverEndpoint(**_read_table(ReceiverEndpoint, t))
+        if r.name in names:
+            raise t.error("name", f"duplicate of [[receiver]] #{names[r.name]}: {r.name!r}")
+        address = (r.host.lower(), r.port)
+        if address in addresses:
+            raise t.error("port", f"duplicate of [[receiver]] #{addresses[address]}: {r.address}")
+        names[r.name] = i
+        addresses[address] = i
+        out.append(r)
     return out
 
 
@@ -377,20 +553,22 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def _default_allow() -> list[IPNetwork]:
+    return [ipaddress.ip_network(n) for n in DEFAULT_ALLOW]
+
+
 @dataclass(frozen=True)
 class ReceiverConfig:
-    listen_host: str
-    listen_port: int
-    host_key: Path
-    authorized_keys: Path
-    schema_dir: Path
-    data_dirs: list[Path]
-    allow: list[IPNetwork] = field(
-        default_factory=lambda: [ipaddress.ip_network(n) for n in DEFAULT_ALLOW]
-    )
-    max_sessions: int = 16
-    idle_timeout: float = 120.0
-    source: str = MAPPING_SOURCE
+    listen_host: str = field(metadata=setting(ListenAddress(), key="listen", part=0))
+    listen_port: int = field(metadata=setting(ListenAddress(), key="listen", part=1))
+    host_key: Path = field(metadata=setting(PathValue(check=_need_readable_file)))
+    authorized_keys: Path = field(metadata=setting(PathValue(check=_need_readable_file)))
+    schema_dir: Path = field(metadata=setting(PathValue(create=True)))
+    data_dirs: list[Path] = field(metadata=setting(PathList(create=True)))
+    allow: list[IPNetwork] = field(default_factory=_default_allow, metadata=setting(Networks()))
+    max_sessions: int = field(default=16, metadata=setting(Integer(1, 10000)))
+    idle_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
+    source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
 
     @property
     def listen(self) -> str:
@@ -404,52 +582,20 @@ class ReceiverConfig:
 
         Creates ``schema_dir`` and the data dirs if missing: a fresh receiver has none.
         """
-        t = _role_table(d, "receiver", source, base_dir.absolute(), _RECEIVER_KEYS)
-        listen = t.string("listen")
-        try:
-            listen_host, listen_port = parse_listen(listen)
-        except ValueError as e:
-            raise t.error("listen", f"{e}: {listen!r}") from None
-        host_key = _need_readable_file(t, "host_key", t.path("host_key"))
-        authorized_keys = _need_readable_file(t, "authorized_keys", t.path("authorized_keys"))
-        allow: list[IPNetwork] = []
-        for i, text in enumerate(t.string_list("allow", list(DEFAULT_ALLOW))):
-            try:
-                allow.append(ipaddress.ip_network(text.strip(), strict=True))
-            except ValueError as e:
-                raise t.error(f"allow[{i}]", f"not a CIDR network: {e}") from None
-        max_sessions = t.integer("max_sessions", 16, 1, 10000)
-        idle_timeout = t.number("idle_timeout", 120.0, 0, 86400)
-        schema_dir = t.path("schema_dir")
-        data_dirs = t.path_list("data_dirs")
-        _make_dir(t, "schema_dir", schema_dir)
-        for i, p in enumerate(data_dirs):
-            _make_dir(t, f"data_dirs[{i}]", p)
-        return cls(
-            listen_host=listen_host,
-            listen_port=listen_port,
-            host_key=host_key,
-            authorized_keys=authorized_keys,
-            schema_dir=schema_dir,
-            data_dirs=data_dirs,
-            allow=allow,
-            max_sessions=max_sessions,
-            idle_timeout=idle_timeout,
-            source=source,
-        )
+        return cls(**_role_values(cls, "receiver", d, base_dir, source), source=source)
 
 
 @dataclass(frozen=True)
 class LoaderConfig:
-    receiver_data_dirs: list[Path]
-    table_path: Path
-    state_dir: Path
-    master: str = "local[*]"
-    source: str = MAPPING_SOURCE
+    receiver_data_dirs: list[Path] = field(metadata=setting(PathList(check=_need_dir)))
+    table_path: Path = field(metadata=setting(PathValue()))
+    state_dir: Path = field(metadata=setting(PathValue()))
+    master: str = field(default="local[*]", metadata=setting(Text()))
+    source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
     #: The interpreter executors run; it needs pyarrow and tsfile (None: see ingest).
-    python: str | None = None
+    python: str | None = field(default=None, metadata=setting(Text()))
     #: Spark settings for the session the loader starts (``spark.executor.memory``...).
-    spark: dict[str, str] = field(default_factory=dict)
+    spark: dict[str, str] = field(default_factory=dict, metadata=setting(Settings()))
 
     @classmethod
     def from_mapping(
@@ -460,20 +606,7 @@ class LoaderConfig:
         ``table_path`` and ``state_dir`` are created by the first run, not here:
         loading a config (``status``) must not leave folders behind.
         """
-        t = _role_table(d, "loader", source, base_dir.absolute(), _LOADER_KEYS)
-        dirs = t.path_list("receiver_data_dirs")
-        for i, p in enumerate(dirs):
-            _need_dir(t, f"receiver_data_dirs[{i}]", p)
-        config = cls(
-            receiver_data_dirs=dirs,
-            table_path=t.path("table_path"),
-            state_dir=t.path("state_dir"),
-            master=t.string("master", "local[*]"),
-            source=source,
-            python=t.string("python", "") or None,
-            spark=t.settings("spark"),
-        )
-        return config
+        return cls(**_role_values(cls, "loader", d, base_dir, source), source=source)
 
 
 AnyConfig = SenderConfig | ReceiverConfig | LoaderConfig

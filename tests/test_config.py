@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import ipaddress
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +23,22 @@ from config_helpers import (
 )
 
 from sealsync.config import (
+    METADATA_KEY,
+    Integer,
     LoaderConfig,
+    NotAKey,
+    Number,
     ReceiverConfig,
     ReceiverEndpoint,
     SenderConfig,
+    Setting,
+    keys_of,
     load_any,
     load_loader_config,
     load_receiver_config,
     load_sender_config,
     parse_listen,
+    settings_of,
 )
 from sealsync.errors import EXIT_USAGE, ConfigError
 
@@ -115,6 +125,9 @@ SENDER_ERRORS = [
     (_set("receiver", "hots", "x"), "[[receiver]] #1 hots: unknown key"),
     (lambda d: d.update(sendr={"a": 1}), "[sendr]: unknown table or key"),
     (lambda d: d.update(max_retries=3), "[max_retries]: unknown table or key"),
+    # fields that are not keys of the table
+    (_set("sender", "source", "x"), "[sender] source: unknown key"),
+    (_set("sender", "receivers", ["dc1"]), "[sender] receivers: unknown key"),
     # missing required keys and tables
     (_drop("sender", "identity"), "[sender] identity: missing required key"),
     (_drop("sender", "data_dirs"), "[sender] data_dirs: missing required key"),
@@ -304,6 +317,7 @@ RECEIVER_ERRORS = [
     (_set("receiver", "schema_dir", "keys/host/x"), "[receiver] schema_dir: cannot create"),
     (_drop("receiver", "listen"), "[receiver] listen: missing required key"),
     (_set("receiver", "port", 5555), "[receiver] port: unknown key"),
+    (_set("receiver", "listen_host", "h"), "[receiver] listen_host: unknown key"),
     (lambda d: d.update(sender={}), "[sender]: unknown table or key"),
     (lambda d: d.update(receiver="x"), "[receiver]: must be a table, got a string"),
 ]
@@ -396,3 +410,168 @@ def test_load_any_tells_the_roles_apart(tmp_path: Path) -> None:
     # an array [[receiver]] without [sender] is a sender file missing its table
     only = write_config(tmp_path / "Y.toml", {"receiver": [{"host": "h", "port": 1}]})
     assert config_error(load_any, only) == f"{only}: [sender]: missing table"
+
+
+# ---------------------------------------------------------------- keys declared once
+#
+# Each key's default, type and range live on its dataclass field (sealsync.config's
+# docstring); these tests take them from there and check the loader honours them, so
+# a key added to a class is covered here without touching this file.
+
+
+@dataclass(frozen=True)
+class Role:
+    cls: type[Any]
+    label: str
+    doc: Callable[[], dict[str, Any]]
+    make: Callable[[Path, dict[str, Any]], Path]
+    load: Callable[[Path], Any]
+    table: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+ROLES = {
+    "sender": Role(
+        SenderConfig, "[sender]", sender_doc, make_sender, load_sender_config, lambda d: d["sender"]
+    ),
+    "receiver_endpoint": Role(
+        ReceiverEndpoint,
+        "[[receiver]] #1",
+        sender_doc,
+        make_sender,
+        lambda p: load_sender_config(p).receivers[0],
+        lambda d: d["receiver"][0],
+    ),
+    "receiver": Role(
+        ReceiverConfig,
+        "[receiver]",
+        receiver_doc,
+        make_receiver,
+        load_receiver_config,
+        lambda d: d["receiver"],
+    ),
+    "loader": Role(
+        LoaderConfig, "[loader]", loader_doc, make_loader, load_loader_config, lambda d: d["loader"]
+    ),
+}
+ALL_KEYS = [(name, key) for name, role in ROLES.items() for key in keys_of(role.cls)]
+
+
+def _has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def _ranged(kind: type[Any]) -> list[tuple[str, str, Any]]:
+    return [
+        (name, key, s.reader)
+        for name, role in ROLES.items()
+        for key, _, s in settings_of(role.cls)
+        if isinstance(s.reader, kind)
+    ]
+
+
+def test_every_field_says_whether_it_is_a_key() -> None:
+    for role in ROLES.values():
+        for f in dataclasses.fields(role.cls):
+            assert isinstance(f.metadata.get(METADATA_KEY), Setting | NotAKey), (role.cls, f.name)
+    # one key may fill several fields; it is listed once, under its own name
+    assert keys_of(ReceiverConfig)[0] == "listen"
+    assert "listen_host" not in keys_of(ReceiverConfig)
+    assert "source" not in keys_of(SenderConfig) and "receivers" not in keys_of(SenderConfig)
+
+
+@pytest.mark.parametrize(("role_name", "key"), ALL_KEYS)
+def test_every_declared_key_is_accepted_and_checked(
+    tmp_path: Path, role_name: str, key: str
+) -> None:
+    role = ROLES[role_name]
+    doc = copy.deepcopy(role.doc())
+    role.table(doc)[key] = [[1]]  # a wrong type for every reader
+    path = role.make(tmp_path, doc)
+    message = config_error(role.load, path)
+    assert message.startswith(f"{path}: {role.label} {key}"), message
+    assert "unknown key" not in message
+    # and a typo of it is refused, pointing back at it
+    doc = copy.deepcopy(role.doc())
+    role.table(doc)[key + "x"] = 1
+    message = config_error(role.load, role.make(tmp_path, doc))
+    assert message == f"{path}: {role.label} {key}x: unknown key (did you mean {key}?)"
+
+
+@pytest.mark.parametrize(("role_name", "key"), ALL_KEYS)
+def test_a_key_without_a_default_is_required(tmp_path: Path, role_name: str, key: str) -> None:
+    role = ROLES[role_name]
+    declared = [(f, s) for k, f, s in settings_of(role.cls) if k == key]
+    doc = copy.deepcopy(role.doc())
+    role.table(doc).pop(key, None)
+    path = role.make(tmp_path, doc)
+    if all(_has_default(f) or s.fallback is not None for f, s in declared):
+        role.load(path)
+    else:
+        assert config_error(role.load, path) == f"{path}: {role.label} {key}: missing required key"
+
+
+@pytest.mark.parametrize("role_name", ROLES)
+def test_absent_keys_take_the_field_default(tmp_path: Path, role_name: str) -> None:
+    role = ROLES[role_name]
+    doc = copy.deepcopy(role.doc())
+    optional = [(k, f) for k, f, _ in settings_of(role.cls) if _has_default(f)]
+    for key, _ in optional:
+        role.table(doc).pop(key, None)
+    bare = role.load(role.make(tmp_path, doc))
+    for _, f in optional:
+        assert getattr(bare, f.name) == _default(f), f.name
+    # written out, a default changes nothing (the defaults a TOML file can spell)
+    for key, f in optional:
+        if isinstance(_default(f), int | float | str):
+            role.table(doc)[key] = _default(f)
+    assert role.load(role.make(tmp_path, doc)) == bare
+
+
+@pytest.mark.parametrize(("role_name", "key", "reader"), _ranged(Integer))
+def test_each_integer_range_is_enforced_at_both_ends(
+    tmp_path: Path, role_name: str, key: str, reader: Integer
+) -> None:
+    role = ROLES[role_name]
+    for value in (reader.lo, reader.hi):
+        doc = copy.deepcopy(role.doc())
+        role.table(doc)[key] = value
+        assert getattr(role.load(role.make(tmp_path, doc)), key) == value
+    for value in (reader.lo - 1, reader.hi + 1):
+        doc = copy.deepcopy(role.doc())
+        role.table(doc)[key] = value
+        path = role.make(tmp_path, doc)
+        assert config_error(role.load, path) == (
+            f"{path}: {role.label} {key}: must be between {reader.lo} and {reader.hi}, got {value}"
+        )
+
+
+@pytest.mark.parametrize(("role_name", "key", "reader"), _ranged(Number))
+def test_each_number_range_is_enforced_at_both_ends(
+    tmp_path: Path, role_name: str, key: str, reader: Number
+) -> None:
+    role = ROLES[role_name]
+    doc = copy.deepcopy(role.doc())
+    role.table(doc)[key] = reader.hi
+    assert getattr(role.load(role.make(tmp_path, doc)), key) == reader.hi
+    for value in (reader.lo, reader.hi + 1, math.nan, math.inf):
+        doc = copy.deepcopy(role.doc())
+        role.table(doc)[key] = value
+        path = role.make(tmp_path, doc)
+        assert config_error(role.load, path) == (
+            f"{path}: {role.label} {key}: must be greater than {reader.lo:g} "
+            f"and at most {reader.hi:g}, got {value}"
+        )
+
+
+def test_receiver_creates_no_folder_while_any_key_is_bad(tmp_path: Path) -> None:
+    doc = receiver_doc()
+    doc["receiver"]["idle_timeout"] = 0  # the last key read; the folders come before it
+    path = make_receiver(tmp_path, doc)
+    assert config_error(load_receiver_config, path).startswith(f"{path}: [receiver] idle_timeout")
+    assert not (tmp_path / "dc").exists()
