@@ -1,6 +1,6 @@
 """Who may talk to the receiver: IP allow list, authorized keys, UUID-to-key binding.
 
-Three independent gates (DESIGN §5, §8.7, §8.10):
+Three independent gates (docs/design.md §5.1, §9.7, §9.10):
 
 * the **allow list** is checked against the TCP peer address of the socket, before
   a single SSH byte is exchanged — never against anything the client says;

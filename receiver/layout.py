@@ -1,4 +1,4 @@
-"""Where the receiver keeps a sender's round in flight (DESIGN §2, §4).
+"""Where the receiver keeps a sender's round in flight (docs/design.md §2.3, §4.2).
 
 One folder per sender and receiver data dir, ``<data dir>/sync-receiver/<ip>_<uuid>/``,
 named as in the seed so that an operator who knows the original tool finds it. All

@@ -1,4 +1,4 @@
-"""Which sender folders have a round in flight, and their loaders (DESIGN §4).
+"""Which sender folders have a round in flight, and their loaders (docs/design.md §4.2).
 
 One loader per sender folder lives as long as the service: it applies that
 folder's events in order on its own thread, across rounds. A round may start on a

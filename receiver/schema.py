@@ -1,4 +1,4 @@
-"""Each sender's schema log, kept as a byte-exact copy on the receiver (DESIGN §3, §5).
+"""Each sender's schema log, kept as a byte-exact copy on the receiver (docs/design.md §4.9).
 
 A sender ships the new part of its ``mlog.txt`` from the position it last saw
 acknowledged. The receiver's copy lives at ``<schema dir>/sync/senders/<uuid>/mlog.txt``

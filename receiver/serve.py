@@ -1,4 +1,4 @@
-"""``sealsync serve``: a minimal host process for the receiver plugin (DESIGN §7).
+"""``sealsync serve``: a minimal host process for the receiver plugin (docs/design.md §7).
 
 Runs the service until SIGTERM or SIGINT (or ``stop_event``, for callers that
 host it in a thread), then stops it cleanly: sessions are closed, loaders stop,

@@ -1,12 +1,13 @@
-"""The receiver plugin: an SSH server the host process embeds (DESIGN §4-5).
+"""The receiver plugin: an SSH server the host process embeds (docs/design.md §4.1, §5.1).
 
 ``ReceiverService`` listens on TCP, and for each connection, in this order:
 
 1. checks the socket's **peer address** against the allow list and closes at once
-   if it is outside — before any SSH byte, never trusting what the client says (§8.7);
+   if it is outside — before any SSH byte, never trusting what the client says
+   (docs/design.md §9.7);
 2. bounds the number of connections (far over the session bound: closed at once);
 3. sets ``TCP_NODELAY`` (paramiko never does; without it a verdict per file waits
-   for Nagle + delayed ACK, ~22 files/s instead of hundreds, DESIGN §5);
+   for Nagle + delayed ACK, ~22 files/s instead of hundreds, docs/design.md §5.1);
 4. runs a paramiko server ``Transport`` with the host key, AES-GCM first, an 8 MiB
    window and 64 KiB packets (the measured best), public-key auth only;
 5. serves one ``session`` channel with the ``sealsync`` subsystem, whose handler

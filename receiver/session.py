@@ -1,4 +1,4 @@
-"""The receiver's side of one connection: HELLO, schema, rounds (DESIGN §4-5).
+"""The receiver's side of one connection: HELLO, schema, rounds (docs/design.md §4.2, §5.2).
 
 Everything from the wire is untrusted: frames are validated by
 :mod:`sealsync.protocol` before they get here, the order of frames is checked here,

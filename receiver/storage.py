@@ -1,4 +1,4 @@
-"""The host's storage: where verified files end up (DESIGN §4 "host API").
+"""The host's storage: where verified files end up (docs/design.md §4.1).
 
 The receiver runs inside a database server, which decides where loaded files live and
 how it registers them; ``Storage`` is the small interface it implements. The default,
@@ -6,7 +6,7 @@ how it registers them; ``Storage`` is the small interface it implements. The def
 ``sequence/<dirs...>/<file>`` at ``<data dir>/sequence/<dirs...>/<U>/<file>`` (same for
 ``unsequence/``), sidecars beside it. So two senders' files never collide, a delete
 from one sender can never reach another's file or the host's own (which never sit in
-a folder named by a UUID, DESIGN §8.4), and ``list`` only has to look at files whose
+a folder named by a UUID, docs/design.md §9.4), and ``list`` only has to look at files whose
 parent folder is exactly ``U``.
 
 Every operation is idempotent, because the loader replays after a crash without
@@ -53,7 +53,7 @@ class Storage(Protocol):
 
 
 # Moved in this order so that ``.resource``, whose presence marks a file complete
-# (DESIGN §1), appears last; deleted in the reverse order for the same reason.
+# (docs/design.md §1.3), appears last; deleted in the reverse order for the same reason.
 LOAD_ORDER = ("", ".mods", ".resource")
 DELETE_ORDER = (".resource", ".mods", ".merge", "")
 
@@ -88,7 +88,7 @@ def _same_content(a: Path, b: Path) -> bool:
 
 def _replaceable(dst: Path) -> bool:
     """``.mods`` is the one sidecar that legitimately changes after sealing (points deleted
-    later, DESIGN §3, §8.2): a newer list replaces the older one."""
+    later, docs/design.md §3.7, §9.2): a newer list replaces the older one."""
     return dst.name.endswith(".mods")
 
 

@@ -1,4 +1,4 @@
-"""The ``sealsync`` console script (DESIGN §7).
+"""The ``sealsync`` console script (docs/design.md §7).
 
 Exit codes are the contract with cron and scripts: 0 success, 1 failure, 2 usage or
 configuration error, 75 another sender holds the lock, 130 interrupted. Every

@@ -1,4 +1,4 @@
-"""TOML configuration for the three roles: sender, receiver, loader (DESIGN §7).
+"""TOML configuration for the three roles: sender, receiver, loader (docs/design.md §7).
 
 A mistake in a config file must stop the program before it touches any state, with
 one line that names the file and the key: cron mails that line to an operator who

@@ -31,7 +31,7 @@ ENV_TRACE = "SEALSYNC_CRASH_TRACE"
 
 SENDER_POINTS = frozenset(
     {
-        # snapshot (DESIGN §3 step 2): after each new file's hard links
+        # snapshot (docs/design.md §3.4): after each new file's hard links
         "sender.snapshot.linked",
         # after each kind of sync.log line is on disk
         "sender.synclog.start",

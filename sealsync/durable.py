@@ -1,7 +1,7 @@
 """Durable state changes: atomic replace and fsynced line appends.
 
 A crash at any instant must leave every state file either as before or as after a
-change (DESIGN §2), so writers go through here and nowhere else.
+change (docs/design.md §2.1), so writers go through here and nowhere else.
 """
 
 from __future__ import annotations

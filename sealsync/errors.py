@@ -1,4 +1,4 @@
-"""Expected failures and the exit codes they map to (DESIGN §7).
+"""Expected failures and the exit codes they map to (docs/design.md §7).
 
 Every failure a user can cause or meet in operation is one of these; the CLI turns
 it into one line on stderr and its exit code, never a traceback.

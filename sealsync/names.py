@@ -1,8 +1,8 @@
 """Validation of data-file names, the one gate between a name and a path join.
 
-Names travel in logs and on the wire relative to a data dir, POSIX style (DESIGN §2).
+Names travel in logs and on the wire relative to a data dir, POSIX style (docs/design.md §2.1).
 A name that is absolute, climbs with ``..``, holds a NUL or a newline (logs are
-line based), or is absurdly long never reaches the file system (DESIGN §8.8).
+line based), or is absurdly long never reaches the file system (docs/design.md §9.8).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The wire protocol, in one place both sides import (DESIGN §5).
+"""The wire protocol, in one place both sides import (docs/design.md §5).
 
 A session is one SSH channel on the ``sealsync`` subsystem carrying length-prefixed
 frames: a 5-byte header (kind: u8, payload length: u32, big endian) and a payload.
@@ -40,7 +40,7 @@ from sealsync.names import require_data_name
 PROTOCOL_VERSION = 1
 SUBSYSTEM = "sealsync"
 
-# The SSH transport both ends set up (DESIGN §5 measurements): an 8 MiB window and
+# The SSH transport both ends set up (docs/design.md §5.1): an 8 MiB window and
 # 64 KiB packets keep a loopback or LAN link full; AES-GCM first (hardware AES, and
 # the MAC comes with the cipher).
 SSH_WINDOW_SIZE = 8 * 1024 * 1024

@@ -1,6 +1,6 @@
 """A simulated edge database instance, for tests and ``sealsync demo``.
 
-It produces what a sender meets on a real edge node (DESIGN §1-2): data files
+It produces what a sender meets on a real edge node (docs/design.md §1.3, §2.1): data files
 under ``<data dir>/{sequence,unsequence}/<group>/<partition>/``, sealed by an
 ``X.resource`` written only once ``X`` is complete, later deletions in
 ``X.mods``, merges that mark files with ``X.merge`` and then replace them, TTL
@@ -129,7 +129,7 @@ class EdgeInstance:
         return sorted(found)
 
     def sealed_files(self, data_dir: int = 0) -> list[str]:
-        """Data files with ``X.resource`` and without ``X.merge`` (DESIGN §1)."""
+        """Data files with ``X.resource`` and without ``X.merge`` (docs/design.md §1.3)."""
         return [
             rel
             for rel in self.data_files(data_dir)

@@ -1,4 +1,4 @@
-"""The ``sync.log`` format, one module for the sender and the receiver (DESIGN §3-4).
+"""The ``sync.log`` format, one module for sender and receiver (docs/design.md §3.5, §4.2).
 
 ``sync.log`` lines are facts: a name in it was acknowledged (deleted) or verified
 (new) by the receiver, and recovery acts on it whatever else happened. So a line is on
@@ -133,7 +133,7 @@ def read_sync_log(path: Path) -> SyncLogState:
 
 
 def apply_sync_log(last: AbstractSet[str], log: SyncLogState) -> set[str]:
-    """The synced set after a round's log: ``(last - deleted) | new`` (DESIGN §3 step 4).
+    """The synced set after a round's log: ``(last - deleted) | new`` (docs/design.md §3.6).
 
     The one place this rule lives, shared by clean-up, recovery and the dry run, so
     that a dry run predicts exactly what recovery will do. Idempotent: applying a log

@@ -1,4 +1,4 @@
-"""One sender per receiver: ``<schema dir>/sync/<host>_<port>/sync.lock`` (DESIGN §2-3).
+"""One sender per receiver: ``<schema dir>/sync/<host>_<port>/sync.lock`` (docs/design.md §3.1).
 
 Two rounds towards the same receiver would interleave their ``sync.log`` lines and
 ship files twice, so a second sender must not wait for the first (cron would stack

@@ -1,7 +1,7 @@
 """What a round would do, computed without changing anything (``send --dry-run``).
 
 The plan must match what a real round does, including the recovery it runs first
-(DESIGN §3, §8.1): after a crash, the set of synced files is not what
+(docs/design.md §3.2, §9.1): after a crash, the set of synced files is not what
 ``last_local_files.txt`` says until recovery has applied the crashed round's
 ``sync.log``. So the dry run replays recovery's decisions in memory, with the same
 ``apply_sync_log`` that recovery uses, and never writes, renames or deletes a file.
@@ -43,7 +43,7 @@ class DirPlan:
 def effective_last(paths: SenderPaths) -> tuple[set[str], str | None]:
     """The synced set recovery would leave behind, and a description of that recovery.
 
-    Follows DESIGN §3's recovery steps, reading only: current + last → current is
+    Follows the recovery steps of docs/design.md §3.2, reading only: current + last → current is
     stale (dropped); current alone → it is the cleaned-up set (renamed to last);
     otherwise a ``sync.log`` is applied to last.
     """

@@ -1,7 +1,7 @@
 """One sender run against one receiver: recover → connect → schema → per data dir
-select → snapshot → transfer → clean up (DESIGN §3).
+select → snapshot → transfer → clean up (docs/design.md §3.1).
 
-Recovery runs first (DESIGN §8.1): the diff must start from what the last round
+Recovery runs first (docs/design.md §9.1): the diff must start from what the last round
 really achieved. Clean-up after a data dir *is* recovery (``recover(paths)``), so the
 path a crash takes is the path every round takes.
 
@@ -237,5 +237,5 @@ class _Run:
             )
         finally:
             refusals.save()
-            recover(paths)  # the clean-up (DESIGN §3 step 4) is recovery's steps 4-8
+            recover(paths)  # the clean-up (docs/design.md §3.6) is recovery's steps 4-8
             d.seconds += time.monotonic() - started

@@ -1,4 +1,4 @@
-"""The Spark loader (``sealsync load``, DESIGN §6): the receiver's files into a table.
+"""The Spark loader (``sealsync load``, docs/design.md §6): the receiver's files into a table.
 
 Entry point :func:`run_load`; the table layout and how to read it are described
 in :mod:`spark_loader.table` (readers merge schemas: Spark's

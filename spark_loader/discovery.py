@@ -1,6 +1,6 @@
 """Which data files the receiver has loaded, and what identifies each one.
 
-The receiver's default storage (DESIGN §4) puts a file of sender ``U`` with the
+The receiver's default storage (docs/design.md §4.8) puts a file of sender ``U`` with the
 relative name ``sequence/<dirs...>/<file>`` at ``<data dir>/sequence/<dirs...>/U/<file>``
 (same for ``unsequence/``). So a loaded file is a data file whose parent folder is
 named by a canonical UUID; everything else under ``sequence/`` and ``unsequence/``

@@ -305,7 +305,7 @@ def edge_instance(tmp_path: Path) -> tuple[Path, Path]:
     write_sealed(data, "sequence/g1/0/a.tsfile")
     write_sealed(data, "sequence/g1/0/b.tsfile")
     write_sealed(data, "sequence/g1/0/c.tsfile", sealed=False)
-    # gained .mods after syncing: never deleted (DESIGN §8.2), shipped again (no identity
+    # gained .mods after syncing: never deleted (docs/design.md §9.2), shipped again (no identity
     # of a .mods it shipped with is recorded in shipped_mods.txt)
     write_sealed(data, "sequence/g1/0/m.tsfile", mods=True)
     write_sealed(data, "sequence/g1/1/x.parquet")

@@ -59,7 +59,7 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     assert set(table.column("source_file").to_pylist()) == set(sealed)
     assert summary["load"]["ok"] is True
 
-    # a .mods deletion never deletes the file (DESIGN §8.2), and no process is left
+    # a .mods deletion never deletes the file (docs/design.md §9.2), and no process is left
     assert any(Path(edge.path(n + ".mods")).exists() for n in sealed)
     for folder, path in summary["folders"].items():
         assert Path(path).exists(), folder

@@ -1,4 +1,4 @@
-"""A synced file whose ``X.mods`` changed ships again (DESIGN §3 step 1, §8.2).
+"""A synced file whose ``X.mods`` changed ships again (docs/design.md §3.7, §9.2).
 
 :mod:`sender.manage.shipped_mods` keeps the ``(size, mtime_ns)`` of the
 ``.mods`` each synced file shipped with. Checked here: selection (the round's and the

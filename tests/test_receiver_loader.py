@@ -1,4 +1,4 @@
-"""The per-sender loader (DESIGN §4, §8.2-8.6), on real TsFiles and the real file system."""
+"""The per-sender loader (docs/design.md §4.5, §9.2-§9.6), on real TsFiles and file systems."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def test_a_conflicting_file_is_kept_and_the_senders_other_files_load(tmp_path: P
         "root.g.db2": "",  # nothing of the refused file was claimed
         "root.g.db3": UUID_B,
     }
-    # B's refused file and its round stay for recovery (nothing erased, DESIGN §8.6)
+    # B's refused file and its round stay for recovery (nothing erased, docs/design.md §9.6)
     assert b.sync_log.exists() and b.sync_end.exists()
     assert (b.load_log.read_text().splitlines()) == [
         "load sequence/g/0/b1.tsfile",

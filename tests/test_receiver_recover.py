@@ -1,4 +1,4 @@
-"""Receiver recovery: replay what sync.log holds and load.log lacks (DESIGN §4, §8.6, §8.9)."""
+"""Receiver recovery: replay what sync.log has, load.log lacks (docs/design.md §4.6, §9.6, §9.9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The receiver's layout and default storage (DESIGN §2, §4, §8.4, §8.8)."""
+"""The receiver's layout and default storage (docs/design.md §2.3, §4.8, §9.4, §9.8)."""
 
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ def test_deleted_file_is_sent_as_delete(tmp_path: Path) -> None:
 
 
 def test_file_gaining_mods_is_not_deleted(tmp_path: Path) -> None:
-    """DESIGN §8.2: a synced file that gains X.mods must not be shipped as deleted; it
+    """docs/design.md §9.2: a synced file that gains X.mods must not be shipped as deleted; it
     ships again, whole, with its new X.mods (tests/test_mods_resend.py has the rest)."""
     config = make_config(tmp_path, dirs=1)
     d0 = config.data_dirs[0]
@@ -193,7 +193,7 @@ def test_file_gaining_mods_is_not_deleted(tmp_path: Path) -> None:
 
 
 def test_recovery_runs_before_the_diff(tmp_path: Path) -> None:
-    """DESIGN §8.1: a crashed round's sync.log counts before selecting, so A is not resent."""
+    """docs/design.md §9.1: a crashed round's sync.log counts before the diff: A is not resent."""
     config = make_config(tmp_path, dirs=1)
     d0 = config.data_dirs[0]
     put(d0, A, B)

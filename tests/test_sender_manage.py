@@ -152,7 +152,7 @@ def test_a_synced_file_being_merged_or_unsealed_is_not_deleted(paths: SenderPath
 
 
 def test_deletion_names_one_file_not_every_file_of_that_name(paths: SenderPaths) -> None:
-    # DESIGN §8.4: the same bare name in two groups are two files.
+    # docs/design.md §9.4: the same bare name in two groups are two files.
     one = make_file(paths.data_dir, "sequence/root.sg1/0/100-1-0.tsfile")
     two = make_file(paths.data_dir, "sequence/root.sg2/0/100-1-0.tsfile")
     record_synced(paths, plan(paths))

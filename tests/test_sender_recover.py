@@ -1,4 +1,4 @@
-"""Sender recovery (DESIGN §3 "Recovery"): a crash anywhere, then a rerun, is correct.
+"""Sender recovery (docs/design.md §3.2): a crash anywhere, then a rerun, is correct.
 
 "Correct" is checked the way it matters: after recovery, the next selection resends
 exactly what the log does not record as verified and deletes exactly what the log

@@ -1,4 +1,4 @@
-"""Applying one sender's events to the host, shared by the loader and recovery (DESIGN §4).
+"""Applying one sender's events to the host, for the loader and recovery (docs/design.md §4.5).
 
 An event is applied, then recorded in ``load.log`` (fsynced): a crash between the two
 replays the event, so each step is idempotent. ``load.log`` lines are ``load <name>``
@@ -193,7 +193,7 @@ def clear_staging(folder: SenderFolder) -> None:
     """Empty ``data/`` once no log refers to it any more.
 
     What is left there was never confirmed to the sender (it will send it again) or is
-    a load's leftover; each removal is logged, never silent (DESIGN §8.6).
+    a load's leftover; each removal is logged, never silent (docs/design.md §9.6).
     """
     top = folder.data
     if not top.is_dir():

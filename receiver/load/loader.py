@@ -1,11 +1,11 @@
-"""One sender's loader: applies its events in arrival order on a thread of its own (DESIGN §4).
+"""One sender's loader: applies its events in order, on its own thread (docs/design.md §4.5).
 
 The session hands over each event once it is in ``sync.log``, so the transfer never
 waits for a load, and a sender's events are applied in the order the sender sent them
 (a delete of ``X`` before a later load of ``X``). A failed event (a device conflict,
 a full disk, a storage refusal) is recorded and the rest go on; its staged file and
 its ``sync.log`` line stay, so recovery retries it, and ``finish`` then refuses to
-clean the round (DESIGN §8.6: nothing is erased silently).
+clean the round (docs/design.md §9.6: nothing is erased silently).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Device ownership on a receiver: first come, first served (DESIGN §1, §2, §4).
+"""Device ownership on a receiver: first come, first served (docs/design.md §1.2, §2.3, §4.7).
 
 ``<schema dir>/sync/device_owner.log`` is an append-only log, UTF-8, one event a line,
 fields separated by one TAB:

@@ -1,4 +1,4 @@
-"""Receiver recovery: finish whatever a crash left half applied (DESIGN §4, §8.9).
+"""Receiver recovery: finish whatever a crash left half applied (docs/design.md §4.6, §9.9).
 
 At service start and at each round start, per sender folder: without ``sync.log``
 there is no round to finish and the leftovers go; with it, every event ``sync.log``

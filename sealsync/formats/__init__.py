@@ -1,4 +1,4 @@
-"""Data-file formats behind one interface (DESIGN §1).
+"""Data-file formats behind one interface (docs/design.md §1.3).
 
 Each format module (``tsfile``, ``parquet``) provides the same functions;
 callers pick one by file name with :func:`format_for` and never branch on the

@@ -1,6 +1,6 @@
 """What every format module shares: the inspection result and the cheap framing checks.
 
-Received files are untrusted (DESIGN §4), and the native readers are C++: the
+Received files are untrusted (docs/design.md §4.4), and the native readers are C++: the
 cheapest defence is to look at the bytes ourselves first and hand a file to a native
 reader only when its head and tail are what a complete file of that format has.
 """

@@ -1,4 +1,4 @@
-"""Parquet data files (DESIGN §1), read and written with pyarrow.
+"""Parquet data files (docs/design.md §1.3), read and written with pyarrow.
 
 The layout sealsync expects: an int64 ``time`` column (epoch milliseconds), a
 string ``device`` column, then measurement columns of any type Spark reads. One

@@ -1,4 +1,4 @@
-"""Clean-up after a round (DESIGN §3 step 4).
+"""Clean-up after a round (docs/design.md §3.6).
 
 Deliberately not a second implementation: the seed's clean-up steps are steps 4-8 of
 its recovery algorithm, so a finished round runs recovery, and recovery's crash

@@ -1,4 +1,4 @@
-"""Where the sender keeps its state (DESIGN §2).
+"""Where the sender keeps its state (docs/design.md §2.2).
 
 The folder names are the seed's (``<host>_<port>``) so that an operator who knows the
 original tool finds everything where they expect it; all path building lives here so

@@ -1,4 +1,4 @@
-"""What a data dir holds now: the I/O half of file selection (DESIGN §3 step 1, §8.3).
+"""What a data dir holds now: the I/O half of file selection (docs/design.md §3.3, §9.3).
 
 Both ``sequence/`` and ``unsequence/`` are walked at any depth (the original tool
 never synced unsequence files). ``present`` feeds the deletion side of the diff, so

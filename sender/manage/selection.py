@@ -1,4 +1,4 @@
-"""The diff between what a data dir holds and what a receiver already has (DESIGN §3.1).
+"""The diff between what a data dir holds and what a receiver already has (docs/design.md §3.3).
 
 Pure set logic, so that it is tested exhaustively without a file system.
 """
@@ -25,7 +25,7 @@ def select(scan: DataDirScan, last: Set[str], mods_changed: Set[str] = frozenset
 
     Deletion looks at ``present``, not ``sealed``: a synced file that later gains a
     ``.mods`` or a ``.merge`` (or loses its ``.resource``) still exists, and telling the
-    receiver it was deleted would lose the whole file there (DESIGN §8.2). A synced
+    receiver it was deleted would lose the whole file there (docs/design.md §9.2). A synced
     file whose ``.mods`` changed (``mods_changed``, :mod:`.shipped_mods`) ships again,
     whole, so that the receiver gets the new deletions; only while it is sealed, as
     any file that ships.

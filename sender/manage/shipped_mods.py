@@ -1,9 +1,9 @@
 """Which ``X.mods`` each synced file shipped with, so that a changed one ships again.
 
 IoTDB records points deleted after sealing in ``X.mods``, appending to it (or creating
-it) long after ``X`` was synced. The file is not deleted for that (DESIGN §8.2); it is
+it) long after ``X`` was synced. The file is not deleted for that (docs/design.md §9.2); it is
 shipped again, whole, through the normal verified path, and the receiver takes the
-identical data file as a no-op and replaces its ``.mods`` (DESIGN §3 step 1).
+identical data file as a no-op and replaces its ``.mods`` (docs/design.md §3.7).
 
 **The identity** of a ``.mods`` is its ``(st_size, st_mtime_ns)``. IoTDB only appends
 to a ``.mods`` or replaces it whole, and either changes the size or the mtime (a

@@ -1,6 +1,6 @@
 """Hard links of a round's new files, so that a merge or TTL cannot break the round.
 
-(DESIGN §3 step 2; seed 001.) A file that vanished before it was linked is dropped
+(docs/design.md §3.4; seed 001.) A file that vanished before it was linked is dropped
 from the round (the next scan decides its fate). The snapshot is disposable: recovery
 deletes it after any crash, so the links are not fsynced.
 

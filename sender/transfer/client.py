@@ -1,12 +1,12 @@
 """The SSH connection to a receiver: reach it, trust it, log in, open the subsystem.
 
-Trust comes first (DESIGN §5): the receiver's host key is checked against the pinned
+Trust comes first (docs/design.md §5.1): the receiver's host key is checked against the pinned
 ``known_hosts`` right after key exchange and before the sender authenticates, so an
 impostor never sees a signature made with the sender's key. There is no
 trust-on-first-use: an unknown host is refused with the line to add after checking
 the fingerprint out of band.
 
-The transport is tuned for bulk data (DESIGN §5 measurements): ``TCP_NODELAY`` (or
+The transport is tuned for bulk data (docs/design.md §5.1): ``TCP_NODELAY`` (or
 Nagle plus delayed ACKs cap request/response at ~22 files/s), ``aes128-gcm`` first,
 64 KiB packets and an 8 MiB window.
 """

@@ -3,7 +3,7 @@
 The bytes come from the round's snapshot (hard links), never the live data dir, so a
 merge or TTL cannot pull a file away mid-stream. One pass: each chunk is read into a
 reused buffer, hashed and sent as a view of that buffer, with no per-chunk answer
-awaited (DESIGN §5); for a larger file a reader thread reads and hashes the next
+awaited (docs/design.md §5.2); for a larger file a reader thread reads and hashes the next
 chunks while this one sends (``_ReadAhead``). A file at most one chunk long goes out
 as a single write, frames and all, which is what keeps thousands of small files fast.
 """

@@ -1,6 +1,6 @@
 """Frames from the receiver, read on their own thread.
 
-Pipelining (DESIGN §5) means the sender keeps streaming files while the receiver's
+Pipelining (docs/design.md §5.2) means the sender keeps streaming files while the receiver's
 verdicts for earlier ones arrive; a reader thread takes them off the channel as soon
 as they come, so the SSH window never fills with unread answers and the main thread
 only blocks when it has nothing else to do.

@@ -3,7 +3,7 @@
 ``sync.log`` is written here, and only after the receiver's answer: a deleted name
 once its DELETE_ACK arrived, a new file once its VERDICT said *verified*. Recovery
 treats every logged name as synced, so logging earlier would mark files synced that
-the receiver never stored (DESIGN §8.5); logging later only costs a resend.
+the receiver never stored (docs/design.md §9.5); logging later only costs a resend.
 
 Files and deletions are pipelined: up to ``pipeline_depth`` files are in flight, their
 verdicts read by a separate thread (:mod:`.reader`) and applied between sends, with
