@@ -241,8 +241,8 @@ class Bench:
                             sys.executable,
                             "-c",
                             (
-                                "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
-                                "from benchlib import write_tsfile; "
+                                "import sys; sys.path.insert(0, sys.argv[1]); "
+                                "from pathlib import Path; from benchlib import write_tsfile; "
                                 "write_tsfile(Path(sys.argv[2]), int(sys.argv[3]), seed=7, text=True)"
                             ),
                             str(Path(__file__).resolve().parent),
