@@ -243,7 +243,8 @@ class Bench:
                             (
                                 "import sys; sys.path.insert(0, sys.argv[1]); "
                                 "from pathlib import Path; from benchlib import write_tsfile; "
-                                "write_tsfile(Path(sys.argv[2]), int(sys.argv[3]), seed=7, text=True)"
+                                "write_tsfile(Path(sys.argv[2]), int(sys.argv[3]), "
+                                "seed=7, text=True)"
                             ),
                             str(Path(__file__).resolve().parent),
                             str(src_file),
