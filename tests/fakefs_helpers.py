@@ -81,6 +81,12 @@ def line_cuts(data: bytes) -> list[int]:
     return sorted(c for c in cuts if 0 <= c <= len(data))
 
 
+def record_cuts(data: bytes) -> list[int]:
+    """Every line boundary, and every line cut just before its newline: the torn line
+    that looks most like a record (cheaper than :func:`line_cuts`)."""
+    return [c for c in line_cuts(data) if c == len(data) or data[c] == 10 or data[c - 1] == 10]
+
+
 def complete_lines(prefix: bytes) -> list[str]:
     """The lines of ``prefix`` that reached their newline (the model of every reader)."""
     return prefix.decode("utf-8", errors="surrogateescape").split("\n")[:-1]

@@ -27,6 +27,7 @@ from fakefs_helpers import (
     fresh,
     line_cuts,
     put,
+    record_cuts,
     round_lines,
     sections,
 )
@@ -83,7 +84,7 @@ def expected(state: Crashed) -> tuple[set[str] | None, dict[str, ModsId]]:
         return set(state.current), dict(state.shipped)
     if state.log is None:  # 3 -> 8
         return (None if state.last is None else set(state.last)), dict(state.shipped)
-    deleted, new = sections(n for n in complete_lines(state.log))  # 4
+    deleted, new = sections(complete_lines(state.log))  # 4
     deleted = [n for n in deleted if is_data_name(n)]
     new = [n for n in new if is_data_name(n)]
     synced = (set(state.last or ()) - set(deleted)) | set(new)
@@ -162,16 +163,7 @@ def crashed_round(cut: bytes | None, *, last: bool, current: bool, snapshot: boo
     )
 
 
-# No log, and the log cut at every line boundary and just before every newline (the
-# torn line that looks most like a record; the random test below cuts anywhere).
-CUTS = [
-    None,
-    *(
-        LOG[:c]
-        for c in line_cuts(LOG)
-        if c in (0, len(LOG)) or LOG[c] == ord("\n") or LOG[c - 1] == ord("\n")
-    ),
-]
+CUTS = [None, *(LOG[:c] for c in record_cuts(LOG))]
 
 
 @pytest.mark.parametrize("snapshot", [True, False], ids=["snapshot", "no-snapshot"])
