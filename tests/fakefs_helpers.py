@@ -38,7 +38,7 @@ from sealsync.formats import FileInfo
 from sealsync.names import DATA_ROOTS, DATA_SUFFIXES
 
 FAKEFS_SETTINGS = settings(
-    max_examples=60,
+    max_examples=20,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -344,7 +344,7 @@ def apply(model: Model, op: str, n: str) -> None:
         model.mods.pop(n, None)
 
 
-@settings(FAKEFS_SETTINGS, max_examples=30)
+@settings(FAKEFS_SETTINGS, max_examples=15)
 @given(starts=STARTS, rounds=ROUNDS)
 def test_random_operations_select_what_the_model_selects(
     fs: FakeFilesystem, starts: list[str], rounds: list[list[tuple[str, str]]]

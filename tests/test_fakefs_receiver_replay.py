@@ -331,7 +331,7 @@ def test_recover_all_replays_every_sender_folder(fs: FakeFilesystem) -> None:
 # --- random rounds ----------------------------------------------------------------------
 
 
-@settings(FAKEFS_SETTINGS, max_examples=15)
+@settings(FAKEFS_SETTINGS, max_examples=10)
 @given(
     deleted=st.lists(st.sampled_from([*OLD, NEVER]), unique=True),
     new=st.lists(st.sampled_from([*NEW, "sequence/sg1/0/12-12-0.tsfile"]), unique=True),
