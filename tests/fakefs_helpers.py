@@ -1,10 +1,13 @@
 """Shared pieces of the ``test_fakefs_*`` files: unit tests on pyfakefs's fake file system.
 
-The fake file system makes every file operation an in-memory one, so these tests can
-afford what the real-file-system tests cannot: every prefix of a log, every combination
-of state files, hundreds of random file sets. They sit beside the real-file-system
-tests (which prove the same code on a real kernel: hard links, fsync, rename) and
-replace none of them.
+On the fake file system no fsync waits for a disk and every case starts from an empty
+tree in memory, so these tests can afford many more cases than the real-file-system
+tests: every prefix of a log with every combination of state files, random file sets
+against a model. pyfakefs's own path handling is not free either (a fake file
+operation costs far more than a Python statement), so the case counts are chosen,
+not blown up to every byte everywhere. They sit beside the real-file-system tests
+(which prove the same code on a real kernel: hard links, fsync, rename) and replace
+none of them.
 
 What pyfakefs does not model, and how the files here deal with it:
 
@@ -37,6 +40,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 from sealsync.formats import FileInfo
 from sealsync.names import DATA_ROOTS, DATA_SUFFIXES
 
+# too_slow as well: the machine is shared, and generation time is not under test.
 FAKEFS_SETTINGS = settings(
     max_examples=20,
     deadline=None,

@@ -113,7 +113,7 @@ def select_and_ship(paths: SenderPaths) -> Selection:
     return chosen
 
 
-def test_sync_file_manager_scenario(fs: object) -> None:
+def test_sync_file_manager_scenario(fs: FakeFilesystem) -> None:
     """3 storage groups x 5 sealed files are new; 5 more per group are exactly the new
     ones once the first are synced; every third file deleted is exactly what is
     deleted."""
@@ -147,7 +147,7 @@ def test_sync_file_manager_scenario(fs: object) -> None:
     assert selection_now(paths) == Selection((), ())
 
 
-def test_unsealed_files_wait_for_their_resource(fs: object) -> None:
+def test_unsealed_files_wait_for_their_resource(fs: FakeFilesystem) -> None:
     paths = state()
     sealed, open_ = name(GROUPS[0], 0), name(GROUPS[0], 1)
     write(sealed)
@@ -162,7 +162,7 @@ def test_unsealed_files_wait_for_their_resource(fs: object) -> None:
     assert selection_now(paths) == Selection((), ())
 
 
-def test_a_synced_file_that_loses_its_resource_is_not_deleted(fs: object) -> None:
+def test_a_synced_file_that_loses_its_resource_is_not_deleted(fs: FakeFilesystem) -> None:
     paths = state()
     n = name(GROUPS[2], 4)
     write(n)
@@ -172,7 +172,7 @@ def test_a_synced_file_that_loses_its_resource_is_not_deleted(fs: object) -> Non
     assert read_file_set(paths.last_local_files) == {n}
 
 
-def test_files_being_merged_are_neither_new_nor_deleted(fs: object) -> None:
+def test_files_being_merged_are_neither_new_nor_deleted(fs: FakeFilesystem) -> None:
     paths = state()
     synced, merging = name(GROUPS[0], 0), name(GROUPS[0], 1)
     write(synced)
@@ -187,7 +187,7 @@ def test_files_being_merged_are_neither_new_nor_deleted(fs: object) -> None:
     assert selection_now(paths) == Selection(new=(merging,), deleted=())
 
 
-def test_a_synced_file_that_gains_mods_ships_again_and_is_never_deleted(fs: object) -> None:
+def test_a_synced_file_that_gains_mods_ships_again_and_is_never_deleted(fs: FakeFilesystem) -> None:
     paths = state()
     n, other = name(GROUPS[1], 0), name(GROUPS[1], 1)
     write(n)
@@ -205,7 +205,7 @@ def test_a_synced_file_that_gains_mods_ships_again_and_is_never_deleted(fs: obje
     assert read_file_set(paths.last_local_files) == {other}
 
 
-def test_links_and_hostile_names_are_rejected_never_selected(fs: object) -> None:
+def test_links_and_hostile_names_are_rejected_never_selected(fs: FakeFilesystem) -> None:
     paths = state()
     real = name(GROUPS[0], 0)
     write(real)
@@ -225,7 +225,7 @@ def test_links_and_hostile_names_are_rejected_never_selected(fs: object) -> None
     assert selection_now(paths) == Selection((), ())
 
 
-def test_a_vanished_data_root_deletes_everything_synced_under_it(fs: object) -> None:
+def test_a_vanished_data_root_deletes_everything_synced_under_it(fs: FakeFilesystem) -> None:
     paths = state()
     names = {name(g, i) for g in GROUPS for i in range(4)}
     for n in names:
@@ -236,6 +236,29 @@ def test_a_vanished_data_root_deletes_everything_synced_under_it(fs: object) -> 
             delete(n)
     unseq = {n for n in names if n.startswith("unsequence/")}
     assert selection_now(paths) == Selection(new=(), deleted=tuple(sorted(unseq)))
+
+
+def test_a_file_removed_after_its_snapshot_still_ships_then_is_deleted(
+    fs: FakeFilesystem,
+) -> None:
+    """A merge removing a selected file mid-round cannot break the round: the snapshot's
+    hard link keeps its bytes; the next round tells the receiver it is gone."""
+    paths = state()
+    n = name(GROUPS[0], 0)
+    write(n)
+    chosen = selection_now(paths)
+    paths.folder.mkdir(parents=True)
+    assert take_snapshot(DATA, paths.snapshot, chosen.new) == [n]
+    delete(n)
+    assert (paths.snapshot / n).read_bytes() == f"data of {n}".encode()
+    with SyncLog(paths.sync_log) as log:
+        log.start()
+        log.tsfile_start()
+        log.tsfile(n)
+    finish_round(paths)  # the round ended without "sync end": recovery's fold all the same
+    assert read_file_set(paths.last_local_files) == {n}
+    assert select_and_ship(paths) == Selection(new=(), deleted=(n,))
+    assert not os.path.lexists(paths.snapshot)
 
 
 # --- random file sets and operations against a model ---------------------------------

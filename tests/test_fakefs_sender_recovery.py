@@ -257,7 +257,8 @@ def crash_and_rerun(
 def test_a_crash_after_any_step_of_the_clean_up(
     fs: FakeFilesystem, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The clean-up of a round cut anywhere, dying after each durable step, reruns right."""
+    """The clean-up of a round (its log empty, halfway or whole), dying after each durable
+    step, reruns to the same result."""
     crash = CrashAt()
     monkeypatch.setattr(recovery, "crash_point", crash)
     seen = set()
