@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 from fakefs_helpers import (
@@ -150,7 +151,7 @@ class MemoryOwners:
 @dataclass
 class Env:
     storage: RecordingStorage | MemoryStorage
-    owners: DeviceOwners | MemoryOwners
+    owners: DeviceOwners
     inspect: FakeInspect
 
     def applier(self) -> Applier:
@@ -176,7 +177,8 @@ def setup(fs: FakeFilesystem, real_storage: bool = True) -> Env:
     """A receiver holding OLD from an earlier, finished round: the default storage and
     ``device_owner.log``, or their in-memory stand-ins."""
     fresh(fs, ROOT)
-    owners = DeviceOwners(ROOT / "schema") if real_storage else MemoryOwners()
+    # MemoryOwners stands in by duck typing: replay only claims and the test only asks.
+    owners = DeviceOwners(ROOT / "schema") if real_storage else cast(DeviceOwners, MemoryOwners())
     assert owners.claim([device(n) for n in OLD], UUID) == {}
     if not real_storage:
         memory = MemoryStorage()
