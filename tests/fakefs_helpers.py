@@ -24,7 +24,9 @@ What pyfakefs does not model, and how the files here deal with it:
 Hypothesis tests here take the function-scoped ``fs`` fixture once and build a fresh
 tree inside the test body for every example (:func:`fresh`), which is why the
 function-scoped-fixture health check is suppressed; the example database is off
-because it would be written into the fake file system and lost.
+because it would be written into the fake file system and lost, and text comes from
+explicit alphabets because ``st.characters`` would look for hypothesis's cached
+Unicode tables on the fake disk and rebuild them.
 """
 
 from __future__ import annotations
