@@ -334,6 +334,26 @@ def status(config_path: Path, as_json: bool) -> None:
             click.echo(line)
 
 
+@cli.command(short_help="Check a config end to end; change nothing.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Any sealsync TOML.")
+def check(config_path: Path) -> None:
+    """Check a sender, receiver or loader config end to end, like `sshd -t` or `nginx -t`:
+    the config parses, its files exist with safe modes, keys load, trust files parse,
+    data dirs look like an instance (sender), exist (receiver) or hold files (loader),
+    and each receiver of a sender answers and accepts its key (the connection stops
+    once the sealsync subsystem is open). Changes nothing: no folder, state or lock.
+
+    One line per finding, `ok: ...` or `problem: ...`. Exit 0 all sound, 1 a problem
+    found, 2 the config cannot be used (one error line)."""
+    from sealsync.check import check_config
+
+    findings = check_config(config_path)
+    for finding in findings:
+        click.echo(finding.line())
+    if not all(f.ok for f in findings):
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
 @cli.command(short_help="List device owners, or release devices.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -243,6 +243,25 @@ def populate(
     return names
 
 
+def tree(root: Path) -> dict[str, tuple[bool, int, int, int]]:
+    """Every path under ``root`` with its kind, mode, size and mtime: what "nothing
+    changed" compares (the receiver's own log excepted)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if path.name == "receiver.log":
+                continue
+            st = path.lstat()
+            out[str(path.relative_to(root))] = (
+                path.is_dir(),
+                st.st_mode,
+                0 if path.is_dir() else st.st_size,
+                st.st_mtime_ns,
+            )
+    return out
+
+
 def env_with(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)

@@ -6,34 +6,14 @@ runs lets no sender in until it is fixed."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate
+from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate, tree
 
 pytestmark = pytest.mark.slow
-
-
-def tree(root: Path) -> dict[str, tuple[bool, int, int, int]]:
-    """Every path under ``root`` with its kind, mode, size and mtime: what "nothing
-    changed" compares (the receiver's own log excepted)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            if path.name == "receiver.log":
-                continue
-            st = path.lstat()
-            out[str(path.relative_to(root))] = (
-                path.is_dir(),
-                st.st_mode,
-                0 if path.is_dir() else st.st_size,
-                st.st_mtime_ns,
-            )
-    return out
 
 
 def one_line(result: subprocess.CompletedProcess[str]) -> str:
