@@ -364,6 +364,7 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
     that another sender may claim them (for an edge node replaced by a new one). Safe
     while the receiver runs: ownership changes go through the same file lock."""
     from receiver.load.owners import DeviceOwners
+    from sealsync.printable import printable
 
     if action == "release" and not devices:
         raise click.UsageError("release needs at least one DEVICE")
@@ -377,10 +378,10 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
             if as_json:
                 click.echo(json.dumps({"released": released, "not_owned": unknown}, indent=2))
                 return
-            for device in released:
-                click.echo(f"released {device}")
+            for device in released:  # device ids come from senders' files: escaped
+                click.echo(f"released {printable(device)}")
             for device in unknown:
-                click.echo(f"not owned: {device}")
+                click.echo(f"not owned: {printable(device)}")
             return
         by_owner = book.by_owner()
     if as_json:
@@ -389,9 +390,9 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
     if not by_owner:
         click.echo("no device has an owner yet")
     for owner, owned in sorted(by_owner.items()):
-        click.echo(f"{owner} ({len(owned)} devices)")
+        click.echo(f"{printable(owner)} ({len(owned)} devices)")
         for device in sorted(owned):
-            click.echo(f"  {device}")
+            click.echo(f"  {printable(device)}")
 
 
 @cli.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")
