@@ -19,19 +19,16 @@ Three independent gates (docs/design.md §5.1, §9.7, §9.10):
 
 from __future__ import annotations
 
-import base64
-import binascii
 import ipaddress
 import logging
 import os
-import struct
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sealsync import durable
+from sealsync import durable, permissions, sshfiles
 from sealsync.keys import fingerprint
 
 log = logging.getLogger(f"sealsync.{__name__}")
@@ -40,17 +37,6 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 SENDER_KEYS_FILE = "sender_keys.txt"
-
-# Key types paramiko can verify; anything else in authorized_keys is skipped.
-KEY_TYPES = frozenset(
-    {
-        "ssh-ed25519",
-        "ssh-rsa",
-        "ecdsa-sha2-nistp256",
-        "ecdsa-sha2-nistp384",
-        "ecdsa-sha2-nistp521",
-    }
-)
 
 
 # --- allow list ----------------------------------------------------------------------
@@ -77,63 +63,27 @@ def is_allowed(ip: IPAddress, allow: Iterable[IPNetwork]) -> bool:
 
 
 def parse_authorized_keys(text: str, source: str = "authorized_keys") -> set[bytes]:
-    """The key blobs of an OpenSSH ``authorized_keys`` text.
+    """The key blobs of an OpenSSH ``authorized_keys`` text, bad lines skipped.
 
-    A line is ``[options] type base64 [comment]``. Options (``from=``, ``command=``...)
-    are not enforced by this server: a line with options is skipped with a warning
-    rather than silently granted more than it says. A line whose base64 does not
-    decode, or whose blob names another type than the line, is skipped too.
+    A line is ``type base64 [comment]``. Options (``from=``, ``command=``...) are not
+    enforced by this server, so a line with options is skipped rather than granted
+    more than it says, as is a line whose key does not decode. This is the lenient
+    reading for a file that changes while the receiver runs (one bad line must not
+    lock every sender out); at start-up the config refuses such a file with
+    ``file:line`` (``sshfiles.read_authorized_keys``).
     """
-    blobs: set[bytes] = set()
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split()
-        if parts[0] not in KEY_TYPES:
-            log.warning(
-                "%s:%d: skipped: key options or an unsupported key type (%s)",
-                source,
-                number,
-                parts[0][:40],
-            )
-            continue
-        if len(parts) < 2:
-            log.warning("%s:%d: skipped: no key data", source, number)
-            continue
-        blob = _decode_blob(parts[1])
-        if blob is None or _blob_type(blob) != parts[0]:
-            log.warning("%s:%d: skipped: malformed %s key", source, number, parts[0])
-            continue
-        blobs.add(blob)
+    blobs, problems = sshfiles.parse_authorized_keys(text)
+    for number, problem in problems:
+        log.warning("%s:%d: skipped: %s", source, number, problem)
     return blobs
-
-
-def _decode_blob(text: str) -> bytes | None:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-
-
-def _blob_type(blob: bytes) -> str | None:
-    """The type string an SSH public key blob starts with (uint32 length + name)."""
-    if len(blob) < 4:
-        return None
-    (length,) = struct.unpack_from("!I", blob)
-    if length > 64 or len(blob) < 4 + length:
-        return None
-    try:
-        return blob[4 : 4 + length].decode("ascii")
-    except UnicodeDecodeError:
-        return None
 
 
 class AuthorizedKeys:
     """The public keys allowed to connect, re-read whenever the file changes.
 
-    The file's identity (inode, size, mtime) is checked at each authentication
-    attempt; a file that vanished or cannot be read grants nothing (fail closed).
+    The file's identity (inode, size, mtime) and mode are checked at each
+    authentication attempt. A file that vanished, cannot be read, or that group or
+    others can write grants nothing (fail closed, as sshd does).
     """
 
     def __init__(self, path: Path) -> None:
@@ -141,27 +91,34 @@ class AuthorizedKeys:
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._blobs: frozenset[bytes] = frozenset()
+        self._refused = ""  # why the file grants nothing, logged once per reason
         self._refresh()
+
+    def _refuse(self, why: str) -> frozenset[bytes]:
+        if why != self._refused:
+            log.warning("%s: %s: no key is accepted", self.path, why)
+        self._refused = why
+        self._stamp, self._blobs = None, frozenset()
+        return self._blobs
 
     def _refresh(self) -> frozenset[bytes]:
         with self._lock:
             try:
                 st = os.stat(self.path)
             except OSError as exc:
-                if self._stamp is not None or self._blobs:
-                    log.warning("%s: cannot read (%s): no key is accepted", self.path, exc)
-                self._stamp, self._blobs = None, frozenset()
-                return self._blobs
+                return self._refuse(f"cannot read ({exc.strerror or exc})")
+            unsafe = permissions.writable_problem(self.path, st.st_mode)
+            if unsafe is not None:
+                return self._refuse(unsafe)
             stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
             if stamp != self._stamp:
                 try:
                     text = self.path.read_text(encoding="utf-8", errors="replace")
                 except OSError as exc:
-                    log.warning("%s: cannot read (%s): no key is accepted", self.path, exc)
-                    self._stamp, self._blobs = None, frozenset()
-                    return self._blobs
+                    return self._refuse(f"cannot read ({exc.strerror or exc})")
                 self._blobs = frozenset(parse_authorized_keys(text, str(self.path)))
                 self._stamp = stamp
+                self._refused = ""
                 log.info("%s: %d authorized keys", self.path, len(self._blobs))
             return self._blobs
 

@@ -55,6 +55,7 @@ from receiver.writer import BackgroundWriter
 from sealsync import __version__, durable
 from sealsync.crashpoints import crash_point
 from sealsync.errors import FormatError, SealsyncError
+from sealsync.printable import printable
 from sealsync.protocol import (
     MAX_TEXT,
     PROTOCOL_VERSION,
@@ -122,8 +123,9 @@ class SessionContext:
 
 
 def clean_text(text: str, limit: int = MAX_TEXT) -> str:
-    """``text`` made fit for a protocol string field (one line, bounded) for the peer."""
-    text = " ".join(str(text).replace("\x00", " ").split())
+    """``text`` made fit for a protocol string field (one line, bounded, control
+    characters escaped: it may quote a device id from a file) for the peer."""
+    text = printable(" ".join(str(text).replace("\x00", " ").split()))
     raw = text.encode("utf-8", errors="replace")
     if len(raw) <= limit:
         return text
@@ -214,7 +216,7 @@ class Session:
         who = f"{self.peer_ip} ({self.key_fingerprint})"
         try:
             self._hello()
-            who = f"sender {self.uuid} {self.name!r} at {self.peer_ip}"
+            who = f"sender {self.uuid} '{printable(self.name)}' at {self.peer_ip}"
             log.info("%s: session open", who)
             while True:
                 if self._arrived or self._committing is not None:
@@ -228,18 +230,18 @@ class Session:
                 self._dispatch(msg)
         except ConnectionClosed as exc:
             if self._round is None:
-                log.info("%s: %s", who, exc)
+                log.info("%s: %s", who, printable(exc))
             else:
-                log.warning("%s: %s in the middle of a round", who, exc)
+                log.warning("%s: %s in the middle of a round", who, printable(exc))
         except ProtocolError as exc:
-            log.warning("%s: protocol error (%s): %s", who, exc.code, exc)
+            log.warning("%s: protocol error (%s): %s", who, printable(exc.code), printable(exc))
             self._send_error(exc.code, str(exc))
         except TimeoutError:  # socket.timeout: the channel's idle timeout
             log.warning("%s: idle for too long, closing the session", who)
             self._send_error("timeout", "session idle for too long")
         except OSError as exc:  # the receiver's disk, outside a file (a file gets a verdict)
             reason = describe_os_error(exc, "its state")
-            log.warning("%s: %s", who, reason)
+            log.warning("%s: %s", who, printable(reason))
             self._send_error("io", reason)
         except Exception as exc:
             log.exception("%s: session failed", who)
@@ -581,7 +583,13 @@ class Session:
         if status == Verdict.VERIFIED:
             self.files_verified += 1
         else:
-            log.warning("sender %s: %s %s: %s", self.uuid, item.name, status, item.reason)
+            log.warning(
+                "sender %s: %s %s: %s",
+                self.uuid,
+                printable(item.name),
+                status,
+                printable(item.reason),
+            )
         begin = item.incoming.begin
         self._send(FileVerdict(begin.file_id, begin.name, status, clean_text(item.reason)))
 

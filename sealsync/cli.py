@@ -334,6 +334,26 @@ def status(config_path: Path, as_json: bool) -> None:
             click.echo(line)
 
 
+@cli.command(short_help="Check a config end to end; change nothing.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Any sealsync TOML.")
+def check(config_path: Path) -> None:
+    """Check a sender, receiver or loader config end to end, like `sshd -t` or `nginx -t`:
+    the config parses, its files exist with safe modes, keys load, trust files parse,
+    data dirs look like an instance (sender), exist (receiver) or hold files (loader),
+    and each receiver of a sender answers and accepts its key (the connection stops
+    once the sealsync subsystem is open). Changes nothing: no folder, state or lock.
+
+    One line per finding, `ok: ...` or `problem: ...`. Exit 0 all sound, 1 a problem
+    found, 2 the config cannot be used (one error line)."""
+    from sealsync.check import check_config
+
+    findings = check_config(config_path)
+    for finding in findings:
+        click.echo(finding.line())
+    if not all(f.ok for f in findings):
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
 @cli.command(short_help="List device owners, or release devices.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -344,6 +364,7 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
     that another sender may claim them (for an edge node replaced by a new one). Safe
     while the receiver runs: ownership changes go through the same file lock."""
     from receiver.load.owners import DeviceOwners
+    from sealsync.printable import printable
 
     if action == "release" and not devices:
         raise click.UsageError("release needs at least one DEVICE")
@@ -357,10 +378,10 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
             if as_json:
                 click.echo(json.dumps({"released": released, "not_owned": unknown}, indent=2))
                 return
-            for device in released:
-                click.echo(f"released {device}")
+            for device in released:  # device ids come from senders' files: escaped
+                click.echo(f"released {printable(device)}")
             for device in unknown:
-                click.echo(f"not owned: {device}")
+                click.echo(f"not owned: {printable(device)}")
             return
         by_owner = book.by_owner()
     if as_json:
@@ -369,9 +390,9 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
     if not by_owner:
         click.echo("no device has an owner yet")
     for owner, owned in sorted(by_owner.items()):
-        click.echo(f"{owner} ({len(owned)} devices)")
+        click.echo(f"{printable(owner)} ({len(owned)} devices)")
         for device in sorted(owned):
-            click.echo(f"  {device}")
+            click.echo(f"  {printable(device)}")
 
 
 @cli.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")

@@ -42,6 +42,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sealsync import permissions, sshfiles
 from sealsync.errors import ConfigError
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -69,11 +70,19 @@ class _Table:
     """
 
     def __init__(
-        self, data: object, source: str, label: str, base_dir: Path, known: tuple[str, ...]
+        self,
+        data: object,
+        source: str,
+        label: str,
+        base_dir: Path,
+        known: tuple[str, ...],
+        create: bool = True,
     ) -> None:
         self.source = source
         self.label = label
         self.base_dir = base_dir
+        #: False: check only, the steps that would create folders are skipped (``check``).
+        self.create = create
         if not isinstance(data, Mapping):
             raise self.error(None, f"must be a table, got {_type_name(data)}")
         self.data: Mapping[str, Any] = data
@@ -194,7 +203,7 @@ class PathValue(Reader):
         return path
 
     def after(self, table: _Table, key: str, value: Path) -> None:
-        if self.create:
+        if self.create and table.create:
             _make_dir(table, key, value)
 
 
@@ -237,7 +246,7 @@ class PathList(Reader):
         return paths
 
     def after(self, table: _Table, key: str, value: list[Path]) -> None:
-        if self.create:
+        if self.create and table.create:
             for i, path in enumerate(value):
                 _make_dir(table, f"{key}[{i}]", path)
 
@@ -292,6 +301,38 @@ def _need_readable_file(table: _Table, key: str, path: Path) -> Path:
             f.read(1)
     except OSError as e:
         raise table.error(key, f"cannot read {path}: {e.strerror or e}") from None
+    return path
+
+
+def _need_private_key(table: _Table, key: str, path: Path) -> Path:
+    """A private key this end presents: a private key, and its owner's alone."""
+    _need_readable_file(table, key, path)
+    try:
+        problem = sshfiles.private_key_problem(path)
+    except OSError as e:
+        raise table.error(key, f"cannot read {path}: {e.strerror or e}") from None
+    if problem is not None:
+        raise table.error(key, f"{path}: {problem}")
+    return path
+
+
+def _need_known_hosts(table: _Table, key: str, path: Path) -> Path:
+    """A ``known_hosts`` file others cannot write, every line of it well formed."""
+    _need_readable_file(table, key, path)
+    try:
+        sshfiles.read_known_hosts(path)
+    except ConfigError as e:
+        raise table.error(key, str(e)) from None
+    return path
+
+
+def _need_authorized_keys(table: _Table, key: str, path: Path) -> Path:
+    """An ``authorized_keys`` file others cannot write, every line of it well formed."""
+    _need_readable_file(table, key, path)
+    try:
+        sshfiles.read_authorized_keys(path)
+    except ConfigError as e:
+        raise table.error(key, str(e)) from None
     return path
 
 
@@ -428,7 +469,12 @@ def _document(d: Mapping[str, Any], source: str) -> Mapping[str, Any]:
 
 
 def _role_table(
-    d: Mapping[str, Any], role: str, source: str, base_dir: Path, known: tuple[str, ...]
+    d: Mapping[str, Any],
+    role: str,
+    source: str,
+    base_dir: Path,
+    known: tuple[str, ...],
+    create: bool = True,
 ) -> _Table:
     """The ``[role]`` table, given either the whole document or that table alone.
 
@@ -438,19 +484,20 @@ def _role_table(
     doc = _document(d, source)
     if role in doc and isinstance(doc[role], Mapping):
         _check_top(doc, source, (role,))
-        return _Table(doc[role], source, f"[{role}]", base_dir, known)
+        return _Table(doc[role], source, f"[{role}]", base_dir, known, create)
     if role in doc:
         raise ConfigError(f"{source}: [{role}]: must be a table, got {_type_name(doc[role])}")
     if any(k in doc for k in known):
-        return _Table(doc, source, f"[{role}]", base_dir, known)
+        return _Table(doc, source, f"[{role}]", base_dir, known, create)
     raise ConfigError(f"{source}: [{role}]: missing table")
 
 
 def _role_values(
-    cls: type[Any], role: str, d: Mapping[str, Any], base_dir: Path, source: str
+    cls: type[Any], role: str, d: Mapping[str, Any], base_dir: Path, source: str, create: bool
 ) -> dict[str, Any]:
     """``cls``'s fields from the ``[role]`` table of ``d`` (or ``d`` being that table)."""
-    return _read_table(cls, _role_table(d, role, source, base_dir.absolute(), keys_of(cls)))
+    table = _role_table(d, role, source, base_dir.absolute(), keys_of(cls), create)
+    return _read_table(cls, table)
 
 
 @dataclass(frozen=True)
@@ -472,8 +519,8 @@ class ReceiverEndpoint:
 class SenderConfig:
     schema_dir: Path = field(metadata=setting(PathValue(check=_need_dir)))
     data_dirs: list[Path] = field(metadata=setting(PathList(check=_need_dir)))
-    identity: Path = field(metadata=setting(PathValue(check=_need_readable_file)))
-    known_hosts: Path = field(metadata=setting(PathValue(check=_need_readable_file)))
+    identity: Path = field(metadata=setting(PathValue(check=_need_private_key)))
+    known_hosts: Path = field(metadata=setting(PathValue(check=_need_known_hosts)))
     receivers: list[ReceiverEndpoint] = field(metadata=not_a_key("the [[receiver]] tables"))
     max_retries: int = field(default=5, metadata=setting(Integer(1, 1000)))
     connect_timeout: float = field(default=10.0, metadata=setting(Number(0, 3600)))
@@ -561,8 +608,8 @@ def _default_allow() -> list[IPNetwork]:
 class ReceiverConfig:
     listen_host: str = field(metadata=setting(ListenAddress(), key="listen", part=0))
     listen_port: int = field(metadata=setting(ListenAddress(), key="listen", part=1))
-    host_key: Path = field(metadata=setting(PathValue(check=_need_readable_file)))
-    authorized_keys: Path = field(metadata=setting(PathValue(check=_need_readable_file)))
+    host_key: Path = field(metadata=setting(PathValue(check=_need_private_key)))
+    authorized_keys: Path = field(metadata=setting(PathValue(check=_need_authorized_keys)))
     schema_dir: Path = field(metadata=setting(PathValue(create=True)))
     data_dirs: list[Path] = field(metadata=setting(PathList(create=True)))
     allow: list[IPNetwork] = field(default_factory=_default_allow, metadata=setting(Networks()))
@@ -576,13 +623,20 @@ class ReceiverConfig:
 
     @classmethod
     def from_mapping(
-        cls, d: Mapping[str, Any], base_dir: Path, source: str = MAPPING_SOURCE
+        cls,
+        d: Mapping[str, Any],
+        base_dir: Path,
+        source: str = MAPPING_SOURCE,
+        *,
+        create: bool = True,
     ) -> ReceiverConfig:
         """Build from ``{"receiver": {...}}`` or from the ``[receiver]`` table's keys alone.
 
-        Creates ``schema_dir`` and the data dirs if missing: a fresh receiver has none.
+        Creates ``schema_dir`` and the data dirs if missing (a fresh receiver has
+        none), unless ``create`` is False (``sealsync check`` changes nothing).
         """
-        return cls(**_role_values(cls, "receiver", d, base_dir, source), source=source)
+        values = _role_values(cls, "receiver", d, base_dir, source, create)
+        return cls(**values, source=source)
 
 
 @dataclass(frozen=True)
@@ -606,7 +660,7 @@ class LoaderConfig:
         ``table_path`` and ``state_dir`` are created by the first run, not here:
         loading a config (``status``) must not leave folders behind.
         """
-        return cls(**_role_values(cls, "loader", d, base_dir, source), source=source)
+        return cls(**_role_values(cls, "loader", d, base_dir, source, True), source=source)
 
 
 AnyConfig = SenderConfig | ReceiverConfig | LoaderConfig
@@ -616,6 +670,9 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The parsed document, or a one-line ConfigError naming the file."""
     try:
         with open(path, "rb") as f:
+            problem = permissions.writable_problem(path, os.fstat(f.fileno()).st_mode)
+            if problem is not None:
+                raise ConfigError(f"{path}: {problem}")
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: TOML syntax error: {e}") from None
@@ -643,11 +700,11 @@ def load_loader_config(path: str | os.PathLike[str]) -> LoaderConfig:
     return _load(path, LoaderConfig.from_mapping)
 
 
-def load_any(path: str | os.PathLike[str]) -> AnyConfig:
+def load_any(path: str | os.PathLike[str], *, create: bool = True) -> AnyConfig:
     """Whichever role the file configures, told by its top-level table (for ``status``).
 
     A sender file has ``[sender]`` and an *array* ``[[receiver]]``; a receiver file has
-    a single ``[receiver]`` table.
+    a single ``[receiver]`` table. ``create=False`` loads without creating any folder.
     """
     path = Path(path)
     doc = read_toml(path)
@@ -657,5 +714,5 @@ def load_any(path: str | os.PathLike[str]) -> AnyConfig:
     if "loader" in doc:
         return LoaderConfig.from_mapping(doc, base_dir, str(path))
     if "receiver" in doc:
-        return ReceiverConfig.from_mapping(doc, base_dir, str(path))
+        return ReceiverConfig.from_mapping(doc, base_dir, str(path), create=create)
     raise ConfigError(f"{path}: no [sender], [receiver] or [loader] table")

@@ -26,6 +26,7 @@ from typing import Any
 
 from sealsync.errors import EXIT_USAGE, SealsyncError
 from sealsync.keys import generate_keypair
+from sealsync.permissions import restrict_writes
 
 MARKER = ".sealsync-demo"
 GROUPS = ("root.sg1", "root.sg2", "root.sg3")
@@ -95,7 +96,9 @@ def _free_port() -> int:
 
 
 def _write(path: Path, text: str) -> Path:
+    """Configs and trust files no one else may write, whatever the umask (else refused)."""
     path.write_text(text, encoding="utf-8")
+    restrict_writes(path)
     return path
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sealsync.config import LoaderConfig, ReceiverConfig, SenderConfig
+from sealsync.printable import printable
 
 
 def _when(ts: float | None) -> str | None:
@@ -135,7 +136,8 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
 
 
 def render(doc: dict[str, Any]) -> list[str]:
-    """Human lines for a status document."""
+    """Human lines for a status document, control characters escaped: names, reasons and
+    devices in it come from disk and from other machines (``--json`` escapes its own)."""
     lines: list[str] = []
     if doc["role"] == "sender":
         lines.append(f"sender {doc['uuid']}")
@@ -179,7 +181,7 @@ def render(doc: dict[str, Any]) -> list[str]:
     else:
         lines.append(f"loader table {doc['table_path']}")
         lines.append(f"state in {doc['state_dir']}: {', '.join(doc['state_files']) or 'empty'}")
-    return lines
+    return [printable(line) for line in lines]
 
 
 def status_of(config: SenderConfig | ReceiverConfig | LoaderConfig) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sealsync.keys import generate_keypair
+from sealsync.permissions import restrict_writes
 
 
 def _value(v: Any) -> str:
@@ -52,6 +53,7 @@ def dump_toml(doc: Mapping[str, Any]) -> str:
 
 def write_config(path: Path, doc: Mapping[str, Any]) -> Path:
     path.write_text(dump_toml(doc), encoding="utf-8")
+    restrict_writes(path)  # a config others can write is refused, whatever the umask
     return path
 
 
@@ -75,6 +77,7 @@ def make_sender_instance(root: Path) -> None:
     if not (root / "keys/edge").exists():
         generate_keypair(root / "keys/edge", comment="edge")
     (root / "keys/known_hosts").write_text("")
+    restrict_writes(root / "keys/known_hosts")
 
 
 def make_sender(root: Path, doc: Mapping[str, Any] | None = None) -> Path:
@@ -99,7 +102,9 @@ def receiver_doc() -> dict[str, Any]:
 def make_receiver(root: Path, doc: Mapping[str, Any] | None = None) -> Path:
     (root / "keys").mkdir(parents=True, exist_ok=True)
     (root / "keys/host").write_text("not parsed at load\n")
+    (root / "keys/host").chmod(0o600)  # a private key: its owner's alone, or it is refused
     (root / "keys/authorized_keys").write_text("")
+    restrict_writes(root / "keys/authorized_keys")
     return write_config(root / "R.toml", receiver_doc() if doc is None else doc)
 
 

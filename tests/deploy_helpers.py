@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sealsync.keys import generate_keypair
+from sealsync.permissions import restrict_writes
 from sealsync.simulator import EdgeInstance
 from sender.manage.identity import sender_uuid
 
@@ -172,6 +173,7 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
     known = keys / "known_hosts"
     kind, b64 = host_pub.split()[:2]
     known.write_text(f"[127.0.0.1]:{port} {kind} {b64}\n")
+    restrict_writes(known)  # trust files and configs others can write are refused
     authorized = []
     dep_senders = []
     for i in range(senders):
@@ -185,8 +187,10 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
             f'identity = "{keys / name}"\nknown_hosts = "{known}"\nmax_retries = 3\n\n'
             f'[[receiver]]\nname = "dc"\nhost = "127.0.0.1"\nport = {port}\n'
         )
+        restrict_writes(config)
         dep_senders.append(Sender(name, edge, config))
     (keys / "authorized_keys").write_text("".join(a + "\n" for a in authorized))
+    restrict_writes(keys / "authorized_keys")
     receiver_data, receiver_schema = root / "dc" / "data", root / "dc" / "schema"
     receiver_config = root / "receiver.toml"
     receiver_config.write_text(
@@ -194,6 +198,7 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
         f'authorized_keys = "{keys / "authorized_keys"}"\nallow = ["127.0.0.0/8"]\n'
         f'schema_dir = "{receiver_schema}"\ndata_dirs = ["{receiver_data}"]\n'
     )
+    restrict_writes(receiver_config)
     return Deployment(root, port, receiver_config, receiver_data, receiver_schema, dep_senders)
 
 
@@ -236,6 +241,25 @@ def populate(
                 )
             )
     return names
+
+
+def tree(root: Path) -> dict[str, tuple[bool, int, int, int]]:
+    """Every path under ``root`` with its kind, mode, size and mtime: what "nothing
+    changed" compares (the receiver's own log excepted)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if path.name == "receiver.log":
+                continue
+            st = path.lstat()
+            out[str(path.relative_to(root))] = (
+                path.is_dir(),
+                st.st_mode,
+                0 if path.is_dir() else st.st_size,
+                st.st_mtime_ns,
+            )
+    return out
 
 
 def env_with(**extra: str) -> dict[str, str]:

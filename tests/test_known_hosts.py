@@ -278,9 +278,16 @@ def test_silent_server_times_out_in_the_handshake(tmp_path: Path, keys: dict[str
 # --- identity ----------------------------------------------------------------------------
 
 
+def private_file(path: Path) -> Path:
+    """An empty file of mode 0600, for a key written next (sealsync refuses 0644 keys)."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    return path
+
+
 def test_identity_formats(tmp_path: Path, keys: dict[str, Path]) -> None:
     ecdsa = ec.generate_private_key(ec.SECP256R1())
-    (tmp_path / "ecdsa").write_bytes(
+    private_file(tmp_path / "ecdsa").write_bytes(
         ecdsa.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.OpenSSH,
@@ -288,7 +295,7 @@ def test_identity_formats(tmp_path: Path, keys: dict[str, Path]) -> None:
         )
     )
     rsa_key = rsa.generate_private_key(65537, 2048)
-    (tmp_path / "rsa.pem").write_bytes(
+    private_file(tmp_path / "rsa.pem").write_bytes(
         rsa_key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.TraditionalOpenSSL,
@@ -303,7 +310,7 @@ def test_identity_formats(tmp_path: Path, keys: dict[str, Path]) -> None:
 def test_identity_problems_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(SealsyncError, match=r"identity .*/missing does not exist$"):
         load_identity(tmp_path / "missing")
-    (tmp_path / "junk").write_text("not a key\n")
+    private_file(tmp_path / "junk").write_text("not a key\n")
     with pytest.raises(SealsyncError, match=r"identity .*/junk is not a usable private key"):
         load_identity(tmp_path / "junk")
     encrypted = ec.generate_private_key(ec.SECP256R1()).private_bytes(
@@ -311,7 +318,7 @@ def test_identity_problems_are_one_line(tmp_path: Path) -> None:
         serialization.PrivateFormat.OpenSSH,
         serialization.BestAvailableEncryption(b"secret"),
     )
-    (tmp_path / "enc").write_bytes(encrypted)
+    private_file(tmp_path / "enc").write_bytes(encrypted)
     with pytest.raises(SealsyncError, match=r"identity .*/enc is encrypted"):
         load_identity(tmp_path / "enc")
     (tmp_path / "dir").mkdir()

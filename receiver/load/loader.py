@@ -22,6 +22,7 @@ from receiver.load.owners import DeviceOwners
 from receiver.storage import Storage
 from sealsync.errors import SealsyncError
 from sealsync.names import check_data_name
+from sealsync.printable import printable
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
@@ -124,14 +125,20 @@ class Loader:
 
     def _problem(self, kind: str, name: str, exc: Exception) -> str:
         if isinstance(exc, SealsyncError):
-            log.warning("%s %s in %s failed, kept: %s", kind, name, self.folder.root, exc)
+            log.warning(
+                "%s %s in %s failed, kept: %s",
+                kind,
+                printable(name),
+                self.folder.root,
+                printable(exc),
+            )
             return str(exc)
         log.warning(  # a load must never kill the loader thread
             "%s %s in %s failed, kept for recovery: %s",
             kind,
-            name,
+            printable(name),
             self.folder.root,
-            exc,
+            printable(exc),
             exc_info=exc,
         )
         return f"{name}: {exc}"

@@ -21,8 +21,9 @@ from pathlib import Path
 import paramiko
 from paramiko.pkey import UnknownKeyType
 
+from sealsync import sshfiles
 from sealsync.config import ReceiverEndpoint, SenderConfig, format_endpoint
-from sealsync.errors import SealsyncError
+from sealsync.errors import ConfigError, SealsyncError
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
     SSH_MAX_PACKET_SIZE,
@@ -53,40 +54,60 @@ def load_identity(path: Path) -> paramiko.PKey:
     """The sender's private key (Ed25519, ECDSA or RSA; OpenSSH or PEM), unencrypted.
 
     Read before connecting, so a broken key costs no connection attempt; a sender runs
-    from cron, so a passphrase could never be typed and is refused as such.
+    from cron, so a passphrase could never be typed and is refused as such. A key the
+    config names is a config matter: every problem with it is a ConfigError (exit 2),
+    a public key given in its place and a key others can read included.
     """
+    path = Path(path)
     try:
-        return paramiko.PKey.from_path(Path(path))
+        problem = sshfiles.private_key_problem(path)
+        if problem is not None:
+            raise ConfigError(f"identity {path}: {problem}")
+        return paramiko.PKey.from_path(path)
     except FileNotFoundError:
-        raise SealsyncError(f"identity {path} does not exist") from None
+        raise ConfigError(f"identity {path} does not exist") from None
     except OSError as exc:
-        raise SealsyncError(f"cannot read identity {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read identity {path}: {exc.strerror or exc}") from None
     except (TypeError, paramiko.PasswordRequiredException):
-        raise SealsyncError(
+        raise ConfigError(
             f"identity {path} is encrypted: sealsync needs a key without a passphrase "
             "(create one with `sealsync keygen`)"
         ) from None
     except UnknownKeyType:
-        raise SealsyncError(
+        raise ConfigError(
             f"identity {path}: unsupported key type (use Ed25519, ECDSA or RSA)"
         ) from None
     except (ValueError, paramiko.SSHException, UnicodeDecodeError) as exc:
-        raise SealsyncError(
+        raise ConfigError(
             f"identity {path} is not a usable private key (OpenSSH or PEM): {exc}"
         ) from None
 
 
 def load_known_hosts(path: Path) -> paramiko.HostKeys:
-    """The pinned host keys; lines paramiko cannot parse are ignored, like OpenSSH does."""
-    keys = paramiko.HostKeys()
+    """The pinned host keys, from a file others cannot write.
+
+    A line that is not a ``known_hosts`` line is a ConfigError naming ``file:line``
+    (a ``.pub`` line pasted without its host would otherwise pin nothing, or stop
+    paramiko's parser); keys of types paramiko cannot use are skipped, as OpenSSH
+    skips types it does not know.
+    """
+    path = Path(path)
     try:
-        keys.load(str(path))
-    except FileNotFoundError:
-        raise SealsyncError(f"known_hosts {path} does not exist") from None
-    except OSError as exc:
-        raise SealsyncError(f"cannot read known_hosts {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise SealsyncError(f"known_hosts {path} is not a text file") from None
+        entries = sshfiles.read_known_hosts(path)
+    except ConfigError as exc:
+        raise ConfigError(f"known_hosts {exc}") from None
+    keys = paramiko.HostKeys()
+    for entry in entries:
+        try:
+            key = paramiko.PKey.from_type_string(entry.key_type, entry.blob)
+        except UnknownKeyType:
+            continue
+        except (paramiko.SSHException, ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"known_hosts {path}:{entry.line}: not a valid {entry.key_type} key: {exc}"
+            ) from None
+        for host in entry.hosts:
+            keys.add(host, entry.key_type, key)
     return keys
 
 
