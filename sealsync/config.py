@@ -42,6 +42,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from receiver.limits import MaxStartups
 from sealsync.errors import ConfigError
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -254,6 +255,20 @@ class Networks(Reader):
             except ValueError as e:
                 raise table.error(f"{key}[{i}]", f"not a CIDR network: {e}") from None
         return out
+
+
+@dataclass(frozen=True)
+class Startups(Reader):
+    """``"start:rate:full"`` (OpenSSH's ``MaxStartups``) or one number for a plain cap."""
+
+    def read(self, table: _Table, key: str, value: object) -> MaxStartups:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        text = Text().read(table, key, value)
+        try:
+            return MaxStartups.parse(text)
+        except ValueError as e:
+            raise table.error(key, f"{e}: {text!r}") from None
 
 
 @dataclass(frozen=True)
@@ -568,6 +583,17 @@ class ReceiverConfig:
     allow: list[IPNetwork] = field(default_factory=_default_allow, metadata=setting(Networks()))
     max_sessions: int = field(default=16, metadata=setting(Integer(1, 10000)))
     idle_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
+    login_grace_time: float = field(default=20.0, metadata=setting(Number(0, 3600)))
+    max_startups: MaxStartups = field(default=MaxStartups(10, 30, 60), metadata=setting(Startups()))
+    per_source_max_startups: int = field(default=4, metadata=setting(Integer(1, 10000)))
+    per_source_penalty_max: int = field(default=600, metadata=setting(Integer(0, 86400)))
+    max_sessions_per_key: int = field(default=2, metadata=setting(Integer(1, 10000)))
+    max_sessions_per_sender: int = field(default=2, metadata=setting(Integer(1, 10000)))
+    max_uuids_per_key: int = field(default=1, metadata=setting(Integer(1, 1_000_000)))
+    stall_timeout: float = field(default=30.0, metadata=setting(Number(0, 86400)))
+    min_transfer_rate: int = field(default=1024, metadata=setting(Integer(1, 1 << 30)))
+    max_partial_bytes: int = field(default=8 << 30, metadata=setting(Integer(1 << 20, 1 << 50)))
+    sender_quota_bytes: int = field(default=0, metadata=setting(Integer(0, 1 << 60)))
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
 
     @property

@@ -1,0 +1,367 @@
+"""The receiver's admission policy (receiver/limits.py) and its use by a session.
+
+The policy is pure logic with the clock and the coin flip passed in, so every rule is
+checked here exactly; the session tests drive a real ``Session`` over a socket pair
+(``SessionEnv``) with small limits. tests/security/ runs the same attacks against a
+real ``sealsync serve``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+from receiver_service_helpers import UUID_A, UUID_B
+from reliability.session_env import FP_A
+
+from receiver import auth as auth_module
+from receiver.auth import KeyLimit, SenderKeys
+from receiver.limits import (
+    MAX_PENALISED_SOURCES,
+    PENALTY_MIN,
+    PENALTY_SECONDS,
+    Admission,
+    ByteLedger,
+    MaxStartups,
+    Outcome,
+    Quota,
+    SlotCounter,
+    SourcePenalties,
+    StallWindow,
+    Startup,
+    source_of,
+)
+from sealsync.config import ReceiverConfig
+from sealsync.errors import ConfigError
+
+V4 = ipaddress.ip_address("192.0.2.7")
+V4_OTHER = ipaddress.ip_address("192.0.2.8")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- MaxStartups ------------------------------------------------------------------------
+
+
+def test_max_startups_parses_like_sshd() -> None:
+    assert MaxStartups.parse("10:30:60") == MaxStartups(10, 30, 60)
+    assert MaxStartups.parse(" 7 ") == MaxStartups(7, 100, 7)  # a plain cap
+    for bad in ("10:30", "a:b:c", "10:30:60:1", "", "-1:30:60"):
+        with pytest.raises(ValueError, match="start:rate:full"):
+            MaxStartups.parse(bad)
+    with pytest.raises(ValueError, match="start must be between 1 and full"):
+        MaxStartups.parse("61:30:60")
+    with pytest.raises(ValueError, match="percentage"):
+        MaxStartups.parse("10:130:60")
+
+
+def test_early_drop_rises_linearly_from_rate_at_start_to_certain_at_full() -> None:
+    m = MaxStartups(10, 30, 60)
+    assert m.drop_probability(0) == 0.0
+    assert m.drop_probability(9) == 0.0
+    assert m.drop_probability(10) == pytest.approx(0.30)
+    assert m.drop_probability(35) == pytest.approx(0.65)
+    assert m.drop_probability(59) == pytest.approx(0.986)
+    assert m.drop_probability(60) == 1.0
+    assert MaxStartups(5, 100, 5).drop_probability(4) == 0.0
+    assert MaxStartups(5, 100, 5).drop_probability(5) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("10:30:60", MaxStartups(10, 30, 60)), (8, MaxStartups(8, 100, 8))]
+)
+def test_config_reads_max_startups(tmp_path: Path, value: object, expected: MaxStartups) -> None:
+    config = ReceiverConfig.from_mapping(_receiver_table(tmp_path, max_startups=value), tmp_path)
+    assert config.max_startups == expected
+
+
+def test_config_refuses_a_bad_max_startups_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        ReceiverConfig.from_mapping(_receiver_table(tmp_path, max_startups="60:30:10"), tmp_path)
+    assert str(err.value) == (
+        "<mapping>: [receiver] max_startups: start must be between 1 and full (10), "
+        "got 60: '60:30:10'"
+    )
+
+
+def _receiver_table(tmp_path: Path, **extra: object) -> dict[str, object]:
+    for name in ("host", "authorized_keys"):
+        (tmp_path / name).write_text("x\n")
+    return {
+        "listen": "127.0.0.1:5555",
+        "host_key": str(tmp_path / "host"),
+        "authorized_keys": str(tmp_path / "authorized_keys"),
+        "schema_dir": str(tmp_path / "schema"),
+        "data_dirs": [str(tmp_path / "data")],
+        **extra,
+    }
+
+
+# --- startups, sources, penalties ---------------------------------------------------------
+
+
+def admission(**kw: object) -> tuple[Admission, Clock, list[float]]:
+    clock = Clock()
+    coins: list[float] = []  # the coin flips to come; 0.5 when none is queued
+    a = Admission(
+        kw.pop("max_startups", MaxStartups(10, 30, 60)),  # type: ignore[arg-type]
+        kw.pop("per_source", 4),  # type: ignore[arg-type]
+        kw.pop("penalty_max", 600),  # type: ignore[arg-type]
+        rand=lambda: coins.pop(0) if coins else 0.5,
+        clock=clock,
+    )
+    return a, clock, coins
+
+
+def test_sources_are_hosts_and_ipv6_slash_64s() -> None:
+    assert source_of(V4) == "192.0.2.7"
+    assert source_of(ipaddress.ip_address("::ffff:192.0.2.7")) == "192.0.2.7"
+    one = source_of(ipaddress.ip_address("2001:db8:1:2::1"))
+    assert one == source_of(ipaddress.ip_address("2001:db8:1:2:ffff::9")) == "2001:db8:1:2::/64"
+    assert one != source_of(ipaddress.ip_address("2001:db8:1:3::1"))
+
+
+def test_per_source_cap_refuses_only_that_source() -> None:
+    a, _, _ = admission(per_source=2)
+    first, second = a.admit(V4), a.admit(V4)
+    assert isinstance(first, Startup) and isinstance(second, Startup)
+    assert a.admit(V4) == "2 unauthenticated connections from this source"
+    assert isinstance(a.admit(V4_OTHER), Startup)
+    a.authenticated(first)  # it leaves the startup counts: the source has room again
+    assert isinstance(a.admit(V4), Startup)
+    assert a.startups == 3
+
+
+def test_random_early_drop_uses_the_startup_count() -> None:
+    a, _, coins = admission(max_startups=MaxStartups(2, 50, 4), per_source=100)
+    held = [a.admit(V4), a.admit(V4)]  # below start: never dropped, whatever the coin
+    assert all(isinstance(s, Startup) for s in held)
+    coins[:] = [0.49]  # at start (2 open): dropped with probability 0.5
+    assert a.admit(V4) == "2 unauthenticated connections open (max_startups)"
+    coins[:] = [0.51]
+    assert isinstance(a.admit(V4), Startup)
+    coins[:] = [0.74]  # 3 open: p = 0.75
+    assert a.admit(V4) == "3 unauthenticated connections open (max_startups)"
+    coins[:] = [0.76]
+    assert isinstance(a.admit(V4), Startup)
+    assert a.startups == 4
+    coins[:] = [0.99999]  # full: always dropped
+    assert a.admit(V4) == "4 unauthenticated connections open (max_startups)"
+
+
+def test_authenticated_connections_do_not_count_as_startups() -> None:
+    a, _, _ = admission(max_startups=MaxStartups(1, 100, 1), per_source=100)
+    first = a.admit(V4)
+    assert isinstance(first, Startup)
+    assert isinstance(a.admit(V4), str)  # full
+    a.authenticated(first)
+    assert isinstance(a.admit(V4), Startup)  # a session never holds a startup slot
+    a.authenticated(first)  # idempotent
+    assert a.close(first, Outcome.AUTHENTICATED) == 0.0
+    assert a.startups == 1
+
+
+def test_failures_add_up_to_a_refusal_that_runs_out() -> None:
+    a, clock, _ = admission(per_source=100)
+    for _ in range(3):  # 15 s of penalty: not over the minimum yet
+        startup = a.admit(V4)
+        assert isinstance(startup, Startup)
+        assert a.close(startup, Outcome.AUTH_FAILED) == 0.0
+    assert isinstance(a.admit(V4), Startup)  # (left open; counted below)
+    startup = a.admit(V4)
+    assert isinstance(startup, Startup)
+    barred = a.close(startup, Outcome.AUTH_FAILED)
+    assert barred == pytest.approx(4 * PENALTY_SECONDS[Outcome.AUTH_FAILED])
+    refusal = a.admit(V4)
+    assert refusal == "penalised for failing connections (20 s left)"
+    assert isinstance(a.admit(V4_OTHER), Startup)  # only that source
+    clock.now += 19.9
+    assert isinstance(a.admit(V4), str)
+    clock.now += 0.2
+    assert isinstance(a.admit(V4), Startup)
+
+
+def test_one_grace_time_exceeded_bars_at_once_and_penalties_are_capped() -> None:
+    a, clock, _ = admission(per_source=100, penalty_max=60)
+    assert PENALTY_SECONDS[Outcome.GRACE_EXCEEDED] > PENALTY_MIN
+    startups = [a.admit(V4) for _ in range(10)]
+    barred = [a.close(s, Outcome.GRACE_EXCEEDED) for s in startups if isinstance(s, Startup)]
+    assert barred[0] == pytest.approx(PENALTY_SECONDS[Outcome.GRACE_EXCEEDED])
+    assert barred[1:] == [0.0] * 9  # reported once, when the source became barred
+    assert a.penalties.refused_for("192.0.2.7", clock.now) == pytest.approx(60)  # the cap
+    clock.now += 60.1
+    assert isinstance(a.admit(V4), Startup)
+
+
+def test_an_authenticated_connection_never_earns_a_penalty() -> None:
+    a, clock, _ = admission(per_source=100)
+    for _ in range(50):
+        startup = a.admit(V4)
+        assert isinstance(startup, Startup)
+        a.authenticated(startup)
+        a.close(startup, Outcome.GRACE_EXCEEDED)  # e.g. no session opened in time
+    assert a.penalties.refused_for("192.0.2.7", clock.now) == 0.0
+    assert isinstance(a.admit(V4), Startup)
+
+
+def test_port_probes_are_penalised_lightly() -> None:
+    a, clock, _ = admission(per_source=100)
+    for _ in range(10):  # a health check every few seconds never adds up
+        startup = a.admit(V4)
+        assert isinstance(startup, Startup)
+        assert a.close(startup, Outcome.NO_AUTH) == 0.0
+        clock.now += 5
+    assert isinstance(a.admit(V4), Startup)
+    for _ in range(16):  # a burst does
+        startup = a.admit(V4)
+        assert isinstance(startup, Startup)
+        a.close(startup, Outcome.NO_AUTH)
+    assert isinstance(a.admit(V4), str)
+
+
+def test_penalties_off_with_a_zero_maximum() -> None:
+    a, _, _ = admission(per_source=100, penalty_max=0)
+    for _ in range(20):
+        startup = a.admit(V4)
+        assert isinstance(startup, Startup)
+        assert a.close(startup, Outcome.GRACE_EXCEEDED) == 0.0
+    assert isinstance(a.admit(V4), Startup)
+
+
+def test_the_penalty_table_is_bounded() -> None:
+    penalties = SourcePenalties(600)
+    for i in range(MAX_PENALISED_SOURCES):
+        penalties.add(f"s{i}", 20, now=0.0)
+    assert penalties.add("late", 20, now=0.0) == 0.0  # full: not remembered
+    assert penalties.refused_for("late", 1.0) == 0.0
+    assert len(penalties) == MAX_PENALISED_SOURCES
+    assert penalties.add("late", 20, now=30.0) == 20.0  # the expired ones made room
+    assert len(penalties) == 1
+
+
+def test_close_is_idempotent_and_releases_the_startup() -> None:
+    a, _, _ = admission(per_source=1)
+    startup = a.admit(V4)
+    assert isinstance(startup, Startup)
+    a.close(startup, Outcome.NO_AUTH)
+    a.close(startup, Outcome.AUTH_FAILED)
+    assert a.startups == 0
+    assert isinstance(a.admit(V4), Startup)
+
+
+# --- per-sender counters ----------------------------------------------------------------------
+
+
+def test_slot_counter_caps_each_name() -> None:
+    slots = SlotCounter(2)
+    assert slots.acquire("k") and slots.acquire("k")
+    assert not slots.acquire("k")
+    assert slots.acquire("other")
+    slots.release("k")
+    assert slots.count("k") == 1 and slots.acquire("k")
+    unlimited = SlotCounter(None)
+    assert all(unlimited.acquire("k") for _ in range(100))
+
+
+def test_byte_ledger_reserves_up_to_the_limit() -> None:
+    ledger = ByteLedger(100)
+    assert ledger.reserve("u", 60)
+    assert not ledger.reserve("u", 41)
+    assert ledger.reserve("u", 40)
+    assert ledger.reserve("v", 100)
+    ledger.release("u", 60)
+    assert ledger.held("u") == 40
+    ledger.release("u", 40)
+    assert ledger.held("u") == 0
+
+
+def test_quota_measures_once_counts_arrivals_and_remeasures_before_refusing() -> None:
+    clock = Clock()
+    disk = {"u": 50}
+    measured: list[str] = []
+
+    def measure(name: str) -> int:
+        measured.append(name)
+        return disk.get(name, 0)
+
+    quota = Quota(100, measure, remeasure_after=60, clock=clock)
+    assert quota.over("u", 50) is None
+    assert measured == ["u"]
+    quota.add("u", 40)  # arrived: 90 counted
+    assert quota.over("u", 10) is None
+    assert measured == ["u"]  # O(1) while under the limit
+    disk["u"] = 20  # the loader applied deletions meanwhile
+    assert quota.over("u", 20) == 90  # over by the count, measured too recently to redo
+    assert measured == ["u"]
+    clock.now += 61
+    assert quota.over("u", 20) is None  # measured again: it fits
+    assert measured == ["u", "u"]
+    assert quota.used("u") == 20
+    disk["u"] = 95
+    quota.add("u", 75)
+    clock.now += 61
+    assert quota.over("u", 10) == 95  # measured again, still over
+    assert quota.over("u", 10) == 95
+    assert measured == ["u", "u", "u"]  # once per remeasure_after
+
+
+# --- stalls -----------------------------------------------------------------------------
+
+
+def test_a_trickle_stalls_a_window_and_a_steady_stream_does_not() -> None:
+    w = StallWindow(timeout=30, min_rate=100)  # 3000 bytes per 30 s of waiting
+    w.arm()
+    for _ in range(14):  # 1 byte every 2 s
+        assert not w.record(2.0, 1)
+    assert w.wait_limit() == pytest.approx(2.0)
+    assert w.record(2.0, 1)
+    steady = StallWindow(timeout=30, min_rate=100)
+    steady.arm()
+    for _ in range(100):  # 200 bytes a second for 200 s
+        assert not steady.record(1.0, 200)
+    steady.record(29.0, 0)
+    steady.disarm()  # between frames: a fresh window
+    assert steady.wait_limit() == 30 and not steady.armed
+
+
+# --- UUIDs per key, and the binding cache -----------------------------------------------
+
+
+def test_a_key_binds_at_most_max_uuids_per_key(tmp_path: Path) -> None:
+    store = SenderKeys(tmp_path, max_uuids_per_key=1)
+    assert store.bind(UUID_A, FP_A, "10.0.0.1") is not None
+    with pytest.raises(KeyLimit, match=r"already acts as 1 sender UUIDs.*max_uuids_per_key = 1"):
+        store.bind(UUID_B, FP_A, "10.0.0.1")
+    assert store.bind(UUID_A, FP_A, "10.0.0.2") is not None  # its own UUID still works
+    assert set(store.bindings()) == {UUID_A}
+    two = SenderKeys(tmp_path / "two", max_uuids_per_key=2)
+    assert two.bind(UUID_A, FP_A, "10.0.0.1") and two.bind(UUID_B, FP_A, "10.0.0.1")
+
+
+def test_bindings_are_read_again_only_when_the_file_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[object] = []
+    real = auth_module.durable.read_lines
+
+    def counting(path: object) -> list[str]:
+        reads.append(path)
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(auth_module.durable, "read_lines", counting)
+    store = SenderKeys(tmp_path)
+    store.bind(UUID_A, FP_A, "10.0.0.1")
+    for _ in range(20):
+        assert store.bind(UUID_A, FP_A, "10.0.0.1") is not None
+    assert reads == []  # written by us, then served from memory
+    path = tmp_path / "sync" / "sender_keys.txt"
+    path.write_text("")  # an operator removed the binding
+    assert store.bind(UUID_A, "SHA256:" + "b" * 43, "10.0.0.1") is not None
+    assert len(reads) == 1
