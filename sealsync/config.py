@@ -585,7 +585,7 @@ class ReceiverConfig:
     idle_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
     login_grace_time: float = field(default=20.0, metadata=setting(Number(0, 3600)))
     max_startups: MaxStartups = field(default=MaxStartups(10, 30, 60), metadata=setting(Startups()))
-    per_source_max_startups: int = field(default=4, metadata=setting(Integer(1, 10000)))
+    per_source_max_startups: int = field(default=8, metadata=setting(Integer(1, 10000)))
     per_source_penalty_max: int = field(default=600, metadata=setting(Integer(0, 86400)))
     max_sessions_per_key: int = field(default=2, metadata=setting(Integer(1, 10000)))
     max_sessions_per_sender: int = field(default=2, metadata=setting(Integer(1, 10000)))

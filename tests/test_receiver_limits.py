@@ -9,11 +9,16 @@ real ``sealsync serve``.
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from receiver_service_helpers import UUID_A, UUID_B
-from reliability.session_env import FP_A
+from receiver_service_helpers import UUID_A, UUID_B, md5
+from reliability import session_env
+from reliability.session_env import FP_A, SessionEnv, data_file
 
 from receiver import auth as auth_module
 from receiver.auth import KeyLimit, SenderKeys
@@ -32,8 +37,21 @@ from receiver.limits import (
     Startup,
     source_of,
 )
+from receiver.session import SessionLimits
 from sealsync.config import ReceiverConfig
 from sealsync.errors import ConfigError
+from sealsync.protocol import (
+    Chunk,
+    Error,
+    FileBegin,
+    FileEnd,
+    FileVerdict,
+    RoundReady,
+    RoundStart,
+    Welcome,
+    receive,
+    send,
+)
 
 V4 = ipaddress.ip_address("192.0.2.7")
 V4_OTHER = ipaddress.ip_address("192.0.2.8")
@@ -365,3 +383,158 @@ def test_bindings_are_read_again_only_when_the_file_changed(
     path.write_text("")  # an operator removed the binding
     assert store.bind(UUID_A, "SHA256:" + "b" * 43, "10.0.0.1") is not None
     assert len(reads) == 1
+
+
+# --- a session with limits -------------------------------------------------------------------
+
+
+class LimitedEnv(SessionEnv):
+    def __init__(self, root: Path, limits: SessionLimits) -> None:
+        super().__init__(root)
+        self.ctx.limits = limits
+
+    def open(self, uuid: str = UUID_A, peer: str = session_env.PEER) -> socket.socket:
+        sock, _ = self.connect(peer=peer)
+        assert isinstance(session_env.hello(sock, uuid), Welcome)
+        send(sock, RoundStart(0))
+        assert receive(sock) == RoundReady("ready", "")
+        return sock
+
+
+@pytest.fixture
+def make_env(tmp_path: Path):
+    envs: list[LimitedEnv] = []
+
+    def make(**limits: object) -> LimitedEnv:
+        env = LimitedEnv(tmp_path / f"env{len(envs)}", SessionLimits(**limits))  # type: ignore[arg-type]
+        envs.append(env)
+        return env
+
+    yield make
+    for env in envs:
+        env.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def temporaries(env: SessionEnv) -> int:
+    total = 0
+    for here, _dirs, files in os.walk(env.data_dirs[0]):
+        total += sum(os.path.getsize(os.path.join(here, f)) for f in files if ".incoming-" in f)
+    return total
+
+
+def test_a_trickle_inside_a_file_stream_ends_the_session(make_env) -> None:
+    env = make_env(stall_timeout=0.6, min_transfer_rate=100)  # 60 bytes per 0.6 s
+    sock = env.open()
+    send(sock, FileBegin(1, "sequence/root.sg/0/t.tsfile", 1000, 0, -1))
+    started = time.monotonic()
+    try:
+        for _ in range(20):
+            send(sock, Chunk(b"x"))  # a complete frame every 0.25 s: not enough bytes
+            time.sleep(0.25)
+    except OSError:
+        pass  # the receiver closed while we trickled
+    msg = receive(sock)
+    assert isinstance(msg, Error) and msg.code == "timeout", msg
+    assert "session stalled" in msg.message and "min_transfer_rate" in msg.message
+    assert time.monotonic() - started < 3.0
+    wait_until(lambda: temporaries(env) == 0)
+
+
+def test_an_idle_pause_between_frames_is_not_a_stall(make_env) -> None:
+    env = make_env(stall_timeout=0.3, min_transfer_rate=1000)
+    sock = env.open()
+    time.sleep(0.8)  # a sender scanning its next data dir: the idle timeout applies
+    name = "sequence/root.sg/0/ok.tsfile"
+    body = data_file("root.sg.d1")
+    send(sock, FileBegin(1, name, len(body), 3, -1))
+    send(sock, Chunk(body + b"res"))
+    send(sock, FileEnd(1, md5(body + b"res")))
+    msg = receive(sock)
+    assert isinstance(msg, FileVerdict) and msg.status == "verified", msg
+
+
+def test_a_file_over_max_partial_bytes_is_refused_and_never_written(make_env) -> None:
+    env = make_env(partial=ByteLedger(1 << 20))
+    sock = env.open()
+    name = "sequence/root.sg/0/huge.tsfile"
+    send(sock, FileBegin(1, name, 1 << 40, 0, -1))  # announces 1 TiB
+    for _ in range(40):
+        send(sock, Chunk(b"z" * 65536))
+    assert temporaries(env) == 0
+    send(sock, FileEnd(1, "0" * 32))
+    msg = receive(sock)
+    assert isinstance(msg, FileVerdict) and msg.status == "refused", msg
+    assert msg.reason == (
+        f"a file of {1 << 40} bytes is larger than the receiver takes in one upload "
+        f"(max_partial_bytes = {1 << 20})"
+    )
+    good = data_file("root.sg.d1")  # the session goes on
+    send(sock, FileBegin(2, "sequence/root.sg/0/ok.tsfile", len(good), 3, -1))
+    send(sock, Chunk(good + b"res"))
+    send(sock, FileEnd(2, md5(good + b"res")))
+    msg = receive(sock)
+    assert isinstance(msg, FileVerdict) and msg.status == "verified", msg
+    assert env.ctx.limits.partial.held(UUID_A) == 0
+
+
+def test_unfinished_uploads_of_one_sender_are_bounded_across_its_sessions(make_env) -> None:
+    env = make_env(partial=ByteLedger(1 << 20))
+    first, second = env.open(), env.open(peer="10.9.9.9")  # two folders, one sender
+    send(first, FileBegin(1, "sequence/root.sg/0/a.tsfile", 700_000, 0, -1))
+    send(first, Chunk(b"a" * 1000))
+    time.sleep(0.2)
+    assert env.ctx.limits.partial.held(UUID_A) == 700_000
+    send(second, FileBegin(1, "sequence/root.sg/0/b.tsfile", 700_000, 0, -1))
+    send(second, Chunk(b"b" * 1000))
+    send(second, FileEnd(1, "0" * 32))
+    msg = receive(second)
+    assert isinstance(msg, FileVerdict) and msg.status == "refused", msg
+    assert "already holds 700000 bytes of unfinished uploads" in msg.reason
+    assert "max_partial_bytes = 1048576" in msg.reason
+    first.close()  # the session ends: what it held is given back
+    wait_until(lambda: env.ctx.limits.partial.held(UUID_A) == 0)
+
+
+def test_over_the_storage_quota_the_session_ends_with_error_quota(make_env) -> None:
+    stored = {UUID_A: 0}
+    env = make_env(quota=Quota(300, lambda u: stored.get(u, 0)))
+    sock = env.open()
+    body = data_file("root.sg.d1", body=b"p" * 100)  # a stream of ~120 bytes
+    stream = body + b"res"
+    for i in range(2):
+        send(sock, FileBegin(i, f"sequence/root.sg/0/f{i}.tsfile", len(body), 3, -1))
+        send(sock, Chunk(stream))
+        send(sock, FileEnd(i, md5(stream)))
+    send(sock, FileBegin(2, "sequence/root.sg/0/f2.tsfile", len(body), 3, -1))
+    answers = [receive(sock) for _ in range(3)]
+    assert [a.status for a in answers[:2]] == ["verified", "verified"]  # type: ignore[attr-defined]
+    error = answers[2]
+    assert isinstance(error, Error) and error.code == "quota", error
+    assert error.message == (
+        f"sender {UUID_A} holds {2 * len(stream)} bytes on the receiver; a file of "
+        f"{len(stream)} bytes would exceed its quota of 300 bytes (sender_quota_bytes); "
+        "nothing more is stored until files are deleted or the quota is raised"
+    )
+
+
+def test_sessions_per_sender_are_capped(make_env) -> None:
+    env = make_env(sender_sessions=SlotCounter(1))
+    first = env.open()
+    sock, _ = env.connect()
+    msg = session_env.hello(sock, UUID_A)
+    assert msg == Error(
+        "busy",
+        f"receiver busy: sender {UUID_A} already has 1 sessions open "
+        "(max_sessions_per_sender), retry later",
+    )
+    assert isinstance(session_env.hello(env.connect()[0], UUID_B), Welcome)
+    first.close()
+    wait_until(lambda: env.ctx.limits.sender_sessions.count(UUID_A) == 0)
+    assert isinstance(session_env.hello(env.connect()[0], UUID_A), Welcome)
