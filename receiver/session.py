@@ -30,6 +30,13 @@ take one ``sync.log`` fsync: measured here, ~10 ms a file one by one, well under
 1 ms a file in batches. A full batch whose sender is still streaming is committed
 on the session's commit thread while this one reads on (``_pump_commits``); its
 verdicts are still sent by this thread, in order, once the commit is done.
+
+What one sender may hold is bounded here (``SessionLimits``, from ``receiver.limits``):
+sessions per UUID at HELLO; bytes of unfinished uploads, reserved at each FILE_BEGIN
+by the announced size (a file that does not fit is read and dropped, never written,
+and refused); bytes stored, against the sender's quota (ERROR ``quota``); and
+progress, since a frame or file stream that trickles in holds a session as surely
+as a silent one (ERROR ``timeout``).
 """
 
 from __future__ import annotations
