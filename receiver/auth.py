@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sealsync import durable, permissions, sshfiles
+from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint
 
 log = logging.getLogger(f"sealsync.{__name__}")
@@ -153,43 +154,87 @@ def parse_sender_keys(lines: Iterable[str]) -> dict[str, SenderBinding]:
     return out
 
 
+class KeyLimit(SealsyncError):
+    """A key already acts as ``max_uuids_per_key`` senders and claims one more."""
+
+
 class SenderKeys:
     """The UUID → key bindings, shared by every session of one receiver.
 
-    The file is re-read at each bind so that an operator's edit (deleting a line to
-    re-key a sender) takes effect at once; writes happen only when something changed.
+    The file is read again whenever its identity (inode, size, mtime, ctime) changed,
+    so that an operator's edit (deleting a line to re-key a sender) takes effect at
+    the next HELLO, and otherwise served from memory: a HELLO costs one ``stat``
+    under the lock, not a read and parse of every binding. Writes happen only when
+    something changed.
+
+    ``max_uuids_per_key`` bounds how many sender UUIDs one key may bind: an edge node
+    runs one sender per instance, and a key binding UUIDs without end could claim
+    devices and folders under as many names as it likes.
     """
 
-    def __init__(self, schema_dir: Path) -> None:
+    def __init__(self, schema_dir: Path, max_uuids_per_key: int | None = None) -> None:
         self.path = Path(schema_dir) / "sync" / SENDER_KEYS_FILE
+        self.max_uuids_per_key = max_uuids_per_key
         self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int, int] | None = None
+        self._bindings: dict[str, SenderBinding] = {}
+        self._by_key: dict[str, set[str]] = {}
 
     def bindings(self) -> dict[str, SenderBinding]:
-        return parse_sender_keys(durable.read_lines(self.path))
+        with self._lock:
+            return dict(self._current())
+
+    def _current(self) -> dict[str, SenderBinding]:
+        """The bindings on disk now, re-read only if the file changed (caller holds the lock)."""
+        stamp = self._file_stamp()
+        if stamp is None or stamp != self._stamp:
+            bindings = parse_sender_keys(durable.read_lines(self.path)) if stamp else {}
+            self._bindings, self._stamp = bindings, stamp
+            self._by_key = {}
+            for b in bindings.values():
+                self._by_key.setdefault(b.fingerprint, set()).add(b.uuid)
+        return self._bindings
+
+    def _file_stamp(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def bind(self, uuid: str, key: object, ip: str) -> SenderBinding | None:
         """Bind ``uuid`` to ``key`` (a paramiko key, blob or fingerprint) if it is free.
 
         Returns the binding when the key may act as ``uuid``, None when the UUID is
-        already bound to another key.
+        already bound to another key; raises KeyLimit when the UUID is free but the
+        key already binds ``max_uuids_per_key`` others (UUIDs it holds stay usable).
         """
         fp = key if isinstance(key, str) and key.startswith("SHA256:") else fingerprint(key)
         with self._lock:
-            bindings = self.bindings()
+            bindings = self._current()
             current = bindings.get(uuid)
             if current is not None and current.fingerprint != fp:
                 return None
             if current is not None and current.last_ip == ip:
                 return current
+            if current is None:
+                held = self._by_key.get(fp, set())
+                if self.max_uuids_per_key is not None and len(held) >= self.max_uuids_per_key:
+                    raise KeyLimit(
+                        f"key {fp} already acts as {len(held)} sender UUIDs, the most the "
+                        f"receiver allows (max_uuids_per_key = {self.max_uuids_per_key})"
+                    )
             first_seen = (
                 current.first_seen
                 if current is not None
                 else datetime.now(UTC).replace(microsecond=0).isoformat()
             )
             binding = SenderBinding(uuid, fp, ip, first_seen)
-            bindings[uuid] = binding
+            updated = {**bindings, uuid: binding}
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            durable.write_lines(self.path, [b.line() for b in bindings.values()])
+            durable.write_lines(self.path, [b.line() for b in updated.values()])
+            self._bindings, self._stamp = updated, self._file_stamp()
+            self._by_key.setdefault(fp, set()).add(uuid)
             if current is None:
                 log.info("sender %s bound to key %s (first seen from %s)", uuid, fp, ip)
             return binding

@@ -5,14 +5,21 @@
 1. checks the socket's **peer address** against the allow list and closes at once
    if it is outside — before any SSH byte, never trusting what the client says
    (docs/design.md §9.7);
-2. bounds the number of connections (far over the session bound: closed at once);
+2. admits it as a *startup* (:class:`~receiver.limits.Admission`: penalised sources,
+   ``per_source_max_startups``, ``max_startups`` with random early drop) or closes it
+   at once; a hard bound on all connections backs this up;
 3. sets ``TCP_NODELAY`` (paramiko never does; without it a verdict per file waits
    for Nagle + delayed ACK, ~22 files/s instead of hundreds, docs/design.md §5.1);
-4. runs a paramiko server ``Transport`` with the host key, AES-GCM first, an 8 MiB
-   window and 64 KiB packets (the measured best), public-key auth only;
-5. serves one ``session`` channel with the ``sealsync`` subsystem, whose handler
-   thread runs a :class:`~receiver.session.Session`. Over ``max_sessions``
-   the sender gets an ERROR frame ``busy`` after its HELLO and retries later.
+4. runs a paramiko server ``Transport`` announcing ``SSH-2.0-sealsync`` (no library
+   name or version for a scanner to match), with the host key, AES-GCM first, an
+   8 MiB window and 64 KiB packets (the measured best), public-key auth only, at most
+   ``MAX_AUTH_TRIES`` keys tried per connection;
+5. gives it ``login_grace_time`` from accept to open the ``sealsync`` subsystem on one
+   ``session`` channel; the connection leaves the startup counts once its key is
+   accepted, and one that fails or runs out of time earns its source a penalty;
+6. runs a :class:`~receiver.session.Session` on the subsystem's thread. Over
+   ``max_sessions``, or over ``max_sessions_per_key`` for its key, the sender gets
+   an ERROR frame ``busy`` after its HELLO and retries later.
 
 Failures in a connection are logged and end that connection only. ``start()``
 replays unfinished rounds (``recover_all``) before accepting anything.
@@ -21,6 +28,7 @@ replays unfinished rounds (``recover_all``) before accepting anything.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -32,12 +40,15 @@ import paramiko
 
 from receiver import chunk_pipe
 from receiver.auth import AuthorizedKeys, SenderKeys, is_allowed, peer_address
+from receiver.incoming import TEMP_PREFIX
 from receiver.inspect_pool import InspectPool, verify_in_worker
+from receiver.layout import RECEIVER_FOLDER
+from receiver.limits import Admission, ByteLedger, Outcome, Quota, SlotCounter, Startup
 from receiver.load.owners import DeviceOwners
 from receiver.recover.replay import recover_all
 from receiver.rounds import Rounds
 from receiver.schema import SchemaStore
-from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext
+from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext, SessionLimits
 from receiver.storage import DirectoryStorage, Storage
 from sealsync.config import ReceiverConfig
 from sealsync.errors import SealsyncError
@@ -57,8 +68,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
-HANDSHAKE_TIMEOUT = 15.0
 BUSY_REPLY_TIMEOUT = 5.0
+MAX_AUTH_TRIES = 6
+"""Keys one connection may try (OpenSSH's ``MaxAuthTries``); more and it is closed."""
+SSH_VERSION = "SSH-2.0-sealsync"
+"""The version line the server announces: names the protocol, not the library."""
 STOP_JOIN_TIMEOUT = 5.0
 _POLL = 0.2
 
@@ -95,10 +109,20 @@ def load_host_key(path: Path) -> paramiko.PKey:
 class _SshServer(paramiko.ServerInterface):
     """Policy for one connection: public keys only, one session, one subsystem."""
 
-    def __init__(self, authorized: AuthorizedKeys, peer_ip: str) -> None:
+    def __init__(
+        self,
+        authorized: AuthorizedKeys,
+        peer_ip: str,
+        admission: Admission | None = None,
+        startup: Startup | None = None,
+    ) -> None:
         self.authorized = authorized
         self.peer_ip = peer_ip
+        self.admission = admission
+        self.startup = startup
         self.key_fingerprint = ""
+        self.authenticated = False
+        self.auth_failures = 0
         self.channel_opened = False
         self.handler: _Handler | None = None
         self.started = threading.Event()
@@ -113,9 +137,15 @@ class _SshServer(paramiko.ServerInterface):
         return paramiko.AUTH_FAILED
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        if self.auth_failures >= MAX_AUTH_TRIES:
+            return paramiko.AUTH_FAILED  # the connection thread closes it
         if self.authorized.allows(key.asbytes()):
             self.key_fingerprint = fingerprint(key)
+            self.authenticated = True
+            if self.admission is not None and self.startup is not None:
+                self.admission.authenticated(self.startup)
             return paramiko.AUTH_SUCCESSFUL
+        self.auth_failures += 1
         log.warning("%s: public key %s not authorized", self.peer_ip, fingerprint(key))
         return paramiko.AUTH_FAILED
 
@@ -180,6 +210,7 @@ class ReceiverService:
         self.storage: Storage = (
             storage if storage is not None else DirectoryStorage(list(config.data_dirs))
         )
+        limits = self._session_limits(config)  # before any worker starts: it may refuse
         self._pool: InspectPool | None = None
         if inspect is None:
             self._pool = InspectPool(workers=inspect_workers, target=verify_in_worker)
@@ -192,13 +223,20 @@ class ReceiverService:
             owners=self.owners,
             inspect=inspect,
             inspect_many=self._pool.inspect_many if self._pool is not None else None,
-            sender_keys=SenderKeys(config.schema_dir),
+            sender_keys=SenderKeys(config.schema_dir, config.max_uuids_per_key),
             schema=SchemaStore(config.schema_dir),
             rounds=self.rounds,
             load_wait=load_wait,
+            limits=limits,
         )
         self._authorized = AuthorizedKeys(config.authorized_keys)
-        self.max_connections = max(2 * config.max_sessions, config.max_sessions + 4)
+        self.admission = Admission(
+            config.max_startups, config.per_source_max_startups, config.per_source_penalty_max
+        )
+        self.key_sessions = SlotCounter(config.max_sessions_per_key)
+        # Startups are bounded by the admission; this bounds everything else (sessions,
+        # and authenticated connections on their way to a session or a busy answer).
+        self.max_connections = config.max_startups.full + 2 * config.max_sessions + 4
         self._lock = threading.Lock()
         self._host_key: paramiko.PKey | None = None
         self._listener: socket.socket | None = None
@@ -206,6 +244,39 @@ class ReceiverService:
         self._connections: dict[threading.Thread, paramiko.Transport | None] = {}
         self._sessions = 0
         self._state = "new"  # new -> running -> stopped
+
+    def _session_limits(self, config: ReceiverConfig) -> SessionLimits:
+        quota = None
+        if config.sender_quota_bytes:
+            if getattr(self.storage, "usage", None) is None:
+                raise SealsyncError(
+                    "sender_quota_bytes needs a storage that can measure a sender's files "
+                    "(a usage(sender) method, as DirectoryStorage has)"
+                )
+            quota = Quota(config.sender_quota_bytes, self._stored_bytes)
+        return SessionLimits(
+            sender_sessions=SlotCounter(config.max_sessions_per_sender),
+            partial=ByteLedger(config.max_partial_bytes),
+            quota=quota,
+            # inside a frame the receiver never waits longer than between frames
+            stall_timeout=min(config.stall_timeout, config.idle_timeout),
+            min_transfer_rate=config.min_transfer_rate,
+        )
+
+    def _stored_bytes(self, uuid: str) -> int:
+        """What ``uuid`` holds here: its loaded files, and staged ones waiting to load."""
+        total = int(self.storage.usage(uuid))  # type: ignore[attr-defined]
+        for data_dir in self.config.data_dirs:
+            for folder in (Path(data_dir) / RECEIVER_FOLDER).glob(f"*_{uuid}"):
+                for here, _dirs, files in os.walk(folder / "data"):
+                    for name in files:
+                        if name.startswith(TEMP_PREFIX):
+                            continue  # unfinished uploads: counted by max_partial_bytes
+                        try:
+                            total += os.lstat(os.path.join(here, name)).st_size
+                        except OSError:
+                            pass  # loaded or removed meanwhile
+        return total
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -318,7 +389,8 @@ class ReceiverService:
                 sock.close()
 
     def _admit(self, sock: socket.socket) -> None:
-        """Allow list first (the socket's own peer address), then the connection bound."""
+        """Allow list first (the socket's own peer address), then the startup limits."""
+        accepted = time.monotonic()
         try:
             ip = peer_address(sock.getpeername()[0])
         except OSError:  # gone already
@@ -338,31 +410,50 @@ class ReceiverService:
                 )
                 sock.close()
                 return
+            startup = self.admission.admit(ip)
+            if isinstance(startup, str):
+                log.info("connection from %s refused: %s", ip, startup)
+                sock.close()
+                return
             thread = threading.Thread(
                 target=self._serve_connection,
-                args=(sock, str(ip)),
+                args=(sock, str(ip), startup, accepted),
                 name=f"sealsync-conn-{ip}",
                 daemon=True,
             )
             self._connections[thread] = None
         thread.start()
 
-    def _serve_connection(self, sock: socket.socket, peer_ip: str) -> None:
+    def _serve_connection(
+        self, sock: socket.socket, peer_ip: str, startup: Startup, accepted: float
+    ) -> None:
         me = threading.current_thread()
         transport: paramiko.Transport | None = None
+        server: _SshServer | None = None
+        outcome = Outcome.NO_AUTH
         try:
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             transport = self._make_transport(sock)
-            server = _SshServer(self._authorized, peer_ip)
+            server = _SshServer(self._authorized, peer_ip, self.admission, startup)
             with self._lock:
                 if self._state != "running":
                     return
                 self._connections[me] = transport
-            transport.start_server(server=server)
-            if not self._wait_for_subsystem(transport, server):
-                if transport.is_active() and self._state == "running":
-                    log.info("%s: no %s session opened in time, closing", peer_ip, SUBSYSTEM)
+            transport.start_server(event=threading.Event(), server=server)  # returns at once
+            outcome = self._wait_for_subsystem(
+                transport, server, accepted + self.config.login_grace_time
+            )
+            if not server.started.is_set():
+                if outcome is Outcome.GRACE_EXCEEDED or (
+                    server.authenticated and transport.is_active() and self._state == "running"
+                ):
+                    log.info(
+                        "%s: no %s session within login_grace_time (%g s), closing",
+                        peer_ip,
+                        SUBSYSTEM,
+                        self.config.login_grace_time,
+                    )
                 else:
                     log.info("%s: connection closed before a session started", peer_ip)
                 return
@@ -373,9 +464,19 @@ class ReceiverService:
         except Exception:
             log.exception("%s: connection failed", peer_ip)
         finally:
+            if server is not None and server.auth_failures and not server.authenticated:
+                outcome = Outcome.AUTH_FAILED
+            barred = self.admission.close(startup, outcome)  # before the peer sees the close
             if transport is not None:
                 transport.close()
             sock.close()
+            if barred:
+                log.warning(
+                    "%s: refused for %.0f s: its connections keep failing (last: %s)",
+                    peer_ip,
+                    barred,
+                    outcome.value,
+                )
             with self._lock:
                 self._connections.pop(me, None)
 
@@ -387,39 +488,59 @@ class ReceiverService:
         options.ciphers = preferred_ciphers(options.ciphers)
         assert self._host_key is not None
         transport.set_log_channel(SSH_LOG)  # under sealsync's logger, with _PeerGone
+        transport.local_version = SSH_VERSION
         transport.add_server_key(self._host_key)
         transport.set_subsystem_handler(SUBSYSTEM, _Handler, self)
-        transport.banner_timeout = HANDSHAKE_TIMEOUT
-        transport.handshake_timeout = HANDSHAKE_TIMEOUT
-        transport.auth_timeout = HANDSHAKE_TIMEOUT
+        grace = self.config.login_grace_time  # the connection thread enforces it exactly
+        transport.banner_timeout = grace
+        transport.handshake_timeout = grace
+        transport.auth_timeout = grace
         return transport
 
-    def _wait_for_subsystem(self, transport: paramiko.Transport, server: _SshServer) -> bool:
-        """Wait, bounded by the idle timeout, for auth, a channel and the subsystem."""
-        deadline = time.monotonic() + self.config.idle_timeout
+    def _wait_for_subsystem(
+        self, transport: paramiko.Transport, server: _SshServer, deadline: float
+    ) -> Outcome:
+        """Wait until ``deadline`` for auth, a channel and the subsystem; how it went."""
         while not server.started.wait(_POLL):
+            if server.auth_failures >= MAX_AUTH_TRIES:
+                return Outcome.AUTH_FAILED
             if not transport.is_active() or self._state != "running":
-                return False
+                break
             if time.monotonic() >= deadline:
-                return False
-        return True
+                return Outcome.AUTHENTICATED if server.authenticated else Outcome.GRACE_EXCEEDED
+        if server.authenticated or server.started.is_set():
+            return Outcome.AUTHENTICATED
+        return Outcome.AUTH_FAILED if server.auth_failures else Outcome.NO_AUTH
 
     def _run_session(self, channel: paramiko.Channel, server: _SshServer) -> None:
         """Runs on the subsystem's thread; never raises."""
+        fp = server.key_fingerprint
+        refusal = None
         with self._lock:
             admitted = self._state == "running" and self._sessions < self.config.max_sessions
             if admitted:
                 self._sessions += 1
+        if not admitted:
+            refusal = f"receiver busy: {self.config.max_sessions} sessions open, retry later"
+        elif not self.key_sessions.acquire(fp):
+            with self._lock:
+                self._sessions -= 1
+            admitted = False
+            refusal = (
+                f"receiver busy: key {fp} already has {self.config.max_sessions_per_key} "
+                "sessions open (max_sessions_per_key), retry later"
+            )
         try:
-            if not admitted:
-                self._refuse_busy(channel, server.peer_ip)
+            if refusal is not None:
+                self._refuse_busy(channel, server.peer_ip, refusal)
                 return
             channel.settimeout(self.config.idle_timeout)
-            Session(channel, self.context, server.peer_ip, server.key_fingerprint).run()
+            Session(channel, self.context, server.peer_ip, fp).run()
         except Exception:
             log.exception("%s: session failed", server.peer_ip)
         finally:
             if admitted:
+                self.key_sessions.release(fp)
                 with self._lock:
                     self._sessions -= 1
             try:
@@ -427,16 +548,15 @@ class ReceiverService:
             except Exception:  # the peer or the transport is gone already
                 pass
 
-    def _refuse_busy(self, channel: paramiko.Channel, peer_ip: str) -> None:
-        """Over the session bound: answer the HELLO with ERROR busy so the sender retries."""
-        log.warning("%s: session refused: %d sessions open", peer_ip, self.config.max_sessions)
+    def _refuse_busy(self, channel: paramiko.Channel, peer_ip: str, message: str) -> None:
+        """Over a session bound: answer the HELLO with ERROR busy so the sender retries."""
+        log.warning("%s: session refused: %s", peer_ip, message)
         channel.settimeout(BUSY_REPLY_TIMEOUT)
         try:
             receive(channel)  # the HELLO; the sender reads the answer after sending it
         except Exception:
             pass
         try:
-            message = f"receiver busy: {self.config.max_sessions} sessions open, retry later"
             send(channel, Error("busy", message))
         except Exception:
             pass

@@ -30,6 +30,13 @@ take one ``sync.log`` fsync: measured here, ~10 ms a file one by one, well under
 1 ms a file in batches. A full batch whose sender is still streaming is committed
 on the session's commit thread while this one reads on (``_pump_commits``); its
 verdicts are still sent by this thread, in order, once the commit is done.
+
+What one sender may hold is bounded here (``SessionLimits``, from ``receiver.limits``):
+sessions per UUID at HELLO; bytes of unfinished uploads, reserved at each FILE_BEGIN
+by the announced size (a file that does not fit is read and dropped, never written,
+and refused); bytes stored, against the sender's quota (ERROR ``quota``); and
+progress, since a frame or file stream that trickles in holds a session as surely
+as a silent one (ERROR ``timeout``).
 """
 
 from __future__ import annotations
@@ -38,15 +45,17 @@ import itertools
 import logging
 import secrets
 import select
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from receiver.auth import SenderKeys
+from receiver.auth import KeyLimit, SenderKeys
 from receiver.incoming import IncomingFile, describe_os_error, stage_all
 from receiver.layout import SenderFolder, SyncLog
+from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
 from receiver.load.loader import Loader
 from receiver.load.owners import DeviceOwners
 from receiver.rounds import Busy, Rounds
@@ -100,6 +109,79 @@ MAX_BATCH_BYTES = 16 << 20
 """...or as soon as this many bytes arrived: a large file's fsync then runs while the
 next file streams in, instead of all of them at the end of the round."""
 IO_THREADS = 8
+MAX_ARRIVED = 4 * MAX_BATCH
+"""Complete streams waiting for a verdict before the next FILE_BEGIN waits for their
+commit: each holds descriptors and temporaries, and a sender that never reads its
+verdicts must not pile them up without end."""
+ERROR_REPLY_TIMEOUT = 5.0
+"""Longest wait to send a closing ERROR: a peer that reads nothing must not hold it."""
+
+
+@dataclass
+class SessionLimits:
+    """What one sender may hold (``receiver.limits``); the defaults limit nothing."""
+
+    sender_sessions: SlotCounter = field(default_factory=lambda: SlotCounter(None))
+    """Sessions per sender UUID (``max_sessions_per_sender``)."""
+    partial: ByteLedger = field(default_factory=lambda: ByteLedger(None))
+    """Bytes of unfinished uploads per sender UUID (``max_partial_bytes``)."""
+    quota: Quota | None = None
+    """Bytes stored per sender UUID (``sender_quota_bytes``), None: no quota."""
+    stall_timeout: float | None = None
+    """A frame or file stream with less than ``min_transfer_rate`` bytes a second over
+    this many seconds has stalled; None: only the channel's idle timeout applies."""
+    min_transfer_rate: int = 1
+
+
+class Stalled(TimeoutError):
+    """The sender stopped making progress inside a frame or a file stream."""
+
+
+class _Watched:
+    """The channel as the session reads it, with the stall rule of ``StallWindow``.
+
+    Unarmed reads wait as long as the channel's own (idle) timeout allows; armed
+    reads wait at most what is left of the current window, and a window without
+    enough bytes raises :class:`Stalled`.
+    """
+
+    def __init__(self, channel: Stream, window: StallWindow | None) -> None:
+        self._channel = channel
+        self.window = window
+        gettimeout = getattr(channel, "gettimeout", None)
+        self._idle: float | None = gettimeout() if gettimeout is not None else None
+
+    def recv(self, n: int) -> bytes:
+        window = self.window
+        if window is None:
+            return self._channel.recv(n)
+        if not window.armed:
+            data = self._channel.recv(n)
+            if data:
+                window.arm()  # a frame has begun: the rest of it must keep coming
+            return data
+        self._set_timeout(window.wait_limit())
+        started = time.monotonic()
+        try:
+            data = self._channel.recv(n)
+        except TimeoutError:
+            window.record(time.monotonic() - started, 0)
+            raise Stalled(window.describe()) from None
+        finally:
+            self._set_timeout(self._idle)
+        if not data:
+            return data  # the peer closed: that is not a stall
+        if window.record(time.monotonic() - started, len(data)):
+            raise Stalled(window.describe())
+        return data
+
+    def _set_timeout(self, seconds: float | None) -> None:
+        settimeout = getattr(self._channel, "settimeout", None)
+        if settimeout is not None:
+            settimeout(seconds)
+
+    def sendall(self, data: bytes | memoryview) -> None:
+        self._channel.sendall(data)
 
 
 @dataclass
@@ -116,6 +198,7 @@ class SessionContext:
     """How long ROUND_END waits for the loader before answering ``loaded=False``."""
     inspect_many: Callable[[list[Path]], list[FileInfo | FormatError]] | None = None
     """``inspect`` for a whole batch in one go (the service's worker pool), if available."""
+    limits: SessionLimits = field(default_factory=SessionLimits)
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(IO_THREADS, thread_name_prefix="sealsync-io")
     )
@@ -194,7 +277,13 @@ class Session:
         self, channel: Stream, ctx: SessionContext, peer_ip: str, key_fingerprint: str
     ) -> None:
         self.channel = channel
-        self._in = ReadBuffer(channel)  # frames are parsed from large reads
+        limits = ctx.limits
+        self._stall = (
+            StallWindow(limits.stall_timeout, limits.min_transfer_rate)
+            if limits.stall_timeout is not None
+            else None
+        )
+        self._in = ReadBuffer(_Watched(channel, self._stall))  # frames parsed from large reads
         self._writer = BackgroundWriter()  # large files: writing overlaps hashing
         self.ctx = ctx
         self.peer_ip = peer_ip
@@ -202,7 +291,9 @@ class Session:
         self.uuid = ""
         self.name = ""
         self._round: _Round | None = None
-        self._file: IncomingFile | None = None
+        self._file: IncomingFile | _Refused | None = None
+        self._reserved: dict[int, int] = {}  # id(IncomingFile) -> bytes held in ctx.limits.partial
+        self._sender_slot = False  # holds one of ctx.limits.sender_sessions for self.uuid
         self._arrived: list[_Arrived] = []  # complete streams waiting for their verdicts
         self._committing: tuple[Future[None], list[_Arrived]] | None = None  # in the background
         self._commit_thread: ThreadPoolExecutor | None = None
@@ -236,6 +327,9 @@ class Session:
         except ProtocolError as exc:
             log.warning("%s: protocol error (%s): %s", who, printable(exc.code), printable(exc))
             self._send_error(exc.code, str(exc))
+        except Stalled as exc:
+            log.warning("%s: stalled (%s), closing the session", who, exc)
+            self._send_error("timeout", f"session stalled: {exc}")
         except TimeoutError:  # socket.timeout: the channel's idle timeout
             log.warning("%s: idle for too long, closing the session", who)
             self._send_error("timeout", "session idle for too long")
@@ -248,8 +342,16 @@ class Session:
             self._send_error("internal", f"receiver error: {type(exc).__name__}: {exc}")
         finally:
             self._abandon()
+            if self._sender_slot:
+                self.ctx.limits.sender_sessions.release(self.uuid)
+                self._sender_slot = False
 
     def _recv(self) -> AnyMessage:
+        if self._stall is not None:
+            if self._file is None and not self._in.pending():
+                self._stall.disarm()  # between frames, outside a file: the idle timeout
+            else:
+                self._stall.arm()
         try:
             return receive(self._in)
         except TimeoutError:
@@ -265,6 +367,9 @@ class Session:
 
     def _send_error(self, code: str, message: str) -> None:
         try:
+            settimeout = getattr(self.channel, "settimeout", None)
+            if settimeout is not None:
+                settimeout(ERROR_REPLY_TIMEOUT)
             send(self.channel, Error(clean_text(code, 64) or "error", clean_text(message)))
         except Exception:  # the peer may be gone already
             pass
@@ -285,6 +390,7 @@ class Session:
         ``load_wait``), else they stay for recovery at the next round start."""
         if self._file is not None:
             self._file.discard()
+            self._release(self._file)
             self._file = None
         if self._committing is not None:  # let it finish: it may be writing sync.log
             future, _ = self._committing
@@ -297,7 +403,12 @@ class Session:
             self._commit_thread.shutdown(wait=True)
         arrived, self._arrived = self._arrived, []
         for item in arrived:  # never answered: the sender sends them again
-            item.incoming.discard()
+            if item.incoming is not None:
+                item.incoming.discard()
+                self._release(item.incoming)
+        for size in self._reserved.values():  # whatever path a stream took, nothing stays held
+            self.ctx.limits.partial.release(self.uuid, size)
+        self._reserved.clear()
         self._writer.close()
         rnd, self._round = self._round, None
         if rnd is not None:
@@ -321,7 +432,11 @@ class Session:
                 f"(receiver speaks {PROTOCOL_VERSION})",
                 code="version",
             )
-        binding = self.ctx.sender_keys.bind(msg.uuid, self.key_fingerprint, self.peer_ip)
+        try:
+            binding = self.ctx.sender_keys.bind(msg.uuid, self.key_fingerprint, self.peer_ip)
+        except KeyLimit as exc:
+            log.warning("refused: sender %s from %s: %s", msg.uuid, self.peer_ip, exc)
+            raise ProtocolError(str(exc), code="auth") from None
         if binding is None:
             log.warning(
                 "refused: key %s from %s claims sender %s, bound to another key",
@@ -332,6 +447,20 @@ class Session:
             raise ProtocolError(
                 f"sender UUID {msg.uuid} is bound to another public key", code="auth"
             )
+        sessions = self.ctx.limits.sender_sessions
+        if not sessions.acquire(msg.uuid):
+            log.warning(
+                "refused: sender %s from %s already has %d sessions open",
+                msg.uuid,
+                self.peer_ip,
+                sessions.count(msg.uuid),
+            )
+            raise ProtocolError(
+                f"receiver busy: sender {msg.uuid} already has {sessions.limit} sessions open "
+                "(max_sessions_per_sender), retry later",
+                code="busy",
+            )
+        self._sender_slot = True
         self.uuid, self.name = msg.uuid, msg.name
         self._send(Welcome(PROTOCOL_VERSION, f"sealsync {__version__}"))
 
@@ -389,6 +518,8 @@ class Session:
         except BaseException:
             self.ctx.rounds.end(folder)
             raise
+        if self.ctx.limits.quota is not None:
+            self.ctx.limits.quota.used(self.uuid)  # measured once per sender, here, not mid-stream
         log.info("sender %s: round started in %s", self.uuid, folder.root)
         self._send(RoundReady("ready", ""))
 
@@ -431,22 +562,87 @@ class Session:
     def _file_begin(self, msg: FileBegin) -> None:
         rnd = self._require_round()
         rnd.close_deleted()
+        if len(self._arrived) >= MAX_ARRIVED:
+            self._commit_arrived()
+        size = msg.stream_size
+        refusal = self._admit_stream(size)
+        if refusal is not None:
+            log.warning("sender %s: %s refused: %s", self.uuid, msg.name, refusal)
+            self._file = _Refused(msg, refusal)
+            return
         token = f"{self._token}-{next(self._streams)}"
-        self._file = IncomingFile(msg, rnd.folder.data, token, self._writer)
+        incoming = IncomingFile(msg, rnd.folder.data, token, self._writer)
+        self._reserved[id(incoming)] = size
+        self._file = incoming
+
+    def _admit_stream(self, size: int) -> str | None:
+        """Reserve ``size`` bytes of unfinished uploads for this sender, or say why not.
+
+        Over ``max_partial_bytes`` the file is refused (its bytes are read and dropped,
+        nothing is written) and the sender offers it again next round; over the
+        sender's storage quota the session ends with ERROR ``quota``: nothing more can
+        be stored until files are deleted or the quota is raised.
+        """
+        limits = self.ctx.limits
+        partial = limits.partial
+        if partial.limit is not None and size > partial.limit:
+            return (
+                f"a file of {size} bytes is larger than the receiver takes in one upload "
+                f"(max_partial_bytes = {partial.limit})"
+            )
+        if limits.quota is not None and self._over_quota(size) is not None:
+            self._commit_arrived()  # what already arrived is answered (and counted) first
+            used = self._over_quota(size)
+            if used is not None:
+                raise ProtocolError(
+                    f"sender {self.uuid} holds {used} bytes on the receiver; a file of "
+                    f"{size} bytes would exceed its quota of {limits.quota.limit} bytes "
+                    "(sender_quota_bytes); nothing more is stored until files are deleted "
+                    "or the quota is raised",
+                    code="quota",
+                )
+        if partial.reserve(self.uuid, size):
+            return None
+        if self._arrived or self._committing is not None:
+            self._commit_arrived()  # staged files are no longer unfinished uploads
+            if partial.reserve(self.uuid, size):
+                return None
+        return (
+            f"the receiver already holds {partial.held(self.uuid)} bytes of unfinished "
+            f"uploads from this sender; a file of {size} bytes would exceed "
+            f"max_partial_bytes = {partial.limit}"
+        )
+
+    def _over_quota(self, size: int) -> int | None:
+        quota = self.ctx.limits.quota
+        assert quota is not None
+        return quota.over(self.uuid, self.ctx.limits.partial.held(self.uuid) + size)
+
+    def _release(self, incoming: IncomingFile | _Refused) -> None:
+        """Give back what ``incoming`` held of this sender's unfinished-upload bytes."""
+        size = self._reserved.pop(id(incoming), None)
+        if size is not None:
+            self.ctx.limits.partial.release(self.uuid, size)
 
     def _file_end(self, msg: FileEnd) -> None:
         incoming = self._file
         assert incoming is not None
         self._file = None
-        incoming.finish_writes()
         begin = incoming.begin
         if msg.file_id != begin.file_id:
             incoming.discard()
+            self._release(incoming)
             raise ProtocolError(
                 f"FILE_END for file {msg.file_id} while file {begin.file_id} is open",
                 code="unexpected",
             )
-        item = _Arrived(incoming)
+        if isinstance(incoming, _Refused):
+            refused = _Arrived(begin, None)
+            refused.verdict(Verdict.REFUSED, incoming.reason)
+            self._arrived.append(refused)
+            return
+        incoming.finish_writes()
+        item = _Arrived(begin, incoming)
         if incoming.error is not None:
             item.verdict(Verdict.REFUSED, describe_os_error(incoming.error))
         else:
@@ -470,7 +666,7 @@ class Session:
         if self._data_waiting():
             if self._committing is None and (
                 len(self._arrived) >= MAX_BATCH
-                or sum(a.incoming.begin.stream_size for a in self._arrived) >= MAX_BATCH_BYTES
+                or sum(a.begin.stream_size for a in self._arrived) >= MAX_BATCH_BYTES
             ):
                 batch, self._arrived = self._arrived, []
                 if self._commit_thread is None:
@@ -512,7 +708,7 @@ class Session:
             self._check_batch(batch)
             accepted = [item for item in batch if item.status is None]
             errors = stage_all(
-                [(item.incoming, rnd.folder.staged(item.name)) for item in accepted],
+                [(item.file, rnd.folder.staged(item.name)) for item in accepted],
                 self.ctx.executor,
             )
             staged = []
@@ -529,19 +725,24 @@ class Session:
                     for item in staged:
                         item.verdict(Verdict.REFUSED, describe_os_error(exc))
                     staged = []
+            quota = self.ctx.limits.quota
             for item in staged:
                 rnd.loader.load(item.name, item.devices)  # read once: the loader reuses them
                 item.verdict(Verdict.VERIFIED, "")
+                if quota is not None:
+                    quota.add(self.uuid, item.begin.stream_size)
         finally:
             for item in batch:
-                item.incoming.discard()  # a no-op for the staged ones
+                if item.incoming is not None:
+                    item.incoming.discard()  # a no-op for the staged ones
+                    self._release(item.incoming)
 
     def _check_batch(self, batch: list[_Arrived]) -> None:
         """Format and devices (inspected concurrently), then ownership in arrival order."""
         todo = [item for item in batch if item.status is None]
         many = self.ctx.inspect_many
         if many is not None and len(todo) > 1:
-            found = many([item.incoming.data_tmp for item in todo])
+            found = many([item.file.data_tmp for item in todo])
             infos = [
                 self._format_problem(item, info) if isinstance(info, FormatError) else info
                 for item, info in zip(todo, found, strict=True)
@@ -565,7 +766,7 @@ class Session:
 
     def _inspect(self, item: _Arrived) -> FileInfo | str:
         """The file's devices, or why it is not a valid data file."""
-        incoming = item.incoming
+        incoming = item.file
         try:
             return self.ctx.inspect(incoming.data_tmp)
         except FormatError as exc:
@@ -573,7 +774,7 @@ class Session:
 
     def _format_problem(self, item: _Arrived, exc: FormatError) -> str:
         """The refusal reason, named after the sender's file rather than the temporary."""
-        incoming = item.incoming
+        incoming = item.file
         reason = str(exc).replace(str(incoming.data_tmp), item.name)
         reason = reason.replace(incoming.data_tmp.name, PurePosixPath(item.name).name)
         return f"not a valid data file: {reason}"
@@ -590,16 +791,35 @@ class Session:
                 status,
                 printable(item.reason),
             )
-        begin = item.incoming.begin
+        begin = item.begin
         self._send(FileVerdict(begin.file_id, begin.name, status, clean_text(item.reason)))
 
 
+class _Refused:
+    """A file stream refused at FILE_BEGIN: its chunks are read and dropped, never written."""
+
+    def __init__(self, begin: FileBegin, reason: str) -> None:
+        self.begin = begin
+        self.reason = reason
+        self.received = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.received += len(data)
+
+    def discard(self) -> None:
+        """Nothing to delete: nothing was written."""
+
+
 class _Arrived:
-    """A complete file stream and, once decided, its verdict."""
+    """A complete file stream and, once decided, its verdict.
 
-    __slots__ = ("incoming", "status", "reason", "devices")
+    ``incoming`` is None for a stream refused at FILE_BEGIN (it has its verdict).
+    """
 
-    def __init__(self, incoming: IncomingFile) -> None:
+    __slots__ = ("begin", "incoming", "status", "reason", "devices")
+
+    def __init__(self, begin: FileBegin, incoming: IncomingFile | None) -> None:
+        self.begin = begin
         self.incoming = incoming
         self.status: str | None = None
         self.reason = ""
@@ -607,7 +827,13 @@ class _Arrived:
 
     @property
     def name(self) -> str:
-        return self.incoming.begin.name
+        return self.begin.name
+
+    @property
+    def file(self) -> IncomingFile:
+        """The temporaries of a stream still to be decided (those always have them)."""
+        assert self.incoming is not None
+        return self.incoming
 
     def verdict(self, status: str, reason: str) -> None:
         self.status, self.reason = status, reason

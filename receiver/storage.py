@@ -183,6 +183,23 @@ class DirectoryStorage:
                 removed |= durable.remove(f"{target}{suffix}")
         return removed
 
+    def usage(self, sender: str) -> int:
+        """Bytes of ``sender``'s loaded files and their sidecars (``sender_quota_bytes``)."""
+        check_sender_uuid(sender)
+        total = 0
+        for data_dir in self.data_dirs:
+            for root in DATA_ROOTS:
+                top = data_dir / root
+                for folder, _dirs, files in os.walk(top):
+                    if os.path.basename(folder) != sender or folder == str(top):
+                        continue
+                    for file in files:
+                        try:
+                            total += os.lstat(os.path.join(folder, file)).st_size
+                        except OSError:
+                            pass  # deleted meanwhile
+        return total
+
     def list(self, sender: str) -> set[str]:
         check_sender_uuid(sender)
         names = set()

@@ -62,6 +62,41 @@ def format_endpoint(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+@dataclass(frozen=True)
+class MaxStartups:
+    """``start:rate:full`` as in ``sshd_config``'s ``MaxStartups``."""
+
+    start: int
+    rate: int
+    full: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.start <= self.full:
+            raise ValueError(f"start must be between 1 and full ({self.full}), got {self.start}")
+        if not 0 <= self.rate <= 100:
+            raise ValueError(f"rate must be a percentage (0 to 100), got {self.rate}")
+
+    @classmethod
+    def parse(cls, text: str) -> MaxStartups:
+        """``"10:30:60"``, or ``"N"`` for a plain cap of N (no early drop)."""
+        parts = text.strip().split(":")
+        if len(parts) not in (1, 3) or not all(p.isdigit() for p in parts):
+            raise ValueError('expected "start:rate:full" (like "10:30:60") or one number')
+        if len(parts) == 1:
+            return cls(int(parts[0]), 100, int(parts[0]))
+        start, rate, full = (int(p) for p in parts)
+        return cls(start, rate, full)
+
+    def drop_probability(self, startups: int) -> float:
+        """The chance that a new connection is dropped while ``startups`` are open."""
+        if startups < self.start:
+            return 0.0
+        if startups >= self.full:
+            return 1.0
+        span = self.full - self.start
+        return (self.rate + (100 - self.rate) * (startups - self.start) / span) / 100
+
+
 class _Table:
     """One TOML table being read, its unknown keys refused before anything else.
 
@@ -263,6 +298,20 @@ class Networks(Reader):
             except ValueError as e:
                 raise table.error(f"{key}[{i}]", f"not a CIDR network: {e}") from None
         return out
+
+
+@dataclass(frozen=True)
+class Startups(Reader):
+    """``"start:rate:full"`` (OpenSSH's ``MaxStartups``) or one number for a plain cap."""
+
+    def read(self, table: _Table, key: str, value: object) -> MaxStartups:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        text = Text().read(table, key, value)
+        try:
+            return MaxStartups.parse(text)
+        except ValueError as e:
+            raise table.error(key, f"{e}: {text!r}") from None
 
 
 @dataclass(frozen=True)
@@ -615,6 +664,17 @@ class ReceiverConfig:
     allow: list[IPNetwork] = field(default_factory=_default_allow, metadata=setting(Networks()))
     max_sessions: int = field(default=16, metadata=setting(Integer(1, 10000)))
     idle_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
+    login_grace_time: float = field(default=20.0, metadata=setting(Number(0, 3600)))
+    max_startups: MaxStartups = field(default=MaxStartups(10, 30, 60), metadata=setting(Startups()))
+    per_source_max_startups: int = field(default=8, metadata=setting(Integer(1, 10000)))
+    per_source_penalty_max: int = field(default=600, metadata=setting(Integer(0, 86400)))
+    max_sessions_per_key: int = field(default=2, metadata=setting(Integer(1, 10000)))
+    max_sessions_per_sender: int = field(default=2, metadata=setting(Integer(1, 10000)))
+    max_uuids_per_key: int = field(default=1, metadata=setting(Integer(1, 1_000_000)))
+    stall_timeout: float = field(default=30.0, metadata=setting(Number(0, 86400)))
+    min_transfer_rate: int = field(default=1024, metadata=setting(Integer(1, 1 << 30)))
+    max_partial_bytes: int = field(default=8 << 30, metadata=setting(Integer(1 << 20, 1 << 50)))
+    sender_quota_bytes: int = field(default=0, metadata=setting(Integer(0, 1 << 60)))
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
 
     @property

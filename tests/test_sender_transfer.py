@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,11 @@ from sealsync.durable import read_lines
 from sealsync.protocol import (
     MAX_SCHEMA_PAYLOAD,
     Error,
+    FileBegin,
     Hello,
     ProtocolError,
+    RoundReady,
+    RoundStart,
     Verdict,
     Welcome,
     receive,
@@ -405,6 +409,50 @@ def test_error_frame_from_receiver_is_a_clear_failure(tmp_path: Path) -> None:
     session.close()
     ours.close()
     theirs.close()
+
+
+def test_a_refusal_while_the_sender_streams_is_reported_with_the_receivers_reason(
+    tmp_path: Path,
+) -> None:
+    """The receiver refuses at FILE_BEGIN (here: over quota) and closes while the sender
+    is still streaming that file: its failed send reports the ERROR, not a lost link."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(5)
+    theirs.settimeout(5)
+    reason = "sender holds 10 bytes on the receiver; ... (sender_quota_bytes)"
+
+    def receiver() -> None:
+        assert isinstance(receive(theirs), Hello)
+        send(theirs, Welcome(1, "r"))
+        assert isinstance(receive(theirs), RoundStart)
+        send(theirs, RoundReady("ready", ""))
+        assert isinstance(receive(theirs), FileBegin)
+        send(theirs, Error("quota", reason))
+        theirs.close()
+
+    peer = threading.Thread(target=receiver, daemon=True)
+    peer.start()
+    snapshot = tmp_path / "snapshot"
+    write_data_file(snapshot, A, b"x" * (8 << 20), b"res")  # still streaming at the ERROR
+    session = SenderSession(ours, chunk_size=65536, reply_timeout=5.0)
+    session.hello(SENDER_UUID, "e")
+    report = DirReport(0, str(tmp_path))
+    with pytest.raises(ProtocolError) as info:
+        session.round(
+            0,
+            snapshot_dir=snapshot,
+            new=[A],
+            deleted=[],
+            sync_log=tmp_path / "sync.log",
+            refusals=RefusalBook(tmp_path / "refused.txt"),
+            report=report,
+            own_uuid=SENDER_UUID,
+        )
+    assert (info.value.code, str(info.value)) == ("quota", f"receiver: {reason}")
+    assert report.shipped == []
+    peer.join(5)
+    session.close()
+    ours.close()
 
 
 # --- schema log ------------------------------------------------------------------------

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import paramiko
 
-from sealsync.protocol import AnyMessage, ConnectionClosed, ProtocolError, Stream, receive
+from sealsync.protocol import (
+    AnyMessage,
+    ConnectionClosed,
+    Error,
+    ProtocolError,
+    Stream,
+    receive,
+)
 from sender.transfer.errors import ConnectionLost
 
 REPLY_TIMEOUT = 300.0
@@ -121,6 +129,26 @@ class FrameReader:
         except queue.Empty:
             return None
         return self._unwrap(item)
+
+    def closing_error(self, timeout: float) -> Error | None:
+        """The ERROR the receiver sent before it closed the stream, if it sent one.
+
+        For a send that failed because the receiver ended the session: its ERROR
+        frame says why, and arrives just before the end of the stream. Frames still
+        queued ahead of it are dropped (the session is over; unlogged verdicts only
+        cost a resend).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                return None
+            if isinstance(item, _Failed):
+                self._failure = item.exc
+                return None
+            if isinstance(item, Error):
+                return item
 
     def stop(self, join: float = 1.0) -> None:
         """Let the thread end; it does once the stream is closed or its timeout ticks."""

@@ -86,11 +86,21 @@ def backoff(wait: tenacity.wait.wait_base, attempt: int) -> float:
     return float(wait(state))
 
 
-class _Guarded:
-    """The stream, with link failures on send turned into ConnectionLost."""
+CLOSING_ERROR_WAIT = 1.0
+"""How long a failed send waits for the ERROR frame that may say why the receiver closed."""
+RETRYABLE_CODES = frozenset({"timeout", "closed"})
+"""ERROR codes that end a session for a reason a new connection may not meet again."""
 
-    def __init__(self, stream: Stream) -> None:
+
+class _Guarded:
+    """The stream, with link failures on send turned into ConnectionLost, or, when the
+    receiver ended the session with an ERROR frame, into that error: the sender is
+    usually still streaming when a refusal (``quota``, ``busy``) arrives, and the
+    receiver's reason is the one line worth reporting."""
+
+    def __init__(self, stream: Stream, reader: FrameReader | None = None) -> None:
         self._stream = stream
+        self._reader = reader
 
     def recv(self, n: int) -> bytes:
         return self._stream.recv(n)
@@ -99,7 +109,14 @@ class _Guarded:
         try:
             self._stream.sendall(data)
         except LINK_ERRORS as exc:
-            raise lost(exc) from None
+            error = None
+            if self._reader is not None:
+                error = self._reader.closing_error(CLOSING_ERROR_WAIT)
+            if error is None:
+                raise lost(exc) from None
+            if error.code in RETRYABLE_CODES:
+                raise ConnectionLost(f"receiver ended the session: {error.message}") from None
+            raise ProtocolError(f"receiver: {error.message}", code=error.code) from None
 
 
 @dataclass
@@ -129,8 +146,8 @@ class SenderSession:
         file_wait: tenacity.wait.wait_base | None = None,
         inspect: Callable[[Path], Any] | None = None,
     ) -> None:
-        self.stream = _Guarded(stream)
         self.reader = FrameReader(stream, reply_timeout)
+        self.stream = _Guarded(stream, self.reader)
         self.chunk_size = chunk_size
         self.pipeline_depth = pipeline_depth
         self.max_retries = max_retries

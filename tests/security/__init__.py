@@ -1,0 +1,1 @@
+"""Attacks on a real ``sealsync serve`` over loopback (issue 16); see ``report.py``."""

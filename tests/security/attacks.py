@@ -1,0 +1,211 @@
+"""What the attacks in this folder are made of: a site, hostile connections, probes.
+
+A site is a real deployment (deploy_helpers): ``sealsync serve`` and ``sealsync send``
+as processes, an honest sender ``edge0`` and a second authorized key ``edge1`` that the
+hostile-sender attacks use. Hostile connections come from their own loopback
+addresses (127.0.0.2 and up; Linux routes all of 127/8 to ``lo``), as an attacker on
+another host would, so that the receiver's per-source rules see two parties. Not a test
+module.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import paramiko
+from deploy_helpers import Deployment, Sender, make_deployment, populate
+from receiver_service_helpers import Client
+
+HONEST_SOURCE = "127.0.0.1"
+
+
+class Site:
+    """A receiver process and its senders; ``extra`` lines go into ``[receiver]``."""
+
+    def __init__(self, root: Path, **extra: object) -> None:
+        self.dep: Deployment = make_deployment(root, senders=2)
+        self.honest: Sender = self.dep.senders[0]
+        self.hostile_key: Path = root / "keys" / "edge1"
+        self.names = populate(self.honest.edge, groups=2, files=2, unsequence=1)
+        self.configure(**extra)
+
+    def configure(self, **extra: object) -> None:
+        """Rewrite the receiver config with ``extra`` keys (takes effect at the next start)."""
+        lines = self.dep.receiver_config.read_text().splitlines()
+        base = [line for line in lines if line.split("=", 1)[0].strip() not in extra]
+        for key, value in extra.items():
+            base.append(f"{key} = {value!r}" if isinstance(value, str) else f"{key} = {value}")
+        self.dep.receiver_config.write_text("\n".join(base) + "\n")
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.dep.port)
+
+    def start(self) -> None:
+        self.dep.start_receiver()
+
+    def stop(self) -> None:
+        self.dep.stop_receiver()
+
+    def honest_round(self, timeout: float = 90) -> tuple[int, str]:
+        """One ``sealsync send`` of the honest sender: exit code and stderr."""
+        result = self.honest.send(timeout=timeout)
+        return result.returncode, result.stderr
+
+    def honest_files_loaded(self) -> bool:
+        return self.dep.loaded_hashes(self.honest) == self.honest.sealed_hashes()
+
+    def hostile_session(self) -> Client:
+        """An authenticated session with the second key (a hostile sender)."""
+        return Client(self.address, self.hostile_key)
+
+    def temporaries(self) -> int:
+        """Bytes of unfinished uploads (``.incoming-*``) on the receiver now."""
+        total = 0
+        for here, _dirs, files in os.walk(self.dep.receiver_data):
+            for name in files:
+                if name.startswith(".incoming-"):
+                    try:
+                        total += os.lstat(os.path.join(here, name)).st_size
+                    except FileNotFoundError:
+                        pass
+        return total
+
+
+def connect_from(address: tuple[str, int], source: str, timeout: float = 5.0) -> socket.socket:
+    return socket.create_connection(address, timeout=timeout, source_address=(source, 0))
+
+
+class Held(Protocol):
+    def alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class KexOnly:
+    """An SSH connection that finishes the key exchange and never authenticates."""
+
+    def __init__(self, address: tuple[str, int], source: str) -> None:
+        self.sock = connect_from(address, source)
+        self.transport = paramiko.Transport(self.sock)
+        try:
+            self.transport.start_client(timeout=10)
+            self.transport.get_remote_server_key()  # raises unless the exchange finished
+        except BaseException:
+            self.close()
+            raise
+
+    def alive(self) -> bool:
+        return bool(self.transport.is_active())
+
+    def close(self) -> None:
+        self.transport.close()
+        self.sock.close()
+
+
+class Silent:
+    """A TCP connection that sends nothing at all."""
+
+    def __init__(self, address: tuple[str, int], source: str) -> None:
+        self.sock = connect_from(address, source)
+        self.sock.setblocking(False)
+
+    def alive(self) -> bool:
+        try:
+            while True:  # drain what the server sent (its banner)
+                if not self.sock.recv(65536):
+                    return False
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Flood:
+    """``count`` hostile connections kept open: any the receiver closes is opened again.
+
+    Bounded: each worker makes at most ``max_attempts`` connections, and pauses
+    ``pause`` seconds after a refused or closed one.
+    """
+
+    open_one: Callable[[], Held]
+    count: int
+    max_attempts: int = 40
+    pause: float = 0.3
+    attempts: int = 0
+    opened: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _holding: int = 0
+
+    def start(self) -> Flood:
+        for i in range(self.count):
+            t = threading.Thread(target=self._work, name=f"flood-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    @property
+    def holding(self) -> int:
+        with self._lock:
+            return self._holding
+
+    def wait_attempts(self, n: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.attempts < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _work(self) -> None:
+        for _ in range(self.max_attempts):
+            if self._stop.is_set():
+                return
+            with self._lock:
+                self.attempts += 1
+            try:
+                conn = self.open_one()
+            except Exception:  # refused, or closed before the handshake ended
+                self._stop.wait(self.pause)
+                continue
+            with self._lock:
+                self.opened += 1
+                self._holding += 1
+            try:
+                while conn.alive() and not self._stop.wait(0.1):
+                    pass
+            finally:
+                conn.close()
+                with self._lock:
+                    self._holding -= 1
+            self._stop.wait(self.pause)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(15)
+
+
+def banner(address: tuple[str, int], source: str = HONEST_SOURCE, timeout: float = 5.0) -> bytes:
+    """The first line the receiver sends on a new connection (b"" if it closes first)."""
+    with connect_from(address, source, timeout) as sock:
+        data = b""
+        try:
+            while b"\n" not in data:
+                part = sock.recv(256)
+                if not part:
+                    break
+                data += part
+        except (ConnectionResetError, TimeoutError):
+            pass
+    return data.split(b"\n", 1)[0]

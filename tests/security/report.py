@@ -1,0 +1,61 @@
+"""``python -m tests.security.report``: run the security suite, print attacks tried and held.
+
+Runs ``pytest tests/security`` with a figures file (``reliability.figures``); each
+attack test records its name, how many hostile connections or streams it made, and
+whether the receiver held (the honest sender was served, nothing was exceeded);
+``conns`` is that count. A test that fails before recording shows in pytest's exit
+code, which is this script's, or 1 if any recorded attack was not held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        figures = Path(tmp) / "figures.jsonl"
+        env = dict(os.environ, SEALSYNC_FIGURES=str(figures))
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                str(ROOT / "tests" / "security"),
+                *sys.argv[1:],
+            ],
+            cwd=ROOT,
+            env=env,
+        )
+        rows = []
+        if figures.exists():
+            for line in figures.read_text().splitlines():
+                row = json.loads(line)
+                if row.get("category") == "security":
+                    rows.append(row)
+    print()
+    print("sealsync security figures")
+    print("=" * 72)
+    print(f"  {'attack':<56} {'conns':>6}  held")
+    for row in rows:
+        print(f"  {row['attack']:<56} {row['tried']:>6}  {'yes' if row['held'] else 'NO'}")
+    print("=" * 72)
+    held = sum(1 for row in rows if row["held"])
+    print(f"attacks tried: {len(rows)}")
+    print(f"attacks held:  {held}")
+    print(f"pytest exit code: {proc.returncode}")
+    return proc.returncode or (0 if held == len(rows) else 1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
