@@ -30,7 +30,7 @@ from sealsync.protocol import (
     SUBSYSTEM,
     preferred_ciphers,
 )
-from sender.transfer.errors import HostKeyError, Unreachable
+from sender.transfer.errors import HostKeyError, Refused, Unreachable
 
 USERNAME = "sealsync"
 IO_TIMEOUT = 120.0
@@ -177,6 +177,30 @@ def open_socket(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
+def handshake_failure(address: str, exc: BaseException) -> str:
+    """The one line for a failed SSH handshake, naming the likely cause.
+
+    paramiko says "Error reading SSH protocol banner" both when the peer hung up at
+    once (a receiver whose allow list leaves this address out closes the socket
+    before saying anything) and when it said nothing in time; the exception it was
+    raised from tells them apart.
+    """
+    cause = exc.__context__ if isinstance(exc, paramiko.SSHException) else exc
+    if "protocol banner" in str(exc) or isinstance(exc, EOFError | ConnectionResetError):
+        if isinstance(cause, EOFError | ConnectionResetError | BrokenPipeError):
+            return (
+                f"the receiver at {address} closed the connection before the SSH banner: "
+                "this sender's address may not be in its allow list, or the port is not a "
+                "sealsync receiver"
+            )
+        if isinstance(cause, TimeoutError):
+            return (
+                f"receiver {address} sent no SSH banner in time: the port may not be a "
+                "sealsync receiver, or the receiver is overloaded"
+            )
+    return f"SSH handshake with receiver {address} failed: {exc}"
+
+
 def connect(
     host: str, port: int, *, identity: Path, known_hosts: Path, timeout: float = 10.0
 ) -> Connection:
@@ -197,7 +221,7 @@ def connect(
         try:
             transport.start_client(timeout=timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise Unreachable(f"SSH handshake with receiver {address} failed: {exc}") from None
+            raise Unreachable(handshake_failure(address, exc)) from None
         try:  # start_client returns quietly on timeout: only the key says it finished
             server_key = transport.get_remote_server_key()
         except paramiko.SSHException:
@@ -208,7 +232,7 @@ def connect(
         try:
             transport.auth_publickey(USERNAME, key)
         except paramiko.AuthenticationException:
-            raise SealsyncError(
+            raise Refused(
                 f"receiver {address} refused key {fingerprint(key)} ({identity}): "
                 f"add {identity}.pub to the receiver's authorized_keys"
             ) from None
@@ -220,7 +244,7 @@ def connect(
             channel = transport.open_session(timeout=timeout)
             channel.invoke_subsystem(SUBSYSTEM)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise SealsyncError(
+            raise Refused(
                 f"receiver {address} did not open the '{SUBSYSTEM}' subsystem: {exc}"
             ) from None
         channel.settimeout(IO_TIMEOUT)
