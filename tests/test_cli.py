@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -25,7 +26,7 @@ from filelock import FileLock, Timeout
 import sealsync.cli
 from sealsync.cli import cli, main
 from sealsync.config import ReceiverEndpoint, SenderConfig
-from sealsync.errors import SealsyncError
+from sealsync.errors import EXIT_CODES, SealsyncError
 from sender.manage.layout import SenderPaths
 from sender.manage.scan import SYMLINK
 from sender.transfer.report import RoundReport
@@ -72,6 +73,22 @@ def test_every_command_has_help(command: str) -> None:
     result = CliRunner().invoke(cli, [command, "--help"])
     assert result.exit_code == 0
     assert result.stdout.startswith(f"Usage: cli {command} ")
+
+
+def test_every_exit_code_is_in_help_readme_and_operations_guide() -> None:
+    """One table of exit codes (sealsync.errors.EXIT_CODES); each place that shows it
+    lists every code, and no other."""
+    help_text = CliRunner().invoke(cli, ["--help"]).stdout
+    for code, meaning in EXIT_CODES.items():
+        assert f"{code:>3}  {meaning}" in help_text
+    tables = {
+        "README.md": r"^\| `(\d+)` \|",
+        "docs/operations.md": r"^\| (\d+) \| .* \|.* \|$",
+    }
+    for name, row in tables.items():
+        text = (ROOT / name).read_text(encoding="utf-8")
+        codes = [int(m) for m in re.findall(row, text, flags=re.MULTILINE)]
+        assert sorted(codes) == sorted(EXIT_CODES), name
 
 
 def test_v_and_q_are_taken_after_every_command() -> None:

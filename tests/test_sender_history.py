@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -295,3 +296,14 @@ def test_a_receiver_that_hangs_up_before_the_banner_is_named(tmp_path: Path) -> 
         "SSH handshake with receiver h:1 failed: Incompatible ssh peer "
         "(no acceptable kex algorithm)"
     )
+
+
+def test_the_example_alerts_use_metrics_the_sender_writes(tmp_path: Path) -> None:
+    config = load_sender_config(make_sender(tmp_path))
+    written = {f.name for f in sender_families(config)}
+    rules = (Path(__file__).resolve().parent.parent / "examples/alerts.yml").read_text()
+    used = set(re.findall(r"\b(sealsync_sender_[a-z_]+)", rules))
+    assert "sealsync_sender_last_success_timestamp_seconds" in used
+    # prometheus_client names a counter family without its _total suffix
+    assert used <= written | {f"{n}_total" for n in written}, used - written
+    assert "> 3 * 300" in rules  # no success for 3 intervals of examples/crontab
