@@ -22,7 +22,7 @@ def _when(ts: float | None) -> str | None:
 def sender_status(config: SenderConfig) -> dict[str, Any]:
     """Per receiver: the last attempt and the last success; per data dir: last round,
     files synced, pending, refused."""
-    from sender.manage.history import last_success_time, read_history, read_round_record
+    from sender.manage.history import last_attempt, last_success_time, read_round_record
     from sender.manage.identity import sender_uuid
     from sender.manage.layout import SchemaPaths, SenderPaths
     from sender.plan import effective_last, plan_dir
@@ -53,13 +53,13 @@ def sender_status(config: SenderConfig) -> dict[str, Any]:
                     "recovery_pending": recovery,
                 }
             )
-        history = read_history(SchemaPaths(config.schema_dir, r.host, r.port))
+        last = last_attempt(SchemaPaths(config.schema_dir, r.host, r.port))
         receivers.append(
             {
                 "name": r.name,
                 "address": r.address,
-                "last_attempt": _attempt_doc(history[-1]) if history else None,
-                "last_success": _when(last_success_time(history)),
+                "last_attempt": _attempt_doc(last) if last is not None else None,
+                "last_success": _when(last_success_time(last)),
                 "data_dirs": dirs,
             }
         )

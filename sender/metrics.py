@@ -2,8 +2,8 @@
 
 Written to ``metrics_textfile`` after each ``sealsync send`` run
 (:func:`sealsync.metrics.write_textfile`). Every value comes from the history
-(:mod:`sender.manage.history`): the last line for the last attempt, its running
-totals for the counters, so the counters keep counting across runs, cuts of the
+(:mod:`sender.manage.history`): its last line, for the last attempt and, with its
+running totals, for the counters, so the counters keep counting across runs, cuts of the
 history and restarts, as Prometheus expects of a counter. A receiver not tried
 yet reports 0 for its timestamps, so "no success for a while" fires for it too.
 
@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from sealsync.config import SenderConfig
 from sealsync.metrics import snapshot_registry, write_textfile
-from sender.manage.history import OK, OUTCOMES, last_success_time, read_history
+from sender.manage.history import OK, OUTCOMES, last_attempt, last_success_time
 from sender.manage.layout import SchemaPaths
 
 PREFIX = "sealsync_sender_"
@@ -57,8 +57,8 @@ _TOTALS = (
 
 def sender_families(config: SenderConfig) -> Iterator[Metric]:
     """The metric families of every receiver of ``config``, from their histories."""
-    histories = [
-        (r.name, read_history(SchemaPaths(config.schema_dir, r.host, r.port)))
+    lasts = [
+        (r.name, last_attempt(SchemaPaths(config.schema_dir, r.host, r.port)))
         for r in config.receivers
     ]
     label = ["receiver"]
@@ -84,11 +84,11 @@ def sender_families(config: SenderConfig) -> Iterator[Metric]:
     failures = CounterMetricFamily(
         PREFIX + "failures", "Failed attempts by kind of failure.", labels=["receiver", "kind"]
     )
-    for name, entries in histories:
-        line: dict[str, Any] = entries[-1] if entries else {}
+    for name, entry in lasts:
+        line: dict[str, Any] = entry or {}
         sums: dict[str, Any] = line.get("totals") or {}
         attempt_ts.add_metric([name], _number(line.get("end")))
-        success_ts.add_metric([name], last_success_time(entries) or 0.0)
+        success_ts.add_metric([name], last_success_time(entry) or 0.0)
         success.add_metric([name], 1.0 if line.get("outcome") == OK else 0.0)
         duration.add_metric([name], max(_number(line.get("end")) - _number(line.get("start")), 0))
         for family, key in last:

@@ -35,6 +35,7 @@ from sender.manage.history import (
     OK,
     Attempt,
     append_attempt,
+    last_attempt,
     last_success_time,
     read_history,
 )
@@ -80,7 +81,7 @@ def test_each_line_carries_running_totals_and_the_last_success(tmp_path: Path) -
     assert (totals["new"], totals["bytes"]) == (5, 50)
     assert totals["outcomes"] == {"failed": 3, "ok": 2, "busy": 1}
     assert totals["failures"] == {"unreachable": 2, "local": 1}  # busy is not a failure
-    assert last_success_time(entries) == 50.0
+    assert last_success_time(entries[-1]) == 50.0 == last_success_time(last_attempt(p))
     # one JSON object per line, nothing else
     lines = p.history.read_text().splitlines()
     assert len(lines) == 6 and all(json.loads(line)["receiver"] == "dc1" for line in lines)
@@ -97,7 +98,7 @@ def test_the_history_is_cut_to_its_last_lines_without_losing_totals(tmp_path: Pa
     assert [e["end"] for e in entries] == [float(i) for i in range(3, 13)]
     assert entries[-1]["totals"]["outcomes"] == {"ok": 1, "failed": 11}
     assert entries[-1]["totals"]["new"] == 1
-    assert last_success_time(entries) == 1.0  # its line is gone, its time is not
+    assert last_success_time(last_attempt(p)) == 1.0  # its line is gone, its time is not
 
 
 def test_a_torn_or_damaged_line_is_left_out_and_cut_off(tmp_path: Path) -> None:

@@ -138,14 +138,13 @@ def append_attempt(
                 f"stayed locked for {HISTORY_LOCK_WAIT:g} s"
             ) from None
         try:
-            entries = read_history(paths)
-            line = _with_totals(attempt, entries[-1] if entries else None)
+            lines = durable.read_lines(paths.history)
+            line = _with_totals(attempt, _last_entry(lines))
             text = json.dumps(line, sort_keys=True, separators=(",", ":"))
             with durable.AppendLog(paths.history) as log:
                 log.append(text)
-            if len(entries) + 1 > keep + keep // 10:
-                kept = [json.dumps(e, sort_keys=True, separators=(",", ":")) for e in entries]
-                durable.write_lines(paths.history, [*kept, text][-keep:])
+            if len(lines) + 1 > keep + keep // 10:
+                durable.write_lines(paths.history, [*lines, text][-keep:])
         finally:
             lock.release()
     except OSError as exc:
@@ -171,20 +170,36 @@ def _int(value: object) -> int:
 
 def read_history(paths: SchemaPaths) -> list[dict[str, Any]]:
     """The recorded attempts, oldest first; a torn or damaged line is left out."""
-    out: list[dict[str, Any]] = []
-    for line in durable.read_lines(paths.history):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and entry.get("outcome") in OUTCOMES:
-            out.append(entry)
-    return out
+    entries = (_entry(line) for line in durable.read_lines(paths.history))
+    return [e for e in entries if e is not None]
 
 
-def last_success_time(entries: list[dict[str, Any]]) -> float | None:
-    """When the last successful attempt ended, even if cut from the file since."""
-    if not entries:
+def last_attempt(paths: SchemaPaths) -> dict[str, Any] | None:
+    """The last recorded attempt (it carries the totals and the last success), or None.
+
+    Only the last lines are decoded: every run and every ``status`` asks for it.
+    """
+    return _last_entry(durable.read_lines(paths.history))
+
+
+def last_success_time(entry: dict[str, Any] | None) -> float | None:
+    """When the last successful attempt ended, from the last line (even if the line of
+    that success has been cut from the file since)."""
+    value = (entry or {}).get("last_success")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _entry(line: str) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(line)
+    except ValueError:
         return None
-    value = entries[-1].get("last_success")
-    return float(value) if isinstance(value, int | float) else None
+    return entry if isinstance(entry, dict) and entry.get("outcome") in OUTCOMES else None
+
+
+def _last_entry(lines: list[str]) -> dict[str, Any] | None:
+    for line in reversed(lines):
+        entry = _entry(line)
+        if entry is not None:
+            return entry
+    return None
