@@ -55,8 +55,6 @@ from sealsync.errors import (
 if TYPE_CHECKING:
     from sender.attempt import AttemptResult, SendRun
 
-INTERNAL = "internal"  # sender.attempt.INTERNAL, not imported at start-up
-
 log = logging.getLogger("sealsync")
 
 
@@ -271,7 +269,7 @@ def send(
         _dry_run(config, receivers, as_json)
         return
     from sealsync.output import TerminalProgress
-    from sender.attempt import send_all
+    from sender.attempt import INTERNAL, send_all
 
     _import_paramiko_lean()
     bars: dict[str, TerminalProgress] = {}
@@ -313,6 +311,7 @@ def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: boo
     first receiver is said once, by the caller.
     """
     from sealsync.output import round_problems, round_summary, summary_wanted
+    from sender.attempt import INTERNAL
 
     lines: list[str] = []
     attempt, report = result.attempt, result.report
@@ -321,10 +320,11 @@ def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: boo
             click.echo(f"sealsync: {line}", err=True)
         if not as_json and not opts.quiet and summary_wanted(report, opts.verbose):
             click.echo(round_summary(report))
-    elif attempt.error is not None and attempt.kind not in ("config", INTERNAL, None):
+    elif attempt.error is not None and attempt.kind not in ("config", None):
         text = f"{attempt.receiver}: {attempt.error}" if many else attempt.error
         lines.append(text)
-        click.echo(f"sealsync: error: {text}", err=True)
+        if attempt.kind != INTERNAL:  # a bug is worded by the group, traceback under -v
+            click.echo(f"sealsync: error: {text}", err=True)
     if result.record_error is not None:
         lines.append(result.record_error)
         click.echo(f"sealsync: error: {result.record_error}", err=True)

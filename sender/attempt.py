@@ -140,8 +140,8 @@ def send_all(
 ) -> SendRun:
     """An attempt per receiver (``each`` sees it as soon as it ends), then the metrics.
 
-    An interruption ends the run after its attempt is recorded: the remaining
-    receivers wait for the next run.
+    An interruption (or a bug) ends the run after its attempt is recorded: the
+    remaining receivers wait for the next run.
     """
     run = SendRun()
     try:
@@ -154,7 +154,7 @@ def send_all(
         )
         run.results.append(result)
         each(result)
-        if result.interrupted is not None:
+        if result.interrupted is not None or result.attempt.kind == INTERNAL:
             break
     if config.metrics_textfile is not None:
         from sender.metrics import write_sender_metrics

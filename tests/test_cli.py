@@ -306,6 +306,29 @@ def test_a_round_with_nothing_to_do_prints_nothing_unless_v(
     assert code == 0 and ": ok: shipped 2 files" in out
 
 
+def test_a_bug_in_a_round_is_recorded_and_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeRound()
+
+    def broken(*args: Any, **kwargs: Any) -> RoundReport:
+        fake.calls.append(args[:2])
+        raise RuntimeError("boom")
+
+    module = fake.module()
+    module.run_round = broken  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sender.round", module)
+    path = two_receivers(tmp_path)
+    code, out, err = run(capsys, "send", "--config", str(path), "--json")
+    assert code == 1 and len(fake.calls) == 1  # the run stops at the bug
+    assert err == ("sealsync: internal error: RuntimeError: boom (run with -v for the traceback)\n")
+    doc = json.loads(out)
+    assert doc["errors"] == ["dc1: internal error: RuntimeError: boom"]
+    assert [(a["receiver"], a["kind"]) for a in doc["attempts"]] == [("dc1", "internal")]
+    history = tmp_path / "edge/schema/sync/127.0.0.1_5555/rounds.jsonl"
+    assert json.loads(history.read_text())["kind"] == "internal"
+
+
 def test_send_goes_on_after_one_receiver_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
