@@ -13,7 +13,6 @@ Nothing here prints: the CLI words what the results say.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -45,8 +44,6 @@ from sender.transfer.report import RoundReport, new_report
 
 if TYPE_CHECKING:
     from sender.transfer.session import Progress
-
-log = logging.getLogger("sealsync.send")
 
 INCOMPLETE = "incomplete"
 """The failure kind of a round that ran but left files unsynced or a data dir unfinished."""
@@ -173,10 +170,11 @@ def run_attempt(
     progress: Progress | None = None,
     preflight: ConfigError | None = None,
 ) -> AttemptResult:
-    """Lock, round, and the history line, whatever happens; never raises.
+    """Lock, round, and the history line, whatever happens.
 
-    The caller re-raises ``result.error`` when it is an interruption or a bug, after
-    it has said what it has to say.
+    Raises nothing of the round's (only a second interruption while recording): the
+    caller re-raises ``result.error`` when it is an interruption or a bug, after it has
+    said what it has to say.
     """
     from sender.lock import receiver_lock
     from sender.round import run_round
