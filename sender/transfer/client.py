@@ -185,8 +185,8 @@ def handshake_failure(address: str, exc: BaseException) -> str:
     before saying anything) and when it said nothing in time; the exception it was
     raised from tells them apart.
     """
-    cause = exc.__context__ if isinstance(exc, paramiko.SSHException) else exc
-    if "protocol banner" in str(exc) or isinstance(exc, EOFError | ConnectionResetError):
+    if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
+        cause = exc.__context__
         if isinstance(cause, EOFError | ConnectionResetError | BrokenPipeError):
             return (
                 f"the receiver at {address} closed the connection before the SSH banner: "
