@@ -1,10 +1,18 @@
 """The ``sealsync`` console script (docs/design.md §7).
 
-Exit codes are the contract with cron and scripts: 0 success, 1 failure, 2 usage or
-configuration error, 75 another sender holds the lock, 130 interrupted. Every
-expected failure is one line on stderr, ``sealsync: error: ...``; an unexpected one
-is one line too, with the traceback only under ``-v``. The mapping lives in
-``SealsyncGroup.invoke`` so that it holds for ``main()`` and for click's test runner.
+Exit codes are the contract with cron and scripts (``sealsync.errors.EXIT_CODES``):
+0 success, 1 failure, 2 usage or configuration error, 75 another run holds the lock,
+130 interrupted by SIGINT, 143 stopped by SIGTERM. Every expected failure is one
+line on stderr, ``sealsync: error: ...``; an unexpected one is one line too, with the
+traceback only under ``-v``. The mapping lives in ``SealsyncGroup.invoke`` so that it
+holds for ``main()`` and for click's test runner.
+
+SIGTERM (systemd stopping a unit, ``kill``, a timeout) is handled like Ctrl-C: it
+raises :class:`~sealsync.errors.Terminated`, a KeyboardInterrupt, so every command
+stops the way it does on Ctrl-C, cleanly, with one line and exit code 143.
+
+``-v`` and ``-q`` may come before or after the subcommand (``sealsync send -v``):
+the group adds them to every command it holds.
 """
 
 from __future__ import annotations
@@ -12,13 +20,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,9 +41,20 @@ from sealsync.config import (
     load_receiver_config,
     load_sender_config,
 )
-from sealsync.errors import EXIT_FAILURE, EXIT_USAGE, SealsyncError
+from sealsync.errors import (
+    EXIT_CODES,
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    SealsyncError,
+    Terminated,
+    describe_os_error,
+    interrupt_exit_code,
+    raise_terminated,
+)
 
-EXIT_INTERRUPTED = 130
+if TYPE_CHECKING:
+    from sender.attempt import AttemptResult, SendRun
+
 log = logging.getLogger("sealsync")
 
 
@@ -55,6 +76,12 @@ class Failure(click.ClickException):
 
 
 class SealsyncGroup(click.Group):
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Every command also takes -v/-q after its name, as the group does before it."""
+        present = {opt for p in cmd.params for opt in getattr(p, "opts", ())}
+        cmd.params.extend(p for p in _verbosity_options() if not set(p.opts) & present)
+        super().add_command(cmd, name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -62,19 +89,71 @@ class SealsyncGroup(click.Group):
             raise
         except SealsyncError as e:
             raise Failure(f"error: {_one_line(str(e))}", e.exit_code) from e
-        except KeyboardInterrupt:
-            raise Failure("interrupted", EXIT_INTERRUPTED) from None
+        except KeyboardInterrupt as e:
+            raise Failure(_interrupted_line(e), interrupt_exit_code(e)) from None
         except BrokenPipeError:
             _silence_stdout()
             raise Failure("error: output closed", EXIT_FAILURE) from None
+        except OSError as e:
+            if e.filename is None:
+                raise _internal(ctx, e) from e
+            raise Failure(f"error: {describe_os_error(e, 'access')}", EXIT_FAILURE) from e
         except Exception as e:
-            verbose = isinstance(ctx.obj, Options) and ctx.obj.verbose > 0
-            if verbose:
-                traceback.print_exc(file=sys.stderr)
-            hint = "" if verbose else " (run with -v for the traceback)"
-            raise Failure(
-                f"internal error: {type(e).__name__}: {_one_line(str(e))}{hint}", EXIT_FAILURE
-            ) from e
+            raise _internal(ctx, e) from e
+
+
+def _internal(ctx: click.Context, e: Exception) -> Failure:
+    """The one line of an unexpected error (a bug), with its traceback only under -v."""
+    verbose = isinstance(ctx.obj, Options) and ctx.obj.verbose > 0
+    if verbose:
+        traceback.print_exc(file=sys.stderr)
+    hint = "" if verbose else " (run with -v for the traceback)"
+    return Failure(f"internal error: {type(e).__name__}: {_one_line(str(e))}{hint}", EXIT_FAILURE)
+
+
+def _interrupted_line(e: KeyboardInterrupt) -> str:
+    return "interrupted by SIGTERM" if isinstance(e, Terminated) else "interrupted"
+
+
+def _verbosity_options() -> list[click.Option]:
+    return [
+        click.Option(
+            ["-v", "--verbose"],
+            count=True,
+            expose_value=False,
+            callback=_more_verbose,
+            help="More detail on stderr (-vv for debug).",
+        ),
+        click.Option(
+            ["-q", "--quiet"],
+            is_flag=True,
+            expose_value=False,
+            callback=_set_quiet,
+            help="Only errors on stderr.",
+        ),
+    ]
+
+
+def _more_verbose(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    opts = ctx.find_object(Options)
+    if value and opts is not None:
+        opts.verbose += value
+        _setup_logging(opts.verbose, opts.quiet)
+
+
+def _set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    opts = ctx.find_object(Options)
+    if value and opts is not None:
+        opts.quiet = True
+        _setup_logging(opts.verbose, opts.quiet)
+
+
+def _handle_sigterm(ctx: click.Context) -> None:
+    """SIGTERM raises Terminated (a KeyboardInterrupt) until the command ends."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (and receives them)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
 
 
 def _one_line(text: str) -> str:
@@ -124,13 +203,19 @@ CONFIG_PATH = click.Path(path_type=Path, dir_okay=True)  # the loader reports a 
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
-    """Ship sealed time-series data files between instances, load them exactly once.
-
-    Exit codes: 0 success, 1 failure, 2 usage or configuration error, 75 another
-    sender holds the lock for that receiver.
-    """
+    """Ship sealed time-series data files between instances, load them exactly once."""
     ctx.obj = Options(verbose=verbose, quiet=quiet)
     _setup_logging(verbose, quiet)
+    _handle_sigterm(ctx)
+
+
+def exit_code_help() -> str:
+    """The exit-code table of ``sealsync --help`` (click keeps a ``\b`` paragraph as is)."""
+    rows = "\n".join(f"{code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
+    return f"Exit codes (every command):\n\n\b\n{rows}"
+
+
+cli.help = f"{cli.help}\n\n{exit_code_help()}"
 
 
 def _receivers(config: SenderConfig, name: str | None) -> list[ReceiverEndpoint]:
@@ -156,62 +241,112 @@ def send(
     A round takes the receiver's lock without waiting (exit 75 if another sender
     holds it), recovers from a crashed round, then ships new files and deletions.
 
+    Every attempt, however it ends (failed, interrupted, refused by the lock), is
+    added to the receiver's history: `sealsync status` shows the last attempt and
+    the last success, and with metrics_textfile set the run rewrites that file for
+    Prometheus. A round that ships and deletes nothing prints nothing on stdout
+    (cron mails nothing; -v prints its summary). --json prints one document in
+    every case, errors included. A data dir that holds neither sequence/ nor
+    unsequence/ is a configuration error (exit 2).
+
     --dry-run prints, per receiver and data dir, the files a round would ship and
     delete and the names it refuses, including what recovery of a crashed round
     would change first. It writes nothing and contacts no receiver; because it
     changes nothing it does not take the lock either, so it also works while a
     round is running (its plan then reflects the state at the moment it reads).
     """
-    config = load_sender_config(config_path)
-    receivers = _receivers(config, receiver_name)
+    try:
+        config = load_sender_config(config_path)
+        receivers = _receivers(config, receiver_name)
+    except SealsyncError as e:
+        if as_json:
+            _echo_json(_send_document(None, [_one_line(str(e))], e.exit_code))
+        raise
     if dry_run:
+        from sender.attempt import check_data_dirs
+
+        check_data_dirs(config)
         _dry_run(config, receivers, as_json)
         return
-    failures: list[SealsyncError] = []
-    reports = []
-    for receiver in receivers:
-        try:
-            reports.append(_send_one(config, receiver, opts, as_json))
-        except SealsyncError as e:
-            if len(receivers) == 1:
-                raise
-            click.echo(f"sealsync: error: {receiver.name}: {_one_line(str(e))}", err=True)
-            failures.append(e)
-    if as_json:
-        doc = {
-            "ok": not failures and all(r.ok for r in reports),
-            "receivers": [r.to_dict() for r in reports],
-            "errors": [_one_line(str(e)) for e in failures],
-        }
-        click.echo(json.dumps(doc, indent=2))
-    if failures:
-        codes = {e.exit_code for e in failures}
-        raise click.exceptions.Exit(codes.pop() if len(codes) == 1 else EXIT_FAILURE)
-    if not all(r.ok for r in reports):
-        raise click.exceptions.Exit(EXIT_FAILURE)
-
-
-def _send_one(
-    config: SenderConfig, receiver: ReceiverEndpoint, opts: Options, as_json: bool
-) -> Any:
-    """One round to one receiver under its lock; prints its summary unless --json."""
-    from sealsync.output import TerminalProgress, round_problems, round_summary
-    from sender.lock import receiver_lock
+    from sealsync.output import TerminalProgress
+    from sender.attempt import INTERNAL, send_all
 
     _import_paramiko_lean()
-    from sender.round import run_round
+    bars: dict[str, TerminalProgress] = {}
+    errors: list[str] = []
 
-    with receiver_lock(config.schema_dir, receiver.host, receiver.port):
-        progress = TerminalProgress(receiver.name, enabled=None if not opts.quiet else False)
-        try:
-            report = run_round(config, receiver, progress=progress)
-        finally:
-            progress.clear()
-    for line in round_problems(report):
-        click.echo(f"sealsync: {line}", err=True)
-    if not as_json and not opts.quiet:
-        click.echo(round_summary(report))
-    return report
+    def progress_for(receiver: ReceiverEndpoint) -> TerminalProgress:
+        bar = TerminalProgress(receiver.name, enabled=False if opts.quiet else None)
+        bars[receiver.name] = bar
+        return bar
+
+    def each(result: AttemptResult) -> None:
+        bar = bars.pop(result.attempt.receiver, None)
+        if bar is not None:
+            bar.clear()
+        errors.extend(_show_attempt(result, opts, as_json, many=len(receivers) > 1))
+
+    run = send_all(config, receivers, progress_for=progress_for, each=each)
+    late = [_one_line(str(run.preflight))] if run.preflight is not None else []
+    late += [run.metrics_error] if run.metrics_error is not None else []
+    for line in late:
+        click.echo(f"sealsync: error: {line}", err=True)
+    errors += late
+    if as_json:
+        _echo_json(_send_document(run, errors, run.exit_code))
+    for result in run.results:  # an interruption, or a bug: the group words it
+        if isinstance(result.error, KeyboardInterrupt) or result.attempt.kind == INTERNAL:
+            assert result.error is not None
+            raise result.error
+    if run.exit_code:
+        raise click.exceptions.Exit(run.exit_code)
+
+
+def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: bool) -> list[str]:
+    """Print what one attempt did; return the error lines it printed (for --json).
+
+    Under cron stdout is what gets mailed, so a round that shipped nothing and left
+    nothing undone prints nothing there (``-v`` prints its summary anyway); problems
+    always go to stderr, one line each. A configuration mistake found before the
+    first receiver is said once, by the caller.
+    """
+    from sealsync.output import round_problems, round_summary, summary_wanted
+    from sender.attempt import INTERNAL
+
+    lines: list[str] = []
+    attempt, report = result.attempt, result.report
+    if result.error is None and report is not None:
+        for line in round_problems(report):
+            click.echo(f"sealsync: {line}", err=True)
+        if not as_json and not opts.quiet and summary_wanted(report, opts.verbose):
+            click.echo(round_summary(report))
+    elif attempt.error is not None and attempt.kind not in ("config", None):
+        text = f"{attempt.receiver}: {attempt.error}" if many else attempt.error
+        lines.append(text)
+        if attempt.kind != INTERNAL:  # a bug is worded by the group, traceback under -v
+            click.echo(f"sealsync: error: {text}", err=True)
+    if result.record_error is not None:
+        lines.append(result.record_error)
+        click.echo(f"sealsync: error: {result.record_error}", err=True)
+    return lines
+
+
+def _send_document(run: SendRun | None, errors: list[str], exit_code: int) -> dict[str, Any]:
+    """The one JSON document ``send --json`` prints, whatever happened."""
+    results = run.results if run is not None else []
+    return {
+        "ok": exit_code == 0,
+        "exit_code": exit_code,
+        "receivers": [
+            r.report.to_dict() for r in results if r.report is not None and r.error is None
+        ],
+        "attempts": [r.to_dict() for r in results],
+        "errors": errors,
+    }
+
+
+def _echo_json(doc: dict[str, Any]) -> None:
+    click.echo(json.dumps(doc, indent=2))
 
 
 def _import_paramiko_lean() -> None:
@@ -450,9 +585,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as e:
         e.show()
         return e.exit_code
-    except (click.Abort, KeyboardInterrupt):
-        click.echo("sealsync: interrupted", err=True)
-        return EXIT_INTERRUPTED
+    except (click.Abort, KeyboardInterrupt) as e:
+        # outside a command (while click parses), click turns the interrupt into Abort
+        cause = e.__cause__ if isinstance(e, click.Abort) else e
+        interrupt = cause if isinstance(cause, KeyboardInterrupt) else KeyboardInterrupt()
+        click.echo(f"sealsync: {_interrupted_line(interrupt)}", err=True)
+        return interrupt_exit_code(interrupt)
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_FAILURE

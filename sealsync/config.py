@@ -385,6 +385,17 @@ def _need_authorized_keys(table: _Table, key: str, path: Path) -> Path:
     return path
 
 
+def _need_prom_path(table: _Table, key: str, path: Path) -> Path:
+    """A metrics textfile: its folder exists, and node_exporter reads only ``*.prom``."""
+    if path.suffix != ".prom":
+        raise table.error(key, f"{path} must end in .prom (node_exporter reads only *.prom)")
+    if not path.parent.is_dir():
+        raise table.error(key, f"{path.parent} (its folder) does not exist")
+    if path.is_dir():
+        raise table.error(key, f"{path} is a directory")
+    return path
+
+
 def _make_dir(table: _Table, key: str, path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -576,6 +587,10 @@ class SenderConfig:
     chunk_size: int = field(default=262144, metadata=setting(Integer(1024, 16 * 1024 * 1024)))
     pipeline_depth: int = field(default=64, metadata=setting(Integer(1, 4096)))
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
+    #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
+    metrics_textfile: Path | None = field(
+        default=None, metadata=setting(PathValue(check=_need_prom_path))
+    )
 
     @classmethod
     def from_mapping(

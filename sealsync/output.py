@@ -2,7 +2,9 @@
 
 A person at a terminal wants to see a long transfer move (bytes, rate, ETA); cron
 mails whatever a job prints, so without a terminal there are no bars and no control
-characters, only one summary line per receiver and one line per problem.
+characters, only one summary line per receiver that shipped or deleted something
+(or left something undone), and one line per problem; a round with nothing to do
+prints nothing unless ``-v``.
 """
 
 from __future__ import annotations
@@ -110,3 +112,11 @@ def round_problems(report: Any) -> list[str]:
         for name, why in sorted(x["failed"].items()):
             lines.append(f"{report.receiver}: not synced {name}: {why}")
     return lines
+
+
+def summary_wanted(report: Any, verbose: int = 0) -> bool:
+    """Whether a round's summary goes to stdout: cron mails any output, so a round that
+    shipped and deleted nothing and left nothing undone stays silent unless ``-v``."""
+    if verbose > 0 or not report.ok:
+        return True
+    return bool(report.shipped_files) or any(d.deleted for d in report.dirs)

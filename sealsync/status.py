@@ -21,10 +21,11 @@ def _when(ts: float | None) -> str | None:
 
 
 def sender_status(config: SenderConfig) -> dict[str, Any]:
-    """Per receiver and data dir: last round, files synced, pending, refused."""
-    from sender.manage.history import read_round_record
+    """Per receiver: the last attempt and the last success; per data dir: last round,
+    files synced, pending, refused."""
+    from sender.manage.history import last_attempt, last_success_time, read_round_record
     from sender.manage.identity import sender_uuid
-    from sender.manage.layout import SenderPaths
+    from sender.manage.layout import SchemaPaths, SenderPaths
     from sender.plan import effective_last, plan_dir
     from sender.transfer.refusals import read_refusals, refused_path
 
@@ -53,12 +54,60 @@ def sender_status(config: SenderConfig) -> dict[str, Any]:
                     "recovery_pending": recovery,
                 }
             )
-        receivers.append({"name": r.name, "address": r.address, "data_dirs": dirs})
+        last = last_attempt(SchemaPaths(config.schema_dir, r.host, r.port))
+        receivers.append(
+            {
+                "name": r.name,
+                "address": r.address,
+                "last_attempt": _attempt_doc(last) if last is not None else None,
+                "last_success": _when(last_success_time(last)),
+                "data_dirs": dirs,
+            }
+        )
     return {
         "role": "sender",
         "uuid": _dashed(sender_uuid(config.schema_dir)),
         "receivers": receivers,
     }
+
+
+def _attempt_doc(line: dict[str, Any]) -> dict[str, Any]:
+    """A history line as ``status`` shows it: times in ISO 8601, no running totals."""
+
+    def count(key: str) -> int:
+        value = line.get(key)
+        return value if isinstance(value, int) else 0
+
+    def stamp(key: str) -> str | None:
+        value = line.get(key)
+        return _when(value) if isinstance(value, int | float) else None
+
+    return {
+        "started": stamp("start"),
+        "ended": stamp("end"),
+        "outcome": line.get("outcome"),
+        "kind": line.get("kind"),
+        "error": line.get("error"),
+        "shipped_files": count("new"),
+        "shipped_bytes": count("bytes"),
+        "deleted_files": count("deleted"),
+        "refused_files": count("refused"),
+        "failed_files": count("failed"),
+    }
+
+
+def _attempt_line(attempt: dict[str, Any] | None) -> str:
+    if attempt is None:
+        return "never"
+    text = f"{attempt['ended'] or '?'} {attempt['outcome']}"
+    if attempt["error"]:
+        return f"{text}: {attempt['error']}"
+    from sealsync.output import human_bytes
+
+    return (
+        f"{text}: shipped {attempt['shipped_files']} files "
+        f"({human_bytes(attempt['shipped_bytes'])}), deleted {attempt['deleted_files']}"
+    )
 
 
 def _dashed(value: str) -> str:
@@ -143,6 +192,8 @@ def render(doc: dict[str, Any]) -> list[str]:
         lines.append(f"sender {doc['uuid']}")
         for r in doc["receivers"]:
             lines.append(f"receiver {r['name']} ({r['address']})")
+            lines.append(f"  last attempt: {_attempt_line(r['last_attempt'])}")
+            lines.append(f"  last success: {r['last_success'] or 'never'}")
             for d in r["data_dirs"]:
                 lines.append(f"  data dir {d['data_dir']}")
                 last = d["last_round"] or "never"

@@ -18,7 +18,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from sealsync.config import format_endpoint
-from sealsync.errors import LockHeld, SealsyncError
+from sealsync.errors import LocalIOError, LockHeld
 from sender.manage.layout import SchemaPaths
 
 
@@ -35,7 +35,7 @@ def receiver_lock(schema_dir: Path, host: str, port: int) -> Iterator[Path]:
             f"another sender holds the lock for {format_endpoint(host, port)} ({path})"
         ) from None
     except OSError as e:
-        raise SealsyncError(f"cannot take the lock {path}: {e.strerror or e}") from None
+        raise LocalIOError(f"cannot take the lock {path}: {e.strerror or e}") from None
     try:
         yield path
     finally:

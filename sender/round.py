@@ -27,6 +27,7 @@ from typing import Protocol
 import tenacity
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
+from sealsync.errors import naming_os_errors
 from sealsync.protocol import Stream
 from sender.manage import idle_mark, shipped_mods
 from sender.manage.history import write_round_record
@@ -40,11 +41,11 @@ from sender.recover.recovery import recover, recover_all
 from sender.transfer.client import connect_receiver
 from sender.transfer.errors import ConnectionLost, Unreachable
 from sender.transfer.refusals import RefusalBook, refused_path
-from sender.transfer.report import DirReport, RoundReport
+from sender.transfer.report import DirReport, RoundReport, new_report
 from sender.transfer.schema_pos import read_position
 from sender.transfer.session import Progress, SenderSession
 
-__all__ = ["DirReport", "RoundReport", "run_round"]
+__all__ = ["DirReport", "RoundReport", "new_report", "run_round"]
 
 ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_exponential(multiplier=0.2, max=5.0)
 """Backoff between connections after a dropped one."""
@@ -66,13 +67,16 @@ def run_round(
     *,
     progress: Progress | None = None,
     connector: Connector | None = None,
+    report: RoundReport | None = None,
 ) -> RoundReport:
     """Sync every data dir of ``config`` to ``receiver``; the report says what happened.
 
     Raises SealsyncError for what stops the whole run (unreachable, untrusted or
     refusing receiver, protocol error); a data dir that could not finish (receiver
     busy, connection lost for good) is a note in the report and ``ok`` is False.
-    ``connector`` replaces the SSH connection (tests).
+    ``connector`` replaces the SSH connection (tests). ``report`` (from
+    :func:`~sender.transfer.report.new_report`) is filled in as the round goes, so a
+    caller whose round raised or was interrupted still knows what it did until then.
 
     ``progress(event, **fields)`` is called on this thread with: ``connected``
     (receiver, attempt), ``retry`` (attempt, reason), ``schema`` (position, size),
@@ -81,11 +85,8 @@ def run_round(
     (index, shipped, failed, refused).
     """
     started = time.monotonic()
-    report = RoundReport(
-        receiver=receiver.name,
-        address=receiver.address,
-        dirs=[DirReport(i, str(d)) for i, d in enumerate(config.data_dirs)],
-    )
+    if report is None:
+        report = new_report(receiver.name, receiver.address, config.data_dirs)
     own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
     run = _Run(config, receiver, report, own_uuid, connector or connect_receiver, progress)
     retrying = tenacity.Retrying(
@@ -109,7 +110,8 @@ def run_round(
     finally:
         report.seconds = time.monotonic() - started
     for d, data_dir in zip(report.dirs, config.data_dirs, strict=True):
-        write_round_record(SenderPaths(data_dir, receiver.host, receiver.port), d.to_dict())
+        with naming_os_errors("write"):
+            write_round_record(SenderPaths(data_dir, receiver.host, receiver.port), d.to_dict())
     return report
 
 
@@ -154,7 +156,8 @@ class _Run:
 
     def attempt(self) -> None:
         config, receiver = self.config, self.receiver
-        recover_all(config.data_dirs, receiver.host, receiver.port)
+        with naming_os_errors("recover the sender state at"):
+            recover_all(config.data_dirs, receiver.host, receiver.port)
         conn = self.connector(config, receiver)
         try:
             self.emit("connected", receiver=receiver.address, attempt=self.report.attempts)
@@ -178,7 +181,8 @@ class _Run:
                     d = self.report.dirs[i]
                     if d.complete or d.note is not None:
                         continue  # finished (or told busy) in an earlier attempt
-                    self.data_dir(session, i, Path(data_dir), d)
+                    with naming_os_errors("update"):  # what the steps did not name
+                        self.data_dir(session, i, Path(data_dir), d)
                 session.bye()
             finally:
                 session.close()
@@ -190,21 +194,23 @@ class _Run:
         paths = SenderPaths(data_dir, self.receiver.host, self.receiver.port)
         found = None
         mods_seen: dict[str, shipped_mods.ModsId] = {}
-        if idle_mark.unchanged(
-            paths.idle_mark, data_dir, paths.last_local_files, paths.shipped_mods
-        ):
+        with naming_os_errors("read"):
+            idle = idle_mark.unchanged(
+                paths.idle_mark, data_dir, paths.last_local_files, paths.shipped_mods
+            )
+        if idle:
             d.rejected = {}
             selection = Selection(new=(), deleted=())  # nothing changed since an idle round
         else:
             found = scan(data_dir, cache=paths.scan_cache)
             d.rejected = dict(found.rejected)
-            last = read_file_set(paths.last_local_files, known=found.present)
-            mods_seen = shipped_mods.current_identities(data_dir, found.with_mods & last)
-            changed = shipped_mods.changed(
-                mods_seen, shipped_mods.read_identities(paths.shipped_mods)
-            )
-            selection = select(found, last, changed)
-        refusals = RefusalBook(refused_path(paths))
+            with naming_os_errors("read"):
+                last = read_file_set(paths.last_local_files, known=found.present)
+                mods_seen = shipped_mods.current_identities(data_dir, found.with_mods & last)
+                shipped = shipped_mods.read_identities(paths.shipped_mods)
+            selection = select(found, last, shipped_mods.changed(mods_seen, shipped))
+        with naming_os_errors("read"):
+            refusals = RefusalBook(refused_path(paths))
         refusals.keep_only(selection.new)
         d.failed.clear()
         d.refused.clear()
@@ -212,30 +218,36 @@ class _Run:
             if not selection.new and not selection.deleted:
                 d.complete = True
                 if found is not None and not found.rejected:
-                    idle_mark.record(
-                        paths.idle_mark,
-                        data_dir,
-                        found.folders,
-                        paths.last_local_files,
-                        paths.shipped_mods,
-                        mods_seen,
-                    )
+                    with naming_os_errors("write"):
+                        idle_mark.record(
+                            paths.idle_mark,
+                            data_dir,
+                            found.folders,
+                            paths.last_local_files,
+                            paths.shipped_mods,
+                            mods_seen,
+                        )
                 return
-            paths.folder.mkdir(parents=True, exist_ok=True)
-            names = take_snapshot(data_dir, paths.snapshot, selection.new)
-            # before sync.log can name any of them (shipped_mods' docstring, point 1)
-            shipped_mods.record_snapshot(paths, names)
-            session.round(
-                index,
-                snapshot_dir=paths.snapshot,
-                new=names,
-                deleted=selection.deleted,
-                sync_log=paths.sync_log,
-                refusals=refusals,
-                report=d,
-                own_uuid=self.own_uuid,
-            )
+            with naming_os_errors("create"):
+                paths.folder.mkdir(parents=True, exist_ok=True)
+            with naming_os_errors("link"):
+                names = take_snapshot(data_dir, paths.snapshot, selection.new)
+            with naming_os_errors("write"):
+                # before sync.log can name any of them (shipped_mods' docstring, point 1)
+                shipped_mods.record_snapshot(paths, names)
+                session.round(
+                    index,
+                    snapshot_dir=paths.snapshot,
+                    new=names,
+                    deleted=selection.deleted,
+                    sync_log=paths.sync_log,
+                    refusals=refusals,
+                    report=d,
+                    own_uuid=self.own_uuid,
+                )
         finally:
-            refusals.save()
-            recover(paths)  # the clean-up (docs/design.md §3.6) is recovery's steps 4-8
+            with naming_os_errors("write"):
+                refusals.save()
+            with naming_os_errors("recover the sender state at"):
+                recover(paths)  # the clean-up (docs/design.md §3.6) is recovery's steps 4-8
             d.seconds += time.monotonic() - started

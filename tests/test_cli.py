@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -25,7 +26,7 @@ from filelock import FileLock, Timeout
 import sealsync.cli
 from sealsync.cli import cli, main
 from sealsync.config import ReceiverEndpoint, SenderConfig
-from sealsync.errors import SealsyncError
+from sealsync.errors import EXIT_CODES, SealsyncError
 from sender.manage.layout import SenderPaths
 from sender.manage.scan import SYMLINK
 from sender.transfer.report import RoundReport
@@ -74,18 +75,40 @@ def test_every_command_has_help(command: str) -> None:
     assert result.stdout.startswith(f"Usage: cli {command} ")
 
 
+def test_every_exit_code_is_in_help_readme_and_operations_guide() -> None:
+    """One table of exit codes (sealsync.errors.EXIT_CODES); each place that shows it
+    lists every code, and no other."""
+    help_text = CliRunner().invoke(cli, ["--help"]).stdout
+    for code, meaning in EXIT_CODES.items():
+        assert f"{code:>3}  {meaning}" in help_text
+    tables = {
+        "README.md": r"^\| `(\d+)` \|",
+        "docs/operations.md": r"^\| (\d+) \| .* \|.* \|$",
+    }
+    for name, row in tables.items():
+        text = (ROOT / name).read_text(encoding="utf-8")
+        codes = [int(m) for m in re.findall(row, text, flags=re.MULTILINE)]
+        assert sorted(codes) == sorted(EXIT_CODES), name
+
+
+def test_v_and_q_are_taken_after_every_command() -> None:
+    for command in cli.commands.values():
+        opts = {o for p in command.params for o in getattr(p, "opts", ())}
+        assert {"-v", "--verbose", "-q", "--quiet"} <= opts, command.name
+
+
 def test_version() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert (result.exit_code, result.stdout) == (0, "sealsync, version 0.1.0\n")
 
 
 def test_usage_error_exits_2_with_clicks_message(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "send", "--bogus")
+    code, out, err = run(capsys, "send", "--frobnicate")
     assert code == 2 and out == ""
     assert err == (
         "Usage: sealsync send [OPTIONS]\n"
         "Try 'sealsync send --help' for help.\n\n"
-        "Error: No such option '--bogus'.\n"
+        "Error: No such option '--frobnicate'.\n"
     )
     code, _, err = run(capsys, "send")
     assert code == 2 and err.endswith("Error: Missing option '--config'.\n")
@@ -208,9 +231,10 @@ def test_keyboard_interrupt_is_130_one_line(
 class FakeRound:
     """Stands in for ``sender.round``; records calls and checks the lock is held."""
 
-    def __init__(self, fail_for: str | None = None) -> None:
+    def __init__(self, fail_for: str | None = None, ships: int = 1) -> None:
         self.calls: list[tuple[SenderConfig, ReceiverEndpoint]] = []
         self.fail_for = fail_for
+        self.ships = ships
 
     def module(self) -> types.ModuleType:
         module = types.ModuleType("sender.round")
@@ -218,7 +242,11 @@ class FakeRound:
         return module
 
     def run_round(
-        self, config: SenderConfig, receiver: ReceiverEndpoint, progress: object = None
+        self,
+        config: SenderConfig,
+        receiver: ReceiverEndpoint,
+        progress: object = None,
+        report: RoundReport | None = None,
     ) -> RoundReport:
         lock = config.schema_dir / "sync" / f"{receiver.host}_{receiver.port}" / "sync.lock"
         with pytest.raises(Timeout):  # a fresh instance = another holder: must be refused
@@ -226,7 +254,12 @@ class FakeRound:
         self.calls.append((config, receiver))
         if receiver.name == self.fail_for:
             raise SealsyncError("receiver unreachable")
-        return RoundReport(receiver=receiver.name, address=receiver.address)
+        assert report is not None and len(report.dirs) == len(config.data_dirs)
+        for d in report.dirs:
+            d.complete = True
+        report.dirs[0].shipped = [f"sequence/g/0/{i}.tsfile" for i in range(self.ships)]
+        report.dirs[0].shipped_bytes = 100 * self.ships
+        return report
 
 
 def two_receivers(tmp_path: Path) -> Path:
@@ -244,13 +277,56 @@ def test_send_runs_a_round_per_receiver_under_its_lock(
     code, out, err = run(capsys, "send", "--config", str(path))
     assert (code, err) == (0, "")
     assert [line.split(" ", 1)[0] for line in out.splitlines()] == ["dc1", "dc2"]
-    assert all(": ok: shipped 0 files" in line for line in out.splitlines())
+    assert all(": ok: shipped 1 files" in line for line in out.splitlines())
     assert [r.name for _, r in fake.calls] == ["dc1", "dc2"]
     assert fake.calls[0][0].source == str(path)
     fake.calls.clear()
     code, out, err = run(capsys, "send", "--config", str(path), "--receiver", "dc2")
     assert (code, err, out.count("\n")) == (0, "", 1) and out.startswith("dc2 (127.0.0.1:5556)")
     assert [r.name for _, r in fake.calls] == ["dc2"]
+
+
+def test_a_round_with_nothing_to_do_prints_nothing_unless_v(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeRound(ships=0)
+    monkeypatch.setitem(sys.modules, "sender.round", fake.module())
+    path = make_sender(tmp_path)
+    assert run(capsys, "send", "--config", str(path)) == (0, "", "")  # cron mails nothing
+    assert len(fake.calls) == 1
+    # -v after the subcommand, as before it, shows the summary
+    for argv in (["send", "-v", "--config", str(path)], ["-v", "send", "--config", str(path)]):
+        code, out, err = run(capsys, *argv)
+        assert (code, err) == (0, "")
+        assert out.startswith("dc1 (127.0.0.1:5555): ok: shipped 0 files") and out.count("\n") == 1
+    # and -q after it silences even a round that shipped
+    fake.ships = 2
+    assert run(capsys, "send", "--config", str(path), "-q") == (0, "", "")
+    code, out, _ = run(capsys, "send", "--config", str(path))
+    assert code == 0 and ": ok: shipped 2 files" in out
+
+
+def test_a_bug_in_a_round_is_recorded_and_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeRound()
+
+    def broken(*args: Any, **kwargs: Any) -> RoundReport:
+        fake.calls.append(args[:2])
+        raise RuntimeError("boom")
+
+    module = fake.module()
+    module.run_round = broken  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sender.round", module)
+    path = two_receivers(tmp_path)
+    code, out, err = run(capsys, "send", "--config", str(path), "--json")
+    assert code == 1 and len(fake.calls) == 1  # the run stops at the bug
+    assert err == ("sealsync: internal error: RuntimeError: boom (run with -v for the traceback)\n")
+    doc = json.loads(out)
+    assert doc["errors"] == ["dc1: internal error: RuntimeError: boom"]
+    assert [(a["receiver"], a["kind"]) for a in doc["attempts"]] == [("dc1", "internal")]
+    history = tmp_path / "edge/schema/sync/127.0.0.1_5555/rounds.jsonl"
+    assert json.loads(history.read_text())["kind"] == "internal"
 
 
 def test_send_goes_on_after_one_receiver_fails(

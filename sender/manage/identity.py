@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 from sealsync import durable
-from sealsync.errors import SealsyncError
+from sealsync.errors import LocalIOError, SealsyncError
 from sender.manage.layout import SCHEMA_SYNC_FOLDER
 
 UUID_FILE = "uuid.txt"
@@ -56,14 +56,14 @@ def _create_once(path: Path) -> None:
         finally:
             durable.remove(private)
     except OSError as exc:
-        raise SealsyncError(f"cannot create the sender UUID file {path}: {exc.strerror}") from exc
+        raise LocalIOError(f"cannot create the sender UUID file {path}: {exc.strerror}") from exc
 
 
 def _read(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise SealsyncError(f"cannot read the sender UUID file {path}: {exc.strerror}") from exc
+        raise LocalIOError(f"cannot read the sender UUID file {path}: {exc.strerror}") from exc
     try:
         return str(uuid.UUID(data.decode("ascii").strip()))
     except (UnicodeDecodeError, ValueError):

@@ -7,6 +7,7 @@ that no other module joins state paths by hand.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,3 +114,60 @@ class SchemaPaths:
     @property
     def schema_log(self) -> Path:
         return Path(self.schema_dir) / "mlog.txt"
+
+    @property
+    def history(self) -> Path:
+        """One JSON line per attempt to sync with this receiver (:mod:`.history`)."""
+        return self.folder / "rounds.jsonl"
+
+    @property
+    def history_lock(self) -> Path:
+        """Taken briefly around each change of ``rounds.jsonl``: a run refused by
+        ``sync.lock`` still records its attempt while the holder may record its own."""
+        return self.folder / "rounds.lock"
+
+
+INSTANCE_SPACES = ("sequence", "unsequence")
+"""The folders of a database instance's data dir that hold the sealed files."""
+
+
+def data_dir_problem(data_dir: Path) -> str | None:
+    """Why ``data_dir`` cannot be an instance's data folder, or None.
+
+    A data dir is scanned under ``sequence/`` and ``unsequence/`` only, so a folder
+    that holds other things but neither of them (the instance root, or the install
+    folder, named by mistake) would ship nothing, round after round, without a word.
+    An empty folder is a fresh instance that has not written a file yet, and fine.
+    """
+    try:
+        entries = {e.name for e in os.scandir(data_dir)} - {SENDER_FOLDER}
+    except OSError:
+        return None  # the round's scan reports an unreadable folder with its reason
+    if not entries or entries & set(INSTANCE_SPACES):
+        return None
+    hint = _instance_below(Path(data_dir))
+    fix = f"did you mean {hint}?" if hint else "name the folder that holds them"
+    return f"{data_dir} holds neither sequence/ nor unsequence/, so nothing in it would ship: {fix}"
+
+
+def _instance_below(top: Path, depth: int = 4, budget: int = 2000) -> Path | None:
+    """The first folder under ``top`` (breadth first, a few levels) holding an instance's
+    ``sequence/`` or ``unsequence/``; IoTDB keeps them at ``data/datanode/data``."""
+    level = [top]
+    for _ in range(depth):
+        following: list[Path] = []
+        for folder in level:
+            try:
+                children = sorted(
+                    e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)
+                )
+            except OSError:
+                continue
+            budget -= len(children)
+            if folder != top and set(children) & set(INSTANCE_SPACES):
+                return folder
+            following.extend(folder / c for c in children if c != SENDER_FOLDER)
+            if budget <= 0:
+                return None
+        level = following
+    return None

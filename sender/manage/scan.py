@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sealsync.errors import SealsyncError
+from sealsync.errors import LocalIOError
 from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, MODS_SUFFIX, data_name_problem
 from sender.manage.scan_cache import Key, Listing, ScanCache, folder_key
 
@@ -102,7 +102,7 @@ def _walk(
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                raise SealsyncError(f"cannot read data folder {folder}: {exc.strerror}") from exc
+                raise LocalIOError(f"cannot read data folder {folder}: {exc.strerror}") from exc
             if folders is not None:
                 folders.append((rel, folder_key(st)))
             hit = cache.get(rel, st)
@@ -124,7 +124,7 @@ def _walk(
         except FileNotFoundError:
             continue  # removed while we walked (TTL, merge): its files are gone indeed
         except OSError as exc:
-            raise SealsyncError(f"cannot read data folder {folder}: {exc.strerror}") from exc
+            raise LocalIOError(f"cannot read data folder {folder}: {exc.strerror}") from exc
         names = set()
         regular = set()
         data = []

@@ -23,7 +23,7 @@ from paramiko.pkey import UnknownKeyType
 
 from sealsync import sshfiles
 from sealsync.config import ReceiverEndpoint, SenderConfig, format_endpoint
-from sealsync.errors import ConfigError, SealsyncError
+from sealsync.errors import ConfigError
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
     SSH_MAX_PACKET_SIZE,
@@ -31,7 +31,7 @@ from sealsync.protocol import (
     SUBSYSTEM,
     preferred_ciphers,
 )
-from sender.transfer.errors import HostKeyError, Unreachable
+from sender.transfer.errors import HostKeyError, Refused, Unreachable
 
 USERNAME = "sealsync"
 IO_TIMEOUT = 120.0
@@ -198,6 +198,30 @@ def open_socket(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
+def handshake_failure(address: str, exc: BaseException) -> str:
+    """The one line for a failed SSH handshake, naming the likely cause.
+
+    paramiko says "Error reading SSH protocol banner" both when the peer hung up at
+    once (a receiver whose allow list leaves this address out closes the socket
+    before saying anything) and when it said nothing in time; the exception it was
+    raised from tells them apart.
+    """
+    if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
+        cause = exc.__context__
+        if isinstance(cause, EOFError | ConnectionResetError | BrokenPipeError):
+            return (
+                f"the receiver at {address} closed the connection before the SSH banner: "
+                "this sender's address may not be in its allow list, or the port is not a "
+                "sealsync receiver"
+            )
+        if isinstance(cause, TimeoutError):
+            return (
+                f"receiver {address} sent no SSH banner in time: the port may not be a "
+                "sealsync receiver, or the receiver is overloaded"
+            )
+    return f"SSH handshake with receiver {address} failed: {exc}"
+
+
 def connect(
     host: str, port: int, *, identity: Path, known_hosts: Path, timeout: float = 10.0
 ) -> Connection:
@@ -218,7 +242,7 @@ def connect(
         try:
             transport.start_client(timeout=timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise Unreachable(f"SSH handshake with receiver {address} failed: {exc}") from None
+            raise Unreachable(handshake_failure(address, exc)) from None
         try:  # start_client returns quietly on timeout: only the key says it finished
             server_key = transport.get_remote_server_key()
         except paramiko.SSHException:
@@ -229,7 +253,7 @@ def connect(
         try:
             transport.auth_publickey(USERNAME, key)
         except paramiko.AuthenticationException:
-            raise SealsyncError(
+            raise Refused(
                 f"receiver {address} refused key {fingerprint(key)} ({identity}): "
                 f"add {identity}.pub to the receiver's authorized_keys"
             ) from None
@@ -241,7 +265,7 @@ def connect(
             channel = transport.open_session(timeout=timeout)
             channel.invoke_subsystem(SUBSYSTEM)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise SealsyncError(
+            raise Refused(
                 f"receiver {address} did not open the '{SUBSYSTEM}' subsystem: {exc}"
             ) from None
         channel.settimeout(IO_TIMEOUT)

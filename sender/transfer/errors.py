@@ -3,7 +3,9 @@
 A round retries only what a new connection can fix: the link dropping mid-round
 (:class:`ConnectionLost`), or the receiver being unreachable while reconnecting
 (:class:`Unreachable`). A refused key or an unknown host key would fail the same way
-on every attempt, so they are plain :class:`SealsyncError`\\ s and end the run at once.
+on every attempt, so they end the run at once.
+
+Each class's ``kind`` is what the round history and the metrics count it as.
 """
 
 from __future__ import annotations
@@ -14,10 +16,23 @@ from sealsync.errors import SealsyncError
 class Unreachable(SealsyncError):
     """No SSH session could be set up: connect refused or timed out, handshake failed."""
 
+    kind = "unreachable"
+
 
 class HostKeyError(SealsyncError):
     """The receiver's host key is not pinned in known_hosts, or differs from the pinned one."""
 
+    kind = "host_key"
+
+
+class Refused(SealsyncError):
+    """The receiver does not take this sender: its key is not authorized, or the
+    ``sealsync`` subsystem is not opened."""
+
+    kind = "refused"
+
 
 class ConnectionLost(SealsyncError):
     """An established session broke: the peer closed it, the socket failed or went silent."""
+
+    kind = "connection_lost"

@@ -7,6 +7,7 @@ same report), so ``shipped`` and ``deleted`` are cumulative over attempts, while
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,3 +94,12 @@ class RoundReport:
             "seconds": round(self.seconds, 3),
             "dirs": [d.to_dict() for d in self.dirs],
         }
+
+
+def new_report(receiver: str, address: str, data_dirs: Sequence[object]) -> RoundReport:
+    """An empty report for a round to one receiver: one entry per data dir."""
+    return RoundReport(
+        receiver=receiver,
+        address=address,
+        dirs=[DirReport(i, str(d)) for i, d in enumerate(data_dirs)],
+    )

@@ -28,7 +28,7 @@ from typing import Any
 import tenacity
 
 from sealsync.crashpoints import crash_point
-from sealsync.errors import SealsyncError
+from sealsync.errors import LocalIOError, SealsyncError
 from sealsync.protocol import (
     MAX_DEVICES_PER_QUERY,
     MAX_SCHEMA_PAYLOAD,
@@ -215,7 +215,7 @@ class SenderSession:
         except FileNotFoundError:
             return 0
         except OSError as exc:
-            raise SealsyncError(f"cannot read schema log {schema_log}: {exc.strerror}") from None
+            raise LocalIOError(f"cannot read schema log {schema_log}: {exc.strerror}") from None
         with f:
             size = os.fstat(f.fileno()).st_size
             if pos > size:

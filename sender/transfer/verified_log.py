@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from sealsync.crashpoints import crash_point
-from sealsync.errors import SealsyncError
+from sealsync.errors import LocalIOError
 from sealsync.synclog import SyncLog
 
 _STOP = object()
@@ -69,7 +69,8 @@ class VerifiedLog:
     def _check(self) -> None:
         if self._error is not None:
             exc = self._error
-            raise SealsyncError(f"cannot write {self._path}: {exc}")
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise LocalIOError(f"cannot write {self._path}: {reason}")
 
     def add(self, names: list[str]) -> None:
         self._check()
