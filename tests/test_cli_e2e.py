@@ -9,6 +9,8 @@ from collections.abc import Callable
 import pytest
 from deploy_helpers import Deployment, populate
 
+pytestmark = pytest.mark.slow  # sealsync serve and send as processes over SSH
+
 
 @pytest.fixture
 def dep(start_deployment: Callable[..., Deployment]) -> Deployment:

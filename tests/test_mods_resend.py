@@ -509,6 +509,7 @@ def dep(start_deployment: Callable[..., Deployment]) -> Deployment:
     return start_deployment()
 
 
+@pytest.mark.slow
 def test_a_changed_mods_reaches_the_receiver_and_the_file_is_never_deleted(
     dep: Deployment,
 ) -> None:

@@ -60,6 +60,8 @@ from sealsync.protocol import (
 )
 from sealsync.simulator import EdgeInstance
 
+pytestmark = pytest.mark.slow  # real SSH on loopback and the inspect worker pool
+
 LOCAL = "127.0.0.1"
 
 

@@ -455,6 +455,7 @@ def test_round_is_busy_while_the_last_one_loads_then_recovered(env: Env) -> None
 
 
 def test_second_session_on_the_same_folder_is_busy(env: Env) -> None:
+    env.ctx.load_wait = 0.2  # how long the second round start waits before it says busy
     a = env.connect()
     hello(a)
     start_round(a)

@@ -422,6 +422,7 @@ def _assert_mirrored(site: Site, edge, config: SenderConfig) -> None:
                     assert target.read_bytes() == source.read_bytes(), target
 
 
+@pytest.mark.slow
 def test_end_to_end_over_ssh(tmp_path: Path) -> None:
     from sealsync.simulator import EdgeInstance
 
@@ -490,6 +491,7 @@ def test_end_to_end_over_ssh(tmp_path: Path) -> None:
         site.service.stop()
 
 
+@pytest.mark.slow
 def test_conflict_end_to_end(tmp_path: Path) -> None:
     """Sender B offers a device A owns: refused with the reason, remembered, skipped
     while owned (OWNERS_QUERY), shipped once an operator releases the device."""

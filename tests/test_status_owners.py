@@ -9,6 +9,8 @@ from collections.abc import Callable
 import pytest
 from deploy_helpers import SEALSYNC, Deployment, populate
 
+pytestmark = pytest.mark.slow  # sealsync serve, send, status and owners as processes
+
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SEALSYNC, *args], capture_output=True, text=True, timeout=60)

@@ -86,5 +86,6 @@ def test_round_start_still_says_busy_after_load_wait(tmp_path: Path) -> None:
         )
         assert 0.4 < waited < 3.0
         env.storage.gate.set()
+        sock.close()  # else the session waits out its read timeout before it ends
     finally:
         env.close()
