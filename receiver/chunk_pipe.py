@@ -13,14 +13,30 @@ handles the subsystem request, so no packet can be fed concurrently.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING, cast
 
 import paramiko
 from paramiko.buffered_pipe import BufferedPipe, PipeTimeout
 
+if TYPE_CHECKING:
 
-class ChunkPipe(BufferedPipe):  # type: ignore[misc]
+    class _Pipe(BufferedPipe[bytes]):
+        """paramiko's ``BufferedPipe`` with the state its ``__init__`` sets, which this
+        subclass shares and paramiko's type stubs leave out."""
+
+        _lock: threading.Lock
+        _cv: threading.Condition
+        _event: threading.Event | None
+        _closed: bool
+
+else:
+    _Pipe = BufferedPipe  # not subscriptable at run time
+
+
+class ChunkPipe(_Pipe):
     """``BufferedPipe`` with the same locking and semantics, over a deque of packets."""
 
     def __init__(self) -> None:
@@ -33,13 +49,13 @@ class ChunkPipe(BufferedPipe):  # type: ignore[misc]
             self._chunks.append(bytes(data))
             self._size += len(data)
 
-    def set_event(self, event: object) -> None:
+    def set_event(self, event: threading.Event) -> None:
         with self._lock:
             self._event = event
             if self._closed or self._size:
-                event.set()  # type: ignore[attr-defined]
+                event.set()
             else:
-                event.clear()  # type: ignore[attr-defined]
+                event.clear()
 
     def read_ready(self) -> bool:
         with self._lock:
@@ -109,6 +125,6 @@ def install(channel: paramiko.Channel) -> None:
     pending = old.empty()
     if pending:
         pipe.feed(pending)
-    if old._closed:
+    if cast("_Pipe", old)._closed:  # every BufferedPipe has it
         pipe.close()
     channel.in_buffer = pipe

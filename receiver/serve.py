@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from receiver.service import ReceiverService
 from sealsync.config import ReceiverConfig
@@ -19,6 +21,9 @@ from sealsync.errors import EXIT_OK
 log = logging.getLogger(f"sealsync.{__name__}")
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_Handler = Callable[[int, FrameType | None], Any] | int | None
+"""What ``signal.signal`` returns and takes: a function, SIG_DFL or SIG_IGN, or None."""
 
 
 def serve(config: ReceiverConfig, stop_event: threading.Event | None = None) -> int:
@@ -29,7 +34,7 @@ def serve(config: ReceiverConfig, stop_event: threading.Event | None = None) -> 
     SealsyncError for the CLI to print as one line.
     """
     stop = stop_event if stop_event is not None else threading.Event()
-    previous: dict[int, object] = {}
+    previous: dict[signal.Signals, _Handler] = {}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
@@ -46,5 +51,5 @@ def serve(config: ReceiverConfig, stop_event: threading.Event | None = None) -> 
                 pass
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.signal(sig, handler)
     return EXIT_OK

@@ -37,6 +37,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import paramiko
+from paramiko.common import (
+    AUTH_FAILED,
+    AUTH_SUCCESSFUL,
+    OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
+    OPEN_SUCCEEDED,
+)
 
 from receiver import chunk_pipe
 from receiver.auth import AuthorizedKeys, SenderKeys, is_allowed, peer_address
@@ -58,6 +64,7 @@ from sealsync.protocol import (
     SSH_WINDOW_SIZE,
     SUBSYSTEM,
     Error,
+    channel_stream,
     preferred_ciphers,
     receive,
     send,
@@ -131,29 +138,29 @@ class _SshServer(paramiko.ServerInterface):
         return "publickey"
 
     def check_auth_none(self, username: str) -> int:
-        return paramiko.AUTH_FAILED
+        return AUTH_FAILED
 
     def check_auth_password(self, username: str, password: str) -> int:
-        return paramiko.AUTH_FAILED
+        return AUTH_FAILED
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
         if self.auth_failures >= MAX_AUTH_TRIES:
-            return paramiko.AUTH_FAILED  # the connection thread closes it
+            return AUTH_FAILED  # the connection thread closes it
         if self.authorized.allows(key.asbytes()):
             self.key_fingerprint = fingerprint(key)
             self.authenticated = True
             if self.admission is not None and self.startup is not None:
                 self.admission.authenticated(self.startup)
-            return paramiko.AUTH_SUCCESSFUL
+            return AUTH_SUCCESSFUL
         self.auth_failures += 1
         log.warning("%s: public key %s not authorized", self.peer_ip, fingerprint(key))
-        return paramiko.AUTH_FAILED
+        return AUTH_FAILED
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session" and not self.channel_opened:
             self.channel_opened = True
-            return paramiko.OPEN_SUCCEEDED
-        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+            return OPEN_SUCCEEDED
+        return OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
     def check_channel_subsystem_request(self, channel: paramiko.Channel, name: str) -> bool:
         if name != SUBSYSTEM or self.handler is not None:
@@ -535,7 +542,8 @@ class ReceiverService:
                 self._refuse_busy(channel, server.peer_ip, refusal)
                 return
             channel.settimeout(self.config.idle_timeout)
-            Session(channel, self.context, server.peer_ip, fp).run()
+            stream = channel_stream(channel)
+            Session(stream, self.context, server.peer_ip, fp).run()
         except Exception:
             log.exception("%s: session failed", server.peer_ip)
         finally:
@@ -552,11 +560,12 @@ class ReceiverService:
         """Over a session bound: answer the HELLO with ERROR busy so the sender retries."""
         log.warning("%s: session refused: %s", peer_ip, message)
         channel.settimeout(BUSY_REPLY_TIMEOUT)
+        stream = channel_stream(channel)
         try:
-            receive(channel)  # the HELLO; the sender reads the answer after sending it
+            receive(stream)  # the HELLO; the sender reads the answer after sending it
         except Exception:
             pass
         try:
-            send(channel, Error("busy", message))
+            send(stream, Error("busy", message))
         except Exception:
             pass

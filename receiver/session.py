@@ -45,12 +45,13 @@ import itertools
 import logging
 import secrets
 import select
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from receiver.auth import KeyLimit, SenderKeys
 from receiver.incoming import IncomingFile, describe_os_error, stage_all
@@ -381,7 +382,7 @@ class Session:
         ready = getattr(self.channel, "recv_ready", None)
         if ready is not None:  # a paramiko Channel
             return bool(ready())
-        readable, _, _ = select.select([self.channel], [], [], 0)  # a plain socket
+        readable, _, _ = select.select([cast(socket.socket, self.channel)], [], [], 0)  # a socket
         return bool(readable)
 
     def _abandon(self) -> None:

@@ -110,6 +110,7 @@ def _run_json(args: list[str], what: str, log: Path, env: dict[str, str]) -> dic
     """Run a sealsync command that prints JSON; its stderr goes to ``log``."""
     with open(log, "ab") as err:
         proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=err, env=env, check=False)
+    result: dict[str, Any]  # every sealsync --json output is one object
     try:
         result = json.loads(proc.stdout.decode("utf-8") or "{}")
     except ValueError:

@@ -32,10 +32,13 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from sealsync.errors import BadName, SealsyncError
 from sealsync.names import require_data_name
+
+if TYPE_CHECKING:
+    import paramiko
 
 PROTOCOL_VERSION = 1
 SUBSYSTEM = "sealsync"
@@ -437,6 +440,7 @@ class Chunk:
 
 
 AnyMessage = Message | Schema | Chunk
+_M = TypeVar("_M", bound=Message)
 
 _CONTROL: dict[Kind, type[Message]] = {
     cls.kind: cls
@@ -525,6 +529,12 @@ class Stream(Protocol):
     def sendall(self, data: bytes | memoryview) -> None: ...
 
 
+def channel_stream(channel: paramiko.Channel) -> Stream:
+    """``channel`` as a :class:`Stream`, which it is: ``Channel.sendall`` takes any
+    bytes-like object, views included (paramiko's type stubs name bytes only)."""
+    return cast(Stream, channel)
+
+
 class ConnectionClosed(ProtocolError):
     """The peer closed the stream (cleanly between frames, or mid-frame)."""
 
@@ -611,11 +621,10 @@ def send(stream: Stream, msg: AnyMessage) -> None:
         stream.sendall(header + bytes(payload))
 
 
-def expect(msg: AnyMessage, *types: type) -> Any:
-    """``msg`` if it is one of ``types``; an ERROR from the peer or anything else raises."""
-    if isinstance(msg, types):
+def expect(msg: AnyMessage, wanted: type[_M]) -> _M:
+    """``msg`` if it is a ``wanted``; an ERROR from the peer or anything else raises."""
+    if isinstance(msg, wanted):
         return msg
     if isinstance(msg, Error):
         raise ProtocolError(f"receiver: {msg.message}", code=msg.code)
-    wanted = " or ".join(t.kind.name for t in types)  # type: ignore[attr-defined]
-    raise ProtocolError(f"expected {wanted}, got {msg.kind.name}", code="unexpected")
+    raise ProtocolError(f"expected {wanted.kind.name}, got {msg.kind.name}", code="unexpected")

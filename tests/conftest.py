@@ -1,9 +1,156 @@
 """Puts ``tests/`` on ``sys.path`` for every test, including those in sub-folders, so
-shared helpers (``deploy_helpers``, ``config_helpers``...) import the same way."""
+shared helpers (``deploy_helpers``, ``config_helpers``...) import the same way; holds
+the fixtures more than one test module needs; and keeps the ``slow`` marks honest.
 
+``pytest -m "not slow"`` is the quick day-to-day run, so a test outside it must stay in
+this process: one that starts a process (subprocess, multiprocessing, a fork), opens
+an SSH transport, or runs while a Spark context is up fails at teardown unless it is
+marked ``slow``. The marks are checked in every run, the full one included.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing.process
+import os
+import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import paramiko
+import pytest
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+
+if TYPE_CHECKING:
+    from deploy_helpers import Deployment
+
+
+class _HeavyUse:
+    """What the running test (setup, call and teardown) started that the quick run
+    must not: ``seen`` is None between tests."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] | None = None
+
+    def note(self, what: str) -> None:
+        seen = self.seen
+        if seen is not None and len(seen) < 3:
+            seen.append(what)
+
+    def watch(self, owner: Any, name: str, describe: Callable[..., str]) -> None:
+        """Wrap ``owner.name`` to note ``describe(*args)`` each time it is called."""
+        real = getattr(owner, name)
+
+        @functools.wraps(real)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            self.note(describe(*args, **kwargs))
+            return real(*args, **kwargs)
+
+        setattr(owner, name, watched)
+
+    def note_spark(self) -> None:
+        pyspark = sys.modules.get("pyspark")
+        if pyspark is not None and pyspark.SparkContext._active_spark_context is not None:
+            self.note("a Spark context")
+
+
+_heavy = _HeavyUse()
+
+
+def _command(popen: subprocess.Popen[Any], args: Any, *_: Any, **__: Any) -> str:
+    words = [str(a) for a in args] if isinstance(args, list | tuple) else [str(args)]
+    shown = " ".join(words)
+    return f"the process `{shown if len(shown) <= 80 else shown[:77] + '...'}`"
+
+
+_heavy.watch(subprocess.Popen, "_execute_child", _command)
+_heavy.watch(multiprocessing.process.BaseProcess, "start", lambda proc: f"the process {proc.name}")
+_heavy.watch(os, "fork", lambda: "a fork")
+_heavy.watch(paramiko.Transport, "__init__", lambda *_a, **_k: "an SSH transport")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    _heavy.seen = []
+    try:
+        return (yield)
+    finally:
+        _heavy.seen = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    try:
+        return (yield)
+    finally:
+        _heavy.note_spark()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when == "teardown" and report.passed and _heavy.seen:
+        if item.get_closest_marker("slow") is None:
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{item.nodeid} started {'; '.join(_heavy.seen)} but is not marked slow: "
+                "mark it (pytestmark = pytest.mark.slow, or @pytest.mark.slow), or keep "
+                "it in this process"
+            )
+    return report
+
+
+def _no_flush(fd: int) -> None:
+    """``os.fsync`` for the quick run: the data stays in the page cache."""
+
+
+@pytest.fixture(autouse=True)
+def _quick_run_does_not_flush(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tests outside ``slow`` skip the disk flush.
+
+    No test here cuts the power: crashes are simulated by raising or by SIGKILL, after
+    which the page cache still holds every write, so a flush changes no outcome, only
+    the time (most of it, in the crash-loop tests on a busy disk). Tests that check
+    when a flush happens patch it themselves. The ``slow`` tests keep real flushes.
+    """
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setattr(os, "fsync", _no_flush)
+        monkeypatch.setattr(os, "fdatasync", _no_flush)
+
+
+@pytest.fixture
+def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trust folder listings and identities at once.
+
+    Everything a test writes is milliseconds old, so the scan cache and the idle mark
+    would otherwise never rely on it and their short ways would go untested.
+    """
+    from sender.manage import scan_cache
+
+    monkeypatch.setattr(scan_cache, "RACY_NS", -(10**18))
+
+
+@pytest.fixture
+def start_deployment(tmp_path: Path) -> Iterator[Callable[..., Deployment]]:
+    """Builds a deployment under ``tmp_path/site`` with its ``sealsync serve`` running;
+    the receiver is stopped after the test, whatever it did."""
+    from deploy_helpers import make_deployment
+
+    started: list[Deployment] = []
+
+    def start(senders: int = 1, data_dirs: int = 1) -> Deployment:
+        dep = make_deployment(tmp_path / "site", senders=senders, data_dirs=data_dirs)
+        started.append(dep)
+        dep.start_receiver()
+        return dep
+
+    yield start
+    for dep in reversed(started):
+        dep.stop_receiver()

@@ -20,8 +20,8 @@ from receiver.storage import DirectoryStorage, make_dirs
 from sealsync.formats import FileInfo
 from sealsync.formats import inspect as real_inspect
 
-UUID_A = "0b5d1f7e-3c1a-4c2e-9a51-5d0f2f6a0a01"
-UUID_B = "7a1e9c44-2b7d-4f10-8c3e-1f2d3c4b5a02"
+UUID_A = "1f0e6a52-9b8c-4d3e-8a7f-0c1b2d3e4f5a"
+UUID_B = "9c8b7a65-4d3e-4f2a-9b1c-0d2e3f4a5b6c"
 
 _stamp = itertools.count(1)
 
@@ -100,6 +100,22 @@ def files_under(top: Path) -> set[str]:
         for file in files:
             found.add((Path(here) / file).relative_to(top).as_posix())
     return found
+
+
+def assert_clean(folder: SenderFolder) -> None:
+    """No round is in flight in ``folder``: no logs, no marker, no file left anywhere in
+    it, and no empty sub-folder left in ``data/``."""
+    assert not folder.sync_log.exists()
+    assert not folder.load_log.exists()
+    assert not folder.sync_end.exists()
+    assert files_under(folder.root) == set()
+    assert list(folder.data.iterdir()) == []
+
+
+def loaded_path(data_dir: Path, uuid: str, name: str) -> Path:
+    """Where the default layout puts a sender's loaded file: its UUID is the last folder."""
+    *dirs, file = name.split("/")
+    return data_dir.joinpath(*dirs, uuid, file)
 
 
 def sender_files_on_disk(data_dir: Path, uuid: str) -> set[str]:

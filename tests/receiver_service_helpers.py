@@ -17,7 +17,7 @@ from typing import Any
 
 import paramiko
 import tsfile
-from receiver_load_helpers import files_under as files_under  # re-exported for the tests
+from receiver_load_helpers import UUID_A
 
 from sealsync.keys import generate_keypair
 from sealsync.protocol import (
@@ -34,9 +34,6 @@ from sealsync.protocol import (
     receive,
     send,
 )
-
-UUID_A = "1f0e6a52-9b8c-4d3e-8a7f-0c1b2d3e4f5a"
-UUID_B = "9c8b7a65-4d3e-4f2a-9b1c-0d2e3f4a5b6c"
 
 _stamp = itertools.count(1)
 

@@ -223,18 +223,6 @@ def connect_fake(peer: FakeReceiver) -> tuple[SocketConnection, threading.Thread
     return SocketConnection(ours), peer.serve(theirs)
 
 
-def write_data_file(
-    root: Path, name: str, data: bytes, resource: bytes = b"R", mods: bytes | None = None
-) -> None:
-    """A data file with its sidecars under ``root`` (a data dir or a snapshot dir)."""
-    path = root / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    Path(f"{path}.resource").write_bytes(resource)
-    if mods is not None:
-        Path(f"{path}.mods").write_bytes(mods)
-
-
 def frame_kinds(frames: list[tuple[str, object]]) -> list[str]:
     return [kind for kind, _ in frames]
 

@@ -114,6 +114,7 @@ def test_usage_error_exits_2_with_clicks_message(capsys: pytest.CaptureFixture[s
     assert code == 2 and err.endswith("Error: Missing option '--config'.\n")
 
 
+@pytest.mark.slow
 def test_console_script_and_module_agree(tmp_path: Path) -> None:
     script = Path(sys.executable).parent / "sealsync"  # the console script of this environment
     missing = tmp_path / "missing.toml"
@@ -152,6 +153,7 @@ def test_bad_config_is_exit_2_one_line(
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_bad_config_through_a_real_process(tmp_path: Path) -> None:
     doc = sender_doc()
     doc["sender"]["max_retries"] = True
@@ -341,6 +343,7 @@ def test_send_goes_on_after_one_receiver_fails(
     assert_one_error_line(err, "dc1: receiver unreachable")
 
 
+@pytest.mark.slow
 def test_send_with_several_receivers_locked_exits_75(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -536,6 +539,7 @@ def test_dry_run_ignores_a_stale_current_next_to_last(
     assert plan["recovery"] == "would drop the stale current_local_files.txt"
 
 
+@pytest.mark.slow
 def test_dry_run_takes_no_lock_and_needs_no_receiver(tmp_path: Path) -> None:
     config, _ = edge_instance(tmp_path)
     with held_elsewhere(tmp_path / "edge/schema/sync/127.0.0.1_5555/sync.lock"):

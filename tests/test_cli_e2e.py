@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from deploy_helpers import Deployment, make_deployment, populate
+from deploy_helpers import Deployment, populate
+
+pytestmark = pytest.mark.slow  # sealsync serve and send as processes over SSH
 
 
 @pytest.fixture
-def dep(tmp_path: Path):  # type: ignore[no-untyped-def]
-    d = make_deployment(tmp_path / "site", senders=2, data_dirs=2)
-    d.start_receiver()
-    yield d
-    d.stop_receiver()
+def dep(start_deployment: Callable[..., Deployment]) -> Deployment:
+    return start_deployment(senders=2, data_dirs=2)
 
 
 def test_two_processes_move_an_instance_completely(dep: Deployment) -> None:

@@ -47,6 +47,7 @@ def test_unset_environment_makes_every_point_a_no_op() -> None:
     crash_point("not even declared")  # not checked: production pays one constant test
 
 
+@pytest.mark.slow
 def test_the_nth_hit_kills_the_process_with_sigkill(tmp_path: Path) -> None:
     trace = tmp_path / "trace"
     script = (
@@ -71,6 +72,7 @@ def test_the_nth_hit_kills_the_process_with_sigkill(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_an_undeclared_point_fails_under_a_trace_run(tmp_path: Path) -> None:
     script = "from sealsync.crashpoints import crash_point\ncrash_point('sender.typo')\n"
     result = subprocess.run(

@@ -10,11 +10,14 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 from sealsync import formats
 from sealsync.formats import mods
 from sealsync.names import MODS_SUFFIX
 from sealsync.simulator import EdgeInstance
+
+pytestmark = pytest.mark.slow  # sealsync demo as a process (Spark included)
 
 
 def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path: Path) -> None:

@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from deploy_helpers import make_deployment, populate, sha256
+
+pytestmark = pytest.mark.slow  # the example host server and sealsync send as processes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

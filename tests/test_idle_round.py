@@ -14,8 +14,8 @@ from sender_transfer_helpers import (
     FAKE_RECEIVER,
     fake_round_config,
     round_with_fake,
-    write_data_file,
 )
+from state_helpers import write_data_file
 
 from sealsync.config import SenderConfig
 from sender import round as round_mod
@@ -23,16 +23,12 @@ from sender.manage import scan_cache
 from sender.manage.layout import SenderPaths
 from sender.manage.state import read_file_set
 
+pytestmark = pytest.mark.usefixtures("trusting")  # every listing here is milliseconds old
+
 RECEIVER = FAKE_RECEIVER
 A = "sequence/root.sg1/0/1-1-0.tsfile"
 B = "sequence/root.sg1/0/2-2-0.tsfile"
 C = "sequence/root.sg1/0/3-3-0.tsfile"
-
-
-@pytest.fixture(autouse=True)
-def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trust listings and identities at once (everything here is milliseconds old)."""
-    monkeypatch.setattr(scan_cache, "RACY_NS", -(10**18))
 
 
 config_for = fake_round_config

@@ -14,6 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a host process killed with its pool workers
+
 HOST = """
 import json, multiprocessing, os, signal, sys
 from pathlib import Path

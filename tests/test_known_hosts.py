@@ -123,6 +123,7 @@ def entry(name: str, key_path: Path) -> str:
     return f"{name} {key_type} {blob}"
 
 
+@pytest.mark.slow
 def test_known_host_connects_with_the_fast_settings(
     tmp_path: Path, keys: dict[str, Path], server: MiniServer
 ) -> None:
@@ -140,6 +141,7 @@ def test_known_host_connects_with_the_fast_settings(
     assert server.policy.auth_attempts == [fingerprint(pkey(keys["sender"]))]
 
 
+@pytest.mark.slow
 def test_unknown_host_is_refused_before_authenticating(
     tmp_path: Path, keys: dict[str, Path], server: MiniServer
 ) -> None:
@@ -154,6 +156,7 @@ def test_unknown_host_is_refused_before_authenticating(
     assert server.policy.auth_attempts == []
 
 
+@pytest.mark.slow
 def test_plain_host_entry_does_not_pin_another_port(
     tmp_path: Path, keys: dict[str, Path], server: MiniServer
 ) -> None:
@@ -163,6 +166,7 @@ def test_plain_host_entry_does_not_pin_another_port(
     assert server.policy.auth_attempts == []
 
 
+@pytest.mark.slow
 def test_changed_host_key_is_refused_before_authenticating(
     tmp_path: Path, keys: dict[str, Path], server: MiniServer
 ) -> None:
@@ -178,6 +182,7 @@ def test_changed_host_key_is_refused_before_authenticating(
     assert server.policy.auth_attempts == []
 
 
+@pytest.mark.slow
 def test_hashed_entry_pins_the_host(
     tmp_path: Path, keys: dict[str, Path], server: MiniServer
 ) -> None:
@@ -187,6 +192,7 @@ def test_hashed_entry_pins_the_host(
         assert conn.transport.is_authenticated()
 
 
+@pytest.mark.slow
 def test_hashed_entry_with_another_key_is_changed(
     tmp_path: Path, keys: dict[str, Path], server: MiniServer
 ) -> None:
@@ -197,6 +203,7 @@ def test_hashed_entry_with_another_key_is_changed(
     assert server.policy.auth_attempts == []
 
 
+@pytest.mark.slow
 def test_only_pinned_key_types_are_asked_for(tmp_path: Path, keys: dict[str, Path]) -> None:
     """A receiver with an Ed25519 and an RSA host key, only the RSA one pinned: the
     client must ask for RSA, or the Ed25519 key would look like a changed key."""
@@ -229,6 +236,7 @@ def test_port_22_uses_the_plain_host_entry(tmp_path: Path, keys: dict[str, Path]
         check_host_key(known, "dc1.example", 22, pkey(keys["other_host"]), kh)
 
 
+@pytest.mark.slow
 def test_refused_key_names_its_fingerprint(
     tmp_path: Path, keys: dict[str, Path], server: MiniServer
 ) -> None:
@@ -243,6 +251,7 @@ def test_refused_key_names_its_fingerprint(
     assert server.policy.auth_attempts == [fp]
 
 
+@pytest.mark.slow
 def test_subsystem_not_served(tmp_path: Path, keys: dict[str, Path]) -> None:
     srv = MiniServer([pkey(keys["host"])], pkey(keys["sender"]).asbytes(), subsystem_ok=False)
     try:
@@ -263,6 +272,7 @@ def test_connection_refused_is_one_line(tmp_path: Path, keys: dict[str, Path]) -
     assert str(info.value) == f"cannot connect to receiver 127.0.0.1:{port}: Connection refused"
 
 
+@pytest.mark.slow
 def test_silent_server_times_out_in_the_handshake(tmp_path: Path, keys: dict[str, Path]) -> None:
     silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog) but never speaks
     port = silent.getsockname()[1]

@@ -15,6 +15,8 @@ from config_helpers import held_elsewhere, make_sender
 from sealsync.errors import EXIT_LOCKED, LockHeld
 from sender.lock import receiver_lock
 
+pytestmark = pytest.mark.slow  # lock holders are other processes
+
 ROOT = Path(__file__).resolve().parent.parent
 SEALSYNC = [sys.executable, "-m", "sealsync"]
 

@@ -15,17 +15,18 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate
+from deploy_helpers import SEALSYNC, Deployment, populate
 from sender_transfer_helpers import (
     FAKE_RECEIVER,
     FakeReceiver,
     fake_round_config,
     round_with_fake,
-    write_data_file,
 )
+from state_helpers import Crash, DurableStepCrash, sync_log_lines, write_data_file
 
 from receiver.storage import DirectoryStorage
 from sealsync import durable
@@ -49,12 +50,6 @@ B = "sequence/root.sg1/0/2-2-0.tsfile"
 C = "unsequence/root.sg1/0/3-3-0.tsfile"
 D = "sequence/root.sg2/0/4-4-0.parquet"
 E = "sequence/root.sg2/0/5-5-0.tsfile"
-
-
-@pytest.fixture
-def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trust listings and identities at once (everything here is milliseconds old)."""
-    monkeypatch.setattr(scan_cache, "RACY_NS", -(10**18))
 
 
 config_for = fake_round_config
@@ -253,16 +248,7 @@ def test_fold_is_the_round_applied_and_idempotent() -> None:
 
 SYNCED = [A, B, E]
 NEW = [A, C, D]  # A ships again (its .mods grew), C and D are new
-LOG_LINES = [
-    "sync start",
-    "sync deleted file names start",
-    E,
-    "sync deleted file names end",
-    "sync tsfile start",
-    *NEW,
-    "sync tsfile end",
-    "sync end",
-]
+LOG_LINES = sync_log_lines([E], NEW)
 
 
 def crashed_round(tmp_path: Path, lines: list[str]) -> tuple[SenderPaths, dict]:
@@ -309,45 +295,10 @@ def test_recovery_folds_what_the_log_proves(tmp_path: Path, cut: int) -> None:
     assert shipped_mods.read_identities(paths.shipped_mods) == want
 
 
-class Crash(Exception):
-    """The process died here."""
-
-
-class Injector:
-    """Dies before the nth durable step of recovery (like test_sender_recover's)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.crash_at = -1
-        self.count = 0
-        self.steps: list[str] = []
-        for module, name in (
-            (durable, "atomic_write"),
-            (durable, "remove"),
-            (durable, "rename"),
-            (shutil, "rmtree"),
-        ):
-            monkeypatch.setattr(module, name, self._wrap(name, getattr(module, name)))
-
-    def arm(self, crash_at: int) -> None:
-        self.crash_at, self.count, self.steps = crash_at, 0, []
-
-    def _wrap(self, name, real):  # type: ignore[no-untyped-def]
-        def step(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-            self.count += 1
-            self.steps.append(f"{name} {Path(path).name}")
-            if self.count == self.crash_at:
-                if name == "atomic_write":  # died with part of the temporary written
-                    Path(path).with_name(f".{Path(path).name}.tmp").write_bytes(b"sequence/x")
-                raise Crash(name)
-            return real(path, *args, **kwargs)
-
-        return step
-
-
 def test_a_crash_before_any_durable_step_of_the_fold_loses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    injector = Injector(monkeypatch)
+    injector = DurableStepCrash(monkeypatch)
     paths, old = crashed_round(tmp_path, LOG_LINES)
     want = expected_after(paths, LOG_LINES, old)
     injector.arm(0)
@@ -554,13 +505,11 @@ def test_the_mark_keeps_what_selection_saw_not_what_is_there_later(
 
 
 @pytest.fixture
-def dep(tmp_path: Path):  # type: ignore[no-untyped-def]
-    d = make_deployment(tmp_path / "site")
-    d.start_receiver()
-    yield d
-    d.stop_receiver()
+def dep(start_deployment: Callable[..., Deployment]) -> Deployment:
+    return start_deployment()
 
 
+@pytest.mark.slow
 def test_a_changed_mods_reaches_the_receiver_and_the_file_is_never_deleted(
     dep: Deployment,
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+from receiver_load_helpers import UUID_A, UUID_B
 
 from receiver.auth import (
     AuthorizedKeys,
@@ -19,9 +20,6 @@ from receiver.auth import (
     peer_address,
 )
 from sealsync.keys import fingerprint, generate_keypair
-
-UUID_A = "1f0e6a52-9b8c-4d3e-8a7f-0c1b2d3e4f5a"
-UUID_B = "9c8b7a65-4d3e-4f2a-9b1c-0d2e3f4a5b6c"
 
 
 @pytest.fixture

@@ -197,6 +197,7 @@ def test_verify_reads_devices_from_metadata_and_refuses_garbage(tmp_path: Path) 
     assert formats.verify(pq_path) == parquet.inspect(pq_path)
 
 
+@pytest.mark.slow
 def test_inspect_many_isolates_a_crashing_file(tmp_path: Path) -> None:
     from receiver_inspect_targets import crashing_inspect
 

@@ -11,6 +11,7 @@ from receiver_load_helpers import (
     UUID_A,
     UUID_B,
     Round,
+    assert_clean,
     files_under,
     inspect,
     make_env,
@@ -29,14 +30,6 @@ GROUPS = ("root.sg0", "root.sg1", "root.sg2")
 
 def names(group: str, count: int, root: str = "sequence") -> list[str]:
     return [f"{root}/{group}/0/{1000 + i}-{i}-0.tsfile" for i in range(count)]
-
-
-def assert_clean(folder: SenderFolder) -> None:
-    assert not folder.sync_log.exists()
-    assert not folder.load_log.exists()
-    assert not folder.sync_end.exists()
-    assert files_under(folder.data) == set()
-    assert list(folder.data.iterdir()) == []
 
 
 def run_round(

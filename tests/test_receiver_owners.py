@@ -122,6 +122,7 @@ def test_concurrent_claims_from_threads_give_each_device_one_owner(tmp_path: Pat
     assert sum(len(b) for b in granted.values()) > 0
 
 
+@pytest.mark.slow
 def test_release_from_another_process_is_seen(tmp_path: Path) -> None:
     owners = DeviceOwners(tmp_path)
     owners.claim(["root.a", "root.b"], UUID_A)
@@ -144,6 +145,7 @@ def test_release_from_another_process_is_seen(tmp_path: Path) -> None:
     assert owners.by_owner() == {UUID_A: ["root.b"], UUID_B: ["root.a"]}
 
 
+@pytest.mark.slow
 def test_claims_from_another_process_are_seen_before_claiming(tmp_path: Path) -> None:
     owners = DeviceOwners(tmp_path)
     owners.claim(["root.a"], UUID_A)

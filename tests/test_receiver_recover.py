@@ -9,6 +9,7 @@ from receiver_load_helpers import (
     UUID_A,
     UUID_B,
     Round,
+    assert_clean,
     files_under,
     inspect,
     make_env,
@@ -41,13 +42,6 @@ class CountingStorage(DirectoryStorage):
     def delete(self, sender: str, name: str) -> bool:
         self.deletes.append(name)
         return super().delete(sender, name)
-
-
-def assert_clean(folder: SenderFolder) -> None:
-    assert not folder.sync_log.exists()
-    assert not folder.load_log.exists()
-    assert not folder.sync_end.exists()
-    assert files_under(folder.root) == set()
 
 
 def crashed_round(

@@ -19,18 +19,17 @@ from pathlib import Path
 import paramiko
 import pytest
 from receiver_inspect_targets import crashing_inspect
+from receiver_load_helpers import UUID_A, UUID_B, files_under, loaded_path
 from receiver_service_helpers import (
-    UUID_A,
-    UUID_B,
     Client,
     control_frame,
-    files_under,
     make_keys,
     md5,
     raw_header,
     receiver_mapping,
     tsfile_bytes,
 )
+from state_helpers import sync_log_lines
 
 from receiver.inspect_pool import InspectPool
 from receiver.layout import SenderFolder
@@ -61,6 +60,8 @@ from sealsync.protocol import (
 )
 from sealsync.simulator import EdgeInstance
 
+pytestmark = pytest.mark.slow  # real SSH on loopback and the inspect worker pool
+
 LOCAL = "127.0.0.1"
 
 
@@ -87,13 +88,13 @@ def service(tmp_path: Path, keys: dict[str, Path], pool: InspectPool):
         yield svc
 
 
+def dc_data(tmp_path: Path) -> Path:
+    """The receiver's one data dir (see ``receiver_mapping``)."""
+    return tmp_path / "dc" / "data"
+
+
 def folder_of(tmp_path: Path, uuid: str = UUID_A) -> SenderFolder:
-    return SenderFolder(tmp_path / "dc" / "data", LOCAL, uuid)
-
-
-def loaded_path(tmp_path: Path, uuid: str, name: str) -> Path:
-    *dirs, file = name.split("/")
-    return (tmp_path / "dc" / "data").joinpath(*dirs, uuid, file)
+    return SenderFolder(dc_data(tmp_path), LOCAL, uuid)
 
 
 def verdicts(client: Client, n: int) -> list[tuple[int, str, str, str]]:
@@ -118,7 +119,7 @@ def good_round(service: ReceiverService, keys: dict[str, Path], tmp_path: Path) 
         assert c.recv() == RoundDone(True)
         c.send(Bye())
         assert c.closed_by_peer()
-    assert loaded_path(tmp_path, UUID_A, name).read_bytes() == data
+    assert loaded_path(dc_data(tmp_path), UUID_A, name).read_bytes() == data
 
 
 # --- the happy path ------------------------------------------------------------------
@@ -150,7 +151,7 @@ def test_round_over_ssh_verifies_stages_and_loads_byte_identical(
     assert [n.split("/")[0] for n in files] == ["sequence", "sequence", "unsequence", "sequence"]
     assert files[names[1]][2] is not None and files[names[3]][0][:4] == b"PAR1"
     old = "sequence/root.sg1/0/0-0-0.tsfile"
-    old_path = loaded_path(tmp_path, UUID_A, old)
+    old_path = loaded_path(dc_data(tmp_path), UUID_A, old)
     old_path.parent.mkdir(parents=True)
     old_path.write_bytes(b"old")
     gate = threading.Event()
@@ -177,17 +178,7 @@ def test_round_over_ssh_verifies_stages_and_loads_byte_identical(
         assert c.recv() == RoundDone(False)  # held at the gate
         folder = folder_of(tmp_path)
         assert folder.sync_log.read_text() == "".join(
-            f"{line}\n"
-            for line in [
-                "sync start",
-                "sync deleted file names start",
-                old,
-                "sync deleted file names end",
-                "sync tsfile start",
-                *files,
-                "sync tsfile end",
-                "sync end",
-            ]
+            f"{line}\n" for line in sync_log_lines([old], files)
         )
         assert folder.sync_end.read_bytes() == b""
         for name, (data, res, _mods) in files.items():
@@ -195,12 +186,12 @@ def test_round_over_ssh_verifies_stages_and_loads_byte_identical(
             assert Path(f"{folder.staged(name)}.resource").read_bytes() == res
         gate.set()
         deadline = time.monotonic() + 10
-        resources = [Path(f"{loaded_path(tmp_path, UUID_A, n)}.resource") for n in files]
+        resources = [Path(f"{loaded_path(dc_data(tmp_path), UUID_A, n)}.resource") for n in files]
         while not all(p.exists() for p in resources):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         for name, (data, res, mods) in files.items():
-            target = loaded_path(tmp_path, UUID_A, name)
+            target = loaded_path(dc_data(tmp_path), UUID_A, name)
             assert target.read_bytes() == data
             assert Path(f"{target}.resource").read_bytes() == res
             assert Path(f"{target}.mods").exists() == (mods is not None)
@@ -290,7 +281,7 @@ def test_start_recovers_an_unfinished_round_before_accepting(
     Path(f"{staged}.resource").write_bytes(b"res")
     folder.sync_log.write_text(f"sync start\nsync tsfile start\n{name}\n")  # crashed here
     with ReceiverService(make_config(tmp_path, keys), inspect=pool.inspect):
-        assert loaded_path(tmp_path, UUID_A, name).read_bytes() == data
+        assert loaded_path(dc_data(tmp_path), UUID_A, name).read_bytes() == data
         assert files_under(folder.root) == set()
     owners = DeviceOwners(tmp_path / "dc" / "schema")
     assert owners.by_owner() == {UUID_A: ["root.r.d1"]}

@@ -17,9 +17,10 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from receiver_service_helpers import UUID_A, UUID_B, files_under, md5, send_file
-from reliability import session_env
-from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file
+from receiver_load_helpers import UUID_A, UUID_B, files_under
+from receiver_service_helpers import md5, send_file
+from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file, hello
+from state_helpers import sync_log_lines
 
 from receiver import incoming as incoming_module
 from receiver.incoming import IncomingFile, stage_all
@@ -43,7 +44,6 @@ from sealsync.protocol import (
     RoundStart,
     Schema,
     SchemaAck,
-    Welcome,
     receive,
     send,
 )
@@ -75,10 +75,6 @@ def env(tmp_path: Path):
     e = Env(tmp_path)
     yield e
     e.close()
-
-
-def hello(sock: socket.socket, uuid: str = UUID_A) -> None:
-    assert isinstance(session_env.hello(sock, uuid), Welcome)
 
 
 def start_round(sock: socket.socket, data_dir: int = 0) -> RoundReady:
@@ -144,20 +140,8 @@ def test_round_logs_in_the_sender_vocabulary_and_loads_in_order(env: Env) -> Non
     send(sock, RoundEnd())
     assert receive(sock) == RoundDone(False)  # loads are held at the gate
     folder = env.folder()
-    assert folder.sync_log.read_text() == "\n".join(
-        [
-            "sync start",
-            "sync deleted file names start",
-            old,
-            "sequence/sg1/0/never-loaded.tsfile",
-            "sync deleted file names end",
-            "sync tsfile start",
-            *files,
-            "sync tsfile end",
-            "sync end",
-            "",
-        ]
-    )
+    deleted = [old, "sequence/sg1/0/never-loaded.tsfile"]
+    assert folder.sync_log.read_text() == "\n".join([*sync_log_lines(deleted, files), ""])
     assert folder.sync_end.exists()
     for name, (data, res, mods) in files.items():
         staged = folder.staged(name)
@@ -471,6 +455,7 @@ def test_round_is_busy_while_the_last_one_loads_then_recovered(env: Env) -> None
 
 
 def test_second_session_on_the_same_folder_is_busy(env: Env) -> None:
+    env.ctx.load_wait = 0.2  # how long the second round start waits before it says busy
     a = env.connect()
     hello(a)
     start_round(a)

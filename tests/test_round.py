@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from sender_transfer_helpers import FakeReceiver, connect_fake, frame_kinds, write_data_file
+from sender_transfer_helpers import FakeReceiver, connect_fake, frame_kinds
+from state_helpers import write_data_file
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.durable import write_lines
@@ -103,7 +104,7 @@ def begins(peer: FakeReceiver) -> list[str]:
     return [v for k, v in peer.frames if k == "FILE_BEGIN"]
 
 
-def assert_clean(config: SenderConfig) -> None:
+def assert_round_cleaned_up(config: SenderConfig) -> None:
     for d in config.data_dirs:
         paths = SenderPaths(d, RECEIVER.host, RECEIVER.port)
         assert not paths.sync_log.exists()
@@ -137,7 +138,7 @@ def test_round_ships_everything_then_nothing(tmp_path: Path) -> None:
     assert report.shipped_files == 4
     assert read_file_set(SenderPaths(d0, "127.0.0.1", 5555).last_local_files) == {A, B, U}
     assert read_file_set(SenderPaths(d1, "127.0.0.1", 5555).last_local_files) == {P}
-    assert_clean(config)
+    assert_round_cleaned_up(config)
     as_json = json.loads(json.dumps(report.to_dict()))
     assert as_json["ok"] is True
     assert as_json["dirs"][0]["shipped"] == [A, B, U]
@@ -147,7 +148,7 @@ def test_round_ships_everything_then_nothing(tmp_path: Path) -> None:
     peers.join()
     assert peers.used[1].frames == [("HELLO", peers.used[0].frames[0][1]), ("BYE", None)]
     assert again.ok and again.shipped_files == 0 and again.schema_bytes == 0
-    assert_clean(config)
+    assert_round_cleaned_up(config)
 
 
 def test_deleted_file_is_sent_as_delete(tmp_path: Path) -> None:
@@ -206,7 +207,7 @@ def test_recovery_runs_before_the_diff(tmp_path: Path) -> None:
     assert begins(peers.used[0]) == [B]
     assert report.dirs[0].shipped == [B]
     assert read_file_set(paths.last_local_files) == {A, B}
-    assert_clean(config)
+    assert_round_cleaned_up(config)
 
 
 def test_dropped_connection_is_retried_without_resending_verified_files(
@@ -231,7 +232,7 @@ def test_dropped_connection_is_retried_without_resending_verified_files(
     assert read_file_set(SenderPaths(d0, "127.0.0.1", 5555).last_local_files) == {A, B, C}
     assert read_file_set(SenderPaths(d1, "127.0.0.1", 5555).last_local_files) == {P}
     assert [f["attempt"] for e, f in events if e == "retry"] == [1]
-    assert_clean(config)
+    assert_round_cleaned_up(config)
 
 
 def test_gives_up_after_max_retries(tmp_path: Path) -> None:
@@ -246,7 +247,7 @@ def test_gives_up_after_max_retries(tmp_path: Path) -> None:
     note = report.dirs[0].note
     assert note is not None and note.startswith("connection lost, gave up after 2 attempts: ")
     assert read_file_set(SenderPaths(d0, "127.0.0.1", 5555).last_local_files) == set()
-    assert_clean(config)
+    assert_round_cleaned_up(config)
 
 
 def test_unreachable_on_first_connection_is_not_retried(tmp_path: Path) -> None:
@@ -275,7 +276,7 @@ def test_busy_data_dir_makes_the_run_fail_but_others_go_on(tmp_path: Path) -> No
     assert report.dirs[0].note is not None and "busy" in report.dirs[0].note
     assert report.dirs[1].ok
     assert read_file_set(SenderPaths(d0, "127.0.0.1", 5555).last_local_files) == set()
-    assert_clean(config)
+    assert_round_cleaned_up(config)
 
 
 def test_conflict_is_remembered_across_runs(
@@ -421,6 +422,7 @@ def _assert_mirrored(site: Site, edge, config: SenderConfig) -> None:
                     assert target.read_bytes() == source.read_bytes(), target
 
 
+@pytest.mark.slow
 def test_end_to_end_over_ssh(tmp_path: Path) -> None:
     from sealsync.simulator import EdgeInstance
 
@@ -484,11 +486,12 @@ def test_end_to_end_over_ssh(tmp_path: Path) -> None:
 
         third = run_round(config, site.endpoint)
         assert third.ok and third.shipped_files == 0 and third.schema_bytes == 0
-        assert_clean(config)
+        assert_round_cleaned_up(config)
     finally:
         site.service.stop()
 
 
+@pytest.mark.slow
 def test_conflict_end_to_end(tmp_path: Path) -> None:
     """Sender B offers a device A owns: refused with the reason, remembered, skipped
     while owned (OWNERS_QUERY), shipped once an operator releases the device."""

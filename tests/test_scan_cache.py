@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from sender.manage import scan as scan_module
-from sender.manage import scan_cache
 from sender.manage.scan import scan
 from sender.manage.state import read_file_set, write_file_set
 
@@ -51,12 +50,6 @@ class CountingScandir:
     def __call__(self, path: str) -> os.ScandirIterator[str]:
         self.listed.append(path)
         return self._real(path)
-
-
-@pytest.fixture
-def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trust every listing at once (folders here changed milliseconds ago)."""
-    monkeypatch.setattr(scan_cache, "RACY_NS", -(10**18))
 
 
 def test_cached_scan_equals_a_full_scan_and_lists_nothing_unchanged(

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from state_helpers import write_data_file
 
 from sealsync.errors import ConfigError, SealsyncError
 from sealsync.synclog import SyncLog
@@ -20,18 +21,6 @@ from sender.manage.snapshot import take_snapshot
 from sender.manage.state import read_file_set
 
 # --- helpers -----------------------------------------------------------------------
-
-
-def make_file(
-    data_dir: Path, name: str, *, resource: bool = True, mods: bool = False, merge: bool = False
-) -> str:
-    path = data_dir / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"TsFile" + name.encode() + b"TsFile")
-    for suffix, wanted in ((".resource", resource), (".mods", mods), (".merge", merge)):
-        if wanted:
-            Path(f"{path}{suffix}").write_bytes(b"sidecar")
-    return name
 
 
 def remove_file(data_dir: Path, name: str) -> None:
@@ -78,12 +67,12 @@ def paths(tmp_path: Path) -> SenderPaths:
 
 
 def test_first_round_selects_every_sealed_file(paths: SenderPaths) -> None:
-    names = [make_file(paths.data_dir, n) for g in range(3) for n in group_files(g, 0, 5)]
+    names = [write_data_file(paths.data_dir, n) for g in range(3) for n in group_files(g, 0, 5)]
     assert plan(paths) == Selection(new=tuple(sorted(names)), deleted=())
 
 
 def test_a_recorded_round_becomes_last_local_files(paths: SenderPaths) -> None:
-    names = {make_file(paths.data_dir, n) for g in range(3) for n in group_files(g, 0, 5)}
+    names = {write_data_file(paths.data_dir, n) for g in range(3) for n in group_files(g, 0, 5)}
     record_synced(paths, plan(paths))
     assert read_file_set(paths.last_local_files) == names
     assert plan(paths) == Selection(new=(), deleted=())
@@ -93,15 +82,17 @@ def test_a_recorded_round_becomes_last_local_files(paths: SenderPaths) -> None:
 def test_added_files_are_exactly_the_new_ones(paths: SenderPaths) -> None:
     for g in range(3):
         for n in group_files(g, 0, 5):
-            make_file(paths.data_dir, n)
+            write_data_file(paths.data_dir, n)
     record_synced(paths, plan(paths))
-    added = [make_file(paths.data_dir, n) for g in range(3) for n in group_files(g, 5, 5)]
+    added = [write_data_file(paths.data_dir, n) for g in range(3) for n in group_files(g, 5, 5)]
     assert len(added) == 15
     assert plan(paths) == Selection(new=tuple(sorted(added)), deleted=())
 
 
 def test_deleted_files_are_exactly_the_removed_ones(paths: SenderPaths) -> None:
-    names = sorted(make_file(paths.data_dir, n) for g in range(3) for n in group_files(g, 0, 5))
+    names = sorted(
+        write_data_file(paths.data_dir, n) for g in range(3) for n in group_files(g, 0, 5)
+    )
     record_synced(paths, plan(paths))
     gone = names[::3]
     for name in gone:
@@ -113,10 +104,12 @@ def test_deleted_files_are_exactly_the_removed_ones(paths: SenderPaths) -> None:
 
 
 def test_unsealed_and_merging_files_are_never_new(paths: SenderPaths) -> None:
-    sealed = make_file(paths.data_dir, "sequence/root.sg1/0/1-1-0.tsfile")
-    make_file(paths.data_dir, "sequence/root.sg1/0/2-2-0.tsfile", resource=False)
-    make_file(paths.data_dir, "sequence/root.sg1/0/3-3-0.tsfile", merge=True)
-    make_file(paths.data_dir, "unsequence/root.sg1/0/4-4-0.parquet", resource=False, mods=True)
+    sealed = write_data_file(paths.data_dir, "sequence/root.sg1/0/1-1-0.tsfile")
+    write_data_file(paths.data_dir, "sequence/root.sg1/0/2-2-0.tsfile", sealed=False)
+    write_data_file(paths.data_dir, "sequence/root.sg1/0/3-3-0.tsfile", merge=True)
+    write_data_file(
+        paths.data_dir, "unsequence/root.sg1/0/4-4-0.parquet", sealed=False, mods=b"mods"
+    )
     assert plan(paths) == Selection(new=(sealed,), deleted=())
     record_synced(paths, plan(paths))
     assert read_file_set(paths.last_local_files) == {sealed}
@@ -132,19 +125,19 @@ def test_unsequence_files_at_any_depth_are_selected(paths: SenderPaths) -> None:
         "sequence/6-6-0.parquet",
     ]
     for name in names:
-        make_file(paths.data_dir, name)
+        write_data_file(paths.data_dir, name)
     assert plan(paths) == Selection(new=tuple(sorted(names)), deleted=())
 
 
 def test_a_synced_file_that_gains_mods_is_neither_new_nor_deleted(paths: SenderPaths) -> None:
-    names = [make_file(paths.data_dir, n) for n in group_files(1, 0, 3)]
+    names = [write_data_file(paths.data_dir, n) for n in group_files(1, 0, 3)]
     record_synced(paths, plan(paths))
     Path(f"{paths.data_dir / names[1]}.mods").write_bytes(b"deletion")
     assert plan(paths) == Selection(new=(), deleted=())
 
 
 def test_a_synced_file_being_merged_or_unsealed_is_not_deleted(paths: SenderPaths) -> None:
-    names = [make_file(paths.data_dir, n) for n in group_files(1, 0, 3)]
+    names = [write_data_file(paths.data_dir, n) for n in group_files(1, 0, 3)]
     record_synced(paths, plan(paths))
     Path(f"{paths.data_dir / names[0]}.merge").write_bytes(b"")
     Path(f"{paths.data_dir / names[2]}.resource").unlink()
@@ -153,8 +146,8 @@ def test_a_synced_file_being_merged_or_unsealed_is_not_deleted(paths: SenderPath
 
 def test_deletion_names_one_file_not_every_file_of_that_name(paths: SenderPaths) -> None:
     # docs/design.md §9.4: the same bare name in two groups are two files.
-    one = make_file(paths.data_dir, "sequence/root.sg1/0/100-1-0.tsfile")
-    two = make_file(paths.data_dir, "sequence/root.sg2/0/100-1-0.tsfile")
+    one = write_data_file(paths.data_dir, "sequence/root.sg1/0/100-1-0.tsfile")
+    two = write_data_file(paths.data_dir, "sequence/root.sg2/0/100-1-0.tsfile")
     record_synced(paths, plan(paths))
     remove_file(paths.data_dir, one)
     assert plan(paths) == Selection(new=(), deleted=(one,))
@@ -163,7 +156,7 @@ def test_deletion_names_one_file_not_every_file_of_that_name(paths: SenderPaths)
 
 
 def test_receivers_keep_separate_state(paths: SenderPaths) -> None:
-    names = {make_file(paths.data_dir, n) for n in group_files(1, 0, 4)}
+    names = {write_data_file(paths.data_dir, n) for n in group_files(1, 0, 4)}
     record_synced(paths, plan(paths))
     other = SenderPaths(paths.data_dir, "10.0.0.9", 5555)
     assert plan(other) == Selection(new=tuple(sorted(names)), deleted=())

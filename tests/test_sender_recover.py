@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from state_helpers import Crash, DurableStepCrash, sync_log_lines, write_data_file
 
-from sealsync import durable
 from sealsync.synclog import SyncLog
 from sender.manage.cleanup import finish_round
 from sender.manage.layout import SenderPaths
@@ -37,36 +37,15 @@ NEW = [
 UNSEALED = "sequence/root.sg1/0/20-20-0.tsfile"
 
 # The round's log, line by line, as the transfer writes it.
-LINES = [
-    "sync start",
-    "sync deleted file names start",
-    *GONE,
-    "sync deleted file names end",
-    "sync tsfile start",
-    *NEW,
-    "sync tsfile end",
-    "sync end",
-]
-
-
-class Crash(Exception):
-    """The process died here."""
-
-
-def make_file(data_dir: Path, name: str, *, resource: bool = True) -> None:
-    path = data_dir / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"data")
-    if resource:
-        Path(f"{path}.resource").write_bytes(b"r")
+LINES = sync_log_lines(GONE, NEW)
 
 
 @pytest.fixture
 def paths(tmp_path: Path) -> SenderPaths:
     data = tmp_path / "data"
     for name in SYNCED + NEW:
-        make_file(data, name)
-    make_file(data, UNSEALED, resource=False)
+        write_data_file(data, name)
+    write_data_file(data, UNSEALED, sealed=False)
     for name in GONE:
         for suffix in ("", ".resource"):
             Path(f"{data / name}{suffix}").unlink()
@@ -217,34 +196,7 @@ def test_crash_during_cleanup(
 # --- crash injection into the real code: die before each durable step ----------------
 
 
-class Injector:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.crash_at = -1
-        self.count = 0
-        for module, name in (
-            (durable, "atomic_write"),
-            (durable, "remove"),
-            (durable, "rename"),
-            (shutil, "rmtree"),
-        ):
-            monkeypatch.setattr(module, name, self._wrap(name, getattr(module, name)))
-
-    def arm(self, crash_at: int) -> None:
-        self.crash_at, self.count = crash_at, 0
-
-    def _wrap(self, name, real):
-        def step(path, *args, **kwargs):
-            self.count += 1
-            if self.count == self.crash_at:
-                if name == "atomic_write":  # died after writing part of the temporary
-                    Path(path).with_name(f".{Path(path).name}.tmp").write_bytes(b"sequence/x")
-                raise Crash(name)
-            return real(path, *args, **kwargs)
-
-        return step
-
-
-def run(paths: SenderPaths, injector: Injector, crash_at: int) -> bool:
+def run(paths: SenderPaths, injector: DurableStepCrash, crash_at: int) -> bool:
     injector.arm(crash_at)
     try:
         recover(paths)
@@ -260,7 +212,7 @@ def test_crash_before_any_durable_step_and_again_in_the_rerun(
     data = round_log_bytes(tmp_path)
     log = b"".join(line.encode() + b"\n" for line in LINES[:cut_line])
     assert data.startswith(log)
-    injector = Injector(monkeypatch)
+    injector = DurableStepCrash(monkeypatch)
     start_round(paths, log, first_round=False)
     run(paths, injector, 0)
     steps = injector.count
@@ -289,16 +241,7 @@ POOL = [f"sequence/sg{i % 3}/{i}.tsfile" for i in range(6)] + ["unsequence/u/1.p
 def test_recovery_result_is_last_minus_deleted_plus_new(
     last: set[str] | None, deleted: list[str], new: list[str], data: st.DataObject
 ) -> None:
-    lines = [
-        "sync start",
-        "sync deleted file names start",
-        *deleted,
-        "sync deleted file names end",
-        "sync tsfile start",
-        *new,
-        "sync tsfile end",
-        "sync end",
-    ]
+    lines = sync_log_lines(deleted, new)
     log = "".join(f"{line}\n" for line in lines).encode()
     cut = data.draw(st.integers(0, len(log)), label="cut")
     complete = lines[: log[:cut].count(b"\n")]

@@ -8,22 +8,12 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from state_helpers import write_data_file
 
 from sealsync.errors import BadName, SealsyncError
 from sealsync.names import _SAFE, check_data_name, data_name_problem, is_data_name
 from sender.manage import scan as scan_module
 from sender.manage.scan import NOT_FOLDER, NOT_REGULAR, SYMLINK, DataDirScan, scan
-
-
-def make_file(data_dir: Path, name: str, *, resource: bool = True, merge: bool = False) -> str:
-    path = data_dir / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"data")
-    if resource:
-        Path(f"{path}.resource").write_bytes(b"r")
-    if merge:
-        Path(f"{path}.merge").write_bytes(b"")
-    return name
 
 
 def test_empty_or_missing_data_dir(tmp_path: Path) -> None:
@@ -32,17 +22,17 @@ def test_empty_or_missing_data_dir(tmp_path: Path) -> None:
 
 
 def test_sealed_present_and_ignored_entries(tmp_path: Path) -> None:
-    a = make_file(tmp_path, "sequence/root.sg1/0/0/1-1-0.tsfile")
-    b = make_file(tmp_path, "unsequence/root.sg1/0/0/2-1-0.parquet")
-    c = make_file(tmp_path, "sequence/root.sg1/0/0/3-1-0.tsfile", resource=False)
-    d = make_file(tmp_path, "sequence/root.sg1/0/0/4-1-0.tsfile", merge=True)
+    a = write_data_file(tmp_path, "sequence/root.sg1/0/0/1-1-0.tsfile")
+    b = write_data_file(tmp_path, "unsequence/root.sg1/0/0/2-1-0.parquet")
+    c = write_data_file(tmp_path, "sequence/root.sg1/0/0/3-1-0.tsfile", sealed=False)
+    d = write_data_file(tmp_path, "sequence/root.sg1/0/0/4-1-0.tsfile", merge=True)
     # sidecars without data files, unknown files, our own state folder, other roots
     (tmp_path / "sequence/root.sg1/0/0/9-9-0.tsfile.resource").write_bytes(b"r")
     (tmp_path / "sequence/root.sg1/0/0/9-9-0.tsfile.mods").write_bytes(b"m")
     (tmp_path / "sequence/root.sg1/0/0/compaction.log").write_bytes(b"")
     (tmp_path / "sequence/root.sg1/0/0/5-1-0.tsfile.tmp").write_bytes(b"")
-    make_file(tmp_path, "sync-sender/h_1/snapshot/sequence/root.sg1/0/0/1-1-0.tsfile")
-    make_file(tmp_path, "wal/root.sg1/6-1-0.tsfile")
+    write_data_file(tmp_path, "sync-sender/h_1/snapshot/sequence/root.sg1/0/0/1-1-0.tsfile")
+    write_data_file(tmp_path, "wal/root.sg1/6-1-0.tsfile")
     result = scan(tmp_path)
     assert result == DataDirScan(
         sealed=frozenset({a, b}), present=frozenset({a, b, c, d}), rejected=()
@@ -57,7 +47,7 @@ def test_symlinked_file_is_not_followed(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     os.symlink(outside, folder / "1-1-0.tsfile")
     (folder / "1-1-0.tsfile.resource").write_bytes(b"r")
-    good = make_file(data, "sequence/root.sg1/0/2-1-0.tsfile")
+    good = write_data_file(data, "sequence/root.sg1/0/2-1-0.tsfile")
     assert scan(data) == DataDirScan(
         sealed=frozenset({good}),
         present=frozenset({good}),
@@ -67,7 +57,7 @@ def test_symlinked_file_is_not_followed(tmp_path: Path) -> None:
 
 def test_symlinked_folder_is_not_followed(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
-    make_file(elsewhere, "0/1-1-0.tsfile")
+    write_data_file(elsewhere, "0/1-1-0.tsfile")
     data = tmp_path / "data"
     (data / "unsequence").mkdir(parents=True)
     os.symlink(elsewhere, data / "unsequence" / "root.sg1")
@@ -82,7 +72,7 @@ def test_symlinked_folder_is_not_followed(tmp_path: Path) -> None:
 def test_symlinked_sidecar_does_not_seal(tmp_path: Path) -> None:
     real = tmp_path / "r"
     real.write_bytes(b"r")
-    name = make_file(tmp_path, "sequence/sg/1-1-0.tsfile", resource=False)
+    name = write_data_file(tmp_path, "sequence/sg/1-1-0.tsfile", sealed=False)
     os.symlink(real, tmp_path / f"{name}.resource")
     assert scan(tmp_path) == DataDirScan(
         sealed=frozenset(),
@@ -92,7 +82,7 @@ def test_symlinked_sidecar_does_not_seal(tmp_path: Path) -> None:
 
 
 def test_hostile_names_are_rejected_not_shipped(tmp_path: Path) -> None:
-    good = make_file(tmp_path, "sequence/sg/0/1-1-0.tsfile")
+    good = write_data_file(tmp_path, "sequence/sg/0/1-1-0.tsfile")
     hostile = [
         "sequence/sg/0/evil\nsync end.tsfile",
         "sequence/sg/0/bell\x07.tsfile",
@@ -101,7 +91,7 @@ def test_hostile_names_are_rejected_not_shipped(tmp_path: Path) -> None:
         "sequence/" + "/".join(["d" * 200] * 5) + "/" + "e" * 10 + ".tsfile",
     ]
     for name in hostile:
-        make_file(tmp_path, name)
+        write_data_file(tmp_path, name)
     raw = os.path.join(os.fsencode(tmp_path), b"sequence/sg/0/latin1-\xe9.tsfile")
     for suffix in (b"", b".resource"):
         with open(raw + suffix, "wb") as f:
@@ -134,8 +124,8 @@ def test_special_files_with_data_names_are_rejected(tmp_path: Path) -> None:
 
 def test_an_unreadable_folder_stops_the_scan(tmp_path: Path, monkeypatch) -> None:
     # Its files would otherwise look deleted and be deleted on the receiver.
-    make_file(tmp_path, "sequence/sg1/0/1-1-0.tsfile")
-    make_file(tmp_path, "sequence/sg2/0/1-1-0.tsfile")
+    write_data_file(tmp_path, "sequence/sg1/0/1-1-0.tsfile")
+    write_data_file(tmp_path, "sequence/sg2/0/1-1-0.tsfile")
     locked = os.path.join(tmp_path, "sequence", "sg2")
     real_scandir = os.scandir
 
@@ -150,8 +140,8 @@ def test_an_unreadable_folder_stops_the_scan(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_a_folder_removed_during_the_walk_is_skipped(tmp_path: Path, monkeypatch) -> None:
-    keep = make_file(tmp_path, "sequence/sg1/0/1-1-0.tsfile")
-    make_file(tmp_path, "sequence/sg2/0/1-1-0.tsfile")
+    keep = write_data_file(tmp_path, "sequence/sg1/0/1-1-0.tsfile")
+    write_data_file(tmp_path, "sequence/sg2/0/1-1-0.tsfile")
     gone = os.path.join(tmp_path, "sequence", "sg2", "0")
     real_scandir = os.scandir
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from state_helpers import sync_log_lines
 
 from sealsync.errors import BadName
 from sealsync.synclog import (
@@ -60,18 +61,7 @@ def test_writing_a_bad_name_fails_and_keeps_the_old_set(tmp_path: Path) -> None:
 
 # --- sync.log ----------------------------------------------------------------------
 
-FULL = [
-    "sync start",
-    "sync deleted file names start",
-    A,
-    B,
-    "sync deleted file names end",
-    "sync tsfile start",
-    C,
-    D,
-    "sync tsfile end",
-    "sync end",
-]
+FULL = sync_log_lines([A, B], [C, D])
 
 
 def write_round(path: Path) -> None:
@@ -172,16 +162,7 @@ names = st.sampled_from([A, B, C, D, "sequence/x.tsfile", "unsequence/y/z.parque
 def test_parse_of_any_prefix_is_the_names_of_its_sections(
     deleted: list[str], new: list[str], data: st.DataObject
 ) -> None:
-    lines = [
-        "sync start",
-        "sync deleted file names start",
-        *deleted,
-        "sync deleted file names end",
-        "sync tsfile start",
-        *new,
-        "sync tsfile end",
-        "sync end",
-    ]
+    lines = sync_log_lines(deleted, new)
     cut = data.draw(st.integers(0, len(lines)))
     first_new = 4 + len(deleted)  # after start, deleted start, the names, deleted end, tsfile start
     del_lines = lines[2 : 2 + len(deleted)][: max(0, cut - 2)]

@@ -15,8 +15,8 @@ from sender_transfer_helpers import (
     SENDER_UUID,
     FakeReceiver,
     frame_kinds,
-    write_data_file,
 )
+from state_helpers import sync_log_lines, write_data_file
 
 from sealsync.durable import read_lines
 from sealsync.protocol import (
@@ -143,18 +143,7 @@ def test_frame_sequence_sync_log_and_bytes(tmp_path: Path) -> None:
         ("ROUND_END", None),
         ("BYE", None),
     ]
-    assert read_lines(h.sync_log) == [
-        "sync start",
-        "sync deleted file names start",
-        GONE1,
-        GONE2,
-        "sync deleted file names end",
-        "sync tsfile start",
-        A,
-        B,
-        "sync tsfile end",
-        "sync end",
-    ]
+    assert read_lines(h.sync_log) == sync_log_lines([GONE1, GONE2], [A, B])
     assert h.peer.files == {A: big + b"R" + b"MOD", B: b"smallres"}
     assert report.shipped == [A, B]
     assert report.shipped_bytes == 2504 + 8

@@ -211,6 +211,7 @@ def test_names_from_callers_go_through_the_name_gate(tmp_path: Path) -> None:
         edge.write_file("..", 0, devices=[D1], rows_per_device=1)
 
 
+@pytest.mark.slow
 def test_example_cli_writes_what_it_prints(tmp_path: Path) -> None:
     root = tmp_path / "edge"
     result = subprocess.run(

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from state_helpers import write_data_file
 
 from sealsync.errors import BadName
 from sender.manage.snapshot import hard_link, snapshot_path, take_snapshot
@@ -14,16 +15,6 @@ from sender.manage.snapshot import hard_link, snapshot_path, take_snapshot
 A = "sequence/root.sg1/0/0/1-1-0.tsfile"
 B = "sequence/root.sg1/0/0/2-1-0.tsfile"
 C = "unsequence/root.sg2/0/3-1-0.parquet"
-
-
-def make_file(data_dir: Path, name: str, *, mods: bool = False) -> str:
-    path = data_dir / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"data of " + name.encode())
-    Path(f"{path}.resource").write_bytes(b"resource of " + name.encode())
-    if mods:
-        Path(f"{path}.mods").write_bytes(b"mods of " + name.encode())
-    return name
 
 
 def entries(folder: Path) -> list[str]:
@@ -38,8 +29,8 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_links_share_the_inode_of_data_and_sidecars(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
-    make_file(data, A, mods=True)
-    make_file(data, C)
+    write_data_file(data, A, mods=b"mods")
+    write_data_file(data, C)
     assert take_snapshot(data, snap, [C, A]) == [A, C]
     assert entries(snap) == sorted([A, f"{A}.resource", f"{A}.mods", C, f"{C}.resource"])
     for name in (A, f"{A}.resource", f"{A}.mods", C, f"{C}.resource"):
@@ -49,7 +40,7 @@ def test_links_share_the_inode_of_data_and_sidecars(dirs: tuple[Path, Path]) -> 
 
 def test_snapshot_survives_the_original_being_deleted(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
-    make_file(data, A)
+    write_data_file(data, A)
     take_snapshot(data, snap, [A])
     (data / A).unlink()
     Path(f"{data / A}.resource").unlink()
@@ -58,16 +49,16 @@ def test_snapshot_survives_the_original_being_deleted(dirs: tuple[Path, Path]) -
 
 def test_a_file_deleted_before_linking_is_dropped(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
-    make_file(data, A)
-    make_file(data, B)
+    write_data_file(data, A)
+    write_data_file(data, B)
     assert take_snapshot(data, snap, [A, B, C]) == [A, B]  # C vanished after selection
     assert entries(snap) == sorted([A, f"{A}.resource", B, f"{B}.resource"])
 
 
 def test_a_vanishing_resource_drops_the_file(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
-    make_file(data, A, mods=True)
-    make_file(data, B)
+    write_data_file(data, A, mods=b"mods")
+    write_data_file(data, B)
 
     def link_racing_a_merge(src: str, dst: str) -> None:
         if src.endswith(f"{A}.resource"):
@@ -80,7 +71,7 @@ def test_a_vanishing_resource_drops_the_file(dirs: tuple[Path, Path]) -> None:
 
 def test_a_vanishing_mods_keeps_the_file(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
-    make_file(data, A, mods=True)
+    write_data_file(data, A, mods=b"mods")
 
     def link_racing(src: str, dst: str) -> None:
         if src.endswith(".mods"):
@@ -94,7 +85,7 @@ def test_a_vanishing_mods_keeps_the_file(dirs: tuple[Path, Path]) -> None:
 def test_cross_device_falls_back_to_copy_for_the_round(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
     for name in (A, B, C):
-        make_file(data, name, mods=name == B)
+        write_data_file(data, name, mods=b"mods" if name == B else None)
     calls = []
 
     def link_other_fs(src: str, dst: str) -> None:
@@ -112,7 +103,7 @@ def test_cross_device_falls_back_to_copy_for_the_round(dirs: tuple[Path, Path]) 
 
 def test_other_link_errors_are_not_hidden(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
-    make_file(data, A)
+    write_data_file(data, A)
 
     def link_disk_full(src: str, dst: str) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -125,8 +116,8 @@ def test_other_link_errors_are_not_hidden(dirs: tuple[Path, Path]) -> None:
 @pytest.mark.parametrize("copy", [False, True])
 def test_a_file_swapped_for_a_symlink_is_dropped(dirs: tuple[Path, Path], copy: bool) -> None:
     data, snap = dirs
-    make_file(data, A)
-    make_file(data, B)
+    write_data_file(data, A)
+    write_data_file(data, B)
     secret = data.parent / "secret"
     secret.write_bytes(b"secret")
     (data / A).unlink()
@@ -143,7 +134,7 @@ def test_a_file_swapped_for_a_symlink_is_dropped(dirs: tuple[Path, Path], copy: 
 
 def test_stale_entries_from_an_earlier_round_are_replaced(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
-    make_file(data, A)
+    write_data_file(data, A)
     (snap / A).parent.mkdir(parents=True)
     (snap / A).write_bytes(b"stale")
     assert take_snapshot(data, snap, [A]) == [A]

@@ -25,6 +25,8 @@ from spark_loader_helpers import Receiver, partition_dirs, source_rows, table_ro
 
 from spark_loader.table import Table
 
+pytestmark = pytest.mark.slow  # a Spark standalone cluster: JVMs and Python workers
+
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parent.parent
 

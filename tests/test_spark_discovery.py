@@ -244,6 +244,7 @@ def test_a_second_loader_stops_at_once(tmp_path: Path) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_waits_for_a_dead_runs_spark_driver(tmp_path: Path) -> None:
     """A process holding spark-driver.lock (the killed run's JVM) blocks the next run."""
     holder = subprocess.Popen(

@@ -7,6 +7,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from spark_loader import localfs
 
 
@@ -15,6 +17,7 @@ def _classes(jar: Path) -> dict[str, bytes]:
         return {n: zf.read(n) for n in zf.namelist() if n.endswith(".class")}
 
 
+@pytest.mark.slow
 def test_the_shipped_jar_is_built_from_the_shipped_source(tmp_path: Path) -> None:
     rebuilt = tmp_path / "rebuilt.jar"
     localfs.build(rebuilt)

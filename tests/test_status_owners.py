@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate
+from deploy_helpers import SEALSYNC, Deployment, populate
+
+pytestmark = pytest.mark.slow  # sealsync serve, send, status and owners as processes
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -15,11 +17,8 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def dep(tmp_path: Path):  # type: ignore[no-untyped-def]
-    d = make_deployment(tmp_path / "site", senders=2)
-    d.start_receiver()
-    yield d
-    d.stop_receiver()
+def dep(start_deployment: Callable[..., Deployment]) -> Deployment:
+    return start_deployment(senders=2)
 
 
 def test_status_after_synced_pending_and_refused_files(dep: Deployment) -> None:

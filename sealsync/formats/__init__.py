@@ -23,7 +23,7 @@ in a worker process (see :mod:`sealsync.formats.tsfile`).
 from __future__ import annotations
 
 import os
-from types import ModuleType
+from typing import Any, Protocol
 
 from sealsync.errors import FormatError
 from sealsync.formats import parquet, tsfile
@@ -32,6 +32,7 @@ from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, FileInfo
 __all__ = [
     "DEVICE_COLUMN",
     "TIME_COLUMN",
+    "DataFormat",
     "FileInfo",
     "format_for",
     "inspect",
@@ -41,10 +42,32 @@ __all__ = [
     "verify",
 ]
 
-_BY_SUFFIX: dict[str, ModuleType] = {tsfile.SUFFIX: tsfile, parquet.SUFFIX: parquet}
+
+class DataFormat(Protocol):
+    """What a format module provides (the module docstring above); ``tsfile`` and
+    ``parquet`` are checked against it where they fill ``_BY_SUFFIX``."""
+
+    SUFFIX: str
+
+    def is_complete(self, path: str | os.PathLike[str]) -> bool: ...
+
+    def inspect(self, path: str | os.PathLike[str]) -> FileInfo: ...
+
+    def verify(self, path: str | os.PathLike[str]) -> FileInfo: ...
+
+    def devices(self, path: str | os.PathLike[str]) -> list[str]: ...
+
+    def row_count(self, path: str | os.PathLike[str]) -> int: ...
+
+    def to_arrow(self, path: str | os.PathLike[str]) -> Any: ...
+
+    def write_arrow(self, path: str | os.PathLike[str], table: Any) -> None: ...
 
 
-def format_for(name: str | os.PathLike[str]) -> ModuleType:
+_BY_SUFFIX: dict[str, DataFormat] = {tsfile.SUFFIX: tsfile, parquet.SUFFIX: parquet}
+
+
+def format_for(name: str | os.PathLike[str]) -> DataFormat:
     """The format module for a data file name, by suffix; FormatError otherwise."""
     text = os.fspath(name)
     for suffix, module in _BY_SUFFIX.items():

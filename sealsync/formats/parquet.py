@@ -113,7 +113,7 @@ def row_count(path: str | os.PathLike[str]) -> int:
     """Rows in the file, from the footer."""
     meta = _metadata(path)
     _check_schema(path, meta.schema.to_arrow_schema())
-    return meta.num_rows
+    return int(meta.num_rows)
 
 
 def inspect(path: str | os.PathLike[str]) -> FileInfo:

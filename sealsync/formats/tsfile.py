@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -67,6 +67,8 @@ from sealsync.formats.common import (
     read_head_tail,
     unreadable,
 )
+
+_T = TypeVar("_T")
 
 SUFFIX = ".tsfile"
 KIND = "TsFile"
@@ -137,6 +139,7 @@ class _Cursor:
     def i64(self) -> int:
         if self.remaining() < 8:
             raise _Corrupt("metadata ends early")
+        value: int
         (value,) = struct.unpack_from(">q", self.data, self.pos)
         self.pos += 8
         return value
@@ -144,6 +147,7 @@ class _Cursor:
     def i32(self) -> int:
         if self.remaining() < 4:
             raise _Corrupt("metadata ends early")
+        value: int
         (value,) = struct.unpack_from(">i", self.data, self.pos)
         self.pos += 4
         return value
@@ -271,7 +275,7 @@ def _reader(path: str | os.PathLike[str]) -> Any:
         raise unreadable(path, KIND, one_line(exc)) from exc
 
 
-def _native(path: str | os.PathLike[str], what: str, fn: Any) -> Any:
+def _native(path: str | os.PathLike[str], what: str, fn: Callable[[Any], _T]) -> _T:
     """Run ``fn`` against the file and turn any reader failure into FormatError."""
     reader = _reader(path)
     try:
@@ -289,6 +293,11 @@ def _native(path: str | os.PathLike[str], what: str, fn: Any) -> Any:
 
 def _device_list(reader: Any) -> list[str]:
     return sorted({d.path for d in reader.get_all_devices()})
+
+
+def _row_total(reader: Any) -> int:
+    """Rows as Spark sees them: decodes every chunk."""
+    return sum(int(batch.num_rows) for batch in _batches(reader))
 
 
 def _arrow_type(ts_type: Any) -> pa.DataType:
@@ -428,7 +437,7 @@ def devices(path: str | os.PathLike[str]) -> list[str]:
 
 def row_count(path: str | os.PathLike[str]) -> int:
     """Rows as Spark sees them; scans the data (see the module docstring for why)."""
-    return _native(path, "reading data", lambda r: sum(b.num_rows for b in _batches(r)))
+    return _native(path, "reading data", _row_total)
 
 
 def inspect(path: str | os.PathLike[str]) -> FileInfo:
@@ -436,8 +445,7 @@ def inspect(path: str | os.PathLike[str]) -> FileInfo:
 
     def run(reader: Any) -> FileInfo:
         found = _device_list(reader)
-        rows = sum(b.num_rows for b in _batches(reader))
-        return FileInfo(devices=tuple(found), rows=rows)
+        return FileInfo(devices=tuple(found), rows=_row_total(reader))
 
     return _native(path, "reading data", run)
 

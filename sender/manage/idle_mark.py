@@ -107,8 +107,8 @@ def unchanged(mark: Path, data_dir: Path, last_local_files: Path, shipped_mods: 
                 return False
         elif kind == "mods":
             ident, _, rel = rest.partition("\t")
-            st = _mods_now(data_dir, rel)
-            if st is None or ident != f"{st.st_size} {st.st_mtime_ns}":
+            mods = _mods_now(data_dir, rel)
+            if mods is None or ident != f"{mods.st_size} {mods.st_mtime_ns}":
                 return False
         else:
             return False

@@ -29,6 +29,8 @@ from sealsync.protocol import (
     SSH_MAX_PACKET_SIZE,
     SSH_WINDOW_SIZE,
     SUBSYSTEM,
+    Stream,
+    channel_stream,
     preferred_ciphers,
 )
 from sender.transfer.errors import HostKeyError, Refused, Unreachable
@@ -164,8 +166,8 @@ class Connection:
     channel: paramiko.Channel
 
     @property
-    def stream(self) -> paramiko.Channel:
-        return self.channel
+    def stream(self) -> Stream:
+        return channel_stream(self.channel)
 
     def close(self) -> None:
         for close in (self.channel.close, self.transport.close, self.sock.close):

@@ -11,13 +11,13 @@ as a single write, frames and all, which is what keeps thousands of small files 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from sealsync.crashpoints import crash_point
 from sealsync.protocol import (
@@ -48,7 +48,7 @@ class OpenedFile:
     """A data file and its sidecars, opened together so their sizes belong together."""
 
     name: str
-    parts: list[tuple[BinaryIO, int]]
+    parts: list[tuple[io.FileIO, int]]
     size: int
     resource_size: int
     mods_size: int
@@ -68,7 +68,7 @@ class OpenedFile:
 def open_snapshot_file(snapshot_dir: Path, name: str) -> OpenedFile:
     """Open ``name`` with its ``.resource`` and, if present, ``.mods`` from the snapshot."""
     path = os.fspath(snapshot_path(snapshot_dir, name))
-    opened: list[tuple[BinaryIO, int]] = []
+    opened: list[tuple[io.FileIO, int]] = []
     try:
         for suffix, required in (("", True), (".resource", True), (".mods", False)):
             try:
@@ -77,7 +77,7 @@ def open_snapshot_file(snapshot_dir: Path, name: str) -> OpenedFile:
                 if required:
                     raise Unsendable(f"{name}{suffix} missing from the snapshot") from None
                 continue
-            opened.append((f, os.fstat(f.fileno()).st_size))  # type: ignore[arg-type]
+            opened.append((f, os.fstat(f.fileno()).st_size))
     except OSError as exc:
         for f, _ in opened:
             f.close()
@@ -94,7 +94,7 @@ def open_snapshot_file(snapshot_dir: Path, name: str) -> OpenedFile:
     return result
 
 
-def _fill(f: BinaryIO, view: memoryview) -> bool:
+def _fill(f: io.FileIO, view: memoryview) -> bool:
     """Read exactly ``len(view)`` bytes; False (rest zeroed) if the file ended early."""
     got = 0
     while got < len(view):

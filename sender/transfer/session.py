@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import tenacity
 
@@ -39,6 +39,7 @@ from sealsync.protocol import (
     DeleteAck,
     FileVerdict,
     Hello,
+    Message,
     Owners,
     OwnersQuery,
     ProtocolError,
@@ -66,7 +67,12 @@ from sender.transfer.report import DirReport
 from sender.transfer.schema_pos import read_position, write_position
 from sender.transfer.verified_log import VerifiedLog
 
+if TYPE_CHECKING:
+    from sealsync.formats.common import FileInfo
+
 log = logging.getLogger(f"sealsync.{__name__}")
+
+_Msg = TypeVar("_Msg", bound=Message)
 
 Progress = Callable[..., None]
 """``progress(event: str, **fields)``; events are listed in :class:`SenderSession`."""
@@ -144,7 +150,7 @@ class SenderSession:
         progress: Progress | None = None,
         reply_timeout: float = REPLY_TIMEOUT,
         file_wait: tenacity.wait.wait_base | None = None,
-        inspect: Callable[[Path], Any] | None = None,
+        inspect: Callable[[Path], FileInfo] | None = None,
     ) -> None:
         self.reader = FrameReader(stream, reply_timeout)
         self.stream = _Guarded(stream, self.reader)
@@ -173,8 +179,8 @@ class SenderSession:
     def send(self, msg: AnyMessage) -> None:
         send(self.stream, msg)
 
-    def receive(self, *types: type) -> Any:
-        return expect(self.reader.get(), *types)
+    def receive(self, wanted: type[_Msg]) -> _Msg:
+        return expect(self.reader.get(), wanted)
 
     def close(self) -> None:
         self.reader.stop(join=0.0)
@@ -466,7 +472,7 @@ class _Files:
                 first = False
                 if msg is None:
                     break
-                verdict: FileVerdict = expect(msg, FileVerdict)
+                verdict = expect(msg, FileVerdict)
                 item = self.match(verdict)
                 if verdict.status == Verdict.VERIFIED:
                     verified.append(item)
@@ -514,17 +520,19 @@ class _Files:
         self.s.emit("file", index=self.index, name=name, status=verdict.status, reason=reason)
 
 
-def _devices(path: Path, inspect: Callable[[Path], Any] | None) -> tuple[str, ...]:
+def _devices(path: Path, inspect: Callable[[Path], FileInfo] | None) -> tuple[str, ...]:
     """The devices of a refused file, for the next round's OWNERS_QUERY.
 
     ``sealsync.formats`` is imported here, not at the top: the format readers pull in
     heavy libraries that a round without conflicts never needs.
     """
     try:
+        inspect_file: Callable[[Path], FileInfo]
         if inspect is None:
-            from sealsync.formats import inspect
-
-        return tuple(str(d) for d in inspect(path).devices)
+            from sealsync.formats import inspect as inspect_file
+        else:
+            inspect_file = inspect
+        return tuple(str(d) for d in inspect_file(path).devices)
     except Exception as exc:  # unreadable here: the file is simply offered again
         log.warning("cannot read the devices of %s (%s); it will be offered again", path, exc)
         return ()

@@ -14,7 +14,8 @@ import socket
 import threading
 from pathlib import Path
 
-from receiver_service_helpers import UUID_A, send_file
+from receiver_load_helpers import UUID_A, loaded_path
+from receiver_service_helpers import send_file
 
 from receiver.auth import SenderKeys
 from receiver.layout import SenderFolder
@@ -25,7 +26,7 @@ from receiver.session import Session, SessionContext
 from receiver.storage import DirectoryStorage
 from sealsync.errors import FormatError
 from sealsync.formats.common import FileInfo
-from sealsync.protocol import PROTOCOL_VERSION, AnyMessage, Hello, receive, send
+from sealsync.protocol import PROTOCOL_VERSION, Hello, Welcome, receive, send
 
 FP_A = "SHA256:keyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 FP_B = "SHA256:keyBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
@@ -108,8 +109,7 @@ class SessionEnv:
         return SenderFolder(self.data_dirs[i], peer, uuid)
 
     def loaded_path(self, uuid: str, name: str, i: int = 0) -> Path:
-        *dirs, file = name.split("/")
-        return self.data_dirs[i].joinpath(*dirs, uuid, file)
+        return loaded_path(self.data_dirs[i], uuid, name)
 
     def close(self) -> None:
         self.storage.gate.set()
@@ -120,9 +120,12 @@ class SessionEnv:
         self.ctx.executor.shutdown()
 
 
-def hello(sock: socket.socket, uuid: str = UUID_A) -> AnyMessage:
+def hello(sock: socket.socket, uuid: str = UUID_A) -> Welcome:
+    """HELLO as ``uuid``, which the receiver must welcome."""
     send(sock, Hello(PROTOCOL_VERSION, uuid, "edge"))
-    return receive(sock)
+    msg = receive(sock)
+    assert isinstance(msg, Welcome), msg
+    return msg
 
 
 offer = send_file

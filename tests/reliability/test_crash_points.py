@@ -28,6 +28,8 @@ from reliability.figures import record
 
 from sealsync.crashpoints import ENV_TRACE, RECEIVER_POINTS, RECOVERY_POINTS, SENDER_POINTS
 
+pytestmark = pytest.mark.slow  # sealsync serve and send as processes
+
 RECOVERY_SETUP = {
     # current written, last still there: recovery drops current and redoes 4-8
     "sender.recover.current_dropped": "sender.cleanup.current_written",

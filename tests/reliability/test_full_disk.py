@@ -35,6 +35,8 @@ from receiver.incoming import TEMP_PREFIX
 from receiver.service import ReceiverService
 from sealsync.config import load_receiver_config
 
+pytestmark = pytest.mark.slow  # sealsync serve and send as processes
+
 CAPACITY = 4 << 20
 ROOM = 64 << 10
 """Left free in the "some room" case: far less than a big file (~650 KiB)."""

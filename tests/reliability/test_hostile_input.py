@@ -22,12 +22,15 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from deploy_helpers import Deployment, make_deployment, populate, sha256
 from reliability.figures import record
 
 from receiver.storage import DirectoryStorage
 from sealsync.simulator import EdgeInstance
 from sender.manage.identity import uuid_path
+
+pytestmark = pytest.mark.slow  # sealsync serve and send as processes
 
 SECRET = b"TOP-SECRET-OUTSIDE-THE-DATA-DIR-7f3a"
 

@@ -26,12 +26,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from deploy_helpers import SEALSYNC, Deployment, Sender, make_deployment
 from reliability.crash_site import RERUNS, clean_env
 from reliability.figures import record
 
 from sealsync.crashpoints import ENV_TRACE
 from sealsync.simulator import EdgeInstance
+
+pytestmark = pytest.mark.slow  # sealsync serve and send as processes
 
 FILES = 300
 KILLS = 10

@@ -33,11 +33,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from deploy_helpers import SEALSYNC, Deployment, Sender, make_deployment
 from reliability.figures import record
 
 from receiver.storage import DirectoryStorage
 from sealsync.simulator import EdgeInstance
+
+pytestmark = pytest.mark.slow  # sealsync serve and send as processes
 
 SENDERS = 8
 FILES = 500

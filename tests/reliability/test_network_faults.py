@@ -42,6 +42,8 @@ from sender.round import RoundReport, run_round
 from sender.transfer.client import connect_receiver
 from sender.transfer.session import SenderSession
 
+pytestmark = pytest.mark.slow  # sealsync serve and send as processes
+
 IDLE_TIMEOUT = 3.0
 """The receiver's idle timeout here (default 120 s): a stall longer than it is testable."""
 CONNECT_TIMEOUT = 3.0

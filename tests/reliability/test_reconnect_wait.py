@@ -24,7 +24,6 @@ from sealsync.protocol import (
     RoundEnd,
     RoundReady,
     RoundStart,
-    Welcome,
     receive,
     send,
 )
@@ -35,7 +34,7 @@ NAME = "sequence/sg/0/a.tsfile"
 def drop_mid_round(env: SessionEnv) -> threading.Thread:
     """A round whose one file is verified, its load held at the gate, then the link dies."""
     sock, thread = env.connect()
-    assert isinstance(hello(sock), Welcome)
+    hello(sock)
     send(sock, RoundStart(0))
     assert receive(sock) == RoundReady("ready", "")
     offer(sock, 0, NAME, data_file("root.sg.d1"))
@@ -52,7 +51,7 @@ def test_round_start_waits_for_the_dropped_rounds_loads(tmp_path: Path) -> None:
         env.storage.gate.clear()
         drop_mid_round(env)
         sock, _ = env.connect()
-        assert isinstance(hello(sock), Welcome)
+        hello(sock)
         threading.Timer(0.5, env.storage.gate.set).start()
         started = time.monotonic()
         send(sock, RoundStart(0))
@@ -75,7 +74,7 @@ def test_round_start_still_says_busy_after_load_wait(tmp_path: Path) -> None:
         env.storage.gate.clear()
         drop_mid_round(env)
         sock, _ = env.connect()
-        assert isinstance(hello(sock), Welcome)
+        hello(sock)
         started = time.monotonic()
         send(sock, RoundStart(0))
         ready = receive(sock)
@@ -87,5 +86,6 @@ def test_round_start_still_says_busy_after_load_wait(tmp_path: Path) -> None:
         )
         assert 0.4 < waited < 3.0
         env.storage.gate.set()
+        sock.close()  # else the session waits out its read timeout before it ends
     finally:
         env.close()
