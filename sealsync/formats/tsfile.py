@@ -379,16 +379,16 @@ def _tree_batches_rowwise(reader: Any) -> Iterator[pa.Table]:
 def _series_points(reader: Any, file_size: int, meta: Any) -> tuple[np.ndarray, pa.Array] | None:
     """Times and values of one non-aligned series, read column-wise from its chunks.
 
-    The series is prepared from its own ``TimeseriesMetadata`` locator (the file's
-    index, already checked by :func:`_check_frame`; the native side still bounds
-    it), so no footer walk or row assembly happens per point. ``None`` when the
-    times are not strictly increasing.
+    The series is prepared from the locator its ``TimeseriesMetadata`` holds (read
+    from the file's own index; the native side bounds-checks it against the file),
+    so the native reader hands over whole columns instead of building a row record
+    per timestamp. ``None`` when the times are not strictly increasing.
     """
     locator = (
         0,  # index identity: only the package's dataset index uses it
         0,  # file id, likewise
         file_size,
-        0,  # fingerprint: unchecked with trust_index (the file is sealed)
+        0,  # fingerprint of size and mtime: trust_index skips that check
         0,  # locator id
         0,  # flags: aligned time/value pairing, non-aligned here
         meta.layout,
