@@ -8,13 +8,17 @@ times, in the same session:
 * loader: ``run_load`` into a fresh table (discovery, links, footers, the
   partitioned write, row checks, renames into the table, fsync, state), as
   ``sealsync load`` runs it.
+* tree (with ``--tree``): ``run_load`` on a second receiver folder holding the
+  very rows of the Parquet files, each file written as a tree-model TsFile.
 
-after one unmeasured run of each, alternating which goes first, and prints rows/s
-of both (median of ``--repeat``) and the ratio (target >= 0.8 on Parquet input).
-Only Parquet rows count for the plain copy; with ``--tsfiles`` the loader's rate
-is reported for its whole input.
+after one unmeasured run of each, rotating which goes first, and prints rows/s
+of each (median of ``--repeat``) and the ratios: loader/plain (target >= 0.8 on
+Parquet input) and, with ``--tree``, loader on TsFiles/loader on Parquet (target
+>= 0.5). Only Parquet rows count for the plain copy; with ``--tsfiles`` the
+loader's rate is reported for its whole input.
 
     .venv/bin/python benchmarks/bench_loader.py [--rows 10000000] [--files 200]
+    .venv/bin/python benchmarks/bench_loader.py --rows 2000000 --files 20 --tree
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from spark_loader.session import create_session  # noqa: E402
 SENDERS = [str(uuid.UUID(int=i + 1)) for i in range(4)]
 
 
-def _table(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
+def make_table(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
+    """One file's rows: 10 devices, a double, an int64, a float and a boolean."""
     devices = np.array([f"root.sg{index % 5}.d{j}" for j in range(10)])
     return pa.table(
         {
@@ -57,24 +62,36 @@ def _table(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
     )
 
 
-def generate(data_dir: Path, rows: int, files: int, tsfiles: int) -> list[Path]:
-    """Write the files where the receiver keeps them; returns the Parquet paths."""
+def _folder(data_dir: Path, i: int) -> Path:
+    folder = data_dir / "sequence" / f"root.sg{i % 5}" / str(i % 7) / SENDERS[i % len(SENDERS)]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def generate(
+    data_dir: Path, rows: int, files: int, tsfiles: int, tree_dir: Path | None = None
+) -> list[Path]:
+    """Write the files where the receiver keeps them; returns the Parquet paths.
+
+    With ``tree_dir``, each Parquet file's table is also written there, in the same
+    place, as a tree-model TsFile.
+    """
     rng = np.random.default_rng(7)
     per_file = rows // files
     parquet_paths = []
     for i in range(files + tsfiles):
-        sender = SENDERS[i % len(SENDERS)]
         is_ts = i >= files
-        folder = data_dir / "sequence" / f"root.sg{i % 5}" / str(i % 7) / sender
-        folder.mkdir(parents=True, exist_ok=True)
-        table = _table(rng, i, per_file if not is_ts else max(per_file // 10, 10))
+        folder = _folder(data_dir, i)
+        table = make_table(rng, i, per_file if not is_ts else max(per_file // 10, 10))
+        stem = f"{1_700_000_000_000 + i}-{i}-0"
         if is_ts:
-            path = folder / f"{1_700_000_000_000 + i}-{i}-0.tsfile"
-            tsfile_format.write_arrow(path, table)
+            tsfile_format.write_arrow(folder / f"{stem}.tsfile", table)
         else:
-            path = folder / f"{1_700_000_000_000 + i}-{i}-0.parquet"
+            path = folder / f"{stem}.parquet"
             pq.write_table(table, path)
             parquet_paths.append(path)
+            if tree_dir is not None:
+                tsfile_format.write_arrow(_folder(tree_dir, i) / f"{stem}.tsfile", table)
     return parquet_paths
 
 
@@ -83,24 +100,37 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--tsfiles", type=int, default=0)
+    parser.add_argument(
+        "--tree",
+        action="store_true",
+        help="also load the Parquet files' rows written as tree-model TsFiles",
+    )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
+    if args.tree and args.tsfiles:
+        parser.error("--tree compares TsFiles with the same rows as Parquet: use --tsfiles 0")
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="sealsync-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     data_dir = work / "receiver"
-    shutil.rmtree(data_dir, ignore_errors=True)
+    tree_dir = work / "receiver-tree" if args.tree else None
+    for folder in (data_dir, tree_dir):
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     t0 = time.monotonic()
-    files = generate(data_dir, args.rows, args.files, args.tsfiles)
+    files = generate(data_dir, args.rows, args.files, args.tsfiles, tree_dir)
     parquet_rows = sum(pq.read_metadata(p).num_rows for p in files)
     size_mb = sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file()) / 1e6
     print(
         f"generated {parquet_rows} Parquet rows in {len(files)} files "
         f"(+{args.tsfiles} TsFiles), {size_mb:.0f} MB, in {time.monotonic() - t0:.1f}s"
     )
+    if tree_dir is not None:
+        tree_mb = sum(p.stat().st_size for p in tree_dir.rglob("*") if p.is_file()) / 1e6
+        print(f"the same rows as {len(files)} tree-model TsFiles, {tree_mb:.0f} MB")
 
     spark = create_session(
         args.master, work / "logs", conf={"spark.driver.memory": args.driver_memory}
@@ -115,8 +145,8 @@ def main() -> int:
         shutil.rmtree(out, ignore_errors=True)
         return took
 
-    def loader(i: int) -> tuple[float, int]:
-        config = LoaderConfig([data_dir], work / f"table-{i}", work / f"state-{i}")
+    def loader(i: int, source: Path = data_dir) -> tuple[float, int]:
+        config = LoaderConfig([source], work / f"table-{i}", work / f"state-{i}")
         t = time.monotonic()
         report = run_load(config, spark=spark)
         took = time.monotonic() - t
@@ -126,23 +156,34 @@ def main() -> int:
             raise SystemExit(f"loader run failed: {report.to_dict()}")
         return took, report.rows_written
 
-    # Warm-up: one unmeasured run of each, so both measure a JIT-compiled JVM.
+    # Warm-up: one unmeasured run of each, so all measure a JIT-compiled JVM.
+    variants = ["plain", "loader"] + (["tree"] if tree_dir is not None else [])
     plain(-1)
     loader(-1)
-    plain_times, loader_times = [], []
-    loader_rows = 0
+    if tree_dir is not None:
+        loader(-1, tree_dir)
+    plain_times: list[float] = []
+    loader_times: list[float] = []
+    tree_times: list[float] = []
+    loader_rows = tree_rows = 0
     for i in range(args.repeat):
-        order = ("plain", "loader") if i % 2 == 0 else ("loader", "plain")
-        for which in order:
+        for which in variants[i % len(variants) :] + variants[: i % len(variants)]:
             if which == "plain":
                 plain_times.append(plain(i))
-            else:
+            elif which == "loader":
                 took, loader_rows = loader(i)
                 loader_times.append(took)
-        print(
+            else:
+                assert tree_dir is not None
+                took, tree_rows = loader(i, tree_dir)
+                tree_times.append(took)
+        line = (
             f"run {i + 1}: plain {plain_times[-1]:.2f}s, loader {loader_times[-1]:.2f}s "
             f"({loader_rows} rows)"
         )
+        if tree_times:
+            line += f", loader on TsFiles {tree_times[-1]:.2f}s ({tree_rows} rows)"
+        print(line)
 
     spark.stop()
     plain_rate = parquet_rows / statistics.median(plain_times)
@@ -150,6 +191,14 @@ def main() -> int:
     print(f"plain Spark copy: {plain_rate:,.0f} rows/s (median of {args.repeat})")
     print(f"sealsync loader:  {loader_rate:,.0f} rows/s (median of {args.repeat})")
     print(f"ratio loader/plain: {loader_rate / plain_rate:.2f} (target >= 0.80)")
+    if tree_times:
+        if tree_rows != loader_rows:
+            raise SystemExit(
+                f"the TsFiles loaded {tree_rows} rows, the Parquet files {loader_rows}"
+            )
+        tree_rate = tree_rows / statistics.median(tree_times)
+        print(f"sealsync loader on tree-model TsFiles: {tree_rate:,.0f} rows/s")
+        print(f"ratio loader TsFile/Parquet: {tree_rate / loader_rate:.2f} (target >= 0.50)")
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -331,13 +331,17 @@ class Ingest:
         return linked
 
     def _files_df(self, items: list[Prepared], deletions: bool = False) -> Any:
-        """One row per file (``FILES_DDL``); with ``deletions``, its ``.mods`` text."""
+        """One row per file (``FILES_DDL``); with ``deletions``, its ``.mods`` text.
+
+        A local relation: Spark splits it over its default parallelism, so each task
+        reads several files. One task per file (an RDD of one row per partition) cost
+        more in task and Python round trips than reading the files.
+        """
         rows = [
             (str(p.link or p.source.path), p.file_id, p.key, p.mods_text() if deletions else None)
             for p in items
         ]
-        rdd = self.spark.sparkContext.parallelize(rows, len(rows))
-        return self.spark.createDataFrame(rdd, FILES_DDL)
+        return self.spark.createDataFrame(rows, FILES_DDL)
 
     def _tsfile_columns(self, items: list[Prepared]) -> dict[str, dict[str, Any] | str]:
         """file_id -> {column: Spark type} or the reason it cannot be read."""

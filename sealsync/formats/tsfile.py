@@ -17,11 +17,27 @@ What the package offers, as learned from the installed 2.5 wheel:
 * **Devices** — ``TsFileReader.get_all_devices()`` lists ``DeviceID(path, ...)``
   from the file's metadata index, for both models; ``path`` is the device.
 * **Model** — ``get_all_table_schemas()`` is empty for a tree-model file.
-* **Data, tree** — ``query_timeseries(device, measurements, t0, t1)`` returns
-  ``time`` plus one column per measurement (named ``<device>.<measurement>``),
-  one row per timestamp at which any of them has a point (nulls elsewhere);
-  ``read_data_frame(n)`` turns up to ``n`` rows into pandas (~450k rows/s).
-  ``read_arrow_batch`` only works on batch-mode table queries.
+* **Data, tree** — per series, column-wise: ``prepare_series(locator,
+  trust_index=True)`` on the locator a series' ``TimeseriesMetadata`` carries
+  (``get_timeseries_metadata(None)``: layout, value and time metadata offsets and
+  lengths), then ``query_prepared`` and ``read_arrow_record_batch()`` until
+  ``None``: ``time`` plus the typed values (TIMESTAMP as ``timestamp[ns]`` over the
+  stored millisecond number). The locator tuple is (index identity, file id, file
+  size, fingerprint, locator id, flags, layout, value offset, value length, time
+  offset, time length); identity, file id, fingerprint and locator id only matter
+  to the package's own dataset index, and ``trust_index`` skips its file
+  generation check, not the bounds checks. A device's rows are then the union of
+  its series' timestamps, merged here (:func:`_device_columns`).
+  Per device, row-wise: ``query_timeseries(device, measurements, t0, t1)``
+  returns ``time`` plus one column per measurement (named
+  ``<device>.<measurement>``), one row per timestamp at which any of them has a
+  point (nulls elsewhere); ``read_data_frame(n)`` turns up to ``n`` rows into
+  pandas, which turns NaN into null, rounds INT64/TIMESTAMP values past 2**53
+  through a double, and cuts BLOB values at the first NUL byte. Only the
+  fallback (:func:`_device_rows`) still reads this way. ``read_arrow_batch``
+  refuses (invalid argument) the results of ``query_timeseries``,
+  ``query_tree_by_row`` and ``query_table_on_tree``: only table queries and
+  prepared series produce Arrow.
 * **Data, table** — ``query_table(table, columns, batch_size=N)`` then
   ``read_arrow_batch()`` until ``None``; first column is the time.
 * **Row counts** — per-measurement statistics hold a count, but a device's rows
@@ -42,8 +58,7 @@ still crash the reader (SIGSEGV, SIGABRT from heap corruption) or make it loop
 forever, in ~2-4% of cases. So untrusted files must be read in a worker
 process that is killed on a timeout (``receiver.inspect_pool``).
 Flips that decode fine go unnoticed (TsFile has no checksums); MD5 on transfer
-covers those. BLOB values are cut at the first NUL byte by the
-2.5 reader (it returns them as C strings).
+covers those.
 """
 
 from __future__ import annotations
@@ -54,6 +69,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -295,11 +311,6 @@ def _device_list(reader: Any) -> list[str]:
     return sorted({d.path for d in reader.get_all_devices()})
 
 
-def _row_total(reader: Any) -> int:
-    """Rows as Spark sees them: decodes every chunk."""
-    return sum(int(batch.num_rows) for batch in _batches(reader))
-
-
 def _arrow_type(ts_type: Any) -> pa.DataType:
     TSDataType = _native_module().TSDataType
 
@@ -327,31 +338,150 @@ def _check_names(measurements: list[str]) -> None:
         raise ValueError(f"measurement named {clash[0]!r} clashes with a reserved column")
 
 
-def _tree_batches(reader: Any) -> Iterator[pa.Table]:
-    """Per device, batches of (time, device, its measurements) in time order."""
+def _device_rows(
+    reader: Any, device: str, names: list[str], types: list[pa.DataType]
+) -> Iterator[pa.Table]:
+    """One device through the row-wise query (``query_timeseries`` -> pandas -> Arrow).
+
+    The fallback for what :func:`_device_columns` does not read: aligned devices
+    (the ``tsfile`` package cannot write a tree-model aligned device, so the
+    column-wise merge was never checked against this query on one) and series whose
+    times are not strictly increasing (chunks that overlap or go back in time, which
+    this query merges in its own way; keeping that is safer than guessing a rule).
+    """
+    result = reader.query_timeseries(device, names, _T_MIN, _T_MAX)
+    try:
+        while result.next():
+            frame = result.read_data_frame(_BATCH_ROWS)
+            if frame.shape[1] != len(names) + 1:
+                raise ValueError("query returned unexpected columns")
+            if len(frame) == 0:
+                continue
+            columns = {
+                TIME_COLUMN: pa.Array.from_pandas(frame.iloc[:, 0]).cast(pa.int64()),
+                DEVICE_COLUMN: pa.array([device] * len(frame), pa.string()),
+            }
+            for i, (name, typ) in enumerate(zip(names, types, strict=True)):
+                columns[name] = pa.Array.from_pandas(frame.iloc[:, i + 1]).cast(typ)
+            yield pa.table(columns)
+    finally:
+        result.close()
+
+
+def _tree_batches_rowwise(reader: Any) -> Iterator[pa.Table]:
+    """The whole file through :func:`_device_rows`: the reference the columnar path
+    is tested against, and what every tree file went through before it."""
     schemas = reader.get_all_timeseries_schemas()
     for device in _device_list(reader):
         series = schemas[device].get_timeseries_list()
         names = [s.get_timeseries_name() for s in series]
         _check_names(names)
         types = [_arrow_type(s.get_data_type()) for s in series]
-        result = reader.query_timeseries(device, names, _T_MIN, _T_MAX)
+        yield from _device_rows(reader, device, names, types)
+
+
+def _series_points(reader: Any, file_size: int, meta: Any) -> tuple[np.ndarray, pa.Array] | None:
+    """Times and values of one non-aligned series, read column-wise from its chunks.
+
+    The series is prepared from the locator its ``TimeseriesMetadata`` holds (read
+    from the file's own index; the native side bounds-checks it against the file),
+    so the native reader hands over whole columns instead of building a row record
+    per timestamp. ``None`` when the times are not strictly increasing.
+    """
+    locator = (
+        0,  # index identity: only the package's dataset index uses it
+        0,  # file id, likewise
+        file_size,
+        0,  # fingerprint of size and mtime: trust_index skips that check
+        0,  # locator id
+        0,  # flags: aligned time/value pairing, non-aligned here
+        meta.layout,
+        meta.value_metadata_offset,
+        meta.value_metadata_length,
+        meta.time_metadata_offset,
+        meta.time_metadata_length,
+    )
+    prepared = reader.prepare_series(locator, trust_index=True)
+    try:
+        result = reader.query_prepared(prepared)
         try:
-            while result.next():
-                frame = result.read_data_frame(_BATCH_ROWS)
-                if frame.shape[1] != len(names) + 1:
-                    raise ValueError("query returned unexpected columns")
-                if len(frame) == 0:
-                    continue
-                columns = {
-                    TIME_COLUMN: pa.Array.from_pandas(frame.iloc[:, 0]).cast(pa.int64()),
-                    DEVICE_COLUMN: pa.array([device] * len(frame), pa.string()),
-                }
-                for i, (name, typ) in enumerate(zip(names, types, strict=True)):
-                    columns[name] = pa.Array.from_pandas(frame.iloc[:, i + 1]).cast(typ)
-                yield pa.table(columns)
+            batches = []
+            while (batch := result.read_arrow_record_batch()) is not None:
+                if batch.num_rows:
+                    batches.append(batch)
         finally:
             result.close()
+    finally:
+        prepared.close()
+    if not batches:
+        return np.empty(0, np.int64), pa.array([], pa.null())
+    times = np.concatenate([b.column(0).to_numpy() for b in batches]).astype(np.int64, copy=False)
+    if times.size > 1 and not bool(np.all(times[1:] > times[:-1])):
+        return None
+    return times, pa.concat_arrays([b.column(1) for b in batches])
+
+
+def _device_columns(
+    reader: Any, file_size: int, device: str, series: list[Any], types: list[pa.DataType]
+) -> pa.Table | None:
+    """One device's rows built from its series read column by column.
+
+    A row per timestamp any series has a point at, in time order, nulls where a
+    series has none: the same rows ``query_timeseries`` gives. ``None`` when a
+    series is unfit (see :func:`_device_rows`) and the row-wise query must serve.
+    """
+    if any(meta.layout != 0 for meta in series):
+        return None
+    points = []
+    for meta in series:
+        got = _series_points(reader, file_size, meta)
+        if got is None:
+            return None
+        points.append(got)
+    first = points[0][0]
+    if all(np.array_equal(t, first) for t, _ in points[1:]):
+        times = first
+        columns = [values for _, values in points]
+    else:
+        times = np.unique(np.concatenate([t for t, _ in points]))
+        columns = []
+        for t, values in points:
+            if t.size == times.size:  # unique, sorted and a subset: the same times
+                columns.append(values)
+                continue
+            index = np.full(times.size, -1, np.int64)
+            index[np.searchsorted(times, t)] = np.arange(t.size)
+            columns.append(values.take(pa.array(index, mask=index < 0)))
+    if times.size == 0:
+        return pa.table({TIME_COLUMN: pa.array([], pa.int64())})
+    table: dict[str, pa.Array] = {
+        TIME_COLUMN: pa.array(times, pa.int64()),
+        DEVICE_COLUMN: pa.array([device], pa.string()).take(np.zeros(times.size, np.int32)),
+    }
+    for meta, typ, values in zip(series, types, columns, strict=True):
+        table[meta.measurement_name] = values.cast(typ)
+    return pa.table(table)
+
+
+def _tree_batches(reader: Any, file_size: int) -> Iterator[pa.Table]:
+    """Per device, in device order, its rows in time order: column-wise where it can,
+    else row-wise. Already in ``to_arrow`` order, so it needs no sort of the whole file
+    (Arrow's sort is stable, so sorting them again would change nothing)."""
+    groups = reader.get_timeseries_metadata(None)
+    paths = {tuple(d.segments): d.path for d in reader.get_all_devices()}
+    for segments, device in sorted(paths.items(), key=lambda item: item[1]):
+        group = groups.get(segments)
+        series = list(group.timeseries) if group is not None else []
+        names = [meta.measurement_name for meta in series]
+        _check_names(names)
+        types = [_arrow_type(meta.data_type) for meta in series]
+        table = _device_columns(reader, file_size, device, series, types) if series else None
+        if table is None:
+            rows = list(_device_rows(reader, device, names, types))
+            if rows:
+                yield pa.concat_tables(rows).sort_by(TIME_COLUMN)
+        elif table.num_rows:
+            yield table
 
 
 def _table_batches(reader: Any, tables: dict[str, Any]) -> Iterator[pa.Table]:
@@ -395,15 +525,15 @@ def _table_batches(reader: Any, tables: dict[str, Any]) -> Iterator[pa.Table]:
             result.close()
 
 
-def _batches(reader: Any) -> Iterator[pa.Table]:
+def _batches(reader: Any, path: str | os.PathLike[str]) -> tuple[Iterator[pa.Table], bool]:
+    """The file's batches, and whether they already come in ``to_arrow`` order."""
     tables = reader.get_all_table_schemas()
     if tables:
-        yield from _table_batches(reader, tables)
-    else:
-        yield from _tree_batches(reader)
+        return _table_batches(reader, tables), False
+    return _tree_batches(reader, os.path.getsize(path)), True
 
 
-def _assemble(batches: list[pa.Table]) -> pa.Table:
+def _assemble(batches: list[pa.Table], ordered: bool) -> pa.Table:
     if not batches:
         return pa.table(
             {TIME_COLUMN: pa.array([], pa.int64()), DEVICE_COLUMN: pa.array([], pa.string())}
@@ -411,9 +541,19 @@ def _assemble(batches: list[pa.Table]) -> pa.Table:
     table = pa.concat_tables(batches, promote_options="permissive")
     measurements = sorted(n for n in table.column_names if n not in RESERVED_COLUMNS)
     table = table.select([TIME_COLUMN, DEVICE_COLUMN, *measurements])
-    # Tree batches come device by device already; table-model ones come per table.
-    table = table.sort_by([(DEVICE_COLUMN, "ascending"), (TIME_COLUMN, "ascending")])
+    if not ordered:  # table-model batches come per table, not per device
+        table = table.sort_by([(DEVICE_COLUMN, "ascending"), (TIME_COLUMN, "ascending")])
     return table.combine_chunks()
+
+
+def _count(reader: Any, path: str | os.PathLike[str]) -> int:
+    batches, _ = _batches(reader, path)
+    return sum(b.num_rows for b in batches)
+
+
+def _read(reader: Any, path: str | os.PathLike[str]) -> pa.Table:
+    batches, ordered = _batches(reader, path)
+    return _assemble(list(batches), ordered)
 
 
 # --------------------------------------------------------------------------- interface
@@ -437,7 +577,7 @@ def devices(path: str | os.PathLike[str]) -> list[str]:
 
 def row_count(path: str | os.PathLike[str]) -> int:
     """Rows as Spark sees them; scans the data (see the module docstring for why)."""
-    return _native(path, "reading data", _row_total)
+    return _native(path, "reading data", lambda r: _count(r, path))
 
 
 def inspect(path: str | os.PathLike[str]) -> FileInfo:
@@ -445,7 +585,8 @@ def inspect(path: str | os.PathLike[str]) -> FileInfo:
 
     def run(reader: Any) -> FileInfo:
         found = _device_list(reader)
-        return FileInfo(devices=tuple(found), rows=_row_total(reader))
+        rows = _count(reader, path)
+        return FileInfo(devices=tuple(found), rows=rows)
 
     return _native(path, "reading data", run)
 
@@ -472,7 +613,7 @@ def to_arrow(path: str | os.PathLike[str]) -> pa.Table:
     Rows are grouped by device (sorted), in time order within a device; a
     measurement a device lacks is null in that device's rows.
     """
-    return _native(path, "reading data", lambda r: _assemble(list(_batches(r))))
+    return _native(path, "reading data", lambda r: _read(r, path))
 
 
 # --------------------------------------------------------------------------- writing

@@ -1,0 +1,70 @@
+"""The tree-model TsFile benchmarks run and measure what they say (tiny sizes: not timings)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow  # each starts a process; the loader one starts Spark
+
+
+def _run(script: str, *args: str, timeout: int) -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_reader_benchmark_reads_both_ways_and_reports_the_load(tmp_path: Path) -> None:
+    out = _run(
+        "bench_tsfile_read.py",
+        *("--files", "2", "--rows", "3000", "--repeat", "2", "--workdir", str(tmp_path)),
+        timeout=300,
+    )
+    assert "generated 2 tree-model TsFiles x 3000 rows" in out
+    runs = re.findall(r"^run (\d): (\S+) [\d.]+s, (\S+) [\d.]+s \(6000 rows\)$", out, re.M)
+    assert runs == [("1", "column-wise", "row-wise"), ("2", "row-wise", "column-wise")]
+    for name in ("column-wise", "row-wise"):
+        rate = re.search(rf"^{name}:\s+([\d,]+) rows/s \(median of 2; ", out, re.M)
+        assert rate and int(rate.group(1).replace(",", "")) > 0
+    assert re.search(r"^ratio column-wise/row-wise: [\d.]+$", out, re.M)
+    assert re.search(r"^load average \(1/5/15 min\): before [\d./]+, after [\d./]+", out, re.M)
+
+
+def test_loader_benchmark_tree_case_loads_the_same_rows_as_tsfiles(tmp_path: Path) -> None:
+    out = _run(
+        "bench_loader.py",
+        *("--rows", "4000", "--files", "4", "--tree", "--repeat", "1", "--workdir", str(tmp_path)),
+        timeout=600,
+    )
+    assert "generated 4000 Parquet rows in 4 files (+0 TsFiles)" in out
+    assert "the same rows as 4 tree-model TsFiles" in out
+    assert len(list((tmp_path / "receiver-tree").rglob("*.tsfile"))) == 4
+    assert re.search(
+        r"run 1: plain [\d.]+s, loader [\d.]+s \(4000 rows\), "
+        r"loader on TsFiles [\d.]+s \(4000 rows\)",
+        out,
+    )
+    assert re.search(r"^ratio loader TsFile/Parquet: [\d.]+ \(target >= 0.50\)$", out, re.M)
+
+
+def test_loader_benchmark_refuses_tree_with_extra_tsfiles() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_loader.py"), "--tree", "--tsfiles", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "--tree compares TsFiles with the same rows as Parquet" in result.stderr
+    assert "Traceback" not in result.stderr
