@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from receiver_service_helpers import UUID_A, UUID_B, md5
+from receiver_load_helpers import UUID_A, UUID_B
+from receiver_service_helpers import md5
 from reliability import session_env
 from reliability.session_env import FP_A, SessionEnv, data_file
 
