@@ -403,7 +403,7 @@ class LimitedEnv(SessionEnv):
 
     def open(self, uuid: str = UUID_A, peer: str = session_env.PEER) -> socket.socket:
         sock, _ = self.connect(peer=peer)
-        assert isinstance(session_env.hello(sock, uuid), Welcome)
+        assert isinstance(session_env.say_hello(sock, uuid), Welcome)
         send(sock, RoundStart(0))
         assert receive(sock) == RoundReady("ready", "")
         return sock
@@ -537,13 +537,13 @@ def test_sessions_per_sender_are_capped(make_env) -> None:
     env = make_env(sender_sessions=SlotCounter(1))
     first = env.open()
     sock, _ = env.connect()
-    msg = session_env.hello(sock, UUID_A)
+    msg = session_env.say_hello(sock, UUID_A)
     assert msg == Error(
         "busy",
         f"receiver busy: sender {UUID_A} already has 1 sessions open "
         "(max_sessions_per_sender), retry later",
     )
-    assert isinstance(session_env.hello(env.connect()[0], UUID_B), Welcome)
+    assert isinstance(session_env.say_hello(env.connect()[0], UUID_B), Welcome)
     first.close()
     wait_until(lambda: env.ctx.limits.sender_sessions.count(UUID_A) == 0)
-    assert isinstance(session_env.hello(env.connect()[0], UUID_A), Welcome)
+    assert isinstance(session_env.say_hello(env.connect()[0], UUID_A), Welcome)

@@ -26,7 +26,7 @@ from receiver.session import Session, SessionContext
 from receiver.storage import DirectoryStorage
 from sealsync.errors import FormatError
 from sealsync.formats.common import FileInfo
-from sealsync.protocol import PROTOCOL_VERSION, Hello, Welcome, receive, send
+from sealsync.protocol import PROTOCOL_VERSION, AnyMessage, Hello, Welcome, receive, send
 
 FP_A = "SHA256:keyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 FP_B = "SHA256:keyBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
@@ -120,10 +120,15 @@ class SessionEnv:
         self.ctx.executor.shutdown()
 
 
+def say_hello(sock: socket.socket, uuid: str = UUID_A) -> AnyMessage:
+    """HELLO as ``uuid``; the receiver's answer, whatever it is."""
+    send(sock, Hello(PROTOCOL_VERSION, uuid, "edge"))
+    return receive(sock)
+
+
 def hello(sock: socket.socket, uuid: str = UUID_A) -> Welcome:
     """HELLO as ``uuid``, which the receiver must welcome."""
-    send(sock, Hello(PROTOCOL_VERSION, uuid, "edge"))
-    msg = receive(sock)
+    msg = say_hello(sock, uuid)
     assert isinstance(msg, Welcome), msg
     return msg
 
