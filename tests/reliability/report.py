@@ -8,45 +8,22 @@ failed case is a failure here too.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from collections import defaultdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.reliability.figures import run_suite
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        figures = Path(tmp) / "figures.jsonl"
-        env = dict(os.environ, SEALSYNC_FIGURES=str(figures))
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                str(ROOT / "tests" / "reliability"),
-                *sys.argv[1:],
-            ],
-            cwd=ROOT,
-            env=env,
-        )
-        totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        if figures.exists():
-            for line in figures.read_text().splitlines():
-                row = json.loads(line)
-                category = row.pop("category")
-                for key, value in row.items():
-                    if isinstance(value, bool):
-                        value = int(value)
-                    if isinstance(value, int | float):
-                        totals[category][key] += value
+    returncode, rows = run_suite("reliability", sys.argv[1:])
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for row in rows:
+        category = row.pop("category")
+        for key, value in row.items():
+            if isinstance(value, bool):
+                value = int(value)
+            if isinstance(value, int | float):
+                totals[category][key] += value
     print()
     print("sealsync reliability figures")
     print("=" * 60)
@@ -60,8 +37,8 @@ def main() -> int:
                 lost += value
     print("=" * 60)
     print(f"data lost (files): {int(lost)}")
-    print(f"pytest exit code:  {proc.returncode}")
-    return proc.returncode or (1 if lost else 0)
+    print(f"pytest exit code:  {returncode}")
+    return returncode or (1 if lost else 0)
 
 
 if __name__ == "__main__":

@@ -9,40 +9,14 @@ code, which is this script's, or 1 if any recorded attack was not held.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.reliability.figures import run_suite
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        figures = Path(tmp) / "figures.jsonl"
-        env = dict(os.environ, SEALSYNC_FIGURES=str(figures))
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                str(ROOT / "tests" / "security"),
-                *sys.argv[1:],
-            ],
-            cwd=ROOT,
-            env=env,
-        )
-        rows = []
-        if figures.exists():
-            for line in figures.read_text().splitlines():
-                row = json.loads(line)
-                if row.get("category") == "security":
-                    rows.append(row)
+    returncode, found = run_suite("security", sys.argv[1:])
+    rows = [row for row in found if row.get("category") == "security"]
     print()
     print("sealsync security figures")
     print("=" * 72)
@@ -53,8 +27,8 @@ def main() -> int:
     held = sum(1 for row in rows if row["held"])
     print(f"attacks tried: {len(rows)}")
     print(f"attacks held:  {held}")
-    print(f"pytest exit code: {proc.returncode}")
-    return proc.returncode or (0 if held == len(rows) else 1)
+    print(f"pytest exit code: {returncode}")
+    return returncode or (0 if held == len(rows) else 1)
 
 
 if __name__ == "__main__":
