@@ -116,20 +116,6 @@ def sections(lines: Iterable[str]) -> tuple[list[str], list[str]]:
     return deleted, new
 
 
-def round_lines(deleted: Iterable[str], new: Iterable[str]) -> list[str]:
-    """A whole round's ``sync.log`` lines, as the transfer writes them."""
-    return [
-        "sync start",
-        "sync deleted file names start",
-        *deleted,
-        "sync deleted file names end",
-        "sync tsfile start",
-        *new,
-        "sync tsfile end",
-        "sync end",
-    ]
-
-
 def as_bytes(lines: Iterable[str]) -> bytes:
     return "".join(f"{line}\n" for line in lines).encode("utf-8")
 

@@ -29,12 +29,12 @@ from fakefs_helpers import (
     fresh,
     put,
     record_cuts,
-    round_lines,
     sections,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyfakefs.fake_filesystem import FakeFilesystem
+from state_helpers import sync_log_lines
 
 from receiver.layout import SenderFolder
 from receiver.load.apply import Applier, read_load_log
@@ -52,7 +52,7 @@ NEVER = "sequence/sg1/0/9-9-0.tsfile"  # deleted by the sender, never loaded her
 RESHIPPED = OLD[1]  # its .mods changed: the same data file ships again with the new one
 DELETED = [OLD[0], NEVER]
 NEW = ["sequence/sg1/0/10-10-0.parquet", RESHIPPED]
-LOG = as_bytes(round_lines(DELETED, NEW))
+LOG = as_bytes(sync_log_lines(DELETED, NEW))
 
 
 def device(name: str) -> str:
@@ -343,7 +343,7 @@ def test_random_rounds_cut_anywhere_replay_to_the_model(
     fs: FakeFilesystem, deleted: list[str], new: list[str], data_: st.DataObject
 ) -> None:
     new = [n for n in new if n not in deleted]
-    log = as_bytes(round_lines(deleted, new))
+    log = as_bytes(sync_log_lines(deleted, new))
     cut = data_.draw(st.integers(0, len(log)), label="cut")
     todo = events(log[:cut])
     k = data_.draw(st.integers(0, len(todo)), label="applied")

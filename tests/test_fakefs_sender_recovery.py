@@ -28,12 +28,12 @@ from fakefs_helpers import (
     line_cuts,
     put,
     record_cuts,
-    round_lines,
     sections,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyfakefs.fake_filesystem import FakeFilesystem
+from state_helpers import sync_log_lines
 
 from sealsync.names import is_data_name
 from sender.manage import shipped_mods
@@ -54,7 +54,7 @@ NEW = ["sequence/root.sg1/0/10-10-0.tsfile", RESHIPPED, "unsequence/root.sg1/0/1
 STALE = {"sequence/root.sg9/0/99-99-0.tsfile"}
 SHIPPED = {SYNCED[0]: (10, 1000), GONE[0]: (5, 500), RESHIPPED: (7, 700)}
 SNAPSHOT_MODS = {NEW[0]: (3, 300), RESHIPPED: (12, 1200)}
-LOG = as_bytes(round_lines(GONE, NEW))
+LOG = as_bytes(sync_log_lines(GONE, NEW))
 
 LAST = "last_local_files.txt"
 SHIPPED_FILE = "shipped_mods.txt"
@@ -305,7 +305,7 @@ def crashed_states(draw: st.DrawFn) -> Crashed:
     last = draw(st.none() | st.sets(data_names(), max_size=5))
     deleted = draw(NAMES) + draw(st.lists(st.sampled_from(sorted(last or {"x"})), max_size=2))
     new = draw(NAMES)
-    lines = round_lines([n for n in deleted if is_data_name(n)], new)
+    lines = sync_log_lines([n for n in deleted if is_data_name(n)], new)
     for _ in range(draw(st.integers(0, 2))):  # damage recovery must shrug off
         lines.insert(draw(st.integers(0, len(lines))), draw(JUNK | data_names()))
     log = as_bytes(lines)

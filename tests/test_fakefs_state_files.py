@@ -21,12 +21,12 @@ from fakefs_helpers import (
     as_bytes,
     data_names,
     fresh,
-    round_lines,
     sections,
 )
 from hypothesis import given
 from hypothesis import strategies as st
 from pyfakefs.fake_filesystem import FakeFilesystem
+from state_helpers import sync_log_lines
 
 from receiver.load.apply import read_load_log
 from sealsync import durable
@@ -264,7 +264,7 @@ def test_every_prefix_of_a_written_sync_log_reads_as_its_complete_lines(
     path = DIR / "sync.log"
     write_round(path, deleted, new, grouped)
     whole = path.read_bytes()
-    lines = round_lines(deleted, new)
+    lines = sync_log_lines(deleted, new)
     assert whole == as_bytes(lines)
     for cut in sorted({len(whole), *data.draw(st.lists(st.integers(0, len(whole)), max_size=8))}):
         path.write_bytes(whole[:cut])
