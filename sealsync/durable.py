@@ -6,7 +6,10 @@ change (docs/design.md §2.1), so writers go through here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,22 +32,106 @@ def _fsync(path: str | os.PathLike[str], flags: int) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
+def atomic_write(
+    path: str | os.PathLike[str],
+    data: bytes | str,
+    mode: int = 0o644,
+    *,
+    replace: bool = True,
+    sync: bool = True,
+) -> None:
+    """Publish ``data`` at ``path`` so that readers see the old or the new file, never half.
+
+    The temporary has a name of its own in ``path``'s folder, so two writers of one
+    path (two senders of one instance, a run and its rerun) never write into each
+    other's temporary; the last rename wins whole. It is created private (0600) and
+    set to exactly ``mode`` before any byte is written, whatever the umask, so a key
+    is never readable by others, not even for an instant. A failure at any step
+    removes the temporary and leaves ``path`` as it was; one a crash left behind is
+    removed by the next write of ``path`` (see :func:`_remove_dead_temporaries`).
+
+    ``replace=False`` publishes only if ``path`` does not exist yet (a hard link,
+    which raises FileExistsError otherwise): "create once" without a check-then-write
+    race. ``sync=False`` skips the fsyncs, for files whose crash consistency does not
+    matter (the simulated edge database) but whose readers must still see them whole.
+    """
     path = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    _remove_dead_temporaries(path)
+    fd, tmp = _locked_temporary(path)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync:
+                os.fsync(fd)
+            if replace:
+                os.replace(tmp, path)
+            else:
+                os.link(tmp, path)
+                os.unlink(tmp)
+        finally:
+            os.close(fd)  # only now: the lock marks the temporary live until it is renamed
+    except BaseException:
+        with contextlib.suppress(OSError):  # never hide the failure that got us here
+            os.unlink(tmp)
+        raise
+    if sync:
+        fsync_dir(path.parent)
+
+
+def _locked_temporary(path: Path) -> tuple[int, str]:
+    """A new temporary for ``path``, open and flocked: the lock says a writer owns it.
+
+    A sweeper may lock and remove the file between its creation and our lock; the
+    lock then comes once it is gone (no link left), and we take another name.
+    """
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with contextlib.suppress(OSError):  # no flock here (some FUSE): no sweeping either
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink > 0:
+                return fd, tmp
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+
+
+def _remove_dead_temporaries(path: Path) -> None:
+    """Remove the temporaries of ``path`` whose writer died (a crash, a kill).
+
+    A shared temporary name cleaned itself up (the next writer reused it); names of
+    their own would pile up after crashes instead. A live writer holds a flock on its
+    temporary until it is renamed, so one that can be locked has no writer left.
+    Failures are ignored: a temporary left here is only clutter, removed next time.
+    """
+    prefix = f".{path.name}."
+    try:
+        names = [n for n in os.listdir(path.parent) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        tmp = path.parent / name
+        try:
+            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            here, locked = os.lstat(tmp), os.fstat(fd)
+            if (here.st_dev, here.st_ino) == (locked.st_dev, locked.st_ino):
+                os.unlink(tmp)
+        except OSError:
+            pass  # locked by a live writer, or renamed or removed meanwhile
+        finally:
+            os.close(fd)
 
 
 def write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:

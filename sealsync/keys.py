@@ -11,48 +11,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import secrets
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sealsync.durable import fsync_dir
+from sealsync.durable import atomic_write
 from sealsync.errors import SealsyncError
 
 
 def public_path(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     return path.with_name(path.name + ".pub")
-
-
-def _write_new(path: Path, data: bytes, mode: int, force: bool) -> None:
-    """Write ``data`` at ``path`` with ``mode`` from the first byte on.
-
-    The temporary is created with ``mode`` (O_EXCL, fchmod against a lax umask), so a
-    private key is never readable by others, not even for an instant; it is then
-    linked into place, which fails instead of overwriting unless ``force``.
-    """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if force:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # atomic "create if absent": no check-then-write race
-            os.unlink(tmp)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
 
 
 def generate_keypair(
@@ -83,8 +53,9 @@ def generate_keypair(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
         )
         line = public_blob.decode("ascii") + (f" {comment}" if comment else "")
-        _write_new(path, private, 0o600, force)
-        _write_new(pub, (line + "\n").encode("utf-8"), 0o644, force)
+        # 0600 from the first byte; without force, linked into place (never overwrites)
+        atomic_write(path, private, 0o600, replace=force)
+        atomic_write(pub, line + "\n", 0o644, replace=force)
     except FileExistsError as e:
         target = e.filename2 or e.filename or path  # os.link names the target second
         raise SealsyncError(f"{target} already exists (use --force to overwrite)") from None

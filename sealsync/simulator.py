@@ -11,9 +11,11 @@ TsFiles are written in the tree model (devices ``root.sg1.d1``, measurements
 function of (device, measurement, time), :func:`point_value`, so a test can
 compute the rows a file holds (:func:`expected_table`) without reading it.
 
-The files are the simulated database's, not sealsync state, so they are written
-with plain renames and no fsync: crash consistency of the edge database is not
-what the tests exercise, and hundreds of fsyncs would slow them down.
+As in an instance, a data file is written in place (it counts only once sealed),
+``X.resource`` and ``X.merge`` appear whole (``durable.atomic_write``), and
+deletions are appended to ``X.mods``. The files are the simulated database's, not
+sealsync state, so nothing is fsynced: crash consistency of the edge database is
+not what the tests exercise, and hundreds of fsyncs would slow them down.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sealsync import formats
+from sealsync import durable, formats
 from sealsync.formats import mods
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from sealsync.names import check_data_name, check_relative
@@ -77,9 +79,7 @@ def expected_table(
 
 def _publish(path: Path, text: str) -> None:
     """Make a sidecar appear whole: readers see no file or the full content."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    durable.atomic_write(path, text, sync=False)
 
 
 def _dedupe_keep_last(table: pa.Table) -> pa.Table:

@@ -21,13 +21,14 @@ against the Hadoop client jar PySpark ships)::
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
+
+from sealsync import durable
 
 CLASS = "io.sealsync.hadoop.PosixLocalFileSystem"
 FALLBACK = "org.apache.hadoop.fs.RawLocalFileSystem"
@@ -95,7 +96,7 @@ def build(jar: Path = JAR, javac: str = "javac") -> None:
                 info = zipfile.ZipInfo(path.relative_to(out).as_posix(), _EPOCH)
                 zf.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
         jar.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(staged, jar)
+        durable.atomic_write(jar, staged.read_bytes())  # a loader never sees half a jar
 
 
 if __name__ == "__main__":

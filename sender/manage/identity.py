@@ -39,22 +39,15 @@ def _create_once(path: Path) -> None:
 
     Two senders of one instance (towards different receivers) may start together; a
     plain atomic replace would let the loser run a round under a UUID that is then
-    overwritten. The new file is written durably under a private name and hard-linked
-    into place, which fails if ``uuid.txt`` already exists; the loser then reads the
-    winner's UUID.
+    overwritten. The new file is published only if ``uuid.txt`` does not exist yet
+    (``replace=False``); the loser then reads the winner's UUID.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        private = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
-        durable.atomic_write(private, f"{uuid.uuid4()}\n")
         try:
-            os.link(private, path)
+            durable.atomic_write(path, f"{uuid.uuid4()}\n", replace=False)
         except FileExistsError:
             pass
-        else:
-            durable.fsync_dir(path.parent)
-        finally:
-            durable.remove(private)
     except OSError as exc:
         raise LocalIOError(f"cannot create the sender UUID file {path}: {exc.strerror}") from exc
 
