@@ -77,7 +77,7 @@ def _key_blob(key: object) -> bytes:
             raise SealsyncError(f"not an OpenSSH public key line: {key[:40]!r}") from None
     asbytes = getattr(key, "asbytes", None)  # paramiko.PKey
     if callable(asbytes):
-        return asbytes()
+        return bytes(asbytes())
     raise TypeError(f"cannot take the fingerprint of {type(key).__name__}")
 
 
