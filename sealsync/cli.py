@@ -277,11 +277,16 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
 
 @cli.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
-def serve(config_path: Path) -> None:
-    """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly."""
+@click.option("--init", is_flag=True, help="Create the schema dir and data dirs if missing.")
+def serve(config_path: Path, init: bool) -> None:
+    """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly.
+
+    The schema dir and data dirs must exist (a typo or an unmounted disk is an error,
+    exit 2); --init creates the missing ones, for a receiver's first start.
+    """
     from receiver.serve import serve as serve_until_stopped
 
-    config = load_receiver_config(config_path)
+    config = load_receiver_config(config_path, init=init)
     raise click.exceptions.Exit(serve_until_stopped(config))
 
 

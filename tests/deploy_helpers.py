@@ -188,6 +188,8 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
         dep_senders.append(Sender(name, edge, config))
     (keys / "authorized_keys").write_text("".join(a + "\n" for a in authorized))
     receiver_data, receiver_schema = root / "dc" / "data", root / "dc" / "schema"
+    receiver_data.mkdir(parents=True, exist_ok=True)
+    receiver_schema.mkdir(parents=True, exist_ok=True)
     receiver_config = root / "receiver.toml"
     receiver_config.write_text(
         f'[receiver]\nlisten = "127.0.0.1:{port}"\nhost_key = "{keys / "host"}"\n'

@@ -505,6 +505,7 @@ def test_service_takes_the_receiver_table_as_a_mapping(
 ) -> None:
     table = receiver_mapping(tmp_path, keys)
     table.update(schema_dir="dc/schema", data_dirs=["dc/data", "dc/data2"], max_sessions=3)
+    (tmp_path / "dc" / "data2").mkdir()
     svc = ReceiverService({"receiver": table}, base_dir=tmp_path)
     assert svc.config.schema_dir == tmp_path / "dc" / "schema"
     assert svc.config.data_dirs == [tmp_path / "dc" / "data", tmp_path / "dc" / "data2"]
