@@ -15,7 +15,9 @@
    the sender gets an ERROR frame ``busy`` after its HELLO and retries later.
 
 Failures in a connection are logged and end that connection only. ``start()``
-replays unfinished rounds (``recover_all``) before accepting anything.
+takes the storage lock (one receiver per storage, receiver/lock.py), replays
+unfinished rounds (``recover_all``) before accepting anything, and serves
+``/metrics`` if ``metrics_listen`` is set (receiver/metrics.py).
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ from receiver import chunk_pipe
 from receiver.auth import AuthorizedKeys, SenderKeys, is_allowed, peer_address
 from receiver.inspect_pool import InspectPool, verify_in_worker
 from receiver.load.owners import DeviceOwners
+from receiver.lock import StorageLock
+from receiver.metrics import MetricsServer, ReceiverMetrics
 from receiver.recover.replay import recover_all
 from receiver.rounds import Rounds
 from receiver.schema import SchemaStore
 from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext
 from receiver.storage import DirectoryStorage, Storage
-from sealsync.config import ReceiverConfig
+from sealsync.config import ReceiverConfig, format_endpoint
 from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
@@ -69,14 +73,16 @@ SSH_LOG = "sealsync.receiver.ssh"
 class _PeerGone(logging.Filter):
     """paramiko logs any failure of one connection (a peer's abrupt disconnect, a port
     probe that never sends a banner, a failed handshake) as ERROR lines with a
-    traceback; for a server that is routine (a sender killed by cron, a health check,
-    a port scanner) and says nothing about the service, so it is demoted to INFO —
-    visible with ``-v``, out of the way otherwise."""
+    traceback, and every connection's handshake at INFO; for a server that is routine
+    (a sender killed by cron, a health check, a port scanner) and says nothing about
+    the service, which logs each connection's outcome itself. So all of it is
+    demoted to DEBUG: visible with ``-v``, out of the way otherwise. The logger let
+    the record through at its original level, so the demoted level is checked here."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
-            record.levelno, record.levelname = logging.INFO, "INFO"
-        return True
+        if record.levelno > logging.DEBUG:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
 logging.getLogger(SSH_LOG).addFilter(_PeerGone())
@@ -95,9 +101,10 @@ def load_host_key(path: Path) -> paramiko.PKey:
 class _SshServer(paramiko.ServerInterface):
     """Policy for one connection: public keys only, one session, one subsystem."""
 
-    def __init__(self, authorized: AuthorizedKeys, peer_ip: str) -> None:
+    def __init__(self, authorized: AuthorizedKeys, peer_ip: str, metrics: ReceiverMetrics) -> None:
         self.authorized = authorized
         self.peer_ip = peer_ip
+        self.metrics = metrics
         self.key_fingerprint = ""
         self.channel_opened = False
         self.handler: _Handler | None = None
@@ -117,6 +124,7 @@ class _SshServer(paramiko.ServerInterface):
             self.key_fingerprint = fingerprint(key)
             return paramiko.AUTH_SUCCESSFUL
         log.warning("%s: public key %s not authorized", self.peer_ip, fingerprint(key))
+        self.metrics.refused("key")
         return paramiko.AUTH_FAILED
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
@@ -180,10 +188,19 @@ class ReceiverService:
         self.storage: Storage = (
             storage if storage is not None else DirectoryStorage(list(config.data_dirs))
         )
+        self._storage_lock = StorageLock(config.schema_dir, config.data_dirs)
+        self.metrics = ReceiverMetrics(
+            [("schema", config.schema_dir), *(("data", d) for d in config.data_dirs)]
+        )
+        self._metrics_server: MetricsServer | None = None
         self._pool: InspectPool | None = None
+        inspect_many = None
         if inspect is None:
             self._pool = InspectPool(workers=inspect_workers, target=verify_in_worker)
             inspect = self._pool.inspect
+            inspect_many = self.metrics.tracked(self._pool.inspect_many, count=len)
+            self.metrics.workers_alive = self._pool.alive
+        inspect = self.metrics.tracked(inspect)
         self._inspect = inspect
         self.owners = DeviceOwners(config.schema_dir)
         self.rounds = Rounds(self.storage, self.owners, inspect)
@@ -191,11 +208,12 @@ class ReceiverService:
             data_dirs=list(config.data_dirs),
             owners=self.owners,
             inspect=inspect,
-            inspect_many=self._pool.inspect_many if self._pool is not None else None,
+            inspect_many=inspect_many,
             sender_keys=SenderKeys(config.schema_dir),
             schema=SchemaStore(config.schema_dir),
             rounds=self.rounds,
             load_wait=load_wait,
+            metrics=self.metrics,
         )
         self._authorized = AuthorizedKeys(config.authorized_keys)
         self.max_connections = max(2 * config.max_sessions, config.max_sessions + 4)
@@ -223,15 +241,20 @@ class ReceiverService:
             return self._sessions
 
     def start(self) -> ReceiverService:
-        """Recover unfinished rounds, then listen and accept in a background thread."""
+        """Lock the storage, recover unfinished rounds, then listen and accept in a
+        background thread. ReceiverLocked (exit 75) if another receiver has the storage."""
         if self._state != "new":
             raise SealsyncError(f"the receiver service cannot start: it is {self._state}")
         try:
+            self._storage_lock.acquire()
             self._host_key = load_host_key(self.config.host_key)
             if self._pool is not None:
                 self._pool.warm()
             recover_all(list(self.config.data_dirs), self.storage, self.owners, self._inspect)
             self._listener = self._listen()
+            if self.config.metrics_listen is not None:
+                host, port = self.config.metrics_listen
+                self._metrics_server = MetricsServer(self.metrics, host, port).start()
         except BaseException:
             self.stop()  # the pool may have started for recovery
             raise
@@ -240,9 +263,13 @@ class ReceiverService:
             target=self._accept_loop, name="sealsync-accept", daemon=True
         )
         self._accept_thread.start()
-        host, port = self.address
-        log.info("receiver listening on %s:%d", host, port)
+        log.info("receiver listening on %s", format_endpoint(*self.address))
         return self
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """The bound (host, port) of ``/metrics``, if it is served."""
+        return self._metrics_server.address if self._metrics_server is not None else None
 
     def _listen(self) -> socket.socket:
         host, port = self.config.listen_host, self.config.listen_port
@@ -266,6 +293,8 @@ class ReceiverService:
             self._state = "stopped"
             transports = [t for t in self._connections.values() if t is not None]
             threads = list(self._connections)
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
         if self._listener is not None:
             try:  # wakes the accept() in progress at once
                 self._listener.shutdown(socket.SHUT_RDWR)
@@ -286,6 +315,7 @@ class ReceiverService:
         if self._pool is not None:
             self._pool.close()
         self.owners.close()
+        self._storage_lock.release()  # last: nothing of this service touches the storage now
         if was_running:
             log.info("receiver stopped")
 
@@ -326,6 +356,7 @@ class ReceiverService:
             return
         if not is_allowed(ip, self.config.allow):
             log.warning("connection from %s refused: address not in the allow list", ip)
+            self.metrics.refused("allow_list")
             sock.close()
             return
         with self._lock:
@@ -336,6 +367,7 @@ class ReceiverService:
                 log.warning(
                     "connection from %s refused: %d connections open", ip, len(self._connections)
                 )
+                self.metrics.refused("connections")
                 sock.close()
                 return
             thread = threading.Thread(
@@ -354,7 +386,7 @@ class ReceiverService:
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             transport = self._make_transport(sock)
-            server = _SshServer(self._authorized, peer_ip)
+            server = _SshServer(self._authorized, peer_ip, self.metrics)
             with self._lock:
                 if self._state != "running":
                     return
@@ -364,12 +396,13 @@ class ReceiverService:
                 if transport.is_active() and self._state == "running":
                     log.info("%s: no %s session opened in time, closing", peer_ip, SUBSYSTEM)
                 else:
-                    log.info("%s: connection closed before a session started", peer_ip)
+                    log.debug("%s: connection closed before a session started", peer_ip)
                 return
             assert server.handler is not None
             server.handler.join()
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            log.info("%s: connection ended: %s", peer_ip, exc or type(exc).__name__)
+            # A port probe, a scanner, a sender killed mid-handshake: routine (see _PeerGone).
+            log.debug("%s: connection ended: %s", peer_ip, exc or type(exc).__name__)
         except Exception:
             log.exception("%s: connection failed", peer_ip)
         finally:
@@ -430,6 +463,7 @@ class ReceiverService:
     def _refuse_busy(self, channel: paramiko.Channel, peer_ip: str) -> None:
         """Over the session bound: answer the HELLO with ERROR busy so the sender retries."""
         log.warning("%s: session refused: %d sessions open", peer_ip, self.config.max_sessions)
+        self.metrics.refused("sessions")
         channel.settimeout(BUSY_REPLY_TIMEOUT)
         try:
             receive(channel)  # the HELLO; the sender reads the answer after sending it

@@ -127,7 +127,8 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """Ship sealed time-series data files between instances, load them exactly once.
 
     Exit codes: 0 success, 1 failure, 2 usage or configuration error, 75 another
-    sender holds the lock for that receiver.
+    sender holds the lock for that receiver (send) or another receiver serves that
+    storage (serve).
     """
     ctx.obj = Options(verbose=verbose, quiet=quiet)
     _setup_logging(verbose, quiet)
@@ -278,16 +279,22 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
 @cli.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 @click.option("--init", is_flag=True, help="Create the schema dir and data dirs if missing.")
-def serve(config_path: Path, init: bool) -> None:
+@click.pass_obj
+def serve(opts: Options, config_path: Path, init: bool) -> None:
     """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly.
 
     The schema dir and data dirs must exist (a typo or an unmounted disk is an error,
-    exit 2); --init creates the missing ones, for a receiver's first start.
+    exit 2); --init creates the missing ones, for a receiver's first start. One
+    receiver per storage: another one on the same folders exits 75, naming its pid.
+    Logs go to stderr (and log_file) with timestamps, at INFO (-v: DEBUG).
     """
     from receiver.serve import serve as serve_until_stopped
+    from receiver.serve import server_logging
 
-    config = load_receiver_config(config_path, init=init)
-    raise click.exceptions.Exit(serve_until_stopped(config))
+    with server_logging(opts.verbose, opts.quiet):
+        config = load_receiver_config(config_path, init=init)
+        code = serve_until_stopped(config)
+    raise click.exceptions.Exit(code)
 
 
 @cli.command(short_help="Run one Spark ingest of the loaded files.")

@@ -88,7 +88,7 @@ class Deployment:
     def start_receiver(self, env: dict[str, str] | None = None, wait: bool = True) -> None:
         log = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
-            [*SEALSYNC, "-v", "serve", "--config", str(self.receiver_config)],
+            [*SEALSYNC, "serve", "--config", str(self.receiver_config)],  # logs at INFO
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -62,6 +62,8 @@ from sealsync.protocol import (
 from sealsync.simulator import EdgeInstance
 
 LOCAL = "127.0.0.1"
+# The one receiver per storage lock files every started service holds (receiver/lock.py).
+STORAGE_LOCKS = {"schema/sync/receiver.lock", "data/sync-receiver/receiver.lock"}
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +308,7 @@ def test_key_not_authorized_fails_auth_and_writes_nothing(
     with ReceiverService(config, inspect=pool.inspect) as svc:
         with pytest.raises(paramiko.AuthenticationException):
             Client(svc.address, keys["edge_b"])
-    assert files_under(tmp_path / "dc") == set()
+    assert files_under(tmp_path / "dc") == STORAGE_LOCKS
 
 
 def test_peer_outside_allow_list_is_closed_before_ssh(
@@ -322,7 +324,7 @@ def test_peer_outside_allow_list_is_closed_before_ssh(
         assert got == b""  # not even the SSH banner
         with pytest.raises(paramiko.SSHException):
             Client(svc.address, keys["edge_a"])
-    assert files_under(tmp_path / "dc") == set()
+    assert files_under(tmp_path / "dc") == STORAGE_LOCKS
 
 
 def test_uuid_claimed_by_a_second_key_gets_error_auth(
@@ -374,7 +376,7 @@ def test_hostile_frame_ends_only_that_session(
         assert isinstance(msg, Error) and msg.code == code, msg
         assert c.closed_by_peer()
     # the round the hostile frame ended logged nothing to load: it is forgotten at once
-    assert files_under(tmp_path / "dc") == {"schema/sync/sender_keys.txt"}
+    assert files_under(tmp_path / "dc") == {"schema/sync/sender_keys.txt", *STORAGE_LOCKS}
     assert not list(tmp_path.glob("**/evil.tsfile"))
     good_round(service, keys, tmp_path)  # the service still serves
 
