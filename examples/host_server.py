@@ -1,6 +1,6 @@
 """A host server process that embeds the sealsync receiver plugin with its own storage.
 
-    python examples/host_server.py --config receiver.toml --store ./host-store
+    python examples/host_server.py --config receiver.toml --store ./host-store [--init]
 
 The receiver runs *inside* the host (here: this script), as it would inside a
 database server. The host decides where loaded files live and how it registers them
@@ -105,8 +105,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, type=Path, help="receiver TOML")
     parser.add_argument("--store", required=True, type=Path, help="the host's file store")
+    parser.add_argument(
+        "--init", action="store_true", help="create the receiver's schema and data dirs"
+    )
     args = parser.parse_args()
-    config = load_receiver_config(args.config)
+    # The receiver's folders are created only when asked: a typo'd or unmounted one
+    # must stop the host, not become an empty folder.
+    config = load_receiver_config(args.config, init=args.init)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -107,7 +108,14 @@ def _exit_with_host(host: int) -> None:
     Pool workers never notice a host killed by SIGKILL (they wait on a queue whose
     write end they hold themselves), and they keep the fork server and the resource
     tracker alive: a receiver killed -9 would leave four processes behind for good.
+
+    Ctrl-C at a terminal and systemd's stop signal reach every process of the group,
+    workers included; a worker would die with a KeyboardInterrupt traceback, or
+    mid-check. Stopping is the host's to do (it shuts the pool down), so workers
+    ignore both.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def watch() -> None:
         while _host_alive(host):
@@ -249,6 +257,14 @@ class InspectPool:
             return self.inspect(path)
         except FormatError as exc:
             return exc
+
+    def alive(self) -> int:
+        """Worker processes alive now (the receiver's metrics)."""
+        with self._lock:
+            pool = self._pool
+        # ``_processes`` is private but the only handle on the workers (see _discard).
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        return sum(1 for proc in procs if proc.is_alive())
 
     def close(self) -> None:
         with self._lock:

@@ -22,7 +22,9 @@
    an ERROR frame ``busy`` after its HELLO and retries later.
 
 Failures in a connection are logged and end that connection only. ``start()``
-replays unfinished rounds (``recover_all``) before accepting anything.
+takes the storage lock (one receiver per storage, receiver/lock.py), replays
+unfinished rounds (``recover_all``) before accepting anything, and serves
+``/metrics`` if ``metrics_listen`` is set (receiver/metrics.py).
 """
 
 from __future__ import annotations
@@ -51,12 +53,14 @@ from receiver.inspect_pool import InspectPool, verify_in_worker
 from receiver.layout import RECEIVER_FOLDER
 from receiver.limits import Admission, ByteLedger, Outcome, Quota, SlotCounter, Startup
 from receiver.load.owners import DeviceOwners
+from receiver.lock import StorageLock
+from receiver.metrics import MetricsServer, ReceiverMetrics
 from receiver.recover.replay import recover_all
 from receiver.rounds import Rounds
 from receiver.schema import SchemaStore
 from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext, SessionLimits
 from receiver.storage import DirectoryStorage, Storage
-from sealsync.config import ReceiverConfig
+from sealsync.config import ReceiverConfig, format_endpoint
 from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
@@ -90,14 +94,16 @@ SSH_LOG = "sealsync.receiver.ssh"
 class _PeerGone(logging.Filter):
     """paramiko logs any failure of one connection (a peer's abrupt disconnect, a port
     probe that never sends a banner, a failed handshake) as ERROR lines with a
-    traceback; for a server that is routine (a sender killed by cron, a health check,
-    a port scanner) and says nothing about the service, so it is demoted to INFO —
-    visible with ``-v``, out of the way otherwise."""
+    traceback, and every connection's handshake at INFO; for a server that is routine
+    (a sender killed by cron, a health check, a port scanner) and says nothing about
+    the service, which logs each connection's outcome itself. So all of it is
+    demoted to DEBUG: visible with ``-v``, out of the way otherwise. The logger let
+    the record through at its original level, so the demoted level is checked here."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
-            record.levelno, record.levelname = logging.INFO, "INFO"
-        return True
+        if record.levelno > logging.DEBUG:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
 logging.getLogger(SSH_LOG).addFilter(_PeerGone())
@@ -120,11 +126,13 @@ class _SshServer(paramiko.ServerInterface):
         self,
         authorized: AuthorizedKeys,
         peer_ip: str,
+        metrics: ReceiverMetrics,
         admission: Admission | None = None,
         startup: Startup | None = None,
     ) -> None:
         self.authorized = authorized
         self.peer_ip = peer_ip
+        self.metrics = metrics
         self.admission = admission
         self.startup = startup
         self.key_fingerprint = ""
@@ -154,6 +162,7 @@ class _SshServer(paramiko.ServerInterface):
             return AUTH_SUCCESSFUL
         self.auth_failures += 1
         log.warning("%s: public key %s not authorized", self.peer_ip, fingerprint(key))
+        self.metrics.refused("key")
         return AUTH_FAILED
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
@@ -217,11 +226,20 @@ class ReceiverService:
         self.storage: Storage = (
             storage if storage is not None else DirectoryStorage(list(config.data_dirs))
         )
+        self._storage_lock = StorageLock(config.schema_dir, config.data_dirs)
+        self.metrics = ReceiverMetrics(
+            [("schema", config.schema_dir), *(("data", d) for d in config.data_dirs)]
+        )
+        self._metrics_server: MetricsServer | None = None
         limits = self._session_limits(config)  # before any worker starts: it may refuse
         self._pool: InspectPool | None = None
+        inspect_many = None
         if inspect is None:
             self._pool = InspectPool(workers=inspect_workers, target=verify_in_worker)
             inspect = self._pool.inspect
+            inspect_many = self.metrics.tracked(self._pool.inspect_many, count=len)
+            self.metrics.workers_alive = self._pool.alive
+        inspect = self.metrics.tracked(inspect)
         self._inspect = inspect
         self.owners = DeviceOwners(config.schema_dir)
         self.rounds = Rounds(self.storage, self.owners, inspect)
@@ -229,12 +247,13 @@ class ReceiverService:
             data_dirs=list(config.data_dirs),
             owners=self.owners,
             inspect=inspect,
-            inspect_many=self._pool.inspect_many if self._pool is not None else None,
+            inspect_many=inspect_many,
             sender_keys=SenderKeys(config.schema_dir, config.max_uuids_per_key),
             schema=SchemaStore(config.schema_dir),
             rounds=self.rounds,
             load_wait=load_wait,
             limits=limits,
+            metrics=self.metrics,
         )
         self._authorized = AuthorizedKeys(config.authorized_keys)
         self.admission = Admission(
@@ -301,15 +320,20 @@ class ReceiverService:
             return self._sessions
 
     def start(self) -> ReceiverService:
-        """Recover unfinished rounds, then listen and accept in a background thread."""
+        """Lock the storage, recover unfinished rounds, then listen and accept in a
+        background thread. ReceiverLocked (exit 75) if another receiver has the storage."""
         if self._state != "new":
             raise SealsyncError(f"the receiver service cannot start: it is {self._state}")
         try:
+            self._storage_lock.acquire()
             self._host_key = load_host_key(self.config.host_key)
             if self._pool is not None:
                 self._pool.warm()
             recover_all(list(self.config.data_dirs), self.storage, self.owners, self._inspect)
             self._listener = self._listen()
+            if self.config.metrics_listen is not None:
+                host, port = self.config.metrics_listen
+                self._metrics_server = MetricsServer(self.metrics, host, port).start()
         except BaseException:
             self.stop()  # the pool may have started for recovery
             raise
@@ -318,9 +342,13 @@ class ReceiverService:
             target=self._accept_loop, name="sealsync-accept", daemon=True
         )
         self._accept_thread.start()
-        host, port = self.address
-        log.info("receiver listening on %s:%d", host, port)
+        log.info("receiver listening on %s", format_endpoint(*self.address))
         return self
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """The bound (host, port) of ``/metrics``, if it is served."""
+        return self._metrics_server.address if self._metrics_server is not None else None
 
     def _listen(self) -> socket.socket:
         host, port = self.config.listen_host, self.config.listen_port
@@ -344,6 +372,8 @@ class ReceiverService:
             self._state = "stopped"
             transports = [t for t in self._connections.values() if t is not None]
             threads = list(self._connections)
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
         if self._listener is not None:
             try:  # wakes the accept() in progress at once
                 self._listener.shutdown(socket.SHUT_RDWR)
@@ -364,6 +394,7 @@ class ReceiverService:
         if self._pool is not None:
             self._pool.close()
         self.owners.close()
+        self._storage_lock.release()  # last: nothing of this service touches the storage now
         if was_running:
             log.info("receiver stopped")
 
@@ -405,6 +436,7 @@ class ReceiverService:
             return
         if not is_allowed(ip, self.config.allow):
             log.warning("connection from %s refused: address not in the allow list", ip)
+            self.metrics.refused("allow_list")
             sock.close()
             return
         with self._lock:
@@ -415,6 +447,7 @@ class ReceiverService:
                 log.warning(
                     "connection from %s refused: %d connections open", ip, len(self._connections)
                 )
+                self.metrics.refused("connections")
                 sock.close()
                 return
             startup = self.admission.admit(ip)
@@ -442,7 +475,7 @@ class ReceiverService:
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             transport = self._make_transport(sock)
-            server = _SshServer(self._authorized, peer_ip, self.admission, startup)
+            server = _SshServer(self._authorized, peer_ip, self.metrics, self.admission, startup)
             with self._lock:
                 if self._state != "running":
                     return
@@ -462,12 +495,13 @@ class ReceiverService:
                         self.config.login_grace_time,
                     )
                 else:
-                    log.info("%s: connection closed before a session started", peer_ip)
+                    log.debug("%s: connection closed before a session started", peer_ip)
                 return
             assert server.handler is not None
             server.handler.join()
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            log.info("%s: connection ended: %s", peer_ip, exc or type(exc).__name__)
+            # A port probe, a scanner, a sender killed mid-handshake: routine (see _PeerGone).
+            log.debug("%s: connection ended: %s", peer_ip, exc or type(exc).__name__)
         except Exception:
             log.exception("%s: connection failed", peer_ip)
         finally:
@@ -559,6 +593,7 @@ class ReceiverService:
     def _refuse_busy(self, channel: paramiko.Channel, peer_ip: str, message: str) -> None:
         """Over a session bound: answer the HELLO with ERROR busy so the sender retries."""
         log.warning("%s: session refused: %s", peer_ip, message)
+        self.metrics.refused("sessions")
         channel.settimeout(BUSY_REPLY_TIMEOUT)
         stream = channel_stream(channel)
         try:

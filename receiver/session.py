@@ -59,12 +59,14 @@ from receiver.layout import SenderFolder, SyncLog
 from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
 from receiver.load.loader import Loader
 from receiver.load.owners import DeviceOwners
+from receiver.metrics import ReceiverMetrics
 from receiver.rounds import Busy, Rounds
 from receiver.schema import SchemaStore
 from receiver.writer import BackgroundWriter
 from sealsync import __version__, durable
 from sealsync.crashpoints import crash_point
 from sealsync.errors import FormatError, SealsyncError
+from sealsync.output import human_bytes
 from sealsync.printable import printable
 from sealsync.protocol import (
     MAX_TEXT,
@@ -204,6 +206,8 @@ class SessionContext:
         default_factory=lambda: ThreadPoolExecutor(IO_THREADS, thread_name_prefix="sealsync-io")
     )
     """Threads for fsyncs and inspections issued together (see ``incoming.stage_all``)."""
+    metrics: ReceiverMetrics = field(default_factory=ReceiverMetrics)
+    """The service's counters (receiver/metrics.py)."""
 
 
 def clean_text(text: str, limit: int = MAX_TEXT) -> str:
@@ -230,6 +234,11 @@ class _Round:
         self.deleted_open = False
         self.deleted_done = False
         self.tsfile_open = False
+        self.started = time.monotonic()
+        self.received = 0  # files verified
+        self.refused = 0  # any other verdict
+        self.deleted = 0
+        self.bytes = 0  # of every file stream received whole
         self.sync_log.start()
         crash_point("receiver.synclog.start")
 
@@ -306,10 +315,13 @@ class Session:
 
     def run(self) -> None:
         who = f"{self.peer_ip} ({self.key_fingerprint})"
+        opened = False
         try:
             self._hello()
             who = f"sender {self.uuid} '{printable(self.name)}' at {self.peer_ip}"
-            log.info("%s: session open", who)
+            log.debug("%s: session open", who)
+            self.ctx.metrics.session_opened()
+            opened = True
             while True:
                 if self._arrived or self._committing is not None:
                     self._pump_commits()  # before blocking: the sender may wait for verdicts
@@ -317,7 +329,7 @@ class Session:
                 if isinstance(msg, Bye):
                     if self._round is not None or self._file is not None:
                         raise ProtocolError("BYE in the middle of a round", code="unexpected")
-                    log.info("%s: session closed (%d files verified)", who, self.files_verified)
+                    log.debug("%s: session closed (%d files verified)", who, self.files_verified)
                     return
                 self._dispatch(msg)
         except ConnectionClosed as exc:
@@ -346,6 +358,8 @@ class Session:
             if self._sender_slot:
                 self.ctx.limits.sender_sessions.release(self.uuid)
                 self._sender_slot = False
+            if opened:
+                self.ctx.metrics.session_closed()
 
     def _recv(self) -> AnyMessage:
         if self._stall is not None:
@@ -413,6 +427,7 @@ class Session:
         self._writer.close()
         rnd, self._round = self._round, None
         if rnd is not None:
+            self.ctx.metrics.round_ended("abandoned")
             try:
                 rnd.sync_log.close()
                 rnd.loader.finish(self.ctx.load_wait, abandoned=True)
@@ -445,6 +460,7 @@ class Session:
                 self.peer_ip,
                 msg.uuid,
             )
+            self.ctx.metrics.refused("sender_key")
             raise ProtocolError(
                 f"sender UUID {msg.uuid} is bound to another public key", code="auth"
             )
@@ -512,6 +528,7 @@ class Session:
             loader = self.ctx.rounds.begin(folder, wait=self.ctx.load_wait)
         except Busy as exc:
             log.info("sender %s: round on %s refused: busy: %s", self.uuid, folder.root, exc)
+            self.ctx.metrics.refused("round_busy")
             self._send(RoundReady("busy", clean_text(str(exc))))
             return
         try:
@@ -521,7 +538,7 @@ class Session:
             raise
         if self.ctx.limits.quota is not None:
             self.ctx.limits.quota.used(self.uuid)  # measured once per sender, here, not mid-stream
-        log.info("sender %s: round started in %s", self.uuid, folder.root)
+        log.debug("sender %s: round started in %s", self.uuid, folder.root)
         self._send(RoundReady("ready", ""))
 
     def _owners(self, msg: OwnersQuery) -> None:
@@ -535,6 +552,8 @@ class Session:
         rnd = self._require_round()
         rnd.log_deleted(msg.name)
         rnd.loader.delete(msg.name)
+        rnd.deleted += 1
+        self.ctx.metrics.deleted()
         self._send(DeleteAck(msg.name))
 
     def _round_end(self) -> None:
@@ -545,11 +564,19 @@ class Session:
         loaded = rnd.loader.finish(self.ctx.load_wait)
         self._round = None
         self.ctx.rounds.end(rnd.folder)
+        self.ctx.metrics.round_ended("done")
         log.info(
-            "sender %s: round in %s ended (%s)",
+            "sender %s at %s: round done in %s: %d files received (%s), %d deleted, "
+            "%d refused, %.1f s%s",
             self.uuid,
-            rnd.folder.root,
-            "loaded" if loaded else "still loading",
+            self.peer_ip,
+            rnd.folder.data_dir,
+            rnd.received,
+            human_bytes(rnd.bytes),
+            rnd.deleted,
+            rnd.refused,
+            time.monotonic() - rnd.started,
+            "" if loaded else ", still loading",
         )
         self._send(RoundDone(bool(loaded)))
 
@@ -644,6 +671,8 @@ class Session:
             return
         incoming.finish_writes()
         item = _Arrived(begin, incoming)
+        self._require_round().bytes += incoming.received
+        self.ctx.metrics.received(incoming.received)
         if incoming.error is not None:
             item.verdict(Verdict.REFUSED, describe_os_error(incoming.error))
         else:
@@ -782,9 +811,15 @@ class Session:
 
     def _answer(self, item: _Arrived) -> None:
         status = item.status or Verdict.REFUSED
+        self.ctx.metrics.verdict(status)
+        rnd = self._round
         if status == Verdict.VERIFIED:
             self.files_verified += 1
+            if rnd is not None:
+                rnd.received += 1
         else:
+            if rnd is not None:
+                rnd.refused += 1
             log.warning(
                 "sender %s: %s %s: %s",
                 self.uuid,

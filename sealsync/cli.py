@@ -413,12 +413,23 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
 
 @cli.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
-def serve(config_path: Path) -> None:
-    """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly."""
-    from receiver.serve import serve as serve_until_stopped
+@click.option("--init", is_flag=True, help="Create the schema dir and data dirs if missing.")
+@click.pass_obj
+def serve(opts: Options, config_path: Path, init: bool) -> None:
+    """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly.
 
-    config = load_receiver_config(config_path)
-    raise click.exceptions.Exit(serve_until_stopped(config))
+    The schema dir and data dirs must exist (a typo or an unmounted disk is an error,
+    exit 2); --init creates the missing ones, for a receiver's first start. One
+    receiver per storage: another one on the same folders exits 75, naming its pid.
+    Logs go to stderr (and log_file) with timestamps, at INFO (-v: DEBUG).
+    """
+    from receiver.serve import serve as serve_until_stopped
+    from receiver.serve import server_logging
+
+    with server_logging(opts.verbose, opts.quiet):
+        config = load_receiver_config(config_path, init=init)
+        code = serve_until_stopped(config)
+    raise click.exceptions.Exit(code)
 
 
 @cli.command(short_help="Run one Spark ingest of the loaded files.")

@@ -14,7 +14,8 @@ The field's name is the key, its dataclass default is the key's default (a field
 without one is a required key), and the reader given to ``setting`` is the key's
 type, range and checks: ``Text``, ``Integer(lo, hi)``, ``Number(lo, hi)``,
 ``PathValue`` and ``PathList`` (resolved against the config file's folder; ``check=``
-what must already exist, ``create=True`` for folders made once every key is valid),
+what must already exist, ``create=True`` for folders that ``init`` makes, once every
+key is valid, instead of checking them),
 ``TextList``, ``Settings``, or a small ``Reader`` subclass for anything else. One
 loader, ``_read_table``, walks the fields: it refuses keys no field declares (with
 "did you mean"), reads the present keys in field order, leaves absent ones to the
@@ -32,7 +33,9 @@ it is.
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
+import logging
 import math
 import os
 import re
@@ -55,6 +58,7 @@ METADATA_KEY = "sealsync.config"
 # A host goes into a state folder name (<host>_<port>) and into log lines.
 _HOST_RE = re.compile(r"^[A-Za-z0-9._:%-]+$")
 _T = TypeVar("_T")
+_log = logging.getLogger("sealsync.config")
 
 
 def format_endpoint(host: str, port: int) -> str:
@@ -103,6 +107,9 @@ class _Table:
     Unknown keys are checked first: a typo'd key otherwise shows up as "missing
     required key" for the key the user meant, which hides the typo.
     """
+
+    init = False
+    """Create the missing folders of ``create=True`` keys instead of refusing them."""
 
     def __init__(
         self,
@@ -226,19 +233,19 @@ PathCheck = Callable[[_Table, str, Path], object]
 
 @dataclass(frozen=True)
 class PathValue(Reader):
-    """A path relative to the config file's folder; ``create``: a folder made if missing."""
+    """A path relative to the config file's folder; ``create``: a folder ``init`` makes."""
 
     check: PathCheck | None = None
     create: bool = False
 
     def read(self, table: _Table, key: str, value: object) -> Path:
         path = table.resolve(key, Text().read(table, key, value))
-        if self.check is not None:
+        if self.check is not None and not (self.create and (table.init or not table.create)):
             self.check(table, key, path)
         return path
 
     def after(self, table: _Table, key: str, value: Path) -> None:
-        if self.create and table.create:
+        if self.create and table.init and table.create:
             _make_dir(table, key, value)
 
 
@@ -275,13 +282,13 @@ class PathList(Reader):
             if norm in seen:
                 raise table.error(f"{key}[{i}]", f"duplicate of {key}[{seen[norm]}]: {path}")
             seen[norm] = i
-        if self.check is not None:
+        if self.check is not None and not (self.create and (table.init or not table.create)):
             for i, path in enumerate(paths):
                 self.check(table, f"{key}[{i}]", path)
         return paths
 
     def after(self, table: _Table, key: str, value: list[Path]) -> None:
-        if self.create and table.create:
+        if self.create and table.init and table.create:
             for i, path in enumerate(value):
                 _make_dir(table, f"{key}[{i}]", path)
 
@@ -396,7 +403,21 @@ def _need_prom_path(table: _Table, key: str, path: Path) -> Path:
     return path
 
 
+def _need_storage_dir(table: _Table, key: str, path: Path) -> Path:
+    """A receiver folder: never made silently, a typo or an unmounted disk would take
+    the files (docs/operations.md, "Running the receiver")."""
+    if not path.is_dir():
+        if path.exists():
+            raise table.error(key, f"{path} is not a directory")
+        raise table.error(
+            key, f"{path} does not exist: create it with `sealsync serve --init` or mkdir"
+        )
+    return path
+
+
 def _make_dir(table: _Table, key: str, path: Path) -> Path:
+    if not path.is_dir():
+        _log.info("creating %s (%s)", path, key)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -553,10 +574,17 @@ def _role_table(
 
 
 def _role_values(
-    cls: type[Any], role: str, d: Mapping[str, Any], base_dir: Path, source: str, create: bool
+    cls: type[Any],
+    role: str,
+    d: Mapping[str, Any],
+    base_dir: Path,
+    source: str,
+    create: bool = True,
+    init: bool = False,
 ) -> dict[str, Any]:
     """``cls``'s fields from the ``[role]`` table of ``d`` (or ``d`` being that table)."""
     table = _role_table(d, role, source, base_dir.absolute(), keys_of(cls), create)
+    table.init = init
     return _read_table(cls, table)
 
 
@@ -674,8 +702,8 @@ class ReceiverConfig:
     listen_port: int = field(metadata=setting(ListenAddress(), key="listen", part=1))
     host_key: Path = field(metadata=setting(PathValue(check=_need_private_key)))
     authorized_keys: Path = field(metadata=setting(PathValue(check=_need_authorized_keys)))
-    schema_dir: Path = field(metadata=setting(PathValue(create=True)))
-    data_dirs: list[Path] = field(metadata=setting(PathList(create=True)))
+    schema_dir: Path = field(metadata=setting(PathValue(check=_need_storage_dir, create=True)))
+    data_dirs: list[Path] = field(metadata=setting(PathList(check=_need_storage_dir, create=True)))
     allow: list[IPNetwork] = field(default_factory=_default_allow, metadata=setting(Networks()))
     max_sessions: int = field(default=16, metadata=setting(Integer(1, 10000)))
     idle_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
@@ -690,6 +718,10 @@ class ReceiverConfig:
     min_transfer_rate: int = field(default=1024, metadata=setting(Integer(1, 1 << 30)))
     max_partial_bytes: int = field(default=8 << 30, metadata=setting(Integer(1 << 20, 1 << 50)))
     sender_quota_bytes: int = field(default=0, metadata=setting(Integer(0, 1 << 60)))
+    #: ``host:port`` of the Prometheus ``/metrics`` endpoint (receiver/metrics.py).
+    metrics_listen: tuple[str, int] | None = field(default=None, metadata=setting(ListenAddress()))
+    #: Log lines appended here too (``sealsync serve`` only; a host logs its own way).
+    log_file: Path | None = field(default=None, metadata=setting(PathValue()))
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
 
     @property
@@ -704,13 +736,17 @@ class ReceiverConfig:
         source: str = MAPPING_SOURCE,
         *,
         create: bool = True,
+        init: bool = False,
     ) -> ReceiverConfig:
         """Build from ``{"receiver": {...}}`` or from the ``[receiver]`` table's keys alone.
 
-        Creates ``schema_dir`` and the data dirs if missing (a fresh receiver has
-        none), unless ``create`` is False (``sealsync check`` changes nothing).
+        ``schema_dir`` and the data dirs must exist; ``init`` creates the missing ones
+        (``sealsync serve --init``, a receiver's first start). Never silently: a typo or
+        an unmounted disk would otherwise become an empty folder the files go to.
+        ``create=False`` (``sealsync check``) changes nothing and leaves the folders'
+        existence to the caller's own findings.
         """
-        values = _role_values(cls, "receiver", d, base_dir, source, create)
+        values = _role_values(cls, "receiver", d, base_dir, source, create, init)
         return cls(**values, source=source)
 
 
@@ -767,8 +803,8 @@ def load_sender_config(path: str | os.PathLike[str]) -> SenderConfig:
     return _load(path, SenderConfig.from_mapping)
 
 
-def load_receiver_config(path: str | os.PathLike[str]) -> ReceiverConfig:
-    return _load(path, ReceiverConfig.from_mapping)
+def load_receiver_config(path: str | os.PathLike[str], *, init: bool = False) -> ReceiverConfig:
+    return _load(path, functools.partial(ReceiverConfig.from_mapping, init=init))
 
 
 def load_loader_config(path: str | os.PathLike[str]) -> LoaderConfig:

@@ -125,7 +125,7 @@ def _receiver_process(config: Path, port: int, log: Path, env: dict[str, str]): 
     """``sealsync serve`` as a child, up and listening, stopped on the way out."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            _sealsync("serve", "--config", str(config)),
+            _sealsync("serve", "--init", "--config", str(config)),  # a first start
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

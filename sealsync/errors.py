@@ -29,7 +29,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
     EXIT_FAILURE: "failure: something was not synced or loaded (the reason is on stderr)",
     EXIT_USAGE: "usage or configuration error",
-    EXIT_LOCKED: "another run (send to that receiver, or load) already holds the lock",
+    EXIT_LOCKED: "another run holds the lock (send to that receiver, load, serve on that storage)",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT): stopped cleanly, the next run recovers",
     EXIT_TERMINATED: "stopped by SIGTERM, as cleanly as by Ctrl-C",
 }

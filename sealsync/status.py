@@ -117,13 +117,16 @@ def _dashed(value: str) -> str:
 
 
 def receiver_status(config: ReceiverConfig) -> dict[str, Any]:
-    """Known senders, device count per owner, rounds in flight, files waiting to load."""
+    """Whether a receiver runs on this storage (its lock, its pid), known senders,
+    device count per owner, rounds in flight, files waiting to load."""
     from receiver.auth import SenderKeys
     from receiver.layout import sender_folders
     from receiver.load.apply import read_load_log
     from receiver.load.owners import DeviceOwners
+    from receiver.lock import holder
     from sealsync.synclog import read_sync_log
 
+    running = holder(config.schema_dir, config.data_dirs)
     with DeviceOwners(config.schema_dir) as owners:
         by_owner = owners.by_owner()
     folders = sender_folders(list(config.data_dirs))
@@ -163,6 +166,8 @@ def receiver_status(config: ReceiverConfig) -> dict[str, Any]:
     return {
         "role": "receiver",
         "listen": config.listen,
+        "running": running is not None,
+        "pid": running.pid if running is not None else None,
         "senders": senders,
         "devices_per_owner": {u: len(d) for u, d in sorted(by_owner.items())},
         "rounds_in_flight": in_flight,
@@ -213,7 +218,11 @@ def render(doc: dict[str, Any]) -> list[str]:
                     lines.append(f"    rejected names:        {len(d['rejected'])}")
                     lines.extend(f"      {x['name']}: {x['reason']}" for x in d["rejected"])
     elif doc["role"] == "receiver":
-        lines.append(f"receiver listening on {doc['listen']}")
+        if not doc["running"]:
+            lines.append(f"receiver not running (configured to listen on {doc['listen']})")
+        else:
+            pid = f"pid {doc['pid']}" if doc["pid"] is not None else "pid unknown"
+            lines.append(f"receiver running ({pid}), listening on {doc['listen']}")
         lines.append(f"senders ({len(doc['senders'])}):")
         for s in doc["senders"]:
             lines.append(

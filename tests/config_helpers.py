@@ -99,7 +99,13 @@ def receiver_doc() -> dict[str, Any]:
     }
 
 
-def make_receiver(root: Path, doc: Mapping[str, Any] | None = None) -> Path:
+def make_receiver(
+    root: Path, doc: Mapping[str, Any] | None = None, *, folders: bool = True
+) -> Path:
+    """A receiver config ``root/R.toml``; ``folders``: its storage folders exist too."""
+    if folders:
+        (root / "dc/schema").mkdir(parents=True, exist_ok=True)
+        (root / "dc/data").mkdir(parents=True, exist_ok=True)
     (root / "keys").mkdir(parents=True, exist_ok=True)
     (root / "keys/host").write_text("not parsed at load\n")
     (root / "keys/host").chmod(0o600)  # a private key: its owner's alone, or it is refused

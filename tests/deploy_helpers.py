@@ -89,7 +89,7 @@ class Deployment:
     def start_receiver(self, env: dict[str, str] | None = None, wait: bool = True) -> None:
         log = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
-            [*SEALSYNC, "-v", "serve", "--config", str(self.receiver_config)],
+            [*SEALSYNC, "serve", "--config", str(self.receiver_config)],  # logs at INFO
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -192,6 +192,8 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
     (keys / "authorized_keys").write_text("".join(a + "\n" for a in authorized))
     restrict_writes(keys / "authorized_keys")
     receiver_data, receiver_schema = root / "dc" / "data", root / "dc" / "schema"
+    receiver_data.mkdir(parents=True, exist_ok=True)
+    receiver_schema.mkdir(parents=True, exist_ok=True)
     receiver_config = root / "receiver.toml"
     receiver_config.write_text(
         f'[receiver]\nlisten = "127.0.0.1:{port}"\nhost_key = "{keys / "host"}"\n'

@@ -63,7 +63,9 @@ def receiver_mapping(
     authorized: Iterable[str] = ("edge_a", "edge_b"),
     **extra: Any,
 ) -> dict[str, Any]:
-    """A ``[receiver]`` table on an ephemeral loopback port."""
+    """A ``[receiver]`` table on an ephemeral loopback port; its folders exist."""
+    for folder in ("schema", "data"):
+        (tmp_path / "dc" / folder).mkdir(parents=True, exist_ok=True)
     authorized_keys = tmp_path / "keys" / "authorized_keys"
     authorize(authorized_keys, *(keys[name] for name in authorized))
     table: dict[str, Any] = {

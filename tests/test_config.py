@@ -238,9 +238,19 @@ def test_unknown_receiver_name(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- receiver
 
 
-def test_receiver_loads_and_creates_its_folders(tmp_path: Path) -> None:
-    path = make_receiver(tmp_path)
-    config = load_receiver_config(path)
+def test_receiver_loads_and_creates_its_folders_only_on_init(tmp_path: Path) -> None:
+    path = make_receiver(tmp_path, folders=False)
+    assert config_error(load_receiver_config, path) == (
+        f"{path}: [receiver] schema_dir: {tmp_path / 'dc/schema'} does not exist: "
+        "create it with `sealsync serve --init` or mkdir"
+    )
+    (tmp_path / "dc/schema").mkdir(parents=True)
+    assert config_error(load_receiver_config, path) == (
+        f"{path}: [receiver] data_dirs[0]: {tmp_path / 'dc/data'} does not exist: "
+        "create it with `sealsync serve --init` or mkdir"
+    )
+    assert not (tmp_path / "dc/data").exists()
+    config = load_receiver_config(path, init=True)
     assert config == ReceiverConfig(
         listen_host="127.0.0.1",
         listen_port=5555,
@@ -251,8 +261,11 @@ def test_receiver_loads_and_creates_its_folders(tmp_path: Path) -> None:
         allow=[ipaddress.ip_network("127.0.0.0/8")],
         max_sessions=16,
         idle_timeout=120.0,
+        metrics_listen=None,
+        log_file=None,
         source=str(path),
     )
+    assert load_receiver_config(path) == config  # once made, no init is needed
     assert (tmp_path / "dc/schema").is_dir()
     assert (tmp_path / "dc/data").is_dir()
     assert config.listen == "127.0.0.1:5555"
@@ -314,7 +327,9 @@ RECEIVER_ERRORS = [
     (_set("receiver", "host_key", "keys/none"), "[receiver] host_key: "),
     (_set("receiver", "authorized_keys", "keys"), "[receiver] authorized_keys: "),
     (_set("receiver", "data_dirs", ["keys/host"]), "[receiver] data_dirs[0]: "),
-    (_set("receiver", "schema_dir", "keys/host/x"), "[receiver] schema_dir: cannot create"),
+    (_set("receiver", "schema_dir", "keys/host/x"), "[receiver] schema_dir: "),
+    (_set("receiver", "data_dirs", ["dc/typo"]), "[receiver] data_dirs[0]: "),
+    (_set("receiver", "metrics_listen", "9100"), "[receiver] metrics_listen: must be host:port"),
     (_drop("receiver", "listen"), "[receiver] listen: missing required key"),
     (_set("receiver", "port", 5555), "[receiver] port: unknown key"),
     (_set("receiver", "listen_host", "h"), "[receiver] listen_host: unknown key"),
@@ -569,9 +584,15 @@ def test_each_number_range_is_enforced_at_both_ends(
         )
 
 
-def test_receiver_creates_no_folder_while_any_key_is_bad(tmp_path: Path) -> None:
+def test_receiver_init_creates_no_folder_while_any_key_is_bad(tmp_path: Path) -> None:
     doc = receiver_doc()
-    doc["receiver"]["idle_timeout"] = 0  # the last key read; the folders come before it
-    path = make_receiver(tmp_path, doc)
-    assert config_error(load_receiver_config, path).startswith(f"{path}: [receiver] idle_timeout")
+    doc["receiver"]["idle_timeout"] = 0  # read after the folders
+    path = make_receiver(tmp_path, doc, folders=False)
+    message = config_error(lambda p: load_receiver_config(p, init=True), path)
+    assert message.startswith(f"{path}: [receiver] idle_timeout"), message
     assert not (tmp_path / "dc").exists()
+    del doc["receiver"]["idle_timeout"]
+    doc["receiver"]["schema_dir"] = "keys/host/x"  # under a file: init cannot make it
+    path = make_receiver(tmp_path, doc, folders=False)
+    message = config_error(lambda p: load_receiver_config(p, init=True), path)
+    assert message.startswith(f"{path}: [receiver] schema_dir: cannot create"), message

@@ -115,6 +115,8 @@ def _receiver_table(tmp_path: Path, **extra: object) -> dict[str, object]:
     (tmp_path / "host").write_text("x\n")
     (tmp_path / "host").chmod(0o600)  # a private key, as config loading insists
     (tmp_path / "authorized_keys").write_text("")
+    for folder in ("schema", "data"):
+        (tmp_path / folder).mkdir(exist_ok=True)  # a receiver's folders must exist
     return {
         "listen": "127.0.0.1:5555",
         "host_key": str(tmp_path / "host"),

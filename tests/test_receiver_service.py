@@ -63,6 +63,8 @@ from sealsync.simulator import EdgeInstance
 pytestmark = pytest.mark.slow  # real SSH on loopback and the inspect worker pool
 
 LOCAL = "127.0.0.1"
+# The one receiver per storage lock files every started service holds (receiver/lock.py).
+STORAGE_LOCKS = {"schema/sync/receiver.lock", "data/sync-receiver/receiver.lock"}
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +299,7 @@ def test_key_not_authorized_fails_auth_and_writes_nothing(
     with ReceiverService(config, inspect=pool.inspect) as svc:
         with pytest.raises(paramiko.AuthenticationException):
             Client(svc.address, keys["edge_b"])
-    assert files_under(tmp_path / "dc") == set()
+    assert files_under(tmp_path / "dc") == STORAGE_LOCKS
 
 
 def test_peer_outside_allow_list_is_closed_before_ssh(
@@ -313,7 +315,7 @@ def test_peer_outside_allow_list_is_closed_before_ssh(
         assert got == b""  # not even the SSH banner
         with pytest.raises(paramiko.SSHException):
             Client(svc.address, keys["edge_a"])
-    assert files_under(tmp_path / "dc") == set()
+    assert files_under(tmp_path / "dc") == STORAGE_LOCKS
 
 
 def test_uuid_claimed_by_a_second_key_gets_error_auth(
@@ -365,7 +367,7 @@ def test_hostile_frame_ends_only_that_session(
         assert isinstance(msg, Error) and msg.code == code, msg
         assert c.closed_by_peer()
     # the round the hostile frame ended logged nothing to load: it is forgotten at once
-    assert files_under(tmp_path / "dc") == {"schema/sync/sender_keys.txt"}
+    assert files_under(tmp_path / "dc") == {"schema/sync/sender_keys.txt", *STORAGE_LOCKS}
     assert not list(tmp_path.glob("**/evil.tsfile"))
     good_round(service, keys, tmp_path)  # the service still serves
 
@@ -496,6 +498,7 @@ def test_service_takes_the_receiver_table_as_a_mapping(
 ) -> None:
     table = receiver_mapping(tmp_path, keys)
     table.update(schema_dir="dc/schema", data_dirs=["dc/data", "dc/data2"], max_sessions=3)
+    (tmp_path / "dc" / "data2").mkdir()
     svc = ReceiverService({"receiver": table}, base_dir=tmp_path)
     assert svc.config.schema_dir == tmp_path / "dc" / "schema"
     assert svc.config.data_dirs == [tmp_path / "dc" / "data", tmp_path / "dc" / "data2"]

@@ -368,6 +368,8 @@ class Site:
             (self.keys / "edge_a.pub").read_text() + (self.keys / "edge_b.pub").read_text()
         )
         self.data_dirs = [tmp_path / "dc" / "data0", tmp_path / "dc" / "data1"]
+        for folder in (*self.data_dirs, tmp_path / "dc" / "schema"):
+            folder.mkdir(parents=True)
         config = ReceiverConfig.from_mapping(
             {
                 "listen": "127.0.0.1:1",

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import logging
@@ -322,25 +323,26 @@ def test_sender_config_refuses_unsafe_files_and_a_pub_identity(tmp_path: Path) -
 
 
 def test_receiver_config_refuses_before_creating_its_folders(tmp_path: Path) -> None:
-    path = make_receiver(tmp_path)
+    path = make_receiver(tmp_path, folders=False)
+    init = functools.partial(load_receiver_config, init=True)
     (tmp_path / "keys/host").chmod(0o604)
-    assert "[receiver] host_key: " in _config_error(load_receiver_config, path)
+    assert "[receiver] host_key: " in _config_error(init, path)
     (tmp_path / "keys/host").chmod(0o600)
     (tmp_path / "keys/authorized_keys").write_text("ssh-ed25519\n")
-    assert _config_error(load_receiver_config, path) == (
+    assert _config_error(init, path) == (
         f"{path}: [receiver] authorized_keys: {tmp_path / 'keys/authorized_keys'}:1: "
         "no key data after ssh-ed25519"
     )
     assert not (tmp_path / "dc").exists()
     (tmp_path / "keys/authorized_keys").write_text("")
-    load_receiver_config(path)
+    init(path)
     assert (tmp_path / "dc/data").is_dir()
 
 
 def test_a_receiver_config_loaded_for_checking_creates_nothing(tmp_path: Path) -> None:
     from sealsync.config import ReceiverConfig, load_any
 
-    path = make_receiver(tmp_path)
+    path = make_receiver(tmp_path, folders=False)
     config = load_any(path, create=False)
     assert isinstance(config, ReceiverConfig)
     assert not (tmp_path / "dc").exists()
