@@ -86,10 +86,6 @@ def data_name_problem(name: str) -> str | None:
     return None
 
 
-def is_data_name(name: str) -> bool:
-    return data_name_problem(name) is None
-
-
 def require_data_name(name: str) -> str:
     """``name`` if :func:`data_name_problem` finds nothing, else BadName with the reason."""
     problem = data_name_problem(name)

@@ -53,7 +53,7 @@ from spark_loader.state import (
 )
 from spark_loader.table import (
     LINKS,
-    PROVENANCE_COLUMNS,
+    PARTITION_COLUMNS,
     Partition,
     Table,
     folder_schema,
@@ -277,7 +277,7 @@ def _reconcile(
 def _adopt_columns(state: IngestState, partition: Partition) -> None:
     from pyspark.sql.pandas.types import from_arrow_type
 
-    skip = {*PROVENANCE_COLUMNS, "time", "device"}
+    skip = {*PARTITION_COLUMNS, "time", "device"}
     for field in folder_schema(partition.path):
         if field.name not in skip and field.name not in state.columns:
             state.columns[field.name] = schemas.to_json(

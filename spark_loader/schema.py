@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 )
 
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
-from spark_loader.table import KEY_COLUMN, PROVENANCE_COLUMNS
+from spark_loader.table import KEY_COLUMN, PARTITION_COLUMNS
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _FLOATING = (FloatType, DoubleType)
@@ -66,7 +66,7 @@ def file_problem(columns: Mapping[str, DataType]) -> str | None:
     d = columns.get(DEVICE_COLUMN)
     if not isinstance(d, StringType):
         return f"needs a string {DEVICE_COLUMN!r} column, got {_shown(d)}"
-    for name in (*PROVENANCE_COLUMNS, KEY_COLUMN):
+    for name in (*PARTITION_COLUMNS, KEY_COLUMN):
         if name in columns:
             return f"has a column named {name!r}, which the table uses for provenance"
     seen: dict[str, str] = {}

@@ -50,7 +50,6 @@ SENDER_COLUMN = "sender"
 SOURCE_COLUMN = "source_file"
 FILE_ID_COLUMN = "file_id"
 PARTITION_COLUMNS = (SENDER_COLUMN, SOURCE_COLUMN, FILE_ID_COLUMN)  # folder order
-PROVENANCE_COLUMNS = PARTITION_COLUMNS
 
 TRASH = ".sealsync-trash"
 LINKS = ".sealsync-links"

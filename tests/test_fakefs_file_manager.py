@@ -23,7 +23,6 @@ from sealsync.config import ReceiverEndpoint
 from sealsync.names import DATA_ROOTS
 from sealsync.synclog import SyncLog
 from sender.manage import shipped_mods
-from sender.manage.cleanup import finish_round
 from sender.manage.layout import SenderPaths
 from sender.manage.scan import SYMLINK, scan
 from sender.manage.selection import Selection, select
@@ -100,7 +99,7 @@ def ship(paths: SenderPaths, chosen: Selection) -> list[str]:
         log.tsfile_many(names)
         log.tsfile_end()
         log.end()
-    finish_round(paths)
+    recover(paths)
     assert set(os.listdir(paths.folder)) <= {"last_local_files.txt", "shipped_mods.txt"}
     for name in names:  # the snapshot's hard links are gone with it
         assert os.stat(DATA / name).st_nlink == 1
@@ -255,7 +254,7 @@ def test_a_file_removed_after_its_snapshot_still_ships_then_is_deleted(
         log.start()
         log.tsfile_start()
         log.tsfile(n)
-    finish_round(paths)  # the round ended without "sync end": recovery's fold all the same
+    recover(paths)  # the round ended without "sync end": recovery's fold all the same
     assert read_file_set(paths.last_local_files) == {n}
     assert select_and_ship(paths) == Selection(new=(), deleted=(n,))
     assert not os.path.lexists(paths.snapshot)

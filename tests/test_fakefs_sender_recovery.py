@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from pyfakefs.fake_filesystem import FakeFilesystem
 from state_helpers import sync_log_lines
 
-from sealsync.names import is_data_name
+from sealsync.names import data_name_problem
 from sender.manage import shipped_mods
 from sender.manage.layout import SenderPaths
 from sender.manage.shipped_mods import ModsId, read_identities
@@ -80,8 +80,8 @@ def expected(state: Crashed) -> tuple[set[str] | None, dict[str, ModsId]]:
     if state.log is None:  # 3 -> 8
         return (None if state.last is None else set(state.last)), dict(state.shipped)
     deleted, new = sections(complete_lines(state.log))  # 4
-    deleted = [n for n in deleted if is_data_name(n)]
-    new = [n for n in new if is_data_name(n)]
+    deleted = [n for n in deleted if data_name_problem(n) is None]
+    new = [n for n in new if data_name_problem(n) is None]
     synced = (set(state.last or ()) - set(deleted)) | set(new)
     snap = state.snapshot_mods or {}
     shipped = {n: i for n, i in state.shipped.items() if n in synced and n not in new}
@@ -305,7 +305,7 @@ def crashed_states(draw: st.DrawFn) -> Crashed:
     last = draw(st.none() | st.sets(data_names(), max_size=5))
     deleted = draw(NAMES) + draw(st.lists(st.sampled_from(sorted(last or {"x"})), max_size=2))
     new = draw(NAMES)
-    lines = sync_log_lines([n for n in deleted if is_data_name(n)], new)
+    lines = sync_log_lines([n for n in deleted if data_name_problem(n) is None], new)
     for _ in range(draw(st.integers(0, 2))):  # damage recovery must shrug off
         lines.insert(draw(st.integers(0, len(lines))), draw(JUNK | data_names()))
     log = as_bytes(lines)

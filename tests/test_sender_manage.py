@@ -12,13 +12,13 @@ from state_helpers import write_data_file
 from sealsync.errors import ConfigError, SealsyncError
 from sealsync.synclog import SyncLog
 from sender.manage import identity
-from sender.manage.cleanup import finish_round
 from sender.manage.identity import sender_uuid
 from sender.manage.layout import SchemaPaths, SenderPaths, receiver_key
 from sender.manage.scan import scan
 from sender.manage.selection import Selection, select
 from sender.manage.snapshot import take_snapshot
 from sender.manage.state import read_file_set
+from sender.recover.recovery import recover
 
 # --- helpers -----------------------------------------------------------------------
 
@@ -46,7 +46,7 @@ def record_synced(paths: SenderPaths, sel: Selection) -> None:
         log.tsfile_many(linked)
         log.tsfile_end()
         log.end()
-    finish_round(paths)
+    recover(paths)
 
 
 def group_files(group: int, first: int, count: int) -> list[str]:

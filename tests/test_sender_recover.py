@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from state_helpers import Crash, DurableStepCrash, sync_log_lines, write_data_file
 
 from sealsync.synclog import SyncLog
-from sender.manage.cleanup import finish_round
 from sender.manage.layout import SenderPaths
 from sender.manage.scan import scan
 from sender.manage.selection import Selection, select
@@ -141,7 +140,7 @@ def test_crash_before_the_log_was_created(paths: SenderPaths) -> None:
 def test_full_round_then_finish_round(paths: SenderPaths, tmp_path: Path) -> None:
     data = round_log_bytes(tmp_path)
     start_round(paths, data, first_round=False)
-    finish_round(paths)
+    recover(paths)
     assert read_file_set(paths.last_local_files) == set(SYNCED) - set(GONE) | set(NEW)
     assert select(scan(paths.data_dir), read_file_set(paths.last_local_files)) == Selection((), ())
     assert os.listdir(paths.folder) == ["last_local_files.txt"]
