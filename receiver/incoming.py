@@ -182,9 +182,9 @@ def stage_all(
 ) -> list[OSError | None]:
     """fsync, rename and persist several received files for about one journal commit.
 
-    Sequential fsyncs cost one file-system journal commit each (~2.5 ms here, so
-    ~10 ms a file with its sidecar and folders); issued together from several
-    threads they share commits: 64 files cost about what 2 did. The result lists,
+    Sequential fsyncs cost one file-system journal commit each (four a file with its
+    sidecar and folders); issued together from several threads they share commits,
+    so a batch costs about what two files did (figures in docs/performance.md). The result lists,
     per file, None when it is staged durably or the OSError that stopped it.
     """
     errors: list[OSError | None] = list(executor.map(_fsync, [f for f, _ in files]))

@@ -9,7 +9,8 @@
    ``per_source_max_startups``, ``max_startups`` with random early drop) or closes it
    at once; a hard bound on all connections backs this up;
 3. sets ``TCP_NODELAY`` (paramiko never does; without it a verdict per file waits
-   for Nagle + delayed ACK, ~22 files/s instead of hundreds, docs/design.md §5.1);
+   for Nagle + delayed ACK, a few dozen files a second instead of hundreds,
+   docs/design.md §5.1);
 4. runs a paramiko server ``Transport`` announcing ``SSH-2.0-sealsync`` (no library
    name or version for a scanner to match), with the host key, AES-GCM first, an
    8 MiB window and 64 KiB packets (the measured best), public-key auth only, at most

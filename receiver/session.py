@@ -26,8 +26,8 @@ Complete files are committed in batches: those that arrived while the previous
 batch was being committed, flushed as soon as the sender's next bytes are not
 already waiting (it may be waiting for verdicts) or after ``MAX_BATCH`` files. A
 batch's fsyncs run together and share file-system journal commits, and its names
-take one ``sync.log`` fsync: measured here, ~10 ms a file one by one, well under
-1 ms a file in batches. A full batch whose sender is still streaming is committed
+take one ``sync.log`` fsync, an order of magnitude cheaper per file than one by one
+(docs/performance.md). A full batch whose sender is still streaming is committed
 on the session's commit thread while this one reads on (``_pump_commits``); its
 verdicts are still sent by this thread, in order, once the commit is done.
 
@@ -689,8 +689,8 @@ class Session:
         A batch is committed on the session's commit thread while this thread reads
         on; its verdicts go out (from this thread, in order) once it is done. With
         nothing left to read the sender may be waiting for verdicts: everything is
-        committed and answered before this thread blocks. Measured with 5,000 small
-        files, commits (fsyncs, inspection) had kept this thread busy 60 % of the time.
+        committed and answered before this thread blocks. With many small files,
+        commits (fsyncs, inspection) used to keep this thread busy most of the time.
         """
         self._finish_commit(wait=False)
         if self._data_waiting():

@@ -1,9 +1,9 @@
 """Writes of large received files on a thread of their own.
 
 Receiving a large file, the session thread hashed each chunk and then wrote it: the
-two ran one after the other, although both release the GIL. Measured on the 2-core
-test machine, copying into the page cache cost as much as MD5 (~100-200 ms per
-64 MiB each). Here the session hashes while this thread writes the previous chunks.
+two ran one after the other, although both release the GIL, and copying into the
+page cache costs about as much as MD5 (docs/performance.md). Here the session
+hashes while this thread writes the previous chunks.
 
 Writes of one file go out in order (one thread, one queue). A write error is kept
 for the file and reported by :meth:`BackgroundWriter.wait_for`; the file's

@@ -352,8 +352,8 @@ def _echo_json(doc: dict[str, Any]) -> None:
 
 def _import_paramiko_lean() -> None:
     """Import paramiko without ``invoke``, which it only wants for ``Match exec`` lines of
-    ssh_config files (sealsync reads none) and which costs ~40 ms (asyncio,
-    unittest.mock) of a round that may have nothing to do."""
+    ssh_config files (sealsync reads none) and whose imports (asyncio, unittest.mock)
+    are a visible part of a round that may have nothing to do."""
     if "paramiko" in sys.modules or "invoke" in sys.modules:
         return
     sys.modules["invoke"] = None  # type: ignore[assignment]  # ``import invoke`` now fails

@@ -406,8 +406,8 @@ class Ingest:
         with the latest time deleted: a row goes when its file's key and ``device``
         match one and its time is at most that. No Python runs per row, and the plan
         stays the same size however many deletions there are (a filter expression with
-        one condition per (file, device) took Spark's planner ~1.4 s for 100 of them
-        and ~45 s for 4000). A row whose time or device is null matches nothing and
+        one condition per (file, device) made Spark's planner time grow steeply with
+        their number: docs/performance.md). A row whose time or device is null matches nothing and
         stays, as ``mods.apply`` keeps it.
         """
         from pyspark.sql import functions as F

@@ -6,10 +6,9 @@ What the package offers, as learned from the installed 2.5 wheel:
   TimeseriesSchema(name, TSDataType))`` per measurement, then one ``Tablet`` per
   device (``tablet.set_table_name(device)``; ``write_tablet``). ``None`` in a
   tablet column is a missing point. Assigning ``tablet.timestamp_list`` and
-  ``tablet.data_list[i]`` whole is ~50x faster than ``add_value_by_index``.
+  ``tablet.data_list[i]`` whole is far faster than ``add_value_by_index``.
   This is the model sealsync writes (:func:`write_arrow`, the simulator): devices
-  like ``root.sg1.d1``, measurements like ``s1``. A small file (2 devices x 100
-  rows) takes ~3 ms natively, ~5 ms through :func:`write_arrow` (2-core box).
+  like ``root.sg1.d1``, measurements like ``s1``.
 * **Writing, table model** — ``TsFileTableWriter`` with a ``TableSchema``; the
   device id is the table name plus the tag values (``DeviceID.path`` renders it
   dotted, a null tag as ``null``: ``trains.L2.null``). sealsync reads such files
@@ -594,9 +593,9 @@ def inspect(path: str | os.PathLike[str]) -> FileInfo:
 def verify(path: str | os.PathLike[str]) -> FileInfo:
     """The receiver's check (docs/design.md §1.3): whole framing, readable metadata, devices.
 
-    Rows are not counted (``rows == -1``): that decodes every chunk, measured ~5 MiB/s
-    (13 s for a 64 MiB file, 27 ms for a 64 KiB one) against ~0.2 ms for this, and
-    the transfer's MD5 already proves the bytes are the sender's sealed file.
+    Rows are not counted (``rows == -1``): that decodes every chunk, orders of
+    magnitude slower than this check (docs/performance.md), and the transfer's MD5
+    already proves the bytes are the sender's sealed file.
     """
 
     def run(reader: Any) -> FileInfo:

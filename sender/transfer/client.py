@@ -7,7 +7,8 @@ trust-on-first-use: an unknown host is refused with the line to add after checki
 the fingerprint out of band.
 
 The transport is tuned for bulk data (docs/design.md §5.1): ``TCP_NODELAY`` (or
-Nagle plus delayed ACKs cap request/response at ~22 files/s), ``aes128-gcm`` first,
+Nagle plus delayed ACKs cap request/response at a few dozen files a second),
+``aes128-gcm`` first,
 64 KiB packets and an 8 MiB window.
 """
 

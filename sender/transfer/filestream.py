@@ -154,7 +154,7 @@ class _ReadAhead:
     """A file's chunks, read and hashed on a thread while the caller sends earlier ones.
 
     Reading, MD5 and sending used to take turns on one thread, which was the
-    bottleneck of a 1 GiB transfer here (MD5 alone ~100 ms per 64 MiB); all three
+    bottleneck of a large transfer (docs/performance.md); all three
     release the GIL for their C work, so they overlap. ``SLOTS`` buffers circulate:
     one is refilled only after the chunk it held was sent.
     """
