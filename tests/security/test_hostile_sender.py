@@ -190,6 +190,7 @@ def test_unfinished_uploads_of_a_sender_are_bounded_by_max_partial_bytes(tmp_pat
     they would not, so the second is refused and never written."""
     cap = 8 << 20
     second_dir = tmp_path / "site" / "dc" / "data2"
+    second_dir.mkdir(parents=True)  # a receiver's folders must exist before serve
     site = Site(tmp_path / "site", max_partial_bytes=cap)
     site.configure(data_dirs=[str(site.dep.receiver_data), str(second_dir)])
     site.start()
