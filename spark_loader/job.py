@@ -32,8 +32,9 @@ row-based writer never copies or encodes it per row, and a short key is all it
 partitions by (measured in docs/performance.md).
 
 A failing job is retried without the file that broke it, when the error names it
-(our TsFile reader's marker, or the link path in Spark's message), else split in
-halves, until each bad file is alone; only it is reported and skipped.
+(our TsFile reader's marker, or the link Spark's Parquet reader failed on), else split
+in halves, until each bad file is alone; only it is reported and skipped
+(:mod:`.failure`).
 """
 
 from __future__ import annotations
@@ -55,10 +56,11 @@ import pyarrow.parquet as pq
 from sealsync import formats
 from sealsync.errors import FormatError
 from sealsync.formats import mods
-from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from spark_loader import localfs
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
+from spark_loader.failure import Failure, SplitRetry, describe
 from spark_loader.report import LoadReport
 from spark_loader.session import stage_progress
 from spark_loader.state import FileRecord, IngestState, save_state
@@ -71,10 +73,9 @@ from spark_loader.table import (
     footer_rows,
     remove_run_folder,
 )
-from spark_loader.tsfile_read import FILES_DDL, SCHEMA_DDL, data_batches, file_error, schema_rows
+from spark_loader.tsfile_read import FILES_DDL, SCHEMA_DDL, data_batches, schema_rows
 
 PARQUET_GROUP, TSFILE = "p", "t"
-MAX_FAILED_JOBS = 32
 _LINK_KEY_RE = re.compile(rf"/b\d+/{PARQUET_GROUP}\d+/{KEY_COLUMN}=(\d+)/data\.parquet")
 # Columns of the deletions a Parquet scan is anti-joined with, named so that no real
 # measurement has them (a file that did would fail its job and be isolated, skipped).
@@ -131,23 +132,6 @@ def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
         except Exception:
             raise ValueError(f"column {f.name!r} has a type Spark cannot read: {t}") from None
     return out
-
-
-_PY_ERROR_RE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?.*$")
-
-
-def _first_line(exc: BaseException) -> str:
-    """The line of a (Spark) exception that says what went wrong."""
-    text = str(exc).strip()
-    if "Traceback (most recent call last)" in text:
-        found = [m for m in (_PY_ERROR_RE.match(ln.strip()) for ln in text.splitlines()) if m]
-        if found:
-            return one_line(RuntimeError(found[-1].group(0))).removeprefix("RuntimeError: ")
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("An error occurred while calling"):
-            return one_line(RuntimeError(line)).removeprefix("RuntimeError: ")
-    return one_line(exc)
 
 
 def _latest(deletions: list[mods.Deletion]) -> dict[str, int]:
@@ -272,7 +256,7 @@ class Ingest:
                 arrow = meta.schema.to_arrow_schema()
                 columns = _spark_columns(arrow)
             except Exception as exc:
-                self._skip(source, _first_line(exc))
+                self._skip(source, describe(exc).reason)
                 continue
             key = arrow.remove_metadata().to_string()
             ready.append(
@@ -348,20 +332,17 @@ class Ingest:
         from pyspark.sql.types import LongType, StringType
 
         out: dict[str, dict[str, Any] | str] = {}
-        pending = [items]
-        failures = 0
-        while pending:
-            group = pending.pop()
+
+        def give_up(item: Prepared, reason: str) -> None:
+            out[item.file_id] = f"reading metadata failed: {reason}"
+
+        retry = SplitRetry(items, give_up, self._culprit)
+        for group in retry:
             try:
                 with stage_progress(self.spark, self.progress, "TsFile metadata"):
                     rows = self._files_df(group).mapInArrow(schema_rows, SCHEMA_DDL).collect()
             except Exception as exc:  # a worker died: isolate the file that killed it
-                failures += 1
-                if len(group) == 1 or failures > MAX_FAILED_JOBS:
-                    for p in group:
-                        out[p.file_id] = f"reading metadata failed: {_first_line(exc)}"
-                else:
-                    pending += [group[: len(group) // 2], group[len(group) // 2 :]]
+                retry.failed(group, exc)
                 continue
             for row in rows:
                 fid = row["file_id"]
@@ -491,10 +472,13 @@ class Ingest:
         batch = self._link_batch(batch, number)
         if not batch:
             return
-        pending = [batch]
-        failures = 0
-        while pending:
-            group = pending.pop(0)
+        retry = SplitRetry(
+            batch,
+            lambda item, reason: self._skip(item.source, reason),
+            self._culprit,
+            lambda: self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs"),
+        )
+        for group in retry:
             self._clear_partitions(group)
             staging = self.table.path / STAGING / uuid.uuid4().hex
             try:
@@ -502,26 +486,7 @@ class Ingest:
                     self._write(group, staging)
             except Exception as exc:
                 remove_run_folder(staging)
-                failures += 1
-                culprit = self._culprit(exc, group)
-                if culprit is not None:
-                    bad, reason = culprit
-                    self._skip(bad.source, reason)
-                    rest = [p for p in group if p is not bad]
-                    if rest:
-                        pending.insert(0, rest)
-                elif len(group) == 1:
-                    self._skip(group[0].source, _first_line(exc))
-                elif failures > MAX_FAILED_JOBS:
-                    for p in group:
-                        self._skip(
-                            p.source,
-                            f"not retried after {failures} failed Spark jobs: {_first_line(exc)}",
-                        )
-                else:
-                    half = len(group) // 2
-                    pending[0:0] = [group[:half], group[half:]]
-                    self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs")
+                retry.failed(group, exc)
                 continue
             try:
                 self._record(group, staging)
@@ -538,14 +503,15 @@ class Ingest:
             if item.partition.path.is_dir():
                 self.table.delete(item.partition)
 
-    def _culprit(self, exc: BaseException, group: list[Prepared]) -> tuple[Prepared, str] | None:
-        text = str(exc)
-        by_id = {p.file_id: p for p in group}
-        marked = file_error(text)
-        if marked and marked[0] in by_id:
-            return by_id[marked[0]], marked[1]
+    def _culprit(self, failure: Failure, group: list[Prepared]) -> Prepared | None:
+        """The file of ``group`` the failure names: by our TsFile reader's file id, or
+        by the link Spark's Parquet reader failed on (its key is in the link's path)."""
+        if failure.file_id is not None:
+            for item in group:
+                if item.file_id == failure.file_id:
+                    return item
         by_key = {p.key: p for p in group if p.kind == PARQUET_GROUP}
-        for key in _LINK_KEY_RE.findall(text):
+        for key in _LINK_KEY_RE.findall(failure.path or failure.text):
             if key in by_key:
-                return by_key[key], _first_line(exc)
+                return by_key[key]
         return None

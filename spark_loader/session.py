@@ -24,6 +24,7 @@ from typing import Any
 from sealsync import durable
 from sealsync.errors import LockHeld, SealsyncError
 from spark_loader import localfs
+from spark_loader.failure import describe, last_error_line
 from spark_loader.state import DRIVER_LOCK_FILE
 
 LOG_FILE = "spark-driver.log"
@@ -157,9 +158,10 @@ def create_session(
                 with _stderr_to(log_dir / LOG_FILE):
                     spark = builder.getOrCreate()
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if first.startswith("An error occurred while calling"):  # py4j says nothing more
-            first = _last_error_line(_tail(log_dir / LOG_FILE)) or first
+        failure = describe(exc)
+        first = failure.reason
+        if failure.from_jvm:  # the JVM logs why it gave up; py4j says only what failed
+            first = last_error_line(_tail(log_dir / LOG_FILE)) or first
         raise SealsyncError(
             f"cannot start Spark on {master}: {first} (see {log_dir / LOG_FILE})"
         ) from None
@@ -271,9 +273,7 @@ def check_executor_python(spark: Any) -> None:
     try:
         found = spark.sparkContext.parallelize([0], 1).map(probe).collect()[0]
     except Exception as exc:  # the interpreter could not even start
-        text = str(exc)
-        at = text.find("Cannot run program")
-        found = text[at:].splitlines()[0] if at >= 0 else _last_error_line(text)
+        found = describe(exc).reason
     if found:
         raise SealsyncError(
             f"executors cannot read TsFiles with {python}: {found[:300]}; set [loader] "
@@ -288,14 +288,3 @@ def _tail(path: Path, size: int = 64 * 1024) -> str:
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-def _last_error_line(text: str) -> str:
-    """The message of the last log4j ERROR line, or the last ``...Error:`` line."""
-    found = ""
-    for line in text.splitlines():
-        if " ERROR " in line:
-            found = line.split(": ", 1)[-1].strip()
-        elif not found and ("Error:" in line or "Exception:" in line):
-            found = line.strip()
-    return found
