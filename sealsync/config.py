@@ -372,24 +372,23 @@ def _need_private_key(table: _Table, key: str, path: Path) -> Path:
     return path
 
 
-def _need_known_hosts(table: _Table, key: str, path: Path) -> Path:
-    """A ``known_hosts`` file others cannot write, every line of it well formed."""
-    _need_readable_file(table, key, path)
-    try:
-        sshfiles.read_known_hosts(path)
-    except ConfigError as e:
-        raise table.error(key, str(e)) from None
-    return path
+def _trust_file(parse: Callable[[Path], object]) -> Callable[[_Table, str, Path], Path]:
+    """The check of a trust file: readable, others cannot write it, and ``parse`` (which
+    names ``file:line`` of a malformed line) accepts every line."""
+
+    def check(table: _Table, key: str, path: Path) -> Path:
+        _need_readable_file(table, key, path)
+        try:
+            parse(path)
+        except ConfigError as e:
+            raise table.error(key, str(e)) from None
+        return path
+
+    return check
 
 
-def _need_authorized_keys(table: _Table, key: str, path: Path) -> Path:
-    """An ``authorized_keys`` file others cannot write, every line of it well formed."""
-    _need_readable_file(table, key, path)
-    try:
-        sshfiles.read_authorized_keys(path)
-    except ConfigError as e:
-        raise table.error(key, str(e)) from None
-    return path
+_need_known_hosts = _trust_file(sshfiles.read_known_hosts)
+_need_authorized_keys = _trust_file(sshfiles.read_authorized_keys)
 
 
 def _need_prom_path(table: _Table, key: str, path: Path) -> Path:
