@@ -6,7 +6,12 @@ its own and no import cycle can form."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
+
+import pytest
 
 import sealsync
 
@@ -64,3 +69,22 @@ def test_the_role_packages_sit_beside_pyproject() -> None:
         "receiver/recover",
     ):
         assert (root / sub / "__init__.py").is_file(), sub
+
+
+@pytest.mark.slow
+def test_a_wheel_carries_the_four_packages_and_the_jar(tmp_path: Path) -> None:
+    """What ``pip install sealsync-*.whl`` gets, on a cluster's executors too."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
+        + ["-w", str(tmp_path), str(SHARED.parent)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("sealsync-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if not n.startswith("sealsync-")} == {
+        "sealsync",
+        *ROLES,
+    }
+    assert "spark_loader/jars/sealsync-localfs.jar" in names
+    assert "sender/manage/selection.py" in names and "receiver/recover/replay.py" in names
