@@ -4,6 +4,7 @@ changed on either side (no folder, no state, no UUID, no binding on the receiver
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +120,7 @@ def test_an_unusable_config_is_one_error_line_and_exit_2(dep: Deployment) -> Non
 
 def test_a_receiver_check_creates_no_folder(tmp_path: Path) -> None:
     dep = make_deployment(tmp_path / "site")
+    shutil.rmtree(dep.root / "dc")  # a receiver whose folders were never made (or unmounted)
     before = tree(dep.root)
     result = check(dep.receiver_config)
     assert result.returncode == 1

@@ -6,6 +6,7 @@ runs lets no sender in until it is fixed."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,6 +106,7 @@ def test_receiver_refuses_unsafe_key_files_and_creates_nothing(
 ) -> None:
     path = idle.root / "keys" / which
     path.chmod(mode)
+    shutil.rmtree(idle.root / "dc")  # as on a fresh host: only `serve --init` would make it
     before = tree(idle.root)
     result = serve_once(idle)
     assert result.returncode == 2
