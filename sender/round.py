@@ -43,6 +43,7 @@ from sender.transfer.refusals import RefusalBook, refused_path
 from sender.transfer.report import DirReport, RoundReport
 from sender.transfer.schema_pos import read_position
 from sender.transfer.session import Progress, SenderSession
+from sender.transfer.throttle import TokenBucket
 
 __all__ = ["DirReport", "RoundReport", "run_round"]
 
@@ -85,6 +86,7 @@ def run_round(
         receiver=receiver.name,
         address=receiver.address,
         dirs=[DirReport(i, str(d)) for i, d in enumerate(config.data_dirs)],
+        bwlimit=config.bwlimit_for(receiver),
     )
     own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
     run = _Run(config, receiver, report, own_uuid, connector or connect_receiver, progress)
@@ -143,6 +145,8 @@ class _Run:
         self.own_uuid = own_uuid
         self.connector = connector
         self.progress = progress
+        # one bucket for the whole round: its attempts and data dirs share the cap
+        self.bucket = TokenBucket(report.bwlimit) if report.bwlimit else None
 
     def emit(self, event: str, **fields: object) -> None:
         if self.progress is not None:
@@ -164,6 +168,8 @@ class _Run:
                 pipeline_depth=config.pipeline_depth,
                 max_retries=config.max_retries,
                 progress=self.progress,
+                reply_timeout=config.stall_timeout,
+                bucket=self.bucket,
             )
             try:
                 session.hello(self.own_uuid, _hostname())

@@ -341,6 +341,7 @@ def test_dry_run_plans_every_receiver_and_changes_nothing(
                 "name": "dc1",
                 "host": "127.0.0.1",
                 "port": 5555,
+                "bwlimit": 0,
                 "data_dirs": [
                     {
                         "data_dir": str(data),
@@ -360,6 +361,7 @@ def test_dry_run_plans_every_receiver_and_changes_nothing(
                 "name": "dc2",
                 "host": "127.0.0.1",
                 "port": 5556,
+                "bwlimit": 0,
                 "data_dirs": [
                     {
                         "data_dir": str(data),

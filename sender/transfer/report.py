@@ -34,6 +34,10 @@ class DirReport:
     loaded: bool | None = None
     """The receiver said it had applied the whole round when it answered ROUND_DONE."""
     seconds: float = 0.0
+    transfer_bytes: int = 0
+    """Bytes written to the receiver for this data dir's round (frames included)."""
+    transfer_seconds: float = 0.0
+    """From the round's first write to its last file byte: the time ``bwlimit`` paces."""
 
     @property
     def ok(self) -> bool:
@@ -55,6 +59,8 @@ class DirReport:
             "complete": self.complete,
             "loaded": self.loaded,
             "seconds": round(self.seconds, 3),
+            "transfer_bytes": self.transfer_bytes,
+            "transfer_seconds": round(self.transfer_seconds, 3),
         }
 
 
@@ -68,6 +74,8 @@ class RoundReport:
     attempts: int = 0
     """Connections made: 1, plus one per reconnect after a dropped connection."""
     seconds: float = 0.0
+    bwlimit: int = 0
+    """The round's bandwidth cap in bytes per second; 0 is none."""
 
     @property
     def ok(self) -> bool:
@@ -91,5 +99,6 @@ class RoundReport:
             "shipped_files": self.shipped_files,
             "shipped_bytes": self.shipped_bytes,
             "seconds": round(self.seconds, 3),
+            "bwlimit": self.bwlimit,
             "dirs": [d.to_dict() for d in self.dirs],
         }
