@@ -9,7 +9,9 @@
 3. sets ``TCP_NODELAY`` (paramiko never does; without it a verdict per file waits
    for Nagle + delayed ACK, ~22 files/s instead of hundreds, docs/design.md §5.1);
 4. runs a paramiko server ``Transport`` with the host key, AES-GCM first, an 8 MiB
-   window and 64 KiB packets (the measured best), public-key auth only;
+   window and 64 KiB packets (the measured best), public-key auth only, and
+   keepalives (``client_alive_*``, :mod:`sealsync.keepalive`) that close it once the
+   sender has gone silent, so a dead link frees its session;
 5. serves one ``session`` channel with the ``sealsync`` subsystem, whose handler
    thread runs a :class:`~receiver.session.Session`. Over ``max_sessions``
    the sender gets an ERROR frame ``busy`` after its HELLO and retries later.
@@ -41,6 +43,7 @@ from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext
 from receiver.storage import DirectoryStorage, Storage
 from sealsync.config import ReceiverConfig
 from sealsync.errors import SealsyncError
+from sealsync.keepalive import ActivitySocket, Keepalive
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
     SSH_MAX_PACKET_SIZE,
@@ -350,16 +353,19 @@ class ReceiverService:
     def _serve_connection(self, sock: socket.socket, peer_ip: str) -> None:
         me = threading.current_thread()
         transport: paramiko.Transport | None = None
+        keepalive: Keepalive | None = None
         try:
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            transport = self._make_transport(sock)
+            watched = ActivitySocket(sock)
+            transport = self._make_transport(watched)
             server = _SshServer(self._authorized, peer_ip)
             with self._lock:
                 if self._state != "running":
                     return
                 self._connections[me] = transport
             transport.start_server(server=server)
+            keepalive = self._keepalive(transport, watched, peer_ip)
             if not self._wait_for_subsystem(transport, server):
                 if transport.is_active() and self._state == "running":
                     log.info("%s: no %s session opened in time, closing", peer_ip, SUBSYSTEM)
@@ -373,15 +379,34 @@ class ReceiverService:
         except Exception:
             log.exception("%s: connection failed", peer_ip)
         finally:
+            if keepalive is not None:
+                keepalive.stop()
             if transport is not None:
                 transport.close()
             sock.close()
             with self._lock:
                 self._connections.pop(me, None)
 
-    def _make_transport(self, sock: socket.socket) -> paramiko.Transport:
+    def _keepalive(
+        self, transport: paramiko.Transport, sock: ActivitySocket, peer_ip: str
+    ) -> Keepalive:
+        """Closes the connection once its sender has been silent too long (a dead link):
+        the session then ends and its place is free."""
+        return Keepalive(
+            transport,
+            sock,
+            self.config.client_alive_interval,
+            self.config.client_alive_count_max,
+            label=peer_ip,
+            keys=("client_alive_interval", "client_alive_count_max"),
+            log=log,
+        ).start()
+
+    def _make_transport(self, sock: ActivitySocket) -> paramiko.Transport:
         transport = paramiko.Transport(
-            sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
+            sock,  # type: ignore[arg-type]  # socket-like, as paramiko allows
+            default_window_size=SSH_WINDOW_SIZE,
+            default_max_packet_size=SSH_MAX_PACKET_SIZE,
         )
         options = transport.get_security_options()
         options.ciphers = preferred_ciphers(options.ciphers)

@@ -188,6 +188,11 @@ class _Run:
                 session.bye()
             finally:
                 session.close()
+        except ConnectionLost:
+            reason = getattr(conn, "lost_reason", None)  # a dead link, said as such
+            if reason:
+                raise ConnectionLost(reason) from None
+            raise
         finally:
             conn.close()
 
