@@ -194,16 +194,21 @@ def send(
     if dry_run:
         _dry_run(config, receivers, as_json)
         return
+    from sender.fleet import run_fleet
+
+    _import_paramiko_lean()  # once, before any round's thread imports it
     failures: list[SealsyncError] = []
-    reports = []
-    for receiver in receivers:
-        try:
-            reports.append(_send_one(config, receiver, opts, as_json))
-        except SealsyncError as e:
+    reports: list[Any] = []
+    for outcome in run_fleet(receivers, lambda lane: _send_one(config, lane, opts)):
+        if outcome.error is not None:
             if len(receivers) == 1:
-                raise
-            click.echo(f"sealsync: error: {receiver.name}: {_one_line(str(e))}", err=True)
-            failures.append(e)
+                raise outcome.error
+            line = _one_line(str(outcome.error))
+            click.echo(f"sealsync: error: {outcome.receiver.name}: {line}", err=True)
+            failures.append(outcome.error)
+        else:
+            _print_round(outcome.result, opts, as_json)
+            reports.append(outcome.result)
     if as_json:
         doc = {
             "ok": not failures and all(r.ok for r in reports),
@@ -218,27 +223,32 @@ def send(
         raise click.exceptions.Exit(EXIT_FAILURE)
 
 
-def _send_one(
-    config: SenderConfig, receiver: ReceiverEndpoint, opts: Options, as_json: bool
-) -> Any:
-    """One round to one receiver under its lock; prints its summary unless --json."""
-    from sealsync.output import TerminalProgress, round_problems, round_summary
+def _send_one(config: SenderConfig, lane: Any, opts: Options) -> Any:
+    """One round to one receiver under its lock (on a thread of its own when there are
+    several: ``sender.fleet``)."""
+    from sealsync.output import TerminalProgress
     from sender.lock import receiver_lock
-
-    _import_paramiko_lean()
     from sender.round import run_round
 
+    receiver = lane.receiver
     with receiver_lock(config.schema_dir, receiver.host, receiver.port):
-        progress = TerminalProgress(receiver.name, enabled=None if not opts.quiet else False)
+        progress = TerminalProgress(
+            receiver.name, stream=lane.progress, enabled=None if not opts.quiet else False
+        )
         try:
-            report = run_round(config, receiver, progress=progress)
+            return run_round(config, receiver, progress=progress, cancel=lane.cancel)
         finally:
             progress.clear()
+
+
+def _print_round(report: Any, opts: Options, as_json: bool) -> None:
+    """A round's problem lines on stderr and its summary line, unless --json."""
+    from sealsync.output import round_problems, round_summary
+
     for line in round_problems(report):
         click.echo(f"sealsync: {line}", err=True)
     if not as_json and not opts.quiet:
         click.echo(round_summary(report))
-    return report
 
 
 def _import_paramiko_lean() -> None:
