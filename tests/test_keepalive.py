@@ -5,6 +5,7 @@ from the peer counts as an answer. The same watch over real SSH, both ends, is i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import threading
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sealsync.config import ReceiverConfig, SenderConfig
 from sealsync.keepalive import REQUEST, ActivitySocket, Keepalive
 from sender.transfer.errors import ConnectionLost
 from sender.transfer.session import SenderSession
@@ -163,3 +165,13 @@ def test_a_send_that_finds_no_window_is_a_stalled_transfer() -> None:
     finally:
         session.close()
     assert str(e.value) == "transfer stalled: the receiver took no data for 7 s"
+
+
+def test_defaults_declare_a_silent_link_dead_within_about_a_minute() -> None:
+    """OpenSSH's ServerAliveInterval 15 / ServerAliveCountMax 3, on both ends."""
+    sender = {f.name: f.default for f in dataclasses.fields(SenderConfig)}
+    receiver = {f.name: f.default for f in dataclasses.fields(ReceiverConfig)}
+    assert (sender["server_alive_interval"], sender["server_alive_count_max"]) == (15.0, 3)
+    assert (receiver["client_alive_interval"], receiver["client_alive_count_max"]) == (15.0, 3)
+    assert sender["server_alive_interval"] * (sender["server_alive_count_max"] + 1) == 60.0
+    assert sender["connect_timeout"] == 10.0 and sender["stall_timeout"] == 120.0
