@@ -14,7 +14,9 @@
 4. runs a paramiko server ``Transport`` announcing ``SSH-2.0-sealsync`` (no library
    name or version for a scanner to match), with the host key, AES-GCM first, an
    8 MiB window and 64 KiB packets (the measured best), public-key auth only, at most
-   ``MAX_AUTH_TRIES`` keys tried per connection;
+   ``MAX_AUTH_TRIES`` keys tried per connection, and keepalives (``client_alive_*``,
+   :mod:`sealsync.keepalive`) that close it once the sender has gone silent, so a
+   dead link frees its session;
 5. gives it ``login_grace_time`` from accept to open the ``sealsync`` subsystem on one
    ``session`` channel; the connection leaves the startup counts once its key is
    accepted, and one that fails or runs out of time earns its source a penalty;
@@ -63,6 +65,7 @@ from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext, Session
 from receiver.storage import DirectoryStorage, Storage
 from sealsync.config import ReceiverConfig, format_endpoint
 from sealsync.errors import SealsyncError
+from sealsync.keepalive import ActivitySocket, Keepalive
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
     SSH_MAX_PACKET_SIZE,
@@ -471,17 +474,20 @@ class ReceiverService:
         me = threading.current_thread()
         transport: paramiko.Transport | None = None
         server: _SshServer | None = None
+        keepalive: Keepalive | None = None
         outcome = Outcome.NO_AUTH
         try:
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            transport = self._make_transport(sock)
+            watched = ActivitySocket(sock)
+            transport = self._make_transport(watched)
             server = _SshServer(self._authorized, peer_ip, self.metrics, self.admission, startup)
             with self._lock:
                 if self._state != "running":
                     return
                 self._connections[me] = transport
             transport.start_server(event=threading.Event(), server=server)  # returns at once
+            keepalive = self._keepalive(transport, watched, peer_ip)
             outcome = self._wait_for_subsystem(
                 transport, server, accepted + self.config.login_grace_time
             )
@@ -506,6 +512,8 @@ class ReceiverService:
         except Exception:
             log.exception("%s: connection failed", peer_ip)
         finally:
+            if keepalive is not None:
+                keepalive.stop()
             if server is not None and server.auth_failures and not server.authenticated:
                 outcome = Outcome.AUTH_FAILED
             barred = self.admission.close(startup, outcome)  # before the peer sees the close
@@ -522,9 +530,26 @@ class ReceiverService:
             with self._lock:
                 self._connections.pop(me, None)
 
-    def _make_transport(self, sock: socket.socket) -> paramiko.Transport:
+    def _keepalive(
+        self, transport: paramiko.Transport, sock: ActivitySocket, peer_ip: str
+    ) -> Keepalive:
+        """Closes the connection once its sender has been silent too long (a dead link):
+        the session then ends and its place is free."""
+        return Keepalive(
+            transport,
+            sock,
+            self.config.client_alive_interval,
+            self.config.client_alive_count_max,
+            label=peer_ip,
+            keys=("client_alive_interval", "client_alive_count_max"),
+            log=log,
+        ).start()
+
+    def _make_transport(self, sock: ActivitySocket) -> paramiko.Transport:
         transport = paramiko.Transport(
-            sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
+            sock,  # type: ignore[arg-type]  # socket-like, as paramiko allows
+            default_window_size=SSH_WINDOW_SIZE,
+            default_max_packet_size=SSH_MAX_PACKET_SIZE,
         )
         options = transport.get_security_options()
         options.ciphers = preferred_ciphers(options.ciphers)

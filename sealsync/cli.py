@@ -228,14 +228,36 @@ def _receivers(config: SenderConfig, name: str | None) -> list[ReceiverEndpoint]
         raise SealsyncError(str(e), EXIT_USAGE) from None
 
 
+def _rate_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    from sealsync.config import parse_rate
+
+    if value is None:
+        return None
+    try:
+        return parse_rate(value)
+    except ValueError as e:
+        raise SealsyncError(f"--bwlimit: {e}", EXIT_USAGE) from None
+
+
 @cli.command(short_help="Run one round to every (or one) receiver.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Sender TOML.")
 @click.option("--receiver", "receiver_name", metavar="NAME", help="Only this receiver.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing, take no lock.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--bwlimit",
+    metavar="RATE",
+    callback=_rate_option,
+    help="Cap each receiver's round at RATE (4M: 4 MiB/s; a bare number is KiB/s; 0: no cap).",
+)
 @click.pass_obj
 def send(
-    opts: Options, config_path: Path, receiver_name: str | None, dry_run: bool, as_json: bool
+    opts: Options,
+    config_path: Path,
+    receiver_name: str | None,
+    dry_run: bool,
+    as_json: bool,
+    bwlimit: int | None,
 ) -> None:
     """Run one round to every receiver of the config (or only --receiver NAME).
 
@@ -255,9 +277,14 @@ def send(
     would change first. It writes nothing and contacts no receiver; because it
     changes nothing it does not take the lock either, so it also works while a
     round is running (its plan then reflects the state at the moment it reads).
+
+    --bwlimit RATE caps what each receiver's round sends, in rsync's syntax, in place
+    of the config's bwlimit keys.
     """
     try:
         config = load_sender_config(config_path)
+        if bwlimit is not None:
+            config = config.with_bwlimit(bwlimit)
         receivers = _receivers(config, receiver_name)
     except SealsyncError as e:
         if as_json:
@@ -273,18 +300,12 @@ def send(
     from sender.attempt import INTERNAL, send_all
 
     _import_paramiko_lean()
-    bars: dict[str, TerminalProgress] = {}
     errors: list[str] = []
 
-    def progress_for(receiver: ReceiverEndpoint) -> TerminalProgress:
-        bar = TerminalProgress(receiver.name, enabled=False if opts.quiet else None)
-        bars[receiver.name] = bar
-        return bar
+    def progress_for(receiver: ReceiverEndpoint, stream: TextIO | None) -> TerminalProgress:
+        return TerminalProgress(receiver.name, stream=stream, enabled=False if opts.quiet else None)
 
     def each(result: AttemptResult) -> None:
-        bar = bars.pop(result.attempt.receiver, None)
-        if bar is not None:
-            bar.clear()
         errors.extend(_show_attempt(result, opts, as_json, many=len(receivers) > 1))
 
     run = send_all(config, receivers, progress_for=progress_for, each=each)
@@ -295,8 +316,10 @@ def send(
     errors += late
     if as_json:
         _echo_json(_send_document(run, errors, run.exit_code))
-    for result in run.results:  # an interruption, or a bug: the group words it
-        if isinstance(result.error, KeyboardInterrupt) or result.attempt.kind == INTERNAL:
+    if run.interrupted is not None:  # the group words it
+        raise run.interrupted
+    for result in run.results:  # a bug: the group words it
+        if result.attempt.kind == INTERNAL:
             assert result.error is not None
             raise result.error
     if run.exit_code:
@@ -364,6 +387,7 @@ def _import_paramiko_lean() -> None:
 
 
 def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: bool) -> None:
+    from sealsync.output import format_rate
     from sender.plan import plan
 
     plans = [(r, plan(config, r)) for r in receivers]
@@ -375,6 +399,7 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
                     "name": r.name,
                     "host": r.host,
                     "port": r.port,
+                    "bwlimit": config.bwlimit_for(r),
                     "data_dirs": [
                         {
                             "data_dir": str(p.data_dir),
@@ -394,7 +419,9 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
         return
     click.echo("dry run: nothing is changed, no receiver is contacted")
     for r, dir_plans in plans:
-        click.echo(f"receiver {r.name} ({r.address})")
+        rate = config.bwlimit_for(r)
+        cap = f", bwlimit {format_rate(rate)}" if rate else ""
+        click.echo(f"receiver {r.name} ({r.address}){cap}")
         for p in dir_plans:
             click.echo(f"  data dir {p.data_dir}")
             if p.recovery:

@@ -41,7 +41,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -192,6 +192,20 @@ class ListenAddress(Reader):
             return parse_listen(text)
         except ValueError as e:
             raise table.error(key, f"{e}: {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Rate(Reader):
+    """A bandwidth cap in rsync's ``--bwlimit`` syntax, as bytes per second (see
+    ``parse_rate``); a TOML number is a bare number (KiB/s)."""
+
+    def read(self, table: _Table, key: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise table.error(key, f'must be a rate such as "4M", got {_type_name(value)}')
+        try:
+            return parse_rate(str(value))
+        except ValueError as e:
+            raise table.error(key, str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -596,6 +610,8 @@ class ReceiverEndpoint:
     )
     host: str = field(metadata=setting(Host()))
     port: int = field(metadata=setting(Integer(1, 65535)))
+    #: This receiver's bandwidth cap in bytes/s (0: none); None: the sender's ``bwlimit``.
+    bwlimit: int | None = field(default=None, metadata=setting(Rate()))
 
     @property
     def address(self) -> str:
@@ -613,6 +629,14 @@ class SenderConfig:
     connect_timeout: float = field(default=10.0, metadata=setting(Number(0, 3600)))
     chunk_size: int = field(default=262144, metadata=setting(Integer(1024, 16 * 1024 * 1024)))
     pipeline_depth: int = field(default=64, metadata=setting(Integer(1, 4096)))
+    #: Bytes/s each receiver's round may send (0: no cap); a [[receiver]] may set its own.
+    bwlimit: int = field(default=0, metadata=setting(Rate()))
+    #: Seconds without a byte from the receiver before a keepalive asks for one.
+    server_alive_interval: float = field(default=15.0, metadata=setting(Number(0, 3600)))
+    #: Unanswered keepalive intervals after which the link is declared dead.
+    server_alive_count_max: int = field(default=3, metadata=setting(Integer(1, 100)))
+    #: Seconds a round waits for the receiver to take bytes or to answer.
+    stall_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
     #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
     metrics_textfile: Path | None = field(
@@ -632,6 +656,15 @@ class SenderConfig:
         values = _read_table(cls, t)
         receivers = _receivers(doc.get("receiver"), source, base_dir)
         return cls(**values, receivers=receivers, source=source)
+
+    def bwlimit_for(self, receiver: ReceiverEndpoint) -> int:
+        """The cap of a round to ``receiver``, bytes/s (0: none): its own, else the sender's."""
+        return self.bwlimit if receiver.bwlimit is None else receiver.bwlimit
+
+    def with_bwlimit(self, rate: int) -> SenderConfig:
+        """This config with one cap for every receiver (``send --bwlimit``)."""
+        receivers = [replace(r, bwlimit=None) for r in self.receivers]
+        return replace(self, bwlimit=rate, receivers=receivers)
 
     def receiver(self, name: str) -> ReceiverEndpoint:
         """The receiver called ``name`` (or written as ``host:port``), for ``--receiver``."""
@@ -691,6 +724,38 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+_RATE_RE = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(?:([bkmgtp])(b|ib)?)?$", re.IGNORECASE)
+RATE_HELP = (
+    "write a number with an optional K, M or G suffix: 4M is 4 MiB/s, a bare number is "
+    "KiB/s, KB, MB and GB are powers of 1000, 0 is no limit"
+)
+#: rsync's smallest cap other than 0 (unlimited).
+MIN_RATE = 512
+
+
+def parse_rate(text: str) -> int:
+    """Bytes per second from rsync's ``--bwlimit`` syntax; ValueError says what is wrong.
+
+    As rsync reads it: a number (fractions allowed) and an optional suffix letter
+    B, K, M, G, T or P (any case) meaning bytes or powers of 1024, followed by an
+    optional ``B`` that makes the powers 1000 or ``iB`` that keeps them 1024; no
+    suffix is KiB. ``0`` is no limit; other rates under 512 bytes/s are refused.
+    rsync's ``+1``/``-1`` byte offsets are not taken: they mean nothing for a rate.
+    """
+    m = _RATE_RE.match(text.strip())
+    if m is None:
+        raise ValueError(f"not a rate: {text!r}; {RATE_HELP}")
+    number, letter, unit = m.groups()
+    power = "bkmgtp".index((letter or "k").lower())
+    base = 1000 if unit is not None and unit.lower() == "b" else 1024
+    rate = int(float(number) * base**power)
+    if 0 < rate < MIN_RATE or (rate == 0 and float(number) != 0):
+        raise ValueError(
+            f"rate too small: {text!r} (at least {MIN_RATE} bytes/s, or 0 for no limit)"
+        )
+    return rate
+
+
 def _default_allow() -> list[IPNetwork]:
     return [ipaddress.ip_network(n) for n in DEFAULT_ALLOW]
 
@@ -721,6 +786,10 @@ class ReceiverConfig:
     metrics_listen: tuple[str, int] | None = field(default=None, metadata=setting(ListenAddress()))
     #: Log lines appended here too (``sealsync serve`` only; a host logs its own way).
     log_file: Path | None = field(default=None, metadata=setting(PathValue()))
+    #: Seconds without a byte from a sender before a keepalive asks for one.
+    client_alive_interval: float = field(default=15.0, metadata=setting(Number(0, 3600)))
+    #: Unanswered keepalive intervals after which the connection is closed.
+    client_alive_count_max: int = field(default=3, metadata=setting(Integer(1, 100)))
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
 
     @property

@@ -24,6 +24,11 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover - loop always returns
 
 
+def format_rate(rate: int) -> str:
+    """A bandwidth cap for people: ``4.0 MiB/s``, or ``unlimited`` for 0."""
+    return f"{human_bytes(rate)}/s" if rate else "unlimited"
+
+
 def _eta(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
@@ -94,10 +99,11 @@ def round_summary(report: Any) -> str:
     seconds = d["seconds"] or 0.0
     rate = d["shipped_bytes"] / seconds if seconds else 0.0
     state = "ok" if d["ok"] else "INCOMPLETE"
+    cap = f", bwlimit {format_rate(d['bwlimit'])}" if d.get("bwlimit") else ""
     return (
         f"{d['receiver']} ({d['address']}): {state}: shipped {d['shipped_files']} files "
         f"({human_bytes(d['shipped_bytes'])}, {human_bytes(rate)}/s), deleted {deleted}, "
-        f"refused {refused}, failed {failed}, {seconds:.1f} s"
+        f"refused {refused}, failed {failed}, {seconds:.1f} s{cap}"
     )
 
 

@@ -43,6 +43,9 @@ from sender.manage.layout import SchemaPaths, data_dir_problem
 from sender.transfer.report import RoundReport, new_report
 
 if TYPE_CHECKING:
+    from typing import TextIO
+
+    from sender.fleet import Cancel
     from sender.transfer.session import Progress
 
 INCOMPLETE = "incomplete"
@@ -93,12 +96,17 @@ class SendRun:
     """Every attempt of one ``sealsync send``, in receiver order."""
 
     results: list[AttemptResult] = field(default_factory=list)
+    interruption: KeyboardInterrupt | None = None
+    """Ctrl-C or SIGTERM while rounds ran on their own threads (a round's own
+    interruption is in its result)."""
     preflight: ConfigError | None = None
     """A configuration mistake found before any receiver (it failed every attempt)."""
     metrics_error: str | None = None
 
     @property
     def interrupted(self) -> KeyboardInterrupt | None:
+        if self.interruption is not None:
+            return self.interruption
         for r in self.results:
             if r.interrupted is not None:
                 return r.interrupted
@@ -132,27 +140,46 @@ def send_all(
     config: SenderConfig,
     receivers: list[ReceiverEndpoint],
     *,
-    progress_for: Callable[[ReceiverEndpoint], Progress | None] = lambda r: None,
+    progress_for: Callable[[ReceiverEndpoint, TextIO | None], Progress | None] = (
+        lambda r, stream: None
+    ),
     each: Callable[[AttemptResult], None] = lambda r: None,
 ) -> SendRun:
-    """An attempt per receiver (``each`` sees it as soon as it ends), then the metrics.
+    """An attempt per receiver, all at once (:mod:`sender.fleet`), then the metrics.
 
-    An interruption (or a bug) ends the run after its attempt is recorded: the
-    remaining receivers wait for the next run.
+    ``progress_for(receiver, stream)`` makes a round's progress display, drawing on
+    ``stream`` (None: stderr). ``each`` sees the results in receiver order once every
+    round has ended. An interruption cancels every round; each records itself as
+    interrupted while it unwinds.
     """
+    from sender.fleet import Lane, run_fleet
+
     run = SendRun()
     try:
         check_data_dirs(config)
     except ConfigError as exc:
         run.preflight = exc
-    for receiver in receivers:
+    done: dict[int, AttemptResult] = {}
+    index = {id(r): i for i, r in enumerate(receivers)}
+
+    def one(lane: Lane) -> AttemptResult:
         result = run_attempt(
-            config, receiver, progress=progress_for(receiver), preflight=run.preflight
+            config,
+            lane.receiver,
+            progress=progress_for(lane.receiver, lane.progress),
+            preflight=run.preflight,
+            cancel=lane.cancel,
         )
-        run.results.append(result)
+        done[index[id(lane.receiver)]] = result
+        return result
+
+    try:
+        run_fleet(receivers, one)
+    except KeyboardInterrupt as exc:
+        run.interruption = exc
+    run.results = [done[i] for i in sorted(done)]
+    for result in run.results:
         each(result)
-        if result.interrupted is not None or result.attempt.kind == INTERNAL:
-            break
     if config.metrics_textfile is not None:
         from sender.metrics import write_sender_metrics
 
@@ -169,6 +196,7 @@ def run_attempt(
     *,
     progress: Progress | None = None,
     preflight: ConfigError | None = None,
+    cancel: Cancel | None = None,
 ) -> AttemptResult:
     """Lock, round, and the history line, whatever happens.
 
@@ -187,9 +215,12 @@ def run_attempt(
             raise preflight
         with receiver_lock(config.schema_dir, receiver.host, receiver.port):
             report = new_report(receiver.name, receiver.address, config.data_dirs)
-            report = run_round(config, receiver, progress=progress, report=report)
+            report = run_round(config, receiver, progress=progress, report=report, cancel=cancel)
     except (Exception, KeyboardInterrupt) as exc:  # every end is recorded
         error = exc
+    stopped = cancel.reason if cancel is not None else None
+    if isinstance(stopped, KeyboardInterrupt) and (report is None or not report.ok):
+        error = stopped  # cancelled by the main thread's interruption: recorded as such
     attempt = _attempt(receiver, start, report, error)
     result = AttemptResult(attempt, report, _exit_code(attempt, error), error)
     try:

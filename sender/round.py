@@ -12,7 +12,9 @@ dirs already finished are not touched again. A connection that cannot be made at
 all on the first attempt, a refused key or an unknown host key are not retried:
 they would fail the same way.
 
-The caller (``sealsync send``) holds the receiver's ``sync.lock`` around this.
+The caller (``sealsync send``) holds the receiver's ``sync.lock`` around this. A
+``Cancel`` lets another thread end the round early (``sender.fleet`` does, when the
+process is interrupted while rounds to several receivers run on their own threads).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import tenacity
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import naming_os_errors
 from sealsync.protocol import Stream
+from sender.fleet import Cancel
 from sender.manage import idle_mark, shipped_mods
 from sender.manage.history import write_round_record
 from sender.manage.identity import sender_uuid
@@ -44,6 +47,7 @@ from sender.transfer.refusals import RefusalBook, refused_path
 from sender.transfer.report import DirReport, RoundReport, new_report
 from sender.transfer.schema_pos import read_position
 from sender.transfer.session import Progress, SenderSession
+from sender.transfer.throttle import TokenBucket
 
 __all__ = ["DirReport", "RoundReport", "new_report", "run_round"]
 
@@ -68,6 +72,7 @@ def run_round(
     progress: Progress | None = None,
     connector: Connector | None = None,
     report: RoundReport | None = None,
+    cancel: Cancel | None = None,
 ) -> RoundReport:
     """Sync every data dir of ``config`` to ``receiver``; the report says what happened.
 
@@ -77,6 +82,8 @@ def run_round(
     ``connector`` replaces the SSH connection (tests). ``report`` (from
     :func:`~sender.transfer.report.new_report`) is filled in as the round goes, so a
     caller whose round raised or was interrupted still knows what it did until then.
+    Once ``cancel`` is set the round makes no new attempt and its data dirs that did
+    not finish say "interrupted".
 
     ``progress(event, **fields)`` is called on this thread with: ``connected``
     (receiver, attempt), ``retry`` (attempt, reason), ``schema`` (position, size),
@@ -87,11 +94,15 @@ def run_round(
     started = time.monotonic()
     if report is None:
         report = new_report(receiver.name, receiver.address, config.data_dirs)
+    report.bwlimit = config.bwlimit_for(receiver)
     own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
-    run = _Run(config, receiver, report, own_uuid, connector or connect_receiver, progress)
+    cancel = cancel or Cancel()
+    run = _Run(config, receiver, report, own_uuid, connector or connect_receiver, progress, cancel)
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(config.max_retries),
+        stop=tenacity.stop_after_attempt(config.max_retries)
+        | tenacity.stop_when_event_set(cancel.event),
         wait=ROUND_WAIT,
+        sleep=_until(cancel),
         retry=_retryable,
         before_sleep=run.before_sleep,
         reraise=True,
@@ -102,17 +113,30 @@ def run_round(
                 report.attempts = attempt.retry_state.attempt_number
                 run.attempt()
     except (ConnectionLost, Unreachable) as exc:
-        if report.attempts <= 1 and isinstance(exc, Unreachable):
+        if report.attempts <= 1 and isinstance(exc, Unreachable) and not cancel.is_set:
             raise
         for d in report.dirs:
             if not d.complete and d.note is None:
-                d.note = f"connection lost, gave up after {report.attempts} attempts: {exc}"
+                d.note = (
+                    "interrupted"
+                    if cancel.is_set
+                    else f"connection lost, gave up after {report.attempts} attempts: {exc}"
+                )
     finally:
         report.seconds = time.monotonic() - started
     for d, data_dir in zip(report.dirs, config.data_dirs, strict=True):
         with naming_os_errors("write"):
             write_round_record(SenderPaths(data_dir, receiver.host, receiver.port), d.to_dict())
     return report
+
+
+def _until(cancel: Cancel) -> Callable[[float], None]:
+    """tenacity's sleep between attempts, cut short by a cancel."""
+
+    def sleep(seconds: float) -> None:
+        cancel.event.wait(seconds)
+
+    return sleep
 
 
 def _retryable(state: tenacity.RetryCallState) -> bool:
@@ -138,6 +162,7 @@ class _Run:
         own_uuid: str,
         connector: Connector,
         progress: Progress | None,
+        cancel: Cancel,
     ) -> None:
         self.config = config
         self.receiver = receiver
@@ -145,6 +170,9 @@ class _Run:
         self.own_uuid = own_uuid
         self.connector = connector
         self.progress = progress
+        self.cancel = cancel
+        # one bucket for the whole round: its attempts and data dirs share the cap
+        self.bucket = TokenBucket(report.bwlimit) if report.bwlimit else None
 
     def emit(self, event: str, **fields: object) -> None:
         if self.progress is not None:
@@ -158,36 +186,50 @@ class _Run:
         config, receiver = self.config, self.receiver
         with naming_os_errors("recover the sender state at"):
             recover_all(config.data_dirs, receiver.host, receiver.port)
+        if self.cancel.is_set:
+            raise ConnectionLost("interrupted")
         conn = self.connector(config, receiver)
         try:
-            self.emit("connected", receiver=receiver.address, attempt=self.report.attempts)
-            session = SenderSession(
-                conn.stream,
-                chunk_size=config.chunk_size,
-                pipeline_depth=config.pipeline_depth,
-                max_retries=config.max_retries,
-                progress=self.progress,
-            )
-            try:
-                session.hello(self.own_uuid, _hostname())
-                schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
-                shipped_from = read_position(schema.schema_pos)
-                try:
-                    session.ship_schema(schema.schema_log, schema.schema_pos)
-                finally:  # pieces acknowledged before a dropped connection count too
-                    shipped_to = read_position(schema.schema_pos)
-                    self.report.schema_bytes += max(shipped_to - shipped_from, 0)
-                for i, data_dir in enumerate(config.data_dirs):
-                    d = self.report.dirs[i]
-                    if d.complete or d.note is not None:
-                        continue  # finished (or told busy) in an earlier attempt
-                    with naming_os_errors("update"):  # what the steps did not name
-                        self.data_dir(session, i, Path(data_dir), d)
-                session.bye()
-            finally:
-                session.close()
+            with self.cancel.closing(conn.close):
+                self._session(conn)
+        except ConnectionLost:
+            reason = getattr(conn, "lost_reason", None)  # a dead link, said as such
+            if reason and not self.cancel.is_set:
+                raise ConnectionLost(reason) from None
+            raise
         finally:
             conn.close()
+
+    def _session(self, conn: OpenConnection) -> None:
+        config, receiver = self.config, self.receiver
+        self.emit("connected", receiver=receiver.address, attempt=self.report.attempts)
+        session = SenderSession(
+            conn.stream,
+            chunk_size=config.chunk_size,
+            pipeline_depth=config.pipeline_depth,
+            max_retries=config.max_retries,
+            progress=self.progress,
+            reply_timeout=config.stall_timeout,
+            bucket=self.bucket,
+        )
+        try:
+            session.hello(self.own_uuid, _hostname())
+            schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
+            shipped_from = read_position(schema.schema_pos)
+            try:
+                session.ship_schema(schema.schema_log, schema.schema_pos)
+            finally:  # pieces acknowledged before a dropped connection count too
+                shipped_to = read_position(schema.schema_pos)
+                self.report.schema_bytes += max(shipped_to - shipped_from, 0)
+            for i, data_dir in enumerate(config.data_dirs):
+                d = self.report.dirs[i]
+                if d.complete or d.note is not None:
+                    continue  # finished (or told busy) in an earlier attempt
+                with naming_os_errors("update"):  # what the steps did not name
+                    self.data_dir(session, i, Path(data_dir), d)
+            session.bye()
+        finally:
+            session.close()
 
     def data_dir(self, session: SenderSession, index: int, data_dir: Path, d: DirReport) -> None:
         started = time.monotonic()

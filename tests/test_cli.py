@@ -249,6 +249,7 @@ class FakeRound:
         receiver: ReceiverEndpoint,
         progress: object = None,
         report: RoundReport | None = None,
+        cancel: object = None,
     ) -> RoundReport:
         lock = config.schema_dir / "sync" / f"{receiver.host}_{receiver.port}" / "sync.lock"
         with pytest.raises(Timeout):  # a fresh instance = another holder: must be refused
@@ -280,7 +281,7 @@ def test_send_runs_a_round_per_receiver_under_its_lock(
     assert (code, err) == (0, "")
     assert [line.split(" ", 1)[0] for line in out.splitlines()] == ["dc1", "dc2"]
     assert all(": ok: shipped 1 files" in line for line in out.splitlines())
-    assert [r.name for _, r in fake.calls] == ["dc1", "dc2"]
+    assert sorted(r.name for _, r in fake.calls) == ["dc1", "dc2"]  # side by side
     assert fake.calls[0][0].source == str(path)
     fake.calls.clear()
     code, out, err = run(capsys, "send", "--config", str(path), "--receiver", "dc2")
@@ -322,11 +323,12 @@ def test_a_bug_in_a_round_is_recorded_and_one_line(
     monkeypatch.setitem(sys.modules, "sender.round", module)
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path), "--json")
-    assert code == 1 and len(fake.calls) == 1  # the run stops at the bug
+    assert code == 1 and len(fake.calls) == 2  # rounds run side by side: both met it
     assert err == ("sealsync: internal error: RuntimeError: boom (run with -v for the traceback)\n")
     doc = json.loads(out)
-    assert doc["errors"] == ["dc1: internal error: RuntimeError: boom"]
-    assert [(a["receiver"], a["kind"]) for a in doc["attempts"]] == [("dc1", "internal")]
+    assert doc["errors"] == [f"{r}: internal error: RuntimeError: boom" for r in ("dc1", "dc2")]
+    kinds = [(a["receiver"], a["kind"]) for a in doc["attempts"]]
+    assert kinds == [("dc1", "internal"), ("dc2", "internal")]
     history = tmp_path / "edge/schema/sync/127.0.0.1_5555/rounds.jsonl"
     assert json.loads(history.read_text())["kind"] == "internal"
 
@@ -338,7 +340,7 @@ def test_send_goes_on_after_one_receiver_fails(
     monkeypatch.setitem(sys.modules, "sender.round", fake.module())
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path))
-    assert [r.name for _, r in fake.calls] == ["dc1", "dc2"]
+    assert sorted(r.name for _, r in fake.calls) == ["dc1", "dc2"]
     assert code == 1 and out.startswith("dc2 (127.0.0.1:5556): ok") and out.count("\n") == 1
     assert_one_error_line(err, "dc1: receiver unreachable")
 
@@ -420,6 +422,7 @@ def test_dry_run_plans_every_receiver_and_changes_nothing(
                 "name": "dc1",
                 "host": "127.0.0.1",
                 "port": 5555,
+                "bwlimit": 0,
                 "data_dirs": [
                     {
                         "data_dir": str(data),
@@ -439,6 +442,7 @@ def test_dry_run_plans_every_receiver_and_changes_nothing(
                 "name": "dc2",
                 "host": "127.0.0.1",
                 "port": 5556,
+                "bwlimit": 0,
                 "data_dirs": [
                     {
                         "data_dir": str(data),

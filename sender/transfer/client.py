@@ -10,6 +10,12 @@ The transport is tuned for bulk data (docs/design.md §5.1): ``TCP_NODELAY`` (or
 Nagle plus delayed ACKs cap request/response at a few dozen files a second),
 ``aes128-gcm`` first,
 64 KiB packets and an 8 MiB window.
+
+A link that goes silent is found by keepalives (:mod:`sealsync.keepalive`, from the
+end of the key exchange on, so a stall during authentication is caught too); a
+receiver that stops taking data while the link lives, by the channel's timeout
+(``stall_timeout``); each step of setting the connection up is bounded by
+``connect_timeout``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from paramiko.pkey import UnknownKeyType
 from sealsync import sshfiles
 from sealsync.config import ReceiverEndpoint, SenderConfig, format_endpoint
 from sealsync.errors import ConfigError
+from sealsync.keepalive import ActivitySocket, Keepalive
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
     SSH_MAX_PACKET_SIZE,
@@ -38,7 +45,11 @@ from sender.transfer.errors import HostKeyError, Refused, Unreachable
 
 USERNAME = "sealsync"
 IO_TIMEOUT = 120.0
-"""Longest a single send may wait for window space, and the reader's poll period."""
+"""Default longest a single send may wait for window space, and the reader's poll period."""
+
+log = logging.getLogger(f"sealsync.{__name__}")
+_AUTH_TIMED_OUT = "Authentication timeout."
+"""What paramiko's AuthenticationException says when no answer came in ``auth_timeout``."""
 
 # paramiko's transport thread logs a traceback when a handshake is cut short; with no
 # handler configured Python would print it on stderr. The CLI's -v still shows it.
@@ -165,12 +176,20 @@ class Connection:
     sock: socket.socket
     transport: paramiko.Transport
     channel: paramiko.Channel
+    keepalive: Keepalive | None = None
 
     @property
     def stream(self) -> Stream:
         return channel_stream(self.channel)
 
+    @property
+    def lost_reason(self) -> str | None:
+        """Why the connection was given up from under the session (a dead link), if it was."""
+        return self.keepalive.dead if self.keepalive is not None else None
+
     def close(self) -> None:
+        if self.keepalive is not None:
+            self.keepalive.stop()
         for close in (self.channel.close, self.transport.close, self.sock.close):
             try:
                 close()
@@ -226,16 +245,29 @@ def handshake_failure(address: str, exc: BaseException) -> str:
 
 
 def connect(
-    host: str, port: int, *, identity: Path, known_hosts: Path, timeout: float = 10.0
+    host: str,
+    port: int,
+    *,
+    identity: Path,
+    known_hosts: Path,
+    timeout: float = 10.0,
+    alive_interval: float = 15.0,
+    alive_count_max: int = 3,
+    stall_timeout: float = IO_TIMEOUT,
 ) -> Connection:
     """Reach, verify, authenticate and open the subsystem; every failure is one line."""
     address = format_endpoint(host, port)
     key = load_identity(identity)
     known = load_known_hosts(known_hosts)
     sock = open_socket(host, port, timeout)
+    watched = ActivitySocket(sock)
     transport = paramiko.Transport(
-        sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
+        watched,  # type: ignore[arg-type]  # socket-like, as paramiko allows
+        default_window_size=SSH_WINDOW_SIZE,
+        default_max_packet_size=SSH_MAX_PACKET_SIZE,
     )
+    transport.auth_timeout = timeout
+    keepalive: Keepalive | None = None
     try:
         options = transport.get_security_options()
         options.ciphers = preferred_ciphers(options.ciphers)
@@ -253,9 +285,23 @@ def connect(
                 f"SSH handshake with receiver {address} failed: timed out after {timeout:g} s"
             ) from None
         check_host_key(known, host, port, server_key, known_hosts)
+        keepalive = Keepalive(
+            transport,
+            watched,
+            alive_interval,
+            alive_count_max,
+            label=f"receiver {address}",
+            keys=("server_alive_interval", "server_alive_count_max"),
+            log=log,
+            level=logging.INFO,  # the round reports the lost connection itself
+        ).start()
         try:
             transport.auth_publickey(USERNAME, key)
-        except paramiko.AuthenticationException:
+        except paramiko.AuthenticationException as exc:
+            if keepalive.dead is not None or str(exc) == _AUTH_TIMED_OUT:
+                raise Unreachable(
+                    f"receiver {address} did not answer authentication within {timeout:g} s"
+                ) from None
             raise Refused(
                 f"receiver {address} refused key {fingerprint(key)} ({identity}): "
                 f"add {identity}.pub to the receiver's authorized_keys"
@@ -268,15 +314,21 @@ def connect(
             channel = transport.open_session(timeout=timeout)
             channel.invoke_subsystem(SUBSYSTEM)
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if keepalive.dead is not None:
+                raise Unreachable(keepalive.dead) from None
             raise Refused(
                 f"receiver {address} did not open the '{SUBSYSTEM}' subsystem: {exc}"
             ) from None
-        channel.settimeout(IO_TIMEOUT)
+        channel.settimeout(stall_timeout)
     except BaseException:
+        if keepalive is not None:
+            keepalive.stop()
         transport.close()
         sock.close()
         raise
-    return Connection(address=address, sock=sock, transport=transport, channel=channel)
+    return Connection(
+        address=address, sock=sock, transport=transport, channel=channel, keepalive=keepalive
+    )
 
 
 def connect_receiver(config: SenderConfig, receiver: ReceiverEndpoint) -> Connection:
@@ -286,4 +338,7 @@ def connect_receiver(config: SenderConfig, receiver: ReceiverEndpoint) -> Connec
         identity=config.identity,
         known_hosts=config.known_hosts,
         timeout=config.connect_timeout,
+        alive_interval=config.server_alive_interval,
+        alive_count_max=config.server_alive_count_max,
+        stall_timeout=config.stall_timeout,
     )

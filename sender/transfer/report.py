@@ -35,6 +35,10 @@ class DirReport:
     loaded: bool | None = None
     """The receiver said it had applied the whole round when it answered ROUND_DONE."""
     seconds: float = 0.0
+    transfer_bytes: int = 0
+    """Bytes written to the receiver for this data dir's round (frames included)."""
+    transfer_seconds: float = 0.0
+    """From the round's first write to its last file byte: the time ``bwlimit`` paces."""
 
     @property
     def ok(self) -> bool:
@@ -56,6 +60,8 @@ class DirReport:
             "complete": self.complete,
             "loaded": self.loaded,
             "seconds": round(self.seconds, 3),
+            "transfer_bytes": self.transfer_bytes,
+            "transfer_seconds": round(self.transfer_seconds, 3),
         }
 
 
@@ -69,6 +75,8 @@ class RoundReport:
     attempts: int = 0
     """Connections made: 1, plus one per reconnect after a dropped connection."""
     seconds: float = 0.0
+    bwlimit: int = 0
+    """The round's bandwidth cap in bytes per second; 0 is none."""
 
     @property
     def ok(self) -> bool:
@@ -92,6 +100,7 @@ class RoundReport:
             "shipped_files": self.shipped_files,
             "shipped_bytes": self.shipped_bytes,
             "seconds": round(self.seconds, 3),
+            "bwlimit": self.bwlimit,
             "dirs": [d.to_dict() for d in self.dirs],
         }
 

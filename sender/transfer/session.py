@@ -65,6 +65,7 @@ from sender.transfer.reader import LINK_ERRORS, REPLY_TIMEOUT, FrameReader, lost
 from sender.transfer.refusals import Refusal, RefusalBook
 from sender.transfer.report import DirReport
 from sender.transfer.schema_pos import read_position, write_position
+from sender.transfer.throttle import TokenBucket, paced_sendall
 from sender.transfer.verified_log import VerifiedLog
 
 if TYPE_CHECKING:
@@ -99,21 +100,37 @@ RETRYABLE_CODES = frozenset({"timeout", "closed"})
 
 
 class _Guarded:
-    """The stream, with link failures on send turned into ConnectionLost, or, when the
+    """The stream as the session writes to it: paced by the bandwidth cap, counted for
+    the report, and with link failures turned into ConnectionLost, or, when the
     receiver ended the session with an ERROR frame, into that error: the sender is
     usually still streaming when a refusal (``quota``, ``busy``) arrives, and the
     receiver's reason is the one line worth reporting."""
 
-    def __init__(self, stream: Stream, reader: FrameReader | None = None) -> None:
+    def __init__(
+        self,
+        stream: Stream,
+        reader: FrameReader | None = None,
+        bucket: TokenBucket | None = None,
+        stall_timeout: float | None = None,
+    ) -> None:
         self._stream = stream
         self._reader = reader
+        self._bucket = bucket
+        self._stall_timeout = stall_timeout
+        self.sent = 0
+        """Bytes written so far."""
+        self.last_sent = time.monotonic()
+        """When the last write finished."""
 
     def recv(self, n: int) -> bytes:
         return self._stream.recv(n)
 
     def sendall(self, data: bytes | memoryview) -> None:
         try:
-            self._stream.sendall(data)
+            paced_sendall(self._stream, data, self._bucket)
+        except TimeoutError:
+            after = f" for {self._stall_timeout:g} s" if self._stall_timeout else ""
+            raise ConnectionLost(f"transfer stalled: the receiver took no data{after}") from None
         except LINK_ERRORS as exc:
             error = None
             if self._reader is not None:
@@ -123,6 +140,8 @@ class _Guarded:
             if error.code in RETRYABLE_CODES:
                 raise ConnectionLost(f"receiver ended the session: {error.message}") from None
             raise ProtocolError(f"receiver: {error.message}", code=error.code) from None
+        self.sent += len(data)
+        self.last_sent = time.monotonic()
 
 
 @dataclass
@@ -151,9 +170,10 @@ class SenderSession:
         reply_timeout: float = REPLY_TIMEOUT,
         file_wait: tenacity.wait.wait_base | None = None,
         inspect: Callable[[Path], FileInfo] | None = None,
+        bucket: TokenBucket | None = None,
     ) -> None:
         self.reader = FrameReader(stream, reply_timeout)
-        self.stream = _Guarded(stream, self.reader)
+        self.stream = _Guarded(stream, self.reader, bucket, _send_timeout(stream))
         self.chunk_size = chunk_size
         self.pipeline_depth = pipeline_depth
         self.max_retries = max_retries
@@ -164,6 +184,7 @@ class SenderSession:
         """Reused for every chunk read: sends take views of it, never copies."""
         self._next_id = 0
         self.welcome: Welcome | None = None
+        self._files_done: float | None = None
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -264,6 +285,37 @@ class SenderSession:
         own_uuid: str,
     ) -> None:
         """One data dir's round: deletions, then files; ``report`` says what happened."""
+        started, sent = time.monotonic(), self.stream.sent
+        try:
+            self._round(
+                index,
+                snapshot_dir=snapshot_dir,
+                new=new,
+                deleted=deleted,
+                sync_log=sync_log,
+                refusals=refusals,
+                report=report,
+                own_uuid=own_uuid,
+            )
+        finally:
+            # up to the last byte before ROUND_END (the last verdicts are not paced)
+            done = self._files_done if self._files_done is not None else self.stream.last_sent
+            report.transfer_bytes += self.stream.sent - sent
+            report.transfer_seconds += max(done - started, 0.0)
+
+    def _round(
+        self,
+        index: int,
+        *,
+        snapshot_dir: Path,
+        new: Sequence[str],
+        deleted: Sequence[str],
+        sync_log: Path,
+        refusals: RefusalBook,
+        report: DirReport,
+        own_uuid: str,
+    ) -> None:
+        self._files_done = None
         self.send(RoundStart(index))
         ready = self.receive(RoundReady)
         if ready.status == "busy":
@@ -293,6 +345,7 @@ class SenderSession:
             verified.close()
             slog.tsfile_end()
             crash_point("sender.synclog.tsfile_end")
+            self._files_done = self.stream.last_sent
             self.send(RoundEnd())
             done = self.receive(RoundDone)
             slog.end()
@@ -374,6 +427,13 @@ class SenderSession:
                     report.deleted.extend(acked)
         slog.deleted_end()
         crash_point("sender.synclog.deleted_end")
+
+
+def _send_timeout(stream: Stream) -> float | None:
+    """The channel's own send timeout (the stall timeout), for the error message."""
+    gettimeout = getattr(stream, "gettimeout", None)
+    timeout = gettimeout() if callable(gettimeout) else None
+    return float(timeout) if isinstance(timeout, int | float) else None
 
 
 def _stream_size(snapshot_dir: Path, name: str) -> int:

@@ -10,7 +10,12 @@ byte count of its direction reaches its offset:
 * ``stall``: forward the bytes before the offset, then forward nothing in that
   direction for ``seconds`` (TCP back-pressure does the rest) — a link that hangs;
 * ``flip``: invert the byte at the offset — corruption on the wire (SSH's MAC turns
-  it into a dropped connection, never into wrong data).
+  it into a dropped connection, never into wrong data);
+* ``freeze``: forward the bytes before the offset, then nothing more in *either*
+  direction, without closing anything, until :meth:`FaultProxy.thaw` or the end — a
+  link gone silent (a dead route, a NAT that forgot the connection), which only
+  keepalives and timeouts can notice. At offset 0 the connection is silent from its
+  first byte on (the receiver's SSH banner never arrives either).
 
 Offsets count the bytes of one direction of one connection from its start, so a
 test can aim at a protocol phase by size (the handshake is a few KiB, a schema log
@@ -36,6 +41,7 @@ DOWN = "down"
 DROP = "drop"
 STALL = "stall"
 FLIP = "flip"
+FREEZE = "freeze"
 
 _BUFSIZE = 64 * 1024
 _POLL = 0.2
@@ -54,8 +60,8 @@ class Fault:
     def __post_init__(self) -> None:
         if self.direction not in (UP, DOWN):
             raise ValueError(f"direction must be {UP!r} or {DOWN!r}")
-        if self.action not in (DROP, STALL, FLIP):
-            raise ValueError(f"action must be {DROP!r}, {STALL!r} or {FLIP!r}")
+        if self.action not in (DROP, STALL, FLIP, FREEZE):
+            raise ValueError(f"action must be {DROP!r}, {STALL!r}, {FLIP!r} or {FREEZE!r}")
         if self.offset < 0:
             raise ValueError("offset must be >= 0")
 
@@ -80,6 +86,8 @@ class Connection:
     forwarded: dict[str, int] = field(default_factory=lambda: {UP: 0, DOWN: 0})
     done: threading.Event = field(default_factory=threading.Event)
     killed: bool = False
+    frozen: bool = False
+    """Nothing is forwarded either way (a ``freeze`` fault fired, not yet thawed)."""
     _pumps: int = 2
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -128,6 +136,25 @@ class FaultProxy:
         with self._lock:
             return len(self.connections)
 
+    def thaw(self) -> None:
+        """Let every frozen connection forward again (what it held goes on first)."""
+        with self._lock:
+            conns = list(self.connections)
+        for conn in conns:
+            conn.frozen = False
+
+    def freeze(self) -> None:
+        """Silence every open connection now, both ways (as a ``freeze`` fault does)."""
+        with self._lock:
+            conns = list(self.connections)
+        for conn in conns:
+            conn.frozen = True
+
+    def frozen(self) -> list[int]:
+        """Indexes of the connections that are frozen now."""
+        with self._lock:
+            return [c.index for c in self.connections if c.frozen and not c.done.is_set()]
+
     def wait_closed(self, timeout: float = 10.0) -> bool:
         """True once every connection so far has ended on both directions."""
         deadline = time.monotonic() + timeout
@@ -175,6 +202,10 @@ class FaultProxy:
                 faults = self._plans.popleft() if self._plans else []
                 conn = Connection(len(self.connections), client, server, faults)
                 self.connections.append(conn)
+                for fault in [f for f in faults if f.action == FREEZE and f.offset == 0]:
+                    faults.remove(fault)  # silent from the start, whichever side speaks first
+                    conn.frozen = True
+                    self.fired.append(Fired(conn.index, fault, time.monotonic()))
             for direction, src, dst in ((UP, client, server), (DOWN, server, client)):
                 threading.Thread(
                     target=self._pump,
@@ -193,7 +224,7 @@ class FaultProxy:
                 except OSError:
                     data = b""
                 if not data:
-                    if not conn.killed:
+                    if self._hold(conn):  # a silent link passes no FIN either
                         try:
                             dst.shutdown(socket.SHUT_WR)  # pass the half-close on
                         except OSError:
@@ -214,6 +245,8 @@ class FaultProxy:
         self, conn: Connection, direction: str, buf: bytearray, dst: socket.socket
     ) -> bool:
         """Send ``buf`` on, applying the faults that fall inside it; False once dropped."""
+        if not self._hold(conn):
+            return False
         start = conn.forwarded[direction]
         end = start + len(buf)
         sent = 0  # bytes of buf already sent
@@ -232,10 +265,20 @@ class FaultProxy:
             sent = at
             if fault.action == STALL:
                 time.sleep(fault.seconds)
+            elif fault.action == FREEZE:
+                conn.frozen = True
+                if not self._hold(conn):
+                    return False
             else:
                 self._kill(conn, reset=fault.reset)
                 return False
         return self._send(conn, direction, dst, buf[sent:])
+
+    def _hold(self, conn: Connection) -> bool:
+        """Wait while ``conn`` is frozen; False if it was killed (or the proxy stopped)."""
+        while conn.frozen and not conn.killed and not self._stopped.is_set():
+            time.sleep(_POLL / 4)
+        return not conn.killed
 
     def _send(self, conn: Connection, direction: str, dst: socket.socket, data: bytearray) -> bool:
         if not data:

@@ -318,7 +318,7 @@ def test_reply_stall_longer_than_the_senders_timeout(
 
     class Impatient(SenderSession):
         def __init__(self, stream: Any, **kwargs: Any) -> None:
-            super().__init__(stream, reply_timeout=2.0, **kwargs)
+            super().__init__(stream, **{**kwargs, "reply_timeout": 2.0})
 
     monkeypatch.setattr(round_module, "SenderSession", Impatient)
     batch = new_batch(net, big=0, small=30)
