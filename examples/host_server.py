@@ -24,11 +24,13 @@ import threading
 from pathlib import Path
 
 try:
+    from receiver.inventory import recorded_md5
     from receiver.service import ReceiverService
     from receiver.storage import StorageError
     from sealsync.config import load_receiver_config
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from receiver.inventory import recorded_md5
     from receiver.service import ReceiverService
     from receiver.storage import StorageError
     from sealsync.config import load_receiver_config
@@ -99,6 +101,18 @@ class CatalogueStorage:
     def list(self, sender: str) -> set[str]:
         with self._lock:
             return set(self._read().get(sender, []))
+
+    def inventory(self, sender: str) -> dict[str, tuple[int, str]]:
+        """Size and recorded MD5 per loaded name (for ``send --reconcile``); the MD5
+        travels with the file as an extended attribute, so a rename keeps it."""
+        held = {}
+        for name in self.list(sender):
+            path = self.target(sender, name)
+            try:
+                held[name] = (path.stat().st_size, recorded_md5(path))
+            except FileNotFoundError:
+                continue  # in the catalogue, not on disk: reconcile ships it again
+        return held
 
 
 def main() -> int:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import Executor
 from pathlib import Path, PurePosixPath
 
+from receiver.inventory import record_md5
 from receiver.storage import make_dirs
 from receiver.writer import BackgroundWriter
 from sealsync import durable
@@ -69,6 +70,8 @@ class IncomingFile:
         self.received = 0
         self.error: OSError | None = None
         self._md5 = hashlib.md5(usedforsecurity=False)
+        self._data_md5: str | None = None
+        """The data file's own MD5, taken from the stream's as it passes its end."""
         self._fds: list[int] = []
         # (end offset in the stream, fd index) for data, resource, mods
         self._parts: list[tuple[int, int]] = []
@@ -90,8 +93,15 @@ class IncomingFile:
     def write(self, data: bytes | memoryview) -> None:
         """Hash and write the next bytes of the stream; bytes past the announced size only count."""
         view = memoryview(data)
-        self._md5.update(view)
         start = self.received
+        boundary = self.begin.size - start
+        if self._data_md5 is None and 0 <= boundary <= len(view):
+            # the data file ends in this piece: its own MD5 is the stream's state here
+            self._md5.update(view[:boundary])
+            self._data_md5 = self._md5.hexdigest()
+            self._md5.update(view[boundary:])
+        else:
+            self._md5.update(view)
         self.received += len(view)
         if self.error is not None:
             return
@@ -131,6 +141,8 @@ class IncomingFile:
         self.finish_writes()
         if self.error is not None:
             raise self.error
+        if self._data_md5 is not None and self._fds:
+            record_md5(self._fds[0], self._data_md5)  # for send --reconcile
         for fd in self._fds:
             os.fsync(fd)
         self._close_fds()

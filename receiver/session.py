@@ -41,6 +41,7 @@ as a silent one (ERROR ``timeout``).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import secrets
@@ -69,6 +70,8 @@ from sealsync.errors import FormatError, SealsyncError
 from sealsync.output import human_bytes
 from sealsync.printable import printable
 from sealsync.protocol import (
+    MAX_FILE_SIZE,
+    MAX_INVENTORY_PAGE,
     MAX_TEXT,
     PROTOCOL_VERSION,
     AnyMessage,
@@ -82,6 +85,8 @@ from sealsync.protocol import (
     FileEnd,
     FileVerdict,
     Hello,
+    Inventory,
+    InventoryQuery,
     Owners,
     OwnersQuery,
     ProtocolError,
@@ -301,6 +306,7 @@ class Session:
         self.uuid = ""
         self.name = ""
         self._round: _Round | None = None
+        self._held: list[tuple[str, int, str]] | None = None  # INVENTORY pages' listing
         self._file: IncomingFile | _Refused | None = None
         self._reserved: dict[int, int] = {}  # id(IncomingFile) -> bytes held in ctx.limits.partial
         self._sender_slot = False  # holds one of ctx.limits.sender_sessions for self.uuid
@@ -510,6 +516,8 @@ class Session:
             self._round_start(msg)
         elif isinstance(msg, OwnersQuery):
             self._owners(msg)
+        elif isinstance(msg, InventoryQuery):
+            self._inventory(msg)
         else:
             raise _unexpected(msg, "outside a round")
 
@@ -547,6 +555,17 @@ class Session:
         except SealsyncError as exc:  # a device id the owner log cannot hold (a TAB)
             raise ProtocolError(f"OWNERS_QUERY: {exc}", code="bad-device") from None
         self._send(Owners({d: owners.get(d, "") for d in msg.devices}))
+
+    def _inventory(self, msg: InventoryQuery) -> None:
+        """One page of what the storage holds of this sender, listed once per session
+        (at its first page) so that the pages of one listing fit together."""
+        if msg.after == "" or self._held is None:
+            held = self.ctx.rounds.storage.inventory(self.uuid)
+            self._held = sorted((name, size, md5) for name, (size, md5) in held.items())
+        start = bisect.bisect_right(self._held, (msg.after, MAX_FILE_SIZE + 1, ""))
+        page = self._held[start : start + MAX_INVENTORY_PAGE]
+        more = start + len(page) < len(self._held)
+        self._send(Inventory([list(entry) for entry in page], more))
 
     def _delete(self, msg: Delete) -> None:
         rnd = self._require_round()

@@ -24,10 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from receiver.inventory import held_files
 from receiver.layout import check_sender_uuid
 from sealsync import durable
 from sealsync.errors import SealsyncError
-from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, check_data_name
+from sealsync.names import DATA_ROOTS, check_data_name
 
 
 class StorageError(SealsyncError):
@@ -49,6 +50,11 @@ class Storage(Protocol):
 
     def list(self, sender: str) -> set[str]:
         """Relative names loaded from ``sender``."""
+        ...
+
+    def inventory(self, sender: str) -> dict[str, tuple[int, str]]:
+        """Per relative name loaded from ``sender``: the data file's size and the MD5
+        recorded when it was verified ("" if none; :mod:`receiver.inventory`)."""
         ...
 
 
@@ -202,16 +208,8 @@ class DirectoryStorage:
 
     def list(self, sender: str) -> set[str]:
         check_sender_uuid(sender)
-        names = set()
-        for data_dir in self.data_dirs:
-            for root in DATA_ROOTS:
-                top = data_dir / root
-                for folder, _dirs, files in os.walk(top):
-                    here = Path(folder)
-                    if here.name != sender or here == top:
-                        continue
-                    prefix = here.parent.relative_to(data_dir).as_posix()
-                    for file in files:
-                        if file.endswith(DATA_SUFFIXES):
-                            names.add(f"{prefix}/{file}")
-        return names
+        return set(held_files(self.data_dirs, sender, md5=False))
+
+    def inventory(self, sender: str) -> dict[str, tuple[int, str]]:
+        check_sender_uuid(sender)
+        return held_files(self.data_dirs, sender)

@@ -250,6 +250,11 @@ def _rate_option(ctx: click.Context, param: click.Parameter, value: str | None) 
     callback=_rate_option,
     help="Cap each receiver's round at RATE (4M: 4 MiB/s; a bare number is KiB/s; 0: no cap).",
 )
+@click.option(
+    "--reconcile",
+    is_flag=True,
+    help="Compare with the receiver's inventory: ship again what it lost, delete its extras.",
+)
 @click.pass_obj
 def send(
     opts: Options,
@@ -258,6 +263,7 @@ def send(
     dry_run: bool,
     as_json: bool,
     bwlimit: int | None,
+    reconcile: bool,
 ) -> None:
     """Run one round to every receiver of the config (or only --receiver NAME).
 
@@ -280,6 +286,11 @@ def send(
 
     --bwlimit RATE caps what each receiver's round sends, in rsync's syntax, in place
     of the config's bwlimit keys.
+
+    --reconcile (after restoring a receiver) asks each receiver which files of this
+    sender it holds and ships again, in the same round, every synced file it lacks or
+    holds different, and deletes those it holds that this sender no longer has. With
+    --dry-run it only reports that (it contacts the receivers, and changes nothing).
     """
     try:
         config = load_sender_config(config_path)
@@ -294,7 +305,7 @@ def send(
         from sender.attempt import check_data_dirs
 
         check_data_dirs(config)
-        _dry_run(config, receivers, as_json)
+        _dry_run(config, receivers, as_json, reconcile)
         return
     from sealsync.output import TerminalProgress
     from sender.attempt import INTERNAL, send_all
@@ -308,7 +319,7 @@ def send(
     def each(result: AttemptResult) -> None:
         errors.extend(_show_attempt(result, opts, as_json, many=len(receivers) > 1))
 
-    run = send_all(config, receivers, progress_for=progress_for, each=each)
+    run = send_all(config, receivers, progress_for=progress_for, each=each, reconcile=reconcile)
     late = [_one_line(str(run.preflight))] if run.preflight is not None else []
     late += [run.metrics_error] if run.metrics_error is not None else []
     for line in late:
@@ -386,11 +397,19 @@ def _import_paramiko_lean() -> None:
         del sys.modules["invoke"]
 
 
-def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: bool) -> None:
-    from sealsync.output import format_rate
+def _dry_run(
+    config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: bool, reconcile: bool
+) -> None:
+    from sealsync.output import format_rate, reconcile_counts
     from sender.plan import plan
+    from sender.reconcile import Findings, preview
 
+    if reconcile:
+        _import_paramiko_lean()
     plans = [(r, plan(config, r)) for r in receivers]
+    found: dict[str, list[Findings]] = {
+        r.name: preview(config, r) if reconcile else [] for r in receivers
+    }
     if as_json:
         doc = {
             "dry_run": True,
@@ -408,8 +427,9 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
                             "mods_changed": list(p.mods_changed),
                             "deleted": list(p.deleted),
                             "rejected": [{"name": n, "reason": why} for n, why in p.rejected],
+                            **({"reconcile": found[r.name][i].to_dict()} if reconcile else {}),
                         }
-                        for p in dir_plans
+                        for i, p in enumerate(dir_plans)
                     ],
                 }
                 for r, dir_plans in plans
@@ -417,13 +437,22 @@ def _dry_run(config: SenderConfig, receivers: list[ReceiverEndpoint], as_json: b
         }
         click.echo(json.dumps(doc, indent=2))
         return
-    click.echo("dry run: nothing is changed, no receiver is contacted")
+    asked = "each receiver is asked for its inventory" if reconcile else "no receiver is contacted"
+    click.echo(f"dry run: nothing is changed, {asked}")
     for r, dir_plans in plans:
         rate = config.bwlimit_for(r)
         cap = f", bwlimit {format_rate(rate)}" if rate else ""
         click.echo(f"receiver {r.name} ({r.address}){cap}")
-        for p in dir_plans:
+        for i, p in enumerate(dir_plans):
             click.echo(f"  data dir {p.data_dir}")
+            if reconcile:
+                f = found[r.name][i]
+                click.echo(f"    reconcile: {reconcile_counts(f.to_dict())}")
+                for title, lost in (("missing", f.missing), ("different", f.different)):
+                    for name in lost:
+                        click.echo(f"      ship again ({title}): {name}")
+                for name in f.extra:
+                    click.echo(f"      delete (held only by the receiver): {name}")
             if p.recovery:
                 click.echo(f"    recovery: {p.recovery}")
             again = set(p.mods_changed)

@@ -100,10 +100,22 @@ def round_summary(report: Any) -> str:
     rate = d["shipped_bytes"] / seconds if seconds else 0.0
     state = "ok" if d["ok"] else "INCOMPLETE"
     cap = f", bwlimit {format_rate(d['bwlimit'])}" if d.get("bwlimit") else ""
+    found = [x["reconcile"] for x in dirs if x.get("reconcile") is not None]
+    if found:
+        merged = {k: [n for f in found for n in f[k]] for k in ("missing", "different", "extra")}
+        cap += f"; reconcile: {reconcile_counts(merged)}"
     return (
         f"{d['receiver']} ({d['address']}): {state}: shipped {d['shipped_files']} files "
         f"({human_bytes(d['shipped_bytes'])}, {human_bytes(rate)}/s), deleted {deleted}, "
         f"refused {refused}, failed {failed}, {seconds:.1f} s{cap}"
+    )
+
+
+def reconcile_counts(found: dict[str, list[str]]) -> str:
+    """``2 missing, 1 different, 3 extra`` on the receiver (send --reconcile)."""
+    return (
+        f"{len(found['missing'])} missing, {len(found['different'])} different, "
+        f"{len(found['extra'])} extra on the receiver"
     )
 
 
@@ -123,6 +135,6 @@ def round_problems(report: Any) -> list[str]:
 def summary_wanted(report: Any, verbose: int = 0) -> bool:
     """Whether a round's summary goes to stdout: cron mails any output, so a round that
     shipped and deleted nothing and left nothing undone stays silent unless ``-v``."""
-    if verbose > 0 or not report.ok:
-        return True
+    if verbose > 0 or not report.ok or any(d.reconcile is not None for d in report.dirs):
+        return True  # a reconcile was asked for by hand: its findings are the answer
     return bool(report.shipped_files) or any(d.deleted for d in report.dirs)

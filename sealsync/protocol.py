@@ -15,6 +15,7 @@ The order of a session, sender (C) and receiver (S)::
 
     C: HELLO                       S: WELCOME | ERROR
     C: SCHEMA*                     S: SCHEMA_ACK (one per SCHEMA)
+    C: INVENTORY_QUERY*            S: INVENTORY (one per query; send --reconcile)
     per data dir:
       C: ROUND_START               S: ROUND_READY (status ready | busy)
       C: OWNERS_QUERY?             S: OWNERS
@@ -72,6 +73,9 @@ MAX_TEXT = 1024
 MAX_DEVICES_PER_QUERY = 4096
 MAX_DATA_DIRS = 1024
 MAX_FILE_ID = 1 << 53
+MAX_INVENTORY_PAGE = 1000
+"""Entries per INVENTORY page: at the longest names a page stays under the control
+payload limit."""
 
 _UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -104,6 +108,8 @@ class Kind(IntEnum):
     ROUND_DONE = 16
     ERROR = 17
     BYE = 18
+    INVENTORY_QUERY = 19
+    INVENTORY = 20
 
 
 class Verdict:
@@ -386,6 +392,48 @@ class RoundDone(Message):
 
 
 @dataclass(frozen=True)
+class InventoryQuery(Message):
+    """Asks, outside a round, which files the receiver holds of this sender: the
+    page of names after ``after`` in name order ("" for the first page). For
+    ``send --reconcile`` (docs/design.md §3.9)."""
+
+    kind: ClassVar[Kind] = Kind.INVENTORY_QUERY
+    after: str
+
+    def validate(self) -> None:
+        if self.after != "":
+            _name(self.after, "INVENTORY_QUERY.after")
+
+
+@dataclass(frozen=True)
+class Inventory(Message):
+    """One page of the answer: ``[name, size, md5]`` per file in name order, ``md5``
+    the data file's as recorded when it was verified ("" when none was recorded);
+    ``more`` when another page follows."""
+
+    kind: ClassVar[Kind] = Kind.INVENTORY
+    files: list[list[Any]]
+    more: bool
+
+    def validate(self) -> None:
+        if not isinstance(self.files, list) or len(self.files) > MAX_INVENTORY_PAGE:
+            raise ProtocolError(f"INVENTORY.files: a list of at most {MAX_INVENTORY_PAGE}")
+        previous = ""
+        for entry in self.files:
+            if not isinstance(entry, list) or len(entry) != 3:
+                raise ProtocolError("INVENTORY.files[]: expected [name, size, md5]")
+            name, size, md5 = entry
+            _name(name, "INVENTORY.files[].name")
+            if name <= previous:
+                raise ProtocolError("INVENTORY.files: not in name order")
+            previous = name
+            _int(size, "INVENTORY.files[].size", 0, MAX_FILE_SIZE)
+            if md5 != "":
+                _md5(md5, "INVENTORY.files[].md5")
+        _bool(self.more, "INVENTORY.more")
+
+
+@dataclass(frozen=True)
 class Error(Message):
     """Ends the session; ``code`` is machine-readable (busy, auth, protocol, bad-name...)."""
 
@@ -461,6 +509,8 @@ _CONTROL: dict[Kind, type[Message]] = {
         RoundDone,
         Error,
         Bye,
+        InventoryQuery,
+        Inventory,
     )
 }
 _LIMITS: dict[Kind, int] = {Kind.CHUNK: MAX_CHUNK_PAYLOAD, Kind.SCHEMA: MAX_SCHEMA_PAYLOAD + 8}

@@ -144,6 +144,7 @@ def send_all(
         lambda r, stream: None
     ),
     each: Callable[[AttemptResult], None] = lambda r: None,
+    reconcile: bool = False,
 ) -> SendRun:
     """An attempt per receiver, all at once (:mod:`sender.fleet`), then the metrics.
 
@@ -169,6 +170,7 @@ def send_all(
             progress=progress_for(lane.receiver, lane.progress),
             preflight=run.preflight,
             cancel=lane.cancel,
+            reconcile=reconcile,
         )
         done[index[id(lane.receiver)]] = result
         return result
@@ -197,6 +199,7 @@ def run_attempt(
     progress: Progress | None = None,
     preflight: ConfigError | None = None,
     cancel: Cancel | None = None,
+    reconcile: bool = False,
 ) -> AttemptResult:
     """Lock, round, and the history line, whatever happens.
 
@@ -215,7 +218,14 @@ def run_attempt(
             raise preflight
         with receiver_lock(config.schema_dir, receiver.host, receiver.port):
             report = new_report(receiver.name, receiver.address, config.data_dirs)
-            report = run_round(config, receiver, progress=progress, report=report, cancel=cancel)
+            report = run_round(
+                config,
+                receiver,
+                progress=progress,
+                report=report,
+                cancel=cancel,
+                reconcile=reconcile,
+            )
     except (Exception, KeyboardInterrupt) as exc:  # every end is recorded
         error = exc
     stopped = cancel.reason if cancel is not None else None

@@ -40,6 +40,7 @@ from sender.manage.scan import scan
 from sender.manage.selection import Selection, select
 from sender.manage.snapshot import take_snapshot
 from sender.manage.state import read_file_set
+from sender.reconcile import Findings, compare, dir_state
 from sender.recover.recovery import recover, recover_all
 from sender.transfer.client import connect_receiver
 from sender.transfer.errors import ConnectionLost, Unreachable
@@ -73,6 +74,7 @@ def run_round(
     connector: Connector | None = None,
     report: RoundReport | None = None,
     cancel: Cancel | None = None,
+    reconcile: bool = False,
 ) -> RoundReport:
     """Sync every data dir of ``config`` to ``receiver``; the report says what happened.
 
@@ -83,7 +85,9 @@ def run_round(
     :func:`~sender.transfer.report.new_report`) is filled in as the round goes, so a
     caller whose round raised or was interrupted still knows what it did until then.
     Once ``cancel`` is set the round makes no new attempt and its data dirs that did
-    not finish say "interrupted".
+    not finish say "interrupted". ``reconcile`` first compares the receiver's
+    inventory with this sender's state (:mod:`sender.reconcile`) and ships again or
+    deletes what differs.
 
     ``progress(event, **fields)`` is called on this thread with: ``connected``
     (receiver, attempt), ``retry`` (attempt, reason), ``schema`` (position, size),
@@ -98,6 +102,7 @@ def run_round(
     own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
     cancel = cancel or Cancel()
     run = _Run(config, receiver, report, own_uuid, connector or connect_receiver, progress, cancel)
+    run.reconcile = reconcile
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(config.max_retries)
         | tenacity.stop_when_event_set(cancel.event),
@@ -148,7 +153,7 @@ def _retryable(state: tenacity.RetryCallState) -> bool:
     return isinstance(exc, Unreachable) and state.attempt_number > 1
 
 
-def _hostname() -> str:
+def hostname() -> str:
     name = "".join(ch for ch in socket.gethostname() if ch.isprintable())
     return name.encode("utf-8")[:200].decode("utf-8", "ignore")
 
@@ -173,6 +178,10 @@ class _Run:
         self.cancel = cancel
         # one bucket for the whole round: its attempts and data dirs share the cap
         self.bucket = TokenBucket(report.bwlimit) if report.bwlimit else None
+        self.reconcile = False
+        self.findings: list[Findings] | None = None
+        """This attempt's reconcile findings per data dir (asked again at each attempt:
+        what an earlier one shipped is held by then)."""
 
     def emit(self, event: str, **fields: object) -> None:
         if self.progress is not None:
@@ -213,7 +222,7 @@ class _Run:
             bucket=self.bucket,
         )
         try:
-            session.hello(self.own_uuid, _hostname())
+            session.hello(self.own_uuid, hostname())
             schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
             shipped_from = read_position(schema.schema_pos)
             try:
@@ -221,6 +230,8 @@ class _Run:
             finally:  # pieces acknowledged before a dropped connection count too
                 shipped_to = read_position(schema.schema_pos)
                 self.report.schema_bytes += max(shipped_to - shipped_from, 0)
+            if self.reconcile:
+                self.findings = self._compare(session)
             for i, data_dir in enumerate(config.data_dirs):
                 d = self.report.dirs[i]
                 if d.complete or d.note is not None:
@@ -231,6 +242,19 @@ class _Run:
         finally:
             session.close()
 
+    def _compare(self, session: SenderSession) -> list[Findings]:
+        held = session.inventory()
+        dirs = []
+        for data_dir in self.config.data_dirs:
+            paths = SenderPaths(Path(data_dir), self.receiver.host, self.receiver.port)
+            with naming_os_errors("read"):
+                dirs.append(dir_state(Path(data_dir), paths.last_local_files, paths.scan_cache))
+        findings = compare(held, dirs, self.receiver.name)
+        for d, found in zip(self.report.dirs, findings, strict=True):
+            if d.reconcile is None:  # what the first attempt found is what there was
+                d.reconcile = found.to_dict()
+        return findings
+
     def data_dir(self, session: SenderSession, index: int, data_dir: Path, d: DirReport) -> None:
         started = time.monotonic()
         paths = SenderPaths(data_dir, self.receiver.host, self.receiver.port)
@@ -240,7 +264,7 @@ class _Run:
             idle = idle_mark.unchanged(
                 paths.idle_mark, data_dir, paths.last_local_files, paths.shipped_mods
             )
-        if idle:
+        if idle and self.findings is None:
             d.rejected = {}
             selection = Selection(new=(), deleted=())  # nothing changed since an idle round
         else:
@@ -250,7 +274,16 @@ class _Run:
                 last = read_file_set(paths.last_local_files, known=found.present)
                 mods_seen = shipped_mods.current_identities(data_dir, found.with_mods & last)
                 shipped = shipped_mods.read_identities(paths.shipped_mods)
-            selection = select(found, last, shipped_mods.changed(mods_seen, shipped))
+            changed = shipped_mods.changed(mods_seen, shipped)
+            if self.findings is None:
+                selection = select(found, last, changed)
+            else:  # reconcile: ship again what the receiver lacks, delete what it has over
+                found_here = self.findings[index]
+                selection = select(found, last - found_here.reship, changed)
+                # a different copy goes first: storage never replaces a file by another
+                deleted = set(selection.deleted) | set(found_here.extra)
+                deleted |= set(found_here.different) & set(selection.new)
+                selection = Selection(new=selection.new, deleted=tuple(sorted(deleted)))
         with naming_os_errors("read"):
             refusals = RefusalBook(refused_path(paths))
         refusals.keep_only(selection.new)

@@ -250,6 +250,7 @@ class FakeRound:
         progress: object = None,
         report: RoundReport | None = None,
         cancel: object = None,
+        reconcile: bool = False,
     ) -> RoundReport:
         lock = config.schema_dir / "sync" / f"{receiver.host}_{receiver.port}" / "sync.lock"
         with pytest.raises(Timeout):  # a fresh instance = another holder: must be refused

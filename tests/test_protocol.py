@@ -35,6 +35,8 @@ SAMPLES: list[p.AnyMessage] = [
     p.RoundDone(True),
     p.Error("busy", "too many sessions"),
     p.Bye(),
+    p.InventoryQuery(NAME),
+    p.Inventory([[NAME, 1000, "0123456789abcdef0123456789abcdef"]], True),
 ]
 
 
@@ -242,3 +244,21 @@ def test_preferred_ciphers_put_ours_first_and_add_none() -> None:
     )
     assert preferred_ciphers(()) == ()
     assert preferred_ciphers(SSH_PREFERRED_CIPHERS[::-1]) == SSH_PREFERRED_CIPHERS
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        [["sequence/a.tsfile", 1, ""], ["sequence/a.tsfile", 1, ""]],  # not increasing
+        [["sequence/b.tsfile", 1, ""], ["sequence/a.tsfile", 1, ""]],  # out of order
+        [["../x.tsfile", 1, ""]],  # not a data-file name
+        [["sequence/a.tsfile", -1, ""]],  # negative size
+        [["sequence/a.tsfile", 1, "XYZ"]],  # not an MD5
+        [["sequence/a.tsfile", 1]],  # not [name, size, md5]
+        [["sequence/a.tsfile", 1, ""]] * (p.MAX_INVENTORY_PAGE + 1),  # over a page
+    ],
+)
+def test_an_inventory_page_is_validated(files: list[list[object]]) -> None:
+    payload = json.dumps({"files": files, "more": False}).encode()
+    with pytest.raises(p.ProtocolError):
+        p.decode(p.Kind.INVENTORY, payload)

@@ -39,6 +39,9 @@ class DirReport:
     """Bytes written to the receiver for this data dir's round (frames included)."""
     transfer_seconds: float = 0.0
     """From the round's first write to its last file byte: the time ``bwlimit`` paces."""
+    reconcile: dict[str, list[str]] | None = None
+    """With ``--reconcile``: the names found missing, different and extra on the
+    receiver (:mod:`sender.reconcile`)."""
 
     @property
     def ok(self) -> bool:
@@ -62,6 +65,7 @@ class DirReport:
             "seconds": round(self.seconds, 3),
             "transfer_bytes": self.transfer_bytes,
             "transfer_seconds": round(self.transfer_seconds, 3),
+            **({"reconcile": self.reconcile} if self.reconcile is not None else {}),
         }
 
 

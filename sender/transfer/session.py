@@ -39,6 +39,8 @@ from sealsync.protocol import (
     DeleteAck,
     FileVerdict,
     Hello,
+    Inventory,
+    InventoryQuery,
     Message,
     Owners,
     OwnersQuery,
@@ -233,6 +235,19 @@ class SenderSession:
                     break
         except (ConnectionLost, ProtocolError):
             pass  # the expected end: the receiver closed the channel
+
+    def inventory(self) -> dict[str, tuple[int, str]]:
+        """What the receiver holds of this sender (``send --reconcile``), page by page."""
+        held: dict[str, tuple[int, str]] = {}
+        after = ""
+        while True:
+            self.send(InventoryQuery(after))
+            page = self.receive(Inventory)
+            for name, size, md5 in page.files:
+                held[name] = (size, md5)
+            if not page.more or not page.files:
+                return held
+            after = page.files[-1][0]
 
     def ship_schema(self, schema_log: Path, pos_file: Path) -> int:
         """Send the schema log from the acknowledged position on; bytes newly acknowledged."""
