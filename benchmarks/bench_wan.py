@@ -12,6 +12,10 @@ per-repetition ratios.
 * bulk   256 MiB of TsFiles (4 × 64 MiB) at 50 Mbit/s and 40 ms RTT: MiB/s, and as a
          share of the link's rate;
 * small  2,000 TsFiles of ~64 KiB at 40 ms RTT (no rate limit): files/s;
+* bwlimit  ``sealsync send --bwlimit 16M`` on one 64 MiB TsFile over loopback (no
+         link emulation): the rate the round's data moved at (``transfer_bytes`` over
+         ``transfer_seconds`` from ``--json``), against the cap; rsync's own
+         ``--bwlimit=16M`` on the same file beside it;
 * cut    one 256 MiB TsFile at 50 Mbit/s, 40 ms RTT, the link cut once at 80 % of the
          file's bytes: bytes that crossed the link (upstream) / the file's size, and
          the time to finish. sealsync retries within its round (resuming if it can);
@@ -51,7 +55,8 @@ from wanlink import Link  # noqa: E402
 
 RTT = 0.040
 RATE = 50e6 / 8  # 50 Mbit/s in bytes per second
-CASES = ("bulk", "small", "cut")
+CASES = ("bulk", "small", "cut", "bwlimit")
+BWLIMIT = "16M"
 
 
 def proxied_sender_config(s: Sealsync, link: Link) -> Path:
@@ -97,6 +102,47 @@ def rsync_until_done(cmd: list[str], attempts: int = 5) -> tuple[float, int]:
         if run.returncode == 0:
             return time.perf_counter() - started, n
     raise RuntimeError(f"rsync failed {attempts} times: {run.stderr[-2000:]}")
+
+
+def measure_bwlimit(work: Path, s: Sealsync, ssh: OpenSsh, reps: int) -> dict[str, object]:
+    """The cap held over a round: sealsync's transfer rate and rsync's, both capped."""
+    trash = work / "trash"
+    for folder in ("sequence", "unsequence"):
+        set_aside(s.edge_data / folder, trash)
+    names = populate(s.edge_data, templates(work / "templates", 64 * MiB, 1), 1)
+    size = (s.edge_data / names[0]).stat().st_size
+    dst = work / "rsync-dst"
+    ours, theirs = [], []
+    for rep in range(reps):
+        s.forget_sent(trash)
+        settle()
+        run = timed(
+            [sys.executable, "-m", "sealsync", "send", "--json", "--bwlimit", BWLIMIT]
+            + ["--config", str(s.sender_config)]
+        )
+        d = json.loads(run.stdout)["receivers"][0]["dirs"][0]
+        ours.append(d["transfer_bytes"] / d["transfer_seconds"] / MiB)
+        set_aside(dst, trash)
+        dst.mkdir(parents=True)
+        settle()
+        cmd = ssh.rsync_cmd(s.edge_data, dst)
+        seconds = timed([cmd[0], f"--bwlimit={BWLIMIT}", *cmd[1:]]).seconds
+        theirs.append(size / MiB / seconds)
+        log(f"bwlimit rep {rep + 1}: sealsync {ours[-1]:.2f} MiB/s, rsync {theirs[-1]:.2f} MiB/s")
+    shutil.rmtree(trash, ignore_errors=True)
+    return {
+        "case": "bwlimit",
+        "unit": f"MiB/s under --bwlimit {BWLIMIT}",
+        "files": 1,
+        "bytes": size,
+        "sealsync": median(ours),
+        "rsync": median(theirs),
+        "ratio": median(ours) / 16,
+        "ratio_min": min(ours) / 16,
+        "ratio_max": max(ours) / 16,
+        "crossed_sealsync": 1.0,
+        "crossed_rsync": 1.0,
+    }
 
 
 def measure(
@@ -187,7 +233,10 @@ def main() -> int:
     rows = []
     with Sealsync(args.work / "sealsync") as s, OpenSsh(args.work / "ssh") as ssh:
         for case in cases:
-            rows.append(measure(case, args.work, s, ssh, args.scale, args.reps))
+            if case == "bwlimit":
+                rows.append(measure_bwlimit(args.work, s, ssh, args.reps))
+            else:
+                rows.append(measure(case, args.work, s, ssh, args.scale, args.reps))
     print(f"\nWAN link: {RTT * 1000:.0f} ms RTT; bulk and cut at {RATE * 8 / 1e6:.0f} Mbit/s")
     print("| case | sealsync | rsync | ratio (median, min–max) | link crossed (sealsync / rsync) |")
     print("|---|---|---|---|---|")
@@ -204,7 +253,10 @@ def main() -> int:
                 f"|   share of the link's rate | {r['link_share']:.1%} | "
                 f"{r['rsync_link_share']:.1%} | | |"
             )
-    print("\nratio: sealsync/rsync for rates; rsync/sealsync for the cut case's time (>1: faster)")
+    print(
+        "\nratio: sealsync/rsync for rates; rsync/sealsync for the cut case's time "
+        f"(>1: faster); for bwlimit, sealsync's rate / the cap ({BWLIMIT}: target 0.9-1.1)"
+    )
     print(json.dumps(rows))
     return 0
 
