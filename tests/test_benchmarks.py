@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_fsync  # noqa: E402
 
 
-@pytest.mark.parametrize("mode", ["none", "fsync", "syncfs"])
+@pytest.mark.parametrize("mode", ["none", "fsync", "fsync8", "syncfs"])
 def test_each_mode_writes_exactly_the_files(tmp_path: Path, mode: str) -> None:
     data = b"x" * 1000
     took = bench_fsync.write_files(tmp_path / mode, 70, data, mode)  # 2 full batches + 6
@@ -51,7 +51,7 @@ def test_fsync_benchmark_prints_a_rate_and_ratio_per_mode(tmp_path: Path) -> Non
     rows = re.findall(
         r"^(\w+)\s+([\d,]+) files/s\s+ratio to none\s+([\d.]+)$", result.stdout, re.MULTILINE
     )
-    assert [r[0] for r in rows] == ["none", "fsync", "syncfs"]
+    assert [r[0] for r in rows] == ["none", "fsync", "fsync8", "syncfs"]
     assert rows[0][2] == "1.00" and all(int(r[1].replace(",", "")) > 0 for r in rows)
     assert list(tmp_path.iterdir()) == []  # its files are gone
 
