@@ -79,7 +79,16 @@ def test_loader_benchmark_runs_end_to_end(tmp_path: Path) -> None:
 
     assert result.returncode == 0, result.stderr[-2000:]
     assert "generated 4000 Parquet rows in 4 files (+1 TsFiles)" in result.stdout
-    assert re.search(r"run 1: plain [\d.]+s, loader [\d.]+s \(4100 rows\)", result.stdout)
     assert re.search(
-        r"^ratio loader/plain: [\d.]+ \(target >= 0.80\)$", result.stdout, re.MULTILINE
+        r"run 1: plain [\d.]+s, loader [\d.]+s \(4100 rows\), plain\+fsync [\d.]+s", result.stdout
+    )
+    assert re.search(
+        r"^ratio loader/plain: [\d.]+ \(spread [\d.]+-[\d.]+, target >= 1.00\)$",
+        result.stdout,
+        re.MULTILINE,
+    )
+    assert re.search(
+        r"^ratio loader/plain\+fsync: [\d.]+ \(spread [\d.]+-[\d.]+, equal durability\)$",
+        result.stdout,
+        re.MULTILINE,
     )
