@@ -21,7 +21,7 @@ from concurrent.futures import Executor
 from pathlib import Path, PurePosixPath
 
 from receiver.inventory import record_md5
-from receiver.storage import make_dirs
+from receiver.storage import safe_dirs
 from receiver.writer import BackgroundWriter
 from sealsync import durable
 from sealsync.protocol import FileBegin
@@ -61,6 +61,7 @@ class IncomingFile:
         """``token`` is unique per stream in ``temp_dir`` (a sender's file ids may repeat);
         ``writer`` writes a large stream's chunks while the next ones are hashed."""
         self.begin = begin
+        self.root = temp_dir
         self._writer = writer if begin.stream_size >= BACKGROUND_MIN else None
         self.write_error: OSError | None = None  # set by the writer thread
         suffix = PurePosixPath(begin.name).suffix
@@ -154,7 +155,7 @@ class IncomingFile:
         its sidecars, and anything a crash leaves earlier is swept by recovery. The
         caller persists the renames by fsyncing ``target``'s folder.
         """
-        make_dirs(target.parent)
+        safe_dirs(self.root, target.parent)
         os.replace(self.resource_tmp, target.with_name(target.name + ".resource"))
         stale_mods = target.with_name(target.name + ".mods")
         if self.begin.mods_size >= 0:

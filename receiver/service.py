@@ -72,6 +72,7 @@ from sealsync.protocol import (
     SSH_WINDOW_SIZE,
     SUBSYSTEM,
     Error,
+    ErrorCode,
     channel_stream,
     preferred_ciphers,
     receive,
@@ -627,6 +628,6 @@ class ReceiverService:
         except Exception:
             pass
         try:
-            send(stream, Error("busy", message))
+            send(stream, Error(ErrorCode.BUSY, message))
         except Exception:
             pass
