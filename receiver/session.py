@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, cast
 
-from receiver.auth import KeyLimit, SenderKeys
+from receiver.auth import KeyLimit, Retired, SenderKeys
 from receiver.incoming import IncomingFile, describe_os_error, stage_all
 from receiver.layout import SenderFolder, SyncLog
 from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
@@ -461,8 +461,9 @@ class Session:
             )
         try:
             binding = self.ctx.sender_keys.bind(msg.uuid, self.key_fingerprint, self.peer_ip)
-        except KeyLimit as exc:
+        except (KeyLimit, Retired) as exc:
             log.warning("refused: sender %s from %s: %s", msg.uuid, self.peer_ip, exc)
+            self.ctx.metrics.refused("sender_key")
             raise ProtocolError(str(exc), code=ErrorCode.AUTH) from None
         if binding is None:
             log.warning(

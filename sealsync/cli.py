@@ -598,6 +598,74 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
             click.echo(f"  {printable(device)}")
 
 
+@cli.command(short_help="List senders and their keys; re-key or retire one.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="rekey: the sender's new public key (.pub), already in authorized_keys.",
+)
+@click.option("--release-devices", is_flag=True, help="remove: also free the devices it owns.")
+@click.argument("action", required=False, type=click.Choice(["rekey", "remove"]))
+@click.argument("uuid", required=False)
+def senders(
+    config_path: Path,
+    as_json: bool,
+    key_path: Path | None,
+    release_devices: bool,
+    action: str | None,
+    uuid: str | None,
+) -> None:
+    """List sender UUIDs with their key fingerprints, last round and files;
+    `senders rekey UUID --key NEW.pub` binds a sender to its new key in one write (the
+    UUID is never free for another key to claim); `senders remove UUID` retires an edge
+    for good (no key may act as it again; its files stay). Safe while the receiver runs."""
+    from receiver.senders import rekey, retire, sender_rows
+    from sealsync.printable import printable
+
+    if action is not None and uuid is None:
+        raise click.UsageError(f"{action} needs the sender's UUID")
+    if action is None and uuid is not None:
+        raise click.UsageError("a UUID is only taken by: senders rekey UUID / senders remove UUID")
+    if (key_path is not None) != (action == "rekey"):
+        raise click.UsageError("--key goes with rekey, and rekey needs --key NEW.pub")
+    if release_devices and action != "remove":
+        raise click.UsageError("--release-devices goes with remove")
+    config = load_receiver_config(config_path)
+    if action == "rekey":
+        assert uuid is not None and key_path is not None
+        fp, old = rekey(config, uuid, key_path)
+        was = f" (was {old.fingerprint})" if old is not None else " (a new sender)"
+        doc: dict[str, Any] = {"uuid": uuid, "key_fingerprint": fp, "was": old and old.fingerprint}
+        click.echo(json.dumps(doc, indent=2) if as_json else f"{uuid} now bound to {fp}{was}")
+        return
+    if action == "remove":
+        assert uuid is not None
+        old_binding, released = retire(config, uuid, release_devices)
+        if as_json:
+            doc = {"uuid": uuid, "retired": True, "was": old_binding.fingerprint}
+            click.echo(json.dumps({**doc, "released_devices": released}, indent=2))
+            return
+        click.echo(f"{uuid} retired (was {old_binding.fingerprint}); its files stay")
+        if release_devices:
+            click.echo(f"released {len(released)} devices")
+        return
+    rows = sender_rows(config)
+    if as_json:
+        click.echo(json.dumps({"senders": rows}, indent=2))
+        return
+    if not rows:
+        click.echo("no sender has connected yet")
+    for row in rows:
+        click.echo(
+            f"{row['uuid']}  {row['key_fingerprint']}  last round {row['last_round']}  "
+            f"from {printable(row['last_address'])}  {row['files']} files  "
+            f"{row['devices_owned']} devices"
+        )
+
+
 @cli.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite an existing key.")
