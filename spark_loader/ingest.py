@@ -11,8 +11,10 @@ Exactly once, built on three facts:
 3. The partitions in the table are the truth; ``ingested.json`` is reconciled
    against them at the start of every run (recorded but missing: re-ingested;
    present but not recorded: adopted), and then the wanted set (the files on the
-   receiver now) decides: partitions of files that are gone are deleted, files
-   without a partition are ingested. A rerun with nothing new writes nothing.
+   receiver now) decides: files without a partition are ingested, and partitions
+   of files no longer listed are deleted only on evidence that the receiver
+   deleted or replaced them (:mod:`.removals`; a short listing removes nothing). A
+   rerun with nothing new writes nothing.
 
 ``--full`` deletes every partition and the state first, then runs as usual, so
 it ends with the same partitions and rows as incremental runs.
@@ -20,6 +22,7 @@ it ends with the same partitions and rows as incremental runs.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import uuid
@@ -31,6 +34,7 @@ from typing import Any
 
 from sealsync.config import LoaderConfig
 from sealsync.errors import SealsyncError
+from spark_loader import removals
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile, discover
 from spark_loader.job import Ingest, Prepared
@@ -77,6 +81,7 @@ class _Options:
     batch_files: int
     sync: bool
     driver_wait: float
+    prune_missing: bool
 
 
 def run_load(
@@ -91,6 +96,7 @@ def run_load(
     batch_files: int = DEFAULT_BATCH_FILES,
     sync: bool = True,
     driver_wait: float = 120.0,
+    prune_missing: bool = False,
 ) -> LoadReport:
     """Bring the table at ``config.table_path`` in line with the receiver's files.
 
@@ -98,10 +104,14 @@ def run_load(
     ``master`` (default: the config's) and stops it at the end. Batches bound how
     much one Spark job writes (and how much a crash redoes). ``sync=False`` skips
     the fsync of written partitions (tests). ``driver_wait``: how long to wait for
-    the Spark driver of a killed earlier run to exit.
+    the Spark driver of a killed earlier run to exit. ``prune_missing``: remove the
+    rows of files missing from the receiver without a logged deletion
+    (:mod:`.removals`; by default they are kept and counted).
     """
     started = time.monotonic()
-    options = _Options(master, full, verbose, spark, batch_bytes, batch_files, sync, driver_wait)
+    options = _Options(
+        master, full, verbose, spark, batch_bytes, batch_files, sync, driver_wait, prune_missing
+    )
     run = _Run(config, options, progress)
     try:
         run.state_dir.mkdir(parents=True, exist_ok=True)
@@ -151,11 +161,17 @@ class _Run:
         wanted = {f.file_id: f for f in found.files}
         partitions = table.partitions()
         changed = _reconcile(state, table, partitions, wanted, report)
+        verdict = removals.decide(
+            state,
+            partitions,
+            found.files,
+            list(self.config.receiver_data_dirs),
+            self.options.prune_missing,
+        )
         present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
-        gone = sorted(present - wanted.keys())
-        if gone:
-            self.say(f"removing the rows of {len(gone)} files no longer on the receiver")
-        for fid in gone:
+        if verdict.remove:
+            self.say(f"removing the rows of {len(verdict.remove)} files the receiver deleted")
+        for fid in verdict.remove:
             record = state.files.pop(fid, None)
             partition = partitions.get(fid)
             rows = record.rows if record else (footer_rows(partition.path) if partition else 0)
@@ -163,7 +179,15 @@ class _Run:
                 table.delete(partition)
             report.removed += 1
             report.rows_removed += rows
-        if gone or changed:
+        if verdict.pruned:
+            report.notes.append(
+                f"--prune-missing: removed the rows of {verdict.pruned} files missing "
+                "from the receiver without a logged deletion"
+            )
+        if verdict.kept:
+            report.kept_missing = len(verdict.kept)
+            report.kept_example = verdict.labels[verdict.kept[0]]
+        if verdict.remove or changed:
             save_state(self.state_dir, state)
         todo = [f for f in found.files if f.file_id not in present]
         report.unchanged = len(found.files) - len(todo)
@@ -251,6 +275,12 @@ def _reconcile(
 ) -> bool:
     """Make the record agree with the table; True if it changed."""
     missing = [fid for fid, r in state.files.items() if r.rows > 0 and fid not in partitions]
+    backfilled = 0
+    for fid, known in list(state.files.items()):
+        found = wanted.get(fid)
+        if found is not None and not known.data_dir and found.data_dir is not None:
+            state.files[fid] = dataclasses.replace(known, data_dir=str(found.data_dir))
+            backfilled += 1
     for fid in missing:
         del state.files[fid]
     adopted = 0
@@ -258,11 +288,16 @@ def _reconcile(
         source = wanted.get(fid)
         record = state.files.get(fid)
         if source is None or (record is not None and record.rows > 0):
-            continue  # unwanted partitions are deleted next
+            continue  # unwanted partitions are decided on next (.removals)
         rows = footer_rows(partition.path)
         _adopt_columns(state, partition)
         state.files[fid] = FileRecord(
-            source.sender, source.name, source.size, source.mtime_ns, rows
+            source.sender,
+            source.name,
+            source.size,
+            source.mtime_ns,
+            rows,
+            str(source.data_dir or ""),
         )
         adopted += 1
     if missing:
@@ -271,7 +306,7 @@ def _reconcile(
         )
     if adopted:
         report.notes.append(f"{adopted} files were in the table but not recorded; recorded them")
-    return bool(missing or adopted)
+    return bool(missing or adopted or backfilled)
 
 
 def _adopt_columns(state: IngestState, partition: Partition) -> None:

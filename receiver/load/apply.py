@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from receiver.layout import SenderFolder
 from receiver.load.owners import DeviceConflict, DeviceOwners
-from receiver.storage import Storage
-from sealsync import durable
+from receiver.storage import DirectoryStorage, Storage
+from sealsync import deletions, durable
 from sealsync.crashpoints import crash_point
 from sealsync.names import check_data_name
 
@@ -162,8 +162,11 @@ class Applier:
         return results
 
     def delete(self, name: str) -> None:
-        """Remove only this sender's copy, record."""
+        """Log the deletion for the Spark loader (its only evidence that the file's rows
+        may leave the table, :mod:`sealsync.deletions`), remove only this sender's
+        copy, record."""
         check_data_name(name)
+        log_deletion(self.storage, self.folder.uuid, name)
         self.storage.delete(self.folder.uuid, name)
         crash_point("receiver.delete.removed")
         self._record(f"{DELETE}{name}")
@@ -173,6 +176,18 @@ class Applier:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def log_deletion(storage: Storage, sender: str, name: str) -> None:
+    """Append each copy of ``name`` about to be deleted to its data dir's deletion log.
+
+    Only the default storage keeps loaded files where the Spark loader reads them;
+    another storage has no table fed from its folders.
+    """
+    if not isinstance(storage, DirectoryStorage):
+        return
+    for data_dir in storage.data_dirs:
+        deletions.record_file(data_dir, sender, name, storage.target(data_dir, sender, name))
 
 
 def finish_round(folder: SenderFolder) -> None:
