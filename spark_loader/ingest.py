@@ -16,13 +16,15 @@ Exactly once, built on three facts:
    deleted or replaced them (:mod:`.removals`; a short listing removes nothing). A
    rerun with nothing new writes nothing.
 
-``--full`` deletes every partition and the state first, then runs as usual, so
-it ends with the same partitions and rows as incremental runs.
+``--full`` ingests every file into a new table built beside the old one and swaps
+it in whole (:mod:`.swap`): readers see the old table or the new one, never an empty
+or half one. It ends with the same partitions and rows as incremental runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 import time
 import uuid
@@ -32,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sealsync import durable
 from sealsync.config import LoaderConfig
 from sealsync.errors import SealsyncError
-from spark_loader import removals
+from spark_loader import removals, swap
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile, discover
 from spark_loader.job import Ingest, Prepared
@@ -67,6 +70,8 @@ from spark_loader.table import (
 
 Progress = Callable[[str], None]
 
+#: The state of a ``--full`` build in progress, in the state dir (swapped in whole).
+FULL_BUILD_STATE = "full-build"
 DEFAULT_BATCH_BYTES = 4 << 30
 DEFAULT_BATCH_FILES = 2000
 
@@ -146,13 +151,15 @@ class _Run:
     def run(self) -> None:
         report, table = self.report, self.table
         wait_for_previous_driver(self.state_dir, self.options.driver_wait)
+        for note in swap.recover(table.path):
+            report.notes.append(note)
+            self.say(note)
+        shutil.rmtree(self.state_dir / FULL_BUILD_STATE, ignore_errors=True)
         table.sweep()
         state = load_state(self.state_dir)
         if state.rebuilt:
             report.notes.append(state.rebuilt)
             self.say(state.rebuilt)
-        if self.options.full:
-            state = _clear(table, self.state_dir, report, self.say)
         found = discover(list(self.config.receiver_data_dirs))
         for name, reason in found.skipped.items():
             report.skip(name, reason)
@@ -168,6 +175,17 @@ class _Run:
             list(self.config.receiver_data_dirs),
             self.options.prune_missing,
         )
+        if verdict.pruned:
+            report.notes.append(
+                f"--prune-missing: removed the rows of {verdict.pruned} files missing "
+                "from the receiver without a logged deletion"
+            )
+        if verdict.kept:
+            report.kept_missing = len(verdict.kept)
+            report.kept_example = verdict.labels[verdict.kept[0]]
+        if self.options.full:
+            self.full(state, partitions, verdict, found.files)
+            return
         present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
         if verdict.remove:
             self.say(f"removing the rows of {len(verdict.remove)} files the receiver deleted")
@@ -179,20 +197,58 @@ class _Run:
                 table.delete(partition)
             report.removed += 1
             report.rows_removed += rows
-        if verdict.pruned:
-            report.notes.append(
-                f"--prune-missing: removed the rows of {verdict.pruned} files missing "
-                "from the receiver without a logged deletion"
-            )
-        if verdict.kept:
-            report.kept_missing = len(verdict.kept)
-            report.kept_example = verdict.labels[verdict.kept[0]]
         if verdict.remove or changed:
             save_state(self.state_dir, state)
         todo = [f for f in found.files if f.file_id not in present]
         report.unchanged = len(found.files) - len(todo)
         if todo:
             self.ingest(todo, state)
+
+    def full(
+        self,
+        old: IngestState,
+        partitions: dict[str, Partition],
+        verdict: removals.Verdict,
+        files: list[SourceFile],
+    ) -> None:
+        """Build a whole new table beside the old one, then swap it in (:mod:`.swap`).
+
+        The old table and its state stay as they are until the swap: a failure or a
+        kill before it leaves them serving, and the next run removes the build. Files
+        kept for lack of evidence (:mod:`.removals`) keep their rows: their partitions
+        are carried into the new table by hard links.
+        """
+        build = Table(swap.build_path(self.table.path))
+        build_state_dir = self.state_dir / FULL_BUILD_STATE
+        state = IngestState()
+        try:
+            build.ensure()
+            build_state_dir.mkdir(exist_ok=True)
+            for fid in verdict.kept:
+                record = old.files.get(fid)
+                if record is not None:
+                    state.files[fid] = record
+                if fid in partitions:
+                    p = partitions[fid]
+                    swap.link_tree(p.path, build.partition(p.sender, p.source_file, fid).path)
+                    _adopt_columns(state, p)
+            self.say(f"full rebuild: building the new table in {build.path}")
+            if files:
+                self.ingest(files, state, build, build_state_dir)
+            if self.options.sync:
+                durable.fsync_dir(build.path)
+            atomic = swap.swap_in(build.path, self.table.path)
+        except BaseException:
+            shutil.rmtree(build.path, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(build_state_dir, ignore_errors=True)
+        save_state(self.state_dir, state)
+        how = "exchanged atomically" if atomic else "renamed into place (no RENAME_EXCHANGE)"
+        self.report.notes.append(
+            f"full rebuild: a new table of {len(self.table.partitions())} partitions was "
+            f"built beside the old one ({len(partitions)} partitions) and {how}"
+        )
 
     def _session(self) -> tuple[Any, bool]:
         if self.options.spark is not None:
@@ -212,7 +268,16 @@ class _Run:
             _ship_package(created, self.state_dir)
         return created, True
 
-    def ingest(self, todo: list[SourceFile], state: IngestState) -> None:
+    def ingest(
+        self,
+        todo: list[SourceFile],
+        state: IngestState,
+        table: Table | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
+        """Ingest ``todo`` into ``table`` (default: the table), recording in
+        ``state_dir``'s state file (default: the loader's)."""
+        table = table or self.table
         self.say(f"ingesting {len(todo)} files")
         session, owned = self._session()
         run_id = uuid.uuid4().hex
@@ -222,9 +287,9 @@ class _Run:
                     check_executor_python(session)
                 job = Ingest(
                     session,
-                    self.table,
+                    table,
                     state,
-                    self.state_dir,
+                    state_dir or self.state_dir,
                     self.report,
                     self.progress,
                     run_id,
@@ -244,7 +309,7 @@ class _Run:
                     self.say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
                     job.write(batch, i, label)
         finally:
-            remove_run_folder(self.table.path / LINKS / run_id)
+            remove_run_folder(table.path / LINKS / run_id)
             if owned:
                 session.stop()
 
@@ -253,17 +318,6 @@ def _remote_python(session: Any) -> bool:
     """Executors may run a Python other than this one: on a cluster, or when told to."""
     sc = session.sparkContext
     return not sc.master.startswith("local") or sc.pythonExec != sys.executable
-
-
-def _clear(table: Table, state_dir: Path, report: LoadReport, say: Progress) -> IngestState:
-    partitions = table.partitions()
-    say(f"full rebuild: removing all {len(partitions)} partitions")
-    for partition in partitions.values():
-        table.delete(partition)
-    state = IngestState()
-    save_state(state_dir, state)
-    report.notes.append(f"full rebuild: cleared {len(partitions)} partitions")
-    return state
 
 
 def _reconcile(
