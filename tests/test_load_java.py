@@ -16,6 +16,7 @@ import pytest
 from spark_loader_helpers import two_senders
 
 from sealsync.errors import EXIT_UNAVAILABLE
+from spark_loader import lastrun
 from spark_loader.javacheck import MIN_JAVA, JavaUnavailable, check_java, major_version
 
 
@@ -71,6 +72,8 @@ def test_no_java_on_the_path_and_no_java_home(tmp_path: Path) -> None:
 
     assert "no java on the PATH and JAVA_HOME is not set" in line
     assert f"install Java {MIN_JAVA} or newer" in line
+    last = lastrun.read(tmp_path / "main-state")  # recorded for status and metrics
+    assert last is not None and (last["outcome"], last["kind"]) == ("failed", "java")
 
 
 @pytest.mark.slow  # a real `sealsync load` process
