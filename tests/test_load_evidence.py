@@ -3,6 +3,7 @@ the loader's decision over a real receiver folder (spark_loader.removals)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -195,3 +196,25 @@ def test_an_unrecorded_partition_needs_a_logged_deletion_of_its_name(tmp_path: P
     deletions.record(recv.data_dirs[0], SENDER_A, [(rels[0], 1, 2)])  # any version of its name
     verdict = decide(IngestState(), parts, discover(recv.data_dirs).files, recv.data_dirs)
     assert sorted(verdict.remove) == sorted(parts) and verdict.kept == []
+
+
+def test_a_full_disk_does_not_block_deletions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No room for the log line: the file is deleted all the same (it frees space), and
+    the loader, finding no evidence, keeps its rows and reports them."""
+    data_dir, storage, owners = make_env(tmp_path)
+    folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
+    names = ["sequence/g/0/1000-0-0.tsfile", "sequence/g/0/1001-1-0.tsfile"]
+    with Loader(folder, storage, owners, inspect) as loader:
+        assert run_round(folder, loader, new=names) is True
+
+        def full(*args: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(deletions, "record", full)  # its append finds no room
+        assert run_round(folder, loader, deleted=names[:1]) is True
+
+    assert storage.list(UUID_A) == {names[1]}
+    assert deletions.read([data_dir]) == set()
+    assert "no space to log the deletion of sequence/g/0/1000-0-0.tsfile" in caplog.text

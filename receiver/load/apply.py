@@ -13,6 +13,7 @@ claimed already, and the storage recognises the file as loaded.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -187,7 +188,19 @@ def log_deletion(storage: Storage, sender: str, name: str) -> None:
     if not isinstance(storage, DirectoryStorage):
         return
     for data_dir in storage.data_dirs:
-        deletions.record_file(data_dir, sender, name, storage.target(data_dir, sender, name))
+        try:
+            deletions.record_file(data_dir, sender, name, storage.target(data_dir, sender, name))
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A full disk must not block the deletions that free it: the loader then
+            # keeps the file's rows and says so (kept_missing) instead of removing them.
+            log.warning(
+                "%s: no space to log the deletion of %s for the Spark loader; deleting it "
+                "anyway (the loader will keep its rows and report it)",
+                data_dir,
+                name,
+            )
 
 
 def finish_round(folder: SenderFolder) -> None:
