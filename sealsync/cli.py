@@ -492,12 +492,28 @@ def serve(opts: Options, config_path: Path, init: bool) -> None:
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Loader TOML.")
 @click.option("--master", metavar="URL", help="Spark master (default: the config's, local[*]).")
 @click.option("--full", is_flag=True, help="Rebuild the table from scratch.")
+@click.option(
+    "--prune-missing",
+    is_flag=True,
+    help="Also remove the rows of files missing without a logged deletion.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def load(opts: Options, config_path: Path, master: str | None, full: bool, as_json: bool) -> None:
+def load(
+    opts: Options,
+    config_path: Path,
+    master: str | None,
+    full: bool,
+    prune_missing: bool,
+    as_json: bool,
+) -> None:
     """One Spark ingest run: every file loaded on the receiver goes into the table at
-    table_path exactly once; files the receiver no longer holds take their rows out.
-    A file that cannot be read is reported and retried next run (exit 1)."""
+    table_path exactly once; files the receiver deleted or replaced take their rows
+    out. A file missing without a logged deletion keeps its rows (a warning line);
+    a data dir or sender folder gone empty stops the run, nothing removed (exit 1);
+    --prune-missing removes them. --full builds the new table beside the old one and
+    swaps it in. A file that cannot be read is reported and retried next run (exit 1)."""
+    from sealsync.printable import printable
     from spark_loader import run_load
 
     config = load_loader_config(config_path)
@@ -506,11 +522,15 @@ def load(opts: Options, config_path: Path, master: str | None, full: bool, as_js
         config,
         master=master,
         full=full,
+        prune_missing=prune_missing,
         verbose=opts.verbose > 0,
         progress=(lambda text: click.echo(f"load: {text}", err=True)) if chatty else None,
     )
     for name, why in sorted(report.skipped.items()):
         click.echo(f"sealsync: skipped {name}: {why}", err=True)
+    warning = report.warning()
+    if warning is not None:
+        click.echo(f"sealsync: {printable(warning)}", err=True)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     elif not opts.quiet:
