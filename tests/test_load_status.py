@@ -155,3 +155,25 @@ def test_status_and_metrics_after_real_runs(tmp_path: Path) -> None:
     assert m[("sealsync_loader_rows_ingested_total", ())] == 155 + 9
     assert m[("sealsync_loader_attempts_total", (("outcome", "ok"),))] == 2
     assert m[("sealsync_loader_last_attempt_success", ())] == 1
+
+
+def test_an_interrupted_run_is_recorded_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_loader import ingest
+
+    _, recv = two_senders(tmp_path)
+    config = load_loader_config(_toml(tmp_path, recv))
+
+    def ctrl_c(dirs: list[Path]) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest, "discover", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_load(config)
+
+    last = lastrun.read(config.state_dir)
+    assert last is not None and last["outcome"] == "interrupted"
+    m = samples(tmp_path / "loader.prom")
+    assert m[("sealsync_loader_attempts_total", (("outcome", "interrupted"),))] == 1
+    assert m[("sealsync_loader_last_success_timestamp_seconds", ())] == 0
