@@ -177,3 +177,16 @@ def test_an_interrupted_run_is_recorded_as_such(
     m = samples(tmp_path / "loader.prom")
     assert m[("sealsync_loader_attempts_total", (("outcome", "interrupted"),))] == 1
     assert m[("sealsync_loader_last_success_timestamp_seconds", ())] == 0
+
+
+def test_the_example_alerts_use_metrics_the_loader_writes() -> None:
+    import re
+
+    from spark_loader.metrics import loader_families
+
+    written = {f.name for f in loader_families(None)}
+    rules = (Path(__file__).resolve().parent.parent / "examples/alerts.yml").read_text()
+    used = set(re.findall(r"\b(sealsync_loader_[a-z_]+)", rules))
+    assert "sealsync_loader_last_success_timestamp_seconds" in used
+    # prometheus_client names a counter family without its _total suffix
+    assert used <= written | {f"{n}_total" for n in written}, used - written
