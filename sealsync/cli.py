@@ -546,7 +546,8 @@ def status(config_path: Path, as_json: bool) -> None:
     """Sender: per receiver and data dir, the last round, files synced, pending new and
     deleted files, refused files and why. Receiver: known senders (UUID, key
     fingerprint, last address, last round), devices per owner, rounds in flight and
-    files waiting to load. Read-only: safe while rounds run."""
+    files waiting to load. Loader: the last run however it ended, the last success,
+    files pending, the table's totals. Read-only: safe while rounds run."""
     from sealsync.status import render, status_of
 
     doc = status_of(load_any(config_path))

@@ -37,12 +37,11 @@ from typing import Any
 
 from sealsync import durable
 from sealsync.config import LoaderConfig
-from sealsync.errors import LocalIOError, SealsyncError, describe_os_error
+from sealsync.errors import LocalIOError, SealsyncError
 from spark_loader import lastrun, removals, swap
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile, discover
 from spark_loader.job import Ingest, Prepared
-from spark_loader.metrics import write_loader_metrics
 from spark_loader.report import LoadReport
 from spark_loader.session import (
     active_session,
@@ -136,46 +135,11 @@ def run_load(
         except BaseException as exc:
             run.report.seconds = time.monotonic() - started
             with contextlib.suppress(Exception):  # never hide why the run failed
-                _record(config, run.report, wall, exc)
+                lastrun.record_run(config, run.report, wall, exc)
             raise
         run.report.seconds = time.monotonic() - started
-        _record(config, run.report, wall, None)
+        lastrun.record_run(config, run.report, wall, None)
     return run.report  # the caller prints the summary: once, where it wants it
-
-
-def _record(
-    config: LoaderConfig, report: LoadReport, start: float, exc: BaseException | None
-) -> None:
-    """Write ``last_run.json`` and the metrics textfile for this run, however it ended
-    (LocalIOError naming the file if one cannot be written)."""
-    if exc is None:
-        outcome = lastrun.OK if report.ok else lastrun.FAILED
-        kind = None if report.ok else "skipped_files"
-        error = None if report.ok else f"{len(report.skipped)} files skipped"
-    elif isinstance(exc, KeyboardInterrupt):
-        outcome, kind, error = lastrun.INTERRUPTED, None, "interrupted"
-    else:
-        outcome = lastrun.FAILED
-        kind = exc.kind if isinstance(exc, SealsyncError) else "internal"
-        error = str(exc) or type(exc).__name__
-    state = load_state(Path(config.state_dir))
-    try:
-        doc = lastrun.record(
-            Path(config.state_dir),
-            start=start,
-            end=time.time(),
-            outcome=outcome,
-            figures={key: getattr(report, key) for key in lastrun.FIGURES},
-            skipped=len(report.skipped),
-            table_files=len(state.files),
-            table_rows=sum(r.rows for r in state.files.values()),
-            error=error,
-            kind=kind,
-        )
-    except OSError as err:
-        raise LocalIOError(describe_os_error(err, "write the loader's last run record")) from err
-    if config.metrics_textfile is not None:
-        write_loader_metrics(config.metrics_textfile, doc)
 
 
 class _Run:

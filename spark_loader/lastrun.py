@@ -15,10 +15,15 @@ and the next run starts the totals again (Prometheus takes a counter reset in st
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from sealsync import durable
+from sealsync.config import LoaderConfig
+from sealsync.errors import LocalIOError, SealsyncError, describe_os_error
+from spark_loader.report import LoadReport
+from spark_loader.state import load_state
 
 LAST_RUN_FILE = "last_run.json"
 OK, FAILED, INTERRUPTED = "ok", "failed", "interrupted"
@@ -110,3 +115,40 @@ def _totals(value: object) -> dict[str, Any]:
         if isinstance(counts, dict):
             base[key] = {str(k): v for k, v in counts.items() if isinstance(v, int)}
     return base
+
+
+def record_run(
+    config: LoaderConfig, report: LoadReport, start: float, exc: BaseException | None
+) -> None:
+    """Write ``last_run.json`` and the metrics textfile for this run, however it ended
+    (LocalIOError naming the file if one cannot be written)."""
+    if exc is None:
+        outcome = OK if report.ok else FAILED
+        kind = None if report.ok else "skipped_files"
+        error = None if report.ok else f"{len(report.skipped)} files skipped"
+    elif isinstance(exc, KeyboardInterrupt):
+        outcome, kind, error = INTERRUPTED, None, "interrupted"
+    else:
+        outcome = FAILED
+        kind = exc.kind if isinstance(exc, SealsyncError) else "internal"
+        error = str(exc) or type(exc).__name__
+    state = load_state(Path(config.state_dir))
+    try:
+        doc = record(
+            Path(config.state_dir),
+            start=start,
+            end=time.time(),
+            outcome=outcome,
+            figures={key: getattr(report, key) for key in FIGURES},
+            skipped=len(report.skipped),
+            table_files=len(state.files),
+            table_rows=sum(r.rows for r in state.files.values()),
+            error=error,
+            kind=kind,
+        )
+    except OSError as err:
+        raise LocalIOError(describe_os_error(err, "write the loader's last run record")) from err
+    if config.metrics_textfile is not None:
+        from spark_loader.metrics import write_loader_metrics  # it reads this module
+
+        write_loader_metrics(config.metrics_textfile, doc)

@@ -155,3 +155,38 @@ def test_status_and_metrics_after_real_runs(tmp_path: Path) -> None:
     assert m[("sealsync_loader_rows_ingested_total", ())] == 155 + 9
     assert m[("sealsync_loader_attempts_total", (("outcome", "ok"),))] == 2
     assert m[("sealsync_loader_last_attempt_success", ())] == 1
+
+
+def test_an_interrupted_run_is_recorded_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_loader import ingest
+
+    _, recv = two_senders(tmp_path)
+    config = load_loader_config(_toml(tmp_path, recv))
+
+    def ctrl_c(dirs: list[Path]) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest, "discover", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_load(config)
+
+    last = lastrun.read(config.state_dir)
+    assert last is not None and last["outcome"] == "interrupted"
+    m = samples(tmp_path / "loader.prom")
+    assert m[("sealsync_loader_attempts_total", (("outcome", "interrupted"),))] == 1
+    assert m[("sealsync_loader_last_success_timestamp_seconds", ())] == 0
+
+
+def test_the_example_alerts_use_metrics_the_loader_writes() -> None:
+    import re
+
+    from spark_loader.metrics import loader_families
+
+    written = {f.name for f in loader_families(None)}
+    rules = (Path(__file__).resolve().parent.parent / "examples/alerts.yml").read_text()
+    used = set(re.findall(r"\b(sealsync_loader_[a-z_]+)", rules))
+    assert "sealsync_loader_last_success_timestamp_seconds" in used
+    # prometheus_client names a counter family without its _total suffix
+    assert used <= written | {f"{n}_total" for n in written}, used - written

@@ -61,7 +61,7 @@ def test_the_fallback_renames_twice(tmp_path: Path, monkeypatch) -> None:
 def test_a_reader_never_sees_an_empty_or_mixed_table(
     tmp_path: Path, monkeypatch, exchange: bool
 ) -> None:
-    """A reader polls while tables are swapped in 50 times: every read that succeeds is
+    """A reader polls while tables are swapped in 30 times: every read that succeeds is
     one whole generation, never empty or mixed; with the exchange the table is always
     there; with the fallback it may be missing for a moment (the documented gap).
 
@@ -92,21 +92,21 @@ def test_a_reader_never_sees_an_empty_or_mixed_table(
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        for gen in range(1, 51):
+        for gen in range(1, 31):
             build = swap.build_path(table)
             _table(build, f"gen{gen}")
-            swap.swap_in(build, table, grace=0.05)
+            swap.swap_in(build, table, grace=0.15)  # room for a loaded machine
     finally:
         stop.set()
         reader.join()
 
-    whole = {tuple([f"gen{g}"] * 3) for g in range(51)}
+    whole = {tuple([f"gen{g}"] * 3) for g in range(31)}
     tables = [s for s in seen if isinstance(s, tuple)]
     assert tables and set(tables) <= whole, set(tables) - whole
     assert () not in tables  # never an empty table
     if exchange:
         assert "missing" not in seen
-    assert _markers(table) == {"gen50"}
+    assert _markers(table) == {"gen30"}
 
 
 def test_recover_removes_a_killed_builds_leftovers(tmp_path: Path) -> None:

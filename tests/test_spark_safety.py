@@ -25,6 +25,7 @@ from spark_loader_helpers import (
 
 from sealsync.config import LoaderConfig
 from spark_loader import run_load
+from spark_loader.removals import MissingFolder
 
 pytestmark = pytest.mark.slow  # Spark, and sealsync processes
 
@@ -140,3 +141,28 @@ def test_missing_without_evidence_is_kept_until_prune_missing(tmp_path: Path, sp
     assert (doc["removed"], doc["kept_missing"]) == (3, 0)
     assert any("--prune-missing" in note for note in doc["notes"])
     assert table_rows(config.table_path) == source_rows(recv)
+
+
+def test_a_full_rebuild_keeps_what_an_incremental_run_keeps(tmp_path: Path, spark: Any) -> None:
+    """--full decides removals like any run: a file missing without evidence keeps its
+    rows (its partition is carried into the new table), an empty data dir stops it."""
+    _, recv = two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    run_load(config, spark=spark, sync=False)
+    all_rows = table_rows(config.table_path)
+    gone = sorted(rel for (s, rel) in recv.placed if s == SENDER_A)[0]
+    recv.remove_by_hand(gone)
+
+    report = run_load(config, spark=spark, sync=False, full=True)
+
+    assert report.kept_missing == 1 and report.ingested == 3
+    assert table_rows(config.table_path) == all_rows  # the missing file's rows are kept
+    assert len(partition_dirs(config.table_path)) == 4
+
+    before = partition_dirs(config.table_path)
+    for entry in recv.data_dirs[0].iterdir():
+        shutil.rmtree(entry)
+    with pytest.raises(MissingFolder):
+        run_load(config, spark=spark, sync=False, full=True)
+    assert partition_dirs(config.table_path) == before
+    assert table_rows(config.table_path) == all_rows
