@@ -150,9 +150,14 @@ class SplitRetry(Generic[T]):
     """The groups to run a failed batch in, until every bad item is alone.
 
     Iterate for the next group to try; report a failed try with :meth:`failed`. The
-    item a failure names (``culprit``) is dropped and the rest retried; otherwise a
-    group is split in halves. An item alone, or every item once ``max_failures``
-    tries failed (a cluster failing every job), goes to ``give_up`` with the reason.
+    item a failure names (``culprit``) is dropped and the rest retried. Otherwise a
+    group holding several owners' items (senders) is split by owner first, so that
+    a file that kills its job is only ever retried beside files of its own sender,
+    and one sender's bad files cannot cost another sender's files anything; a
+    group of one owner is split in halves. An item alone goes to ``give_up`` with
+    the reason, and so does the rest of an owner's group once ``max_failures`` jobs
+    of that owner's items failed (a sender whose files keep failing, or a cluster
+    failing every job). ``blamed`` collects the owners of what was given up.
     """
 
     def __init__(
@@ -162,34 +167,51 @@ class SplitRetry(Generic[T]):
         culprit: Callable[[Failure, list[T]], T | None] = lambda failure, group: None,
         on_split: Callable[[], None] = lambda: None,
         max_failures: int = MAX_FAILED_JOBS,
+        owner: Callable[[T], str] = lambda item: "",
     ) -> None:
         self._pending = [items] if items else []
         self._give_up = give_up
         self._culprit = culprit
         self._on_split = on_split
         self._max_failures = max_failures
+        self._owner = owner
         self.failures = 0
+        self._by_owner: dict[str, int] = {}
+        self.blamed: set[str] = set()
 
     def __iter__(self) -> Iterator[list[T]]:
         while self._pending:
             yield self._pending.pop(0)
 
+    def _drop(self, item: T, reason: str) -> None:
+        self.blamed.add(self._owner(item))
+        self._give_up(item, reason)
+
     def failed(self, group: list[T], exc: BaseException) -> None:
         self.failures += 1
         failure = describe(exc)
         bad = self._culprit(failure, group)
+        owners: dict[str, list[T]] = {}
+        for item in group:
+            owners.setdefault(self._owner(item), []).append(item)
         if bad is not None:
-            self._give_up(bad, failure.reason)
+            self._drop(bad, failure.reason)
             rest = [item for item in group if item != bad]
             if rest:
                 self._pending.insert(0, rest)
         elif len(group) == 1:
-            self._give_up(group[0], failure.reason)
-        elif self.failures > self._max_failures:
-            for item in group:
-                reason = f"not retried after {self.failures} failed Spark jobs: {failure.reason}"
-                self._give_up(item, reason)
-        else:
-            half = len(group) // 2
-            self._pending[0:0] = [group[:half], group[half:]]
+            self._drop(group[0], failure.reason)
+        elif len(owners) > 1:
+            self._pending[0:0] = list(owners.values())
             self._on_split()
+        else:
+            owner = next(iter(owners))
+            self._by_owner[owner] = failed = self._by_owner.get(owner, 0) + 1
+            if failed > self._max_failures:
+                for item in group:
+                    reason = f"not retried after {failed} failed Spark jobs: {failure.reason}"
+                    self._drop(item, reason)
+            else:
+                half = len(group) // 2
+                self._pending[0:0] = [group[:half], group[half:]]
+                self._on_split()

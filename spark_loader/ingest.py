@@ -30,7 +30,7 @@ import sys
 import time
 import uuid
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -311,7 +311,12 @@ class _Run:
                         self.report.skip(str(item.source.path), reason)
                     else:
                         admitted.append(item)
-                batches = _batches(admitted, self.options.batch_bytes, self.options.batch_files)
+                batches = _batches(
+                    admitted,
+                    self.options.batch_bytes,
+                    self.options.batch_files,
+                    lastrun.quarantined(self.state_dir),
+                )
                 for i, batch in enumerate(batches, start=1):
                     megabytes = sum(p.source.size for p in batch) / 1e6
                     label = f"batch {i}/{len(batches)}"
@@ -383,7 +388,25 @@ def _adopt_columns(state: IngestState, partition: Partition) -> None:
             )
 
 
-def _batches(items: list[Prepared], max_bytes: int, max_files: int) -> list[list[Prepared]]:
+def _batches(
+    items: list[Prepared], max_bytes: int, max_files: int, quarantined: Set[str] = frozenset()
+) -> list[list[Prepared]]:
+    """Batches of at most ``max_bytes``/``max_files``; the files of a ``quarantined``
+    sender (a file of theirs killed its job alone last run) go last, in batches of their
+    own sender only, so that a file of theirs that kills a job again costs no other
+    sender's files a retry."""
+    kept = [item for item in items if item.source.sender not in quarantined]
+    by_sender: dict[str, list[Prepared]] = {}
+    for item in items:
+        if item.source.sender in quarantined:
+            by_sender.setdefault(item.source.sender, []).append(item)
+    out = _fill(kept, max_bytes, max_files)
+    for sender in sorted(by_sender):
+        out += _fill(by_sender[sender], max_bytes, max_files)
+    return out
+
+
+def _fill(items: list[Prepared], max_bytes: int, max_files: int) -> list[list[Prepared]]:
     out: list[list[Prepared]] = []
     current: list[Prepared] = []
     size = 0

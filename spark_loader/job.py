@@ -109,6 +109,11 @@ class Prepared:
         return "".join(mods.Deletion(d, t).line() for d, t in sorted(self.deleted.items()))
 
 
+def _sender(item: Prepared) -> str:
+    """Whose file it is: a failing job is split by sender first (failure.SplitRetry)."""
+    return item.source.sender
+
+
 def _link(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -336,7 +341,7 @@ class Ingest:
         def give_up(item: Prepared, reason: str) -> None:
             out[item.file_id] = f"reading metadata failed: {reason}"
 
-        retry = SplitRetry(items, give_up, self._culprit)
+        retry = SplitRetry(items, give_up, self._culprit, owner=_sender)
         for group in retry:
             try:
                 with stage_progress(self.spark, self.progress, "TsFile metadata"):
@@ -352,6 +357,7 @@ class Ingest:
                     out[fid] = {TIME_COLUMN: LongType(), DEVICE_COLUMN: StringType()}
                 elif isinstance(out.get(fid), dict):
                     out[fid][row["name"]] = schemas.from_json(row["type"])  # type: ignore[index]
+        self.report.quarantined |= retry.blamed
         return out
 
     # ------------------------------------------------------------------ write
@@ -477,6 +483,7 @@ class Ingest:
             lambda item, reason: self._skip(item.source, reason),
             self._culprit,
             lambda: self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs"),
+            owner=_sender,
         )
         for group in retry:
             self._clear_partitions(group)
@@ -492,6 +499,7 @@ class Ingest:
                 self._record(group, staging)
             finally:
                 remove_run_folder(staging)
+        self.report.quarantined |= retry.blamed
 
     def _clear_partitions(self, group: list[Prepared]) -> None:
         """Remove partitions these files may have from a job that failed while committing.

@@ -75,6 +75,7 @@ def record(
     table_rows: int,
     error: str | None = None,
     kind: str | None = None,
+    quarantined: list[str] | None = None,
 ) -> dict[str, Any]:
     """Write this run's record, the totals carried on from the previous one."""
     previous = read(state_dir) or {}
@@ -96,10 +97,18 @@ def record(
         "table_files": table_files,
         "table_rows": table_rows,
         "last_success": end if outcome == OK else previous.get("last_success"),
+        "quarantined": sorted(quarantined or []),
         "totals": totals,
     }
     durable.atomic_write(path(state_dir), json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return doc
+
+
+def quarantined(state_dir: Path) -> set[str]:
+    """The senders the last run quarantined (a file of theirs killed its job alone)."""
+    last = read(state_dir) or {}
+    found = last.get("quarantined")
+    return {str(u) for u in found} if isinstance(found, list) else set()
 
 
 def _totals(value: object) -> dict[str, Any]:
@@ -145,6 +154,7 @@ def record_run(
             table_rows=sum(r.rows for r in state.files.values()),
             error=error,
             kind=kind,
+            quarantined=sorted(report.quarantined),
         )
     except OSError as err:
         raise LocalIOError(describe_os_error(err, "write the loader's last run record")) from err

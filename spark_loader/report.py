@@ -21,6 +21,9 @@ class LoadReport:
     #: their rows are kept (spark_loader.removals); one of them, for the warning line.
     kept_missing: int = 0
     kept_example: str = ""
+    #: Senders a file of which killed its Spark job even alone this run: their files
+    #: run in batches of their own next run (spark_loader.ingest), the others' never wait.
+    quarantined: set[str] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -43,6 +46,7 @@ class LoadReport:
             "seconds": round(self.seconds, 3),
             "notes": list(self.notes),
             "kept_missing": self.kept_missing,
+            "quarantined": sorted(self.quarantined),
         }
 
     def summary(self) -> str:
@@ -55,6 +59,8 @@ class LoadReport:
             text += f"; kept {self.kept_missing} missing"
         if self.skipped:
             text += f"; {len(self.skipped)} skipped"
+        if self.quarantined:
+            text += f"; {len(self.quarantined)} senders quarantined"
         return text
 
     def warning(self) -> str | None:

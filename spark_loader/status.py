@@ -39,6 +39,7 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
         "state_dir": str(config.state_dir),
         "last_run": None,
         "last_success": _when(last.get("last_success")) if last else None,
+        "quarantined": sorted(lastrun.quarantined(state_dir)),
         "pending": {
             "new_files": len(listed - recorded.keys()),
             "missing_files": len(recorded.keys() - listed),
@@ -77,6 +78,11 @@ def render(doc: dict[str, Any]) -> list[str]:
             f"kept missing {run['kept_missing']}; started {run['started'] or '?'}"
         )
     lines.append(f"  last success: {doc['last_success'] or 'never'}")
+    if doc.get("quarantined"):
+        lines.append(
+            f"  quarantined:  {len(doc['quarantined'])} senders whose files killed a Spark "
+            f"job (their files load in jobs of their own): {', '.join(doc['quarantined'])}"
+        )
     pending = doc["pending"]
     lines.append(
         f"  pending:      {pending['new_files']} new files to ingest, "

@@ -26,6 +26,7 @@ def _run(
     bad: set[str],
     culprit: bool,
     max_failures: int = 32,
+    owner: bool = False,
 ) -> tuple[list[list[str]], dict[str, str], list[str], int]:
     """Run ``items`` as jobs that fail while they hold a bad item; returns the groups
     tried, what was given up (and why), what succeeded, and how often it split."""
@@ -43,6 +44,7 @@ def _run(
         blame,
         lambda: splits.__setitem__(0, splits[0] + 1),
         max_failures=max_failures,
+        owner=(lambda item: item.split(":")[0]) if owner else (lambda item: ""),
     )
     for group in retry:
         tried.append(group)
@@ -86,6 +88,26 @@ def test_after_too_many_failed_jobs_a_group_is_given_up_whole() -> None:
         "f2": "not retried after 3 failed Spark jobs: cannot read it",
     }
     assert sorted(done) == items[2:]
+
+
+def test_a_failed_group_is_split_by_sender_first() -> None:
+    """Items are ``sender:file``: once a mixed group fails, each sender's files run
+    apart, and only the bad file's own sender's files are ever retried beside it."""
+    items = ["a:1", "b:1", "a:2", "c:1", "b:2", "c:2"]
+    tried, given_up, done, _ = _run(items, {"b:2"}, culprit=False, owner=True)
+    assert tried[:4] == [items, ["a:1", "a:2"], ["b:1", "b:2"], ["b:1"]]
+    assert set(given_up) == {"b:2"}
+    assert sorted(done) == sorted(set(items) - {"b:2"})
+
+
+def test_a_sender_over_its_failure_budget_loses_only_its_own_files() -> None:
+    items = [f"bad:{i}" for i in range(8)] + ["good:1", "good:2"]
+    tried, given_up, done, _ = _run(
+        items, set(items[:8]), culprit=False, owner=True, max_failures=2
+    )
+    assert sorted(given_up) == sorted(items[:8])
+    assert sorted(done) == ["good:1", "good:2"]
+    assert any(reason.startswith("not retried after 3 failed") for reason in given_up.values())
 
 
 def test_nothing_to_run_tries_nothing() -> None:
