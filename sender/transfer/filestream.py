@@ -25,6 +25,8 @@ from sealsync.protocol import (
     MAX_CHUNK_PAYLOAD,
     MAX_FILE_SIZE,
     MAX_SIDECAR_SIZE,
+    PARTIAL_HEAD,
+    RESUME_MIN,
     Chunk,
     FileBegin,
     FileEnd,
@@ -52,13 +54,32 @@ class OpenedFile:
     size: int
     resource_size: int
     mods_size: int
+    mtime: int = -1
+    """The data file's mtime in ns (part of a partial upload's identity)."""
 
     @property
     def stream_size(self) -> int:
         return sum(size for _, size in self.parts)
 
-    def begin(self, file_id: int) -> FileBegin:
-        return FileBegin(file_id, self.name, self.size, self.resource_size, self.mods_size)
+    @property
+    def resumable(self) -> bool:
+        return self.size >= RESUME_MIN
+
+    def begin(self, file_id: int, offset: int = 0) -> FileBegin:
+        if not self.resumable:  # a small file's frame is as it always was
+            return FileBegin(file_id, self.name, self.size, self.resource_size, self.mods_size)
+        return FileBegin(
+            file_id, self.name, self.size, self.resource_size, self.mods_size, self.mtime, offset
+        )
+
+    def head_md5(self) -> str:
+        """MD5 of the data file's first ``PARTIAL_HEAD`` bytes (a partial's identity)."""
+        f = self.parts[0][0]
+        want = min(self.size, PARTIAL_HEAD)
+        data = os.pread(f.fileno(), want, 0)
+        md5 = hashlib.md5(usedforsecurity=False)
+        md5.update(data)
+        return md5.hexdigest() if len(data) == want else BROKEN_MD5
 
     def close(self) -> None:
         for f, _ in self.parts:
@@ -69,6 +90,7 @@ def open_snapshot_file(snapshot_dir: Path, name: str) -> OpenedFile:
     """Open ``name`` with its ``.resource`` and, if present, ``.mods`` from the snapshot."""
     path = os.fspath(snapshot_path(snapshot_dir, name))
     opened: list[tuple[io.FileIO, int]] = []
+    mtime = -1
     try:
         for suffix, required in (("", True), (".resource", True), (".mods", False)):
             try:
@@ -77,7 +99,10 @@ def open_snapshot_file(snapshot_dir: Path, name: str) -> OpenedFile:
                 if required:
                     raise Unsendable(f"{name}{suffix} missing from the snapshot") from None
                 continue
-            opened.append((f, os.fstat(f.fileno()).st_size))
+            st = os.fstat(f.fileno())
+            opened.append((f, st.st_size))
+            if not suffix:
+                mtime = st.st_mtime_ns
     except OSError as exc:
         for f, _ in opened:
             f.close()
@@ -87,7 +112,7 @@ def open_snapshot_file(snapshot_dir: Path, name: str) -> OpenedFile:
             f.close()
         raise
     sizes = [size for _, size in opened]
-    result = OpenedFile(name, opened, sizes[0], sizes[1], sizes[2] if len(sizes) > 2 else -1)
+    result = OpenedFile(name, opened, sizes[0], sizes[1], sizes[2] if len(sizes) > 2 else -1, mtime)
     if result.size > MAX_FILE_SIZE or max(sizes[1:]) > MAX_SIDECAR_SIZE:
         result.close()
         raise Unsendable(f"{name} is larger than the protocol allows")
@@ -112,14 +137,18 @@ def send_file(
     file_id: int,
     buffer: bytearray,
     on_bytes: Callable[[int], None] | None = None,
+    offset: int = 0,
 ) -> str:
-    """Stream the file; the MD5 sent in FILE_END (BROKEN_MD5 if it shrank meanwhile)."""
+    """Stream the file; the MD5 sent in FILE_END (BROKEN_MD5 if it shrank meanwhile).
+
+    With ``offset`` (a partial upload the receiver holds, never past the data file)
+    the first ``offset`` bytes are read and hashed here but not sent."""
     chunk = min(len(buffer), MAX_CHUNK_PAYLOAD)
     view = memoryview(buffer)
     md5 = hashlib.md5()
     intact = True
     total = opened.stream_size
-    if total <= chunk:
+    if total <= chunk and not offset:
         at = 0
         for f, size in opened.parts:
             intact = _fill(f, view[at : at + size]) and intact
@@ -135,8 +164,8 @@ def send_file(
         if on_bytes is not None:
             on_bytes(total)
         return digest
-    send(stream, opened.begin(file_id))
-    ahead = _ReadAhead(opened, chunk)
+    send(stream, opened.begin(file_id, offset))
+    ahead = _ReadAhead(opened, chunk, offset)
     try:
         for part in ahead.chunks():
             send(stream, Chunk(part))
@@ -161,9 +190,10 @@ class _ReadAhead:
 
     SLOTS = 4
 
-    def __init__(self, opened: OpenedFile, chunk: int) -> None:
+    def __init__(self, opened: OpenedFile, chunk: int, skip: int = 0) -> None:
         self._opened = opened
         self._chunk = chunk
+        self._skip = skip
         self._buffers = [memoryview(bytearray(chunk)) for _ in range(self.SLOTS)]
         self._free: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         for i in range(self.SLOTS):
@@ -176,8 +206,18 @@ class _ReadAhead:
 
     def _run(self) -> None:
         try:
+            skip = self._skip
             for f, size in self._opened.parts:
                 left = size
+                if skip:  # resumed: hash what the receiver holds, send the rest
+                    held = bytearray(min(skip, 1 << 20))
+                    view = memoryview(held)
+                    while skip:
+                        part = view[: min(skip, len(view))]
+                        self.intact = _fill(f, part) and self.intact
+                        self.md5.update(part)
+                        skip -= len(part)
+                        left -= len(part)
                 while left:
                     slot = self._free.get()
                     if slot is None:
