@@ -5,7 +5,7 @@ bytes (connection lost, stall, the sender killed), the receiver fsyncs what it w
 of the data file and keeps it in the sender folder's ``partial/``, beside a small
 sidecar written through :func:`sealsync.durable.atomic_write`::
 
-    partial/<key>.data     the first ``held`` bytes of the data file (fsynced)
+    partial/<key>.tsfile   the first ``held`` bytes of the data file (fsynced)
     partial/<key>.json     {"name", "size", "mtime", "head", "held", "saved"}
 
 ``key`` is a digest of the relative name: one partial per name and sender folder.
@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sealsync import durable
@@ -86,8 +86,10 @@ class PartialStore:
         self.max_age = max_age
 
     def paths(self, name: str) -> tuple[Path, Path]:
+        """The data file (keeping the name's suffix: the format is chosen by it when
+        a resumed upload is inspected) and the sidecar of ``name``'s partial."""
         key = key_of(name)
-        return self.dir / f"{key}.data", self.dir / f"{key}.json"
+        return self.dir / f"{key}{PurePosixPath(name).suffix}", self.dir / f"{key}.json"
 
     # --- reading -----------------------------------------------------------------
 

@@ -112,6 +112,7 @@ def test_store_keeps_lists_and_forgets(tmp_path: Path) -> None:
     src.write_bytes(data[: PARTIAL_HEAD + 1000])
     kept = store.keep(NAME, len(data), MTIME, src, PARTIAL_HEAD + 1000)
     assert kept is not None and not src.exists()
+    assert kept.data.suffix == ".tsfile"  # the format is chosen by name when inspected
     assert kept.head == md5(data[:PARTIAL_HEAD])
     assert [p.entry() for p in store.list()] == [
         [NAME, len(data), MTIME, md5(data[:PARTIAL_HEAD]), PARTIAL_HEAD + 1000]
@@ -301,3 +302,36 @@ def test_expired_partials_are_swept_at_round_start(env: Env) -> None:
     time.sleep(0.01)
     sock = session(env)
     assert partials(sock) == []
+
+
+# --- the sender's choice ----------------------------------------------------------
+
+
+def test_sender_resumes_only_the_same_file(tmp_path: Path) -> None:
+    """Size, mtime and the first chunk's digest must all match the receiver's partial."""
+    from sender.transfer.filestream import open_snapshot_file
+    from sender.transfer.session import _Files
+
+    data = big()
+    path = tmp_path / NAME
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    Path(f"{path}.resource").write_bytes(b"res")
+    os.utime(path, ns=(MTIME, MTIME))
+    head = md5(data[:PARTIAL_HEAD])
+
+    def offset(entry: tuple[int, int, str, int]) -> int:
+        files = _Files.__new__(_Files)
+        files.partials = {NAME: entry}
+        files.resumed_bytes = 0
+        opened = open_snapshot_file(tmp_path, NAME)
+        try:
+            assert opened.begin(0).mtime == MTIME
+            return files.resume_offset(opened)
+        finally:
+            opened.close()
+
+    assert offset((len(data), MTIME, head, 5000)) == 5000
+    assert offset((len(data), MTIME, md5(b"another head"), 5000)) == 0
+    assert offset((len(data), MTIME + 1, head, 5000)) == 0
+    assert offset((len(data) + 1, MTIME, head, 5000)) == 0
