@@ -335,3 +335,39 @@ def test_sender_resumes_only_the_same_file(tmp_path: Path) -> None:
     assert offset((len(data), MTIME, md5(b"another head"), 5000)) == 0
     assert offset((len(data), MTIME + 1, head, 5000)) == 0
     assert offset((len(data) + 1, MTIME, head, 5000)) == 0
+
+
+class _Capture:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def recv(self, n: int) -> bytes:  # pragma: no cover - never read
+        return b""
+
+    def sendall(self, data: bytes | memoryview) -> None:
+        self.data += data
+
+
+@pytest.mark.parametrize("offset", [0, 1, PARTIAL_HEAD, RESUME_MIN + 299_000])
+def test_sender_streams_from_the_offset_with_the_whole_streams_md5(
+    tmp_path: Path, offset: int
+) -> None:
+    from sender.transfer.filestream import open_snapshot_file, send_file
+
+    data = big()
+    path = tmp_path / NAME
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    Path(f"{path}.resource").write_bytes(b"res")
+    out = _Capture()
+    opened = open_snapshot_file(tmp_path, NAME)
+    try:
+        digest = send_file(out, opened, 3, bytearray(65536), None, offset)
+    finally:
+        opened.close()
+    frames, rest = decode_frames(bytes(out.data))
+    assert rest == b""
+    begin, *chunks, end = frames
+    assert isinstance(begin, FileBegin) and begin.offset == offset and begin.mtime > 0
+    assert b"".join(bytes(c.data) for c in chunks) == (data + b"res")[offset:]
+    assert end == FileEnd(3, md5(data + b"res")) and digest == end.md5

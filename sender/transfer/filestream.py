@@ -186,6 +186,11 @@ class _ReadAhead:
     bottleneck of a large transfer (docs/performance.md); all three
     release the GIL for their C work, so they overlap. ``SLOTS`` buffers circulate:
     one is refilled only after the chunk it held was sent.
+
+    A resumed stream (``skip`` bytes held by the receiver) is hashed by a thread of
+    its own, from byte 0 with ``pread``, while this one reads the rest for sending:
+    the first byte goes out at once instead of after the MD5 of the whole prefix
+    (0.4 s for 200 MiB, all of it link time lost).
     """
 
     SLOTS = 4
@@ -201,23 +206,26 @@ class _ReadAhead:
         self._ready: queue.SimpleQueue[tuple[int, int] | BaseException | None] = queue.SimpleQueue()
         self.md5 = hashlib.md5()
         self.intact = True
+        self._stop = threading.Event()
+        self._ready_done = False
+        self._hash_error: BaseException | None = None
+        self._hasher: threading.Thread | None = None
+        if skip:
+            self._hasher = threading.Thread(target=self._hash, name="sealsync-md5", daemon=True)
+            self._hasher.start()
         self._thread = threading.Thread(target=self._run, name="sealsync-read", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
             skip = self._skip
+            hashing = not skip
             for f, size in self._opened.parts:
                 left = size
-                if skip:  # resumed: hash what the receiver holds, send the rest
-                    held = bytearray(min(skip, 1 << 20))
-                    view = memoryview(held)
-                    while skip:
-                        part = view[: min(skip, len(view))]
-                        self.intact = _fill(f, part) and self.intact
-                        self.md5.update(part)
-                        skip -= len(part)
-                        left -= len(part)
+                if skip:  # resumed: the receiver holds these; the hasher reads them
+                    f.seek(skip)
+                    left -= skip
+                    skip = 0
                 while left:
                     slot = self._free.get()
                     if slot is None:
@@ -225,18 +233,39 @@ class _ReadAhead:
                     n = min(left, self._chunk)
                     part = self._buffers[slot][:n]
                     self.intact = _fill(f, part) and self.intact
-                    self.md5.update(part)
+                    if hashing:
+                        self.md5.update(part)
                     self._ready.put((slot, n))
                     left -= n
             self._ready.put(None)
         except BaseException as exc:  # raised on the caller's thread
             self._ready.put(exc)
 
+    def _hash(self) -> None:
+        """The whole stream's MD5, for a resumed stream (see the class)."""
+        try:
+            step = 1 << 20
+            for f, size in self._opened.parts:
+                pos = 0
+                while pos < size:
+                    if self._stop.is_set():
+                        return
+                    data = os.pread(f.fileno(), min(step, size - pos), pos)
+                    if not data:
+                        self.intact = False
+                        self.md5.update(bytes(size - pos))
+                        break
+                    self.md5.update(data)
+                    pos += len(data)
+        except BaseException as exc:
+            self._hash_error = exc
+
     def chunks(self) -> Iterator[memoryview]:
         """The chunks in order; each stays valid until the next one is asked for."""
         while True:
             item = self._ready.get()
             if item is None:
+                self._ready_done = True
                 return
             if isinstance(item, BaseException):
                 raise item
@@ -245,5 +274,13 @@ class _ReadAhead:
             self._free.put(slot)
 
     def close(self) -> None:
+        """Stop reading; for a resumed stream, wait for its MD5 (complete unless the
+        caller gave up: ``chunks`` ended, or raised)."""
         self._free.put(None)
         self._thread.join()
+        if self._hasher is not None:
+            if self._ready_done is False:
+                self._stop.set()
+            self._hasher.join()
+            if self._hash_error is not None and not self._stop.is_set():
+                raise self._hash_error
