@@ -18,6 +18,7 @@ from receiver_load_helpers import UUID_A
 from reliability.session_env import data_file, hello
 from test_receiver_session import Env, start_round, verdict, wait_for
 
+from receiver.inventory import recorded_md5
 from receiver.partials import PartialStore
 from receiver.recover.replay import recover_all
 from sealsync.protocol import (
@@ -199,6 +200,8 @@ def test_cut_stream_is_kept_and_resumed_to_the_exact_bytes(env: Env) -> None:
     assert verdict(sock)[2] == "verified"
     wait_for(lambda: env.loaded_path(UUID_A, NAME).exists())
     assert env.loaded_path(UUID_A, NAME).read_bytes() == data
+    recorded = recorded_md5(env.loaded_path(UUID_A, NAME))  # tmp file systems take xattrs
+    assert recorded == md5(data)  # the data file's own MD5 (reconcile), prefix included
     assert partials(sock) == []
 
 
@@ -226,6 +229,7 @@ def test_a_whole_held_data_file_sends_only_its_sidecar(env: Env) -> None:
     assert verdict(sock)[2] == "verified"
     wait_for(lambda: env.loaded_path(UUID_A, NAME).exists())
     assert env.loaded_path(UUID_A, NAME).read_bytes() == data
+    assert recorded_md5(env.loaded_path(UUID_A, NAME)) == md5(data)
 
 
 def test_offset_without_a_partial_is_a_mismatch_then_a_full_send_works(env: Env) -> None:
