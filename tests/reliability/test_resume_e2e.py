@@ -215,3 +215,21 @@ def test_kill9_during_a_resumed_transfer_ends_with_the_senders_bytes(
         time.sleep(1)
     assert result.returncode == 0, result.stderr + site.dep.log()
     assert_exact(site)
+
+
+def test_expired_partials_are_removed_by_the_receivers_recovery(site: Site) -> None:
+    """Last in the module: it restarts the receiver with ``partial_max_age`` = 1 s."""
+    add_file(site)
+    cut_and_kill_sender(site, HANDSHAKE + SIZE // 2)
+    wait_for_partial(site)
+    site.dep.stop_receiver()
+    with open(site.dep.receiver_config, "a", encoding="utf-8") as f:
+        f.write("partial_max_age = 1.0\n")
+    time.sleep(1.5)
+    site.dep.start_receiver()  # service-start recovery sweeps the expired partial
+    assert partials_left(site) == [], site.dep.log()
+    assert "partial-upload file(s)" in site.dep.log()
+    again = site.proxy.count()
+    send_ok(site)
+    assert upward(site, again) >= 0.95 * SIZE  # nothing held any more: sent whole
+    assert_exact(site)
