@@ -13,8 +13,13 @@ Three independent gates (docs/design.md §5.1, §9.7, §9.10):
 
       <uuid>\\t<key fingerprint SHA256:...>\\t<last peer ip>\\t<first seen, UTC ISO 8601>
 
-  replaced atomically on every change. An operator re-keys a sender by deleting its
-  line (the next connection binds the new key).
+  replaced atomically on every change, under ``sender_keys.txt.lock`` so that the
+  running receiver and ``sealsync senders`` never write over each other. An operator
+  re-keys a sender with ``sealsync senders rekey UUID --key NEW.pub`` (the binding moves
+  from the old key to the new one in one write: the UUID is never free for another key
+  to claim) and retires one with ``sealsync senders remove UUID``, which keeps its line
+  with the fingerprint ``retired``: no key can claim that UUID again until it is
+  re-keyed explicitly.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from filelock import FileLock
+
 from sealsync import durable, permissions, sshfiles
 from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint
@@ -38,6 +45,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 SENDER_KEYS_FILE = "sender_keys.txt"
+RETIRED = "retired"
+"""The fingerprint of a retired sender's binding: no key matches it."""
 
 
 # --- allow list ----------------------------------------------------------------------
@@ -146,7 +155,7 @@ def parse_sender_keys(lines: Iterable[str]) -> dict[str, SenderBinding]:
     out: dict[str, SenderBinding] = {}
     for line in lines:
         parts = line.split("\t")
-        if len(parts) != 4 or not parts[0] or not parts[1].startswith("SHA256:"):
+        if len(parts) != 4 or not parts[0] or not _is_key_field(parts[1]):
             if line:
                 log.warning("%s: ignoring a malformed line: %r", SENDER_KEYS_FILE, line[:200])
             continue
@@ -154,8 +163,20 @@ def parse_sender_keys(lines: Iterable[str]) -> dict[str, SenderBinding]:
     return out
 
 
+def _is_key_field(value: str) -> bool:
+    return value.startswith("SHA256:") or value == RETIRED
+
+
 class KeyLimit(SealsyncError):
     """A key already acts as ``max_uuids_per_key`` senders and claims one more."""
+
+
+class Retired(SealsyncError):
+    """The UUID was retired (``sealsync senders remove``): no key may act as it."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 class SenderKeys:
@@ -174,6 +195,7 @@ class SenderKeys:
 
     def __init__(self, schema_dir: Path, max_uuids_per_key: int | None = None) -> None:
         self.path = Path(schema_dir) / "sync" / SENDER_KEYS_FILE
+        self._file_lock = FileLock(f"{self.path}.lock")
         self.max_uuids_per_key = max_uuids_per_key
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int, int] | None = None
@@ -189,11 +211,17 @@ class SenderKeys:
         stamp = self._file_stamp()
         if stamp is None or stamp != self._stamp:
             bindings = parse_sender_keys(durable.read_lines(self.path)) if stamp else {}
-            self._bindings, self._stamp = bindings, stamp
-            self._by_key = {}
-            for b in bindings.values():
-                self._by_key.setdefault(b.fingerprint, set()).add(b.uuid)
+            self._cache(bindings, stamp)
         return self._bindings
+
+    def _cache(
+        self, bindings: dict[str, SenderBinding], stamp: tuple[int, int, int, int] | None
+    ) -> None:
+        self._bindings, self._stamp = bindings, stamp
+        self._by_key = {}
+        for b in bindings.values():
+            if b.fingerprint != RETIRED:
+                self._by_key.setdefault(b.fingerprint, set()).add(b.uuid)
 
     def _file_stamp(self) -> tuple[int, int, int, int] | None:
         try:
@@ -206,13 +234,26 @@ class SenderKeys:
         """Bind ``uuid`` to ``key`` (a paramiko key, blob or fingerprint) if it is free.
 
         Returns the binding when the key may act as ``uuid``, None when the UUID is
-        already bound to another key; raises KeyLimit when the UUID is free but the
-        key already binds ``max_uuids_per_key`` others (UUIDs it holds stay usable).
+        already bound to another key; raises Retired for a retired UUID, and KeyLimit
+        when the UUID is free but the key already binds ``max_uuids_per_key`` others
+        (UUIDs it holds stay usable). A HELLO from a known sender at its known address
+        reads nothing but a ``stat``; a change is decided again under the file lock,
+        on the file as it is then.
         """
         fp = key if isinstance(key, str) and key.startswith("SHA256:") else fingerprint(key)
         with self._lock:
+            current = self._current().get(uuid)
+            if current is not None and current.fingerprint == fp and current.last_ip == ip:
+                return current
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # where the lock file lives
+        with self._lock, self._file_lock:
             bindings = self._current()
             current = bindings.get(uuid)
+            if current is not None and current.fingerprint == RETIRED:
+                raise Retired(
+                    f"sender UUID {uuid} was retired on this receiver; "
+                    "its operator can bind a key again with: sealsync senders rekey"
+                )
             if current is not None and current.fingerprint != fp:
                 return None
             if current is not None and current.last_ip == ip:
@@ -224,17 +265,30 @@ class SenderKeys:
                         f"key {fp} already acts as {len(held)} sender UUIDs, the most the "
                         f"receiver allows (max_uuids_per_key = {self.max_uuids_per_key})"
                     )
-            first_seen = (
-                current.first_seen
-                if current is not None
-                else datetime.now(UTC).replace(microsecond=0).isoformat()
-            )
+            first_seen = current.first_seen if current is not None else _now()
             binding = SenderBinding(uuid, fp, ip, first_seen)
-            updated = {**bindings, uuid: binding}
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            durable.write_lines(self.path, [b.line() for b in updated.values()])
-            self._bindings, self._stamp = updated, self._file_stamp()
-            self._by_key.setdefault(fp, set()).add(uuid)
+            self._write({**bindings, uuid: binding})
             if current is None:
                 log.info("sender %s bound to key %s (first seen from %s)", uuid, fp, ip)
             return binding
+
+    def set_key(self, uuid: str, fp: str) -> SenderBinding | None:
+        """Bind ``uuid`` to the key ``fp`` in one write, whatever held it (re-keying, or
+        bringing back a retired sender); returns the binding it replaced."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, self._file_lock:
+            bindings = self._current()
+            old = bindings.get(uuid)
+            first_seen = old.first_seen if old is not None else _now()
+            last_ip = old.last_ip if old is not None else "-"
+            self._write({**bindings, uuid: SenderBinding(uuid, fp, last_ip, first_seen)})
+            return old
+
+    def retire(self, uuid: str) -> SenderBinding | None:
+        """Mark ``uuid`` retired (no key may claim it); returns its binding before, if any."""
+        return self.set_key(uuid, RETIRED)
+
+    def _write(self, bindings: dict[str, SenderBinding]) -> None:
+        """Replace the file (caller holds both locks) and the cache with ``bindings``."""
+        durable.write_lines(self.path, [b.line() for b in bindings.values()])
+        self._cache(bindings, self._file_stamp())  # what we wrote, not read back

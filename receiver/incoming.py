@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from receiver.inventory import record_md5
 from receiver.partials import Partial, PartialStore
-from receiver.storage import make_dirs
+from receiver.storage import safe_dirs
 from receiver.writer import BackgroundWriter
 from sealsync import durable
 from sealsync.protocol import FileBegin
@@ -70,6 +70,7 @@ class IncomingFile:
         data file is written in place from ``offset`` on, after its first ``offset``
         bytes were read back into the MD5."""
         self.begin = begin
+        self.root = temp_dir
         self._writer = writer if begin.stream_size >= BACKGROUND_MIN else None
         self.write_error: OSError | None = None  # set by the writer thread
         suffix = PurePosixPath(begin.name).suffix
@@ -188,7 +189,7 @@ class IncomingFile:
         its sidecars, and anything a crash leaves earlier is swept by recovery. The
         caller persists the renames by fsyncing ``target``'s folder.
         """
-        make_dirs(target.parent)
+        safe_dirs(self.root, target.parent)
         os.replace(self.resource_tmp, target.with_name(target.name + ".resource"))
         stale_mods = target.with_name(target.name + ".mods")
         if self.begin.mods_size >= 0:

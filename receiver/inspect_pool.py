@@ -135,6 +135,15 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=_context(),
+        initializer=_exit_with_host,
+        initargs=(os.getpid(),),
+    )
+
+
 class InspectPool:
     """``formats.inspect`` in worker processes; a dead or hung worker is a FormatError.
 
@@ -156,18 +165,15 @@ class InspectPool:
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
+        self._alone_slots = threading.BoundedSemaphore(max(workers, 1))
+        """Bounds the workers of :meth:`_alone` re-checks running at once."""
 
     def _get_pool(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._closed:
                 raise FormatError("the receiver is stopping: file not inspected")
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self.workers,
-                    mp_context=_context(),
-                    initializer=_exit_with_host,
-                    initargs=(os.getpid(),),
-                )
+                self._pool = _new_pool(self.workers)
             return self._pool
 
     def warm(self) -> None:
@@ -206,15 +212,40 @@ class InspectPool:
         except FormatError:
             raise
         except BrokenProcessPool:
-            log.warning("%s: the format reader's worker died; restarting the pool", path)
+            # A worker died: this file's or another's, in flight in the same pool (every
+            # session shares it). Only a check of this file alone can say which.
+            log.warning("%s: a format reader's worker died; checking it alone", path)
             self._discard(pool, kill=False)
-            raise FormatError(f"{Path(path).name}: the file crashed the format reader") from None
+            return self._alone(path)
         except FutureTimeout:
             log.warning("%s: the format reader hung; restarting the pool", path)
             self._discard(pool, kill=True)
             raise FormatError(
                 f"{Path(path).name}: the format reader did not finish in {self.timeout:g} s"
             ) from None
+
+    def _alone(self, path: Path) -> FileInfo:
+        """The verdict on ``path`` from a worker of its own, started for it: a crash
+        there is this file's doing and nobody else's."""
+        with self._alone_slots:
+            if self._closed:
+                raise FormatError("the receiver is stopping: file not inspected")
+            pool = _new_pool(1)
+            kill = False
+            try:
+                return pool.submit(self._target, str(path)).result(timeout=self.timeout)
+            except BrokenProcessPool:
+                log.warning("%s: crashed the format reader alone: refused", path)
+                raise FormatError(
+                    f"{Path(path).name}: the file crashed the format reader"
+                ) from None
+            except FutureTimeout:
+                kill = True
+                raise FormatError(
+                    f"{Path(path).name}: the format reader did not finish in {self.timeout:g} s"
+                ) from None
+            finally:
+                self._discard(pool, kill=kill)
 
     def inspect_many(self, paths: Sequence[Path]) -> list[FileInfo | FormatError]:
         """``inspect`` for several files: per path, its FileInfo or its FormatError.

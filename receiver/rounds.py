@@ -21,7 +21,7 @@ from receiver.layout import SenderFolder
 from receiver.load.loader import Loader
 from receiver.load.owners import DeviceOwners
 from receiver.recover.replay import recover_folder
-from receiver.storage import Storage
+from receiver.storage import Storage, refuse_links
 
 if TYPE_CHECKING:
     from sealsync.formats import FileInfo
@@ -75,6 +75,7 @@ class Rounds:
             raise
 
     def _prepare(self, folder: SenderFolder, wait: float) -> Loader:
+        refuse_links(folder.data_dir, folder.data)  # before recovery or a write touches it
         with self._lock:
             loader = self._loaders.get(folder)
         if loader is not None and loader.pending():

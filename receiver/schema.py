@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from sealsync.durable import fsync_dir
-from sealsync.protocol import ProtocolError
+from sealsync.protocol import ErrorCode, ProtocolError
 
 SCHEMA_LOG = "mlog.txt"
 
@@ -57,7 +57,7 @@ class SchemaStore:
             if offset > size:
                 raise ProtocolError(
                     f"SCHEMA: offset {offset} is past the receiver's position {size}",
-                    code="schema-gap",
+                    code=ErrorCode.SCHEMA_GAP,
                 )
             new = data[size - offset :]
             if not new:

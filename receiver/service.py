@@ -74,6 +74,7 @@ from sealsync.protocol import (
     SSH_WINDOW_SIZE,
     SUBSYSTEM,
     Error,
+    ErrorCode,
     channel_stream,
     preferred_ciphers,
     receive,
@@ -638,6 +639,6 @@ class ReceiverService:
         except Exception:
             pass
         try:
-            send(stream, Error("busy", message))
+            send(stream, Error(ErrorCode.BUSY, message))
         except Exception:
             pass

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, cast
 
-from receiver.auth import KeyLimit, SenderKeys
+from receiver.auth import KeyLimit, Retired, SenderKeys
 from receiver.incoming import IncomingFile, describe_os_error, stage_all
 from receiver.layout import SenderFolder, SyncLog
 from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
@@ -82,6 +82,7 @@ from sealsync.protocol import (
     Delete,
     DeleteAck,
     Error,
+    ErrorCode,
     FileBegin,
     FileEnd,
     FileVerdict,
@@ -231,7 +232,7 @@ def clean_text(text: str, limit: int = MAX_TEXT) -> str:
 
 
 def _unexpected(msg: AnyMessage, where: str) -> ProtocolError:
-    return ProtocolError(f"{msg.kind.name} not expected {where}", code="unexpected")
+    return ProtocolError(f"{msg.kind.name} not expected {where}", code=ErrorCode.UNEXPECTED)
 
 
 class _Round:
@@ -254,7 +255,9 @@ class _Round:
 
     def log_deleted(self, name: str) -> None:
         if self.deleted_done:
-            raise ProtocolError("DELETE not expected after the first file", code="unexpected")
+            raise ProtocolError(
+                "DELETE not expected after the first file", code=ErrorCode.UNEXPECTED
+            )
         if not self.deleted_open:
             self.sync_log.deleted_start()
             crash_point("receiver.synclog.deleted_start")
@@ -340,7 +343,9 @@ class Session:
                 msg = self._recv()
                 if isinstance(msg, Bye):
                     if self._round is not None or self._file is not None:
-                        raise ProtocolError("BYE in the middle of a round", code="unexpected")
+                        raise ProtocolError(
+                            "BYE in the middle of a round", code=ErrorCode.UNEXPECTED
+                        )
                     log.debug("%s: session closed (%d files verified)", who, self.files_verified)
                     return
                 self._dispatch(msg)
@@ -354,17 +359,17 @@ class Session:
             self._send_error(exc.code, str(exc))
         except Stalled as exc:
             log.warning("%s: stalled (%s), closing the session", who, exc)
-            self._send_error("timeout", f"session stalled: {exc}")
+            self._send_error(ErrorCode.TIMEOUT, f"session stalled: {exc}")
         except TimeoutError:  # socket.timeout: the channel's idle timeout
             log.warning("%s: idle for too long, closing the session", who)
-            self._send_error("timeout", "session idle for too long")
+            self._send_error(ErrorCode.TIMEOUT, "session idle for too long")
         except OSError as exc:  # the receiver's disk, outside a file (a file gets a verdict)
             reason = describe_os_error(exc, "its state")
             log.warning("%s: %s", who, printable(reason))
-            self._send_error("io", reason)
+            self._send_error(ErrorCode.IO, reason)
         except Exception as exc:
             log.exception("%s: session failed", who)
-            self._send_error("internal", f"receiver error: {type(exc).__name__}: {exc}")
+            self._send_error(ErrorCode.INTERNAL, f"receiver error: {type(exc).__name__}: {exc}")
         finally:
             self._abandon()
             if self._sender_slot:
@@ -482,13 +487,14 @@ class Session:
             raise ProtocolError(
                 f"protocol version {msg.version} not supported "
                 f"(receiver speaks {PROTOCOL_VERSION})",
-                code="version",
+                code=ErrorCode.VERSION,
             )
         try:
             binding = self.ctx.sender_keys.bind(msg.uuid, self.key_fingerprint, self.peer_ip)
-        except KeyLimit as exc:
+        except (KeyLimit, Retired) as exc:
             log.warning("refused: sender %s from %s: %s", msg.uuid, self.peer_ip, exc)
-            raise ProtocolError(str(exc), code="auth") from None
+            self.ctx.metrics.refused("sender_key")
+            raise ProtocolError(str(exc), code=ErrorCode.AUTH) from None
         if binding is None:
             log.warning(
                 "refused: key %s from %s claims sender %s, bound to another key",
@@ -498,7 +504,7 @@ class Session:
             )
             self.ctx.metrics.refused("sender_key")
             raise ProtocolError(
-                f"sender UUID {msg.uuid} is bound to another public key", code="auth"
+                f"sender UUID {msg.uuid} is bound to another public key", code=ErrorCode.AUTH
             )
         sessions = self.ctx.limits.sender_sessions
         if not sessions.acquire(msg.uuid):
@@ -511,7 +517,7 @@ class Session:
             raise ProtocolError(
                 f"receiver busy: sender {msg.uuid} already has {sessions.limit} sessions open "
                 "(max_sessions_per_sender), retry later",
-                code="busy",
+                code=ErrorCode.BUSY,
             )
         self._sender_slot = True
         self.uuid, self.name = msg.uuid, msg.name
@@ -589,7 +595,7 @@ class Session:
         try:
             owners = self.ctx.owners.owners_of(msg.devices)
         except SealsyncError as exc:  # a device id the owner log cannot hold (a TAB)
-            raise ProtocolError(f"OWNERS_QUERY: {exc}", code="bad-device") from None
+            raise ProtocolError(f"OWNERS_QUERY: {exc}", code=ErrorCode.BAD_DEVICE) from None
         self._send(Owners({d: owners.get(d, "") for d in msg.devices}))
 
     def _inventory(self, msg: InventoryQuery) -> None:
@@ -638,7 +644,7 @@ class Session:
 
     def _require_round(self) -> _Round:
         if self._round is None:  # pragma: no cover - _dispatch guarantees it
-            raise ProtocolError("no round in progress", code="unexpected")
+            raise ProtocolError("no round in progress", code=ErrorCode.UNEXPECTED)
         return self._round
 
     # --- files -----------------------------------------------------------------------
@@ -677,7 +683,7 @@ class Session:
 
     def _round_partials(self) -> PartialStore:
         if self._partials is None:  # pragma: no cover - set with every round
-            raise ProtocolError("no round in progress", code="unexpected")
+            raise ProtocolError("no round in progress", code=ErrorCode.UNEXPECTED)
         return self._partials
 
     def _make_room(self, resuming: str | None) -> None:
@@ -720,7 +726,7 @@ class Session:
                     f"{size} bytes would exceed its quota of {limits.quota.limit} bytes "
                     "(sender_quota_bytes); nothing more is stored until files are deleted "
                     "or the quota is raised",
-                    code="quota",
+                    code=ErrorCode.QUOTA,
                 )
         if partial.reserve(self.uuid, size):
             if resuming is not None:
@@ -759,7 +765,7 @@ class Session:
             self._release(incoming)
             raise ProtocolError(
                 f"FILE_END for file {msg.file_id} while file {begin.file_id} is open",
-                code="unexpected",
+                code=ErrorCode.UNEXPECTED,
             )
         if isinstance(incoming, _Refused):
             refused = _Arrived(begin, None)

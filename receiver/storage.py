@@ -17,7 +17,9 @@ silent skip or overwrite.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,6 +79,38 @@ def make_dirs(path: Path) -> None:
         except FileExistsError:
             continue
         durable.fsync_dir(folder.parent)
+
+
+def refuse_links(root: Path, path: Path) -> None:
+    """Raise OSError (ELOOP, naming the link) if a component of ``path`` below ``root`` is
+    a symbolic link.
+
+    The receiver writes, renames and deletes only inside its own folders. A link planted
+    inside them (by another process on the host, a careless restore, a shell) would
+    carry those writes and deletes anywhere the receiver may write; so no component
+    below the configured folder may be one. ``root`` itself may be (a data dir mounted
+    through a link is the operator's choice). Components that do not exist yet are fine:
+    the receiver creates them as real folders.
+    """
+    probe = Path(root)
+    for part in Path(path).relative_to(root).parts:
+        probe = probe / part
+        try:
+            mode = os.lstat(probe).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(mode):
+            raise OSError(
+                errno.ELOOP,
+                f"{probe} is a symbolic link, and the receiver follows none inside its "
+                "storage: replace it with a real folder",
+            )
+
+
+def safe_dirs(root: Path, folder: Path) -> None:
+    """``make_dirs(folder)`` after checking that nothing below ``root`` on the way is a link."""
+    refuse_links(root, folder)
+    make_dirs(folder)
 
 
 def _same_content(a: Path, b: Path) -> bool:
@@ -151,7 +185,8 @@ class DirectoryStorage:
         target = self.target(self.data_dirs[0], sender, name)  # validates before any path use
         if staged.name != target.name:
             raise StorageError(f"staged file {staged} does not match the name {name}")
-        target = self.target(self._data_dir_of(staged), sender, name)
+        data_dir = self._data_dir_of(staged)
+        target = self.target(data_dir, sender, name)
         if not staged.exists() and not target.exists():
             raise StorageError(f"{name}: the staged file is missing and it is not loaded")
         pieces = [(Path(f"{staged}{s}"), Path(f"{target}{s}")) for s in LOAD_ORDER]
@@ -163,16 +198,16 @@ class DirectoryStorage:
                         f"the staged copy is kept in {src.parent}"
                     )
         for src, dst in pieces:
-            self._move_in(src, dst)
+            self._move_in(src, dst, data_dir)
 
-    def _move_in(self, src: Path, dst: Path) -> None:
+    def _move_in(self, src: Path, dst: Path, data_dir: Path) -> None:
         """Move one piece; a piece already in place (an earlier attempt) is left alone."""
         if not src.exists():
             return  # moved by an earlier attempt, or an optional sidecar never shipped
         if dst.exists() and _same_content(src, dst):
             durable.remove(src)
             return
-        make_dirs(dst.parent)
+        safe_dirs(data_dir, dst.parent)
         defer = getattr(self._local, "defer", None)
         if defer is None:
             durable.rename(src, dst)
@@ -185,6 +220,7 @@ class DirectoryStorage:
         removed = False
         for data_dir in self.data_dirs:
             target = self.target(data_dir, sender, name)
+            refuse_links(data_dir, target.parent)
             for suffix in DELETE_ORDER:
                 removed |= durable.remove(f"{target}{suffix}")
         return removed

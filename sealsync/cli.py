@@ -492,12 +492,28 @@ def serve(opts: Options, config_path: Path, init: bool) -> None:
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Loader TOML.")
 @click.option("--master", metavar="URL", help="Spark master (default: the config's, local[*]).")
 @click.option("--full", is_flag=True, help="Rebuild the table from scratch.")
+@click.option(
+    "--prune-missing",
+    is_flag=True,
+    help="Also remove the rows of files missing without a logged deletion.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def load(opts: Options, config_path: Path, master: str | None, full: bool, as_json: bool) -> None:
+def load(
+    opts: Options,
+    config_path: Path,
+    master: str | None,
+    full: bool,
+    prune_missing: bool,
+    as_json: bool,
+) -> None:
     """One Spark ingest run: every file loaded on the receiver goes into the table at
-    table_path exactly once; files the receiver no longer holds take their rows out.
-    A file that cannot be read is reported and retried next run (exit 1)."""
+    table_path exactly once; files the receiver deleted or replaced take their rows
+    out. A file missing without a logged deletion keeps its rows (a warning line);
+    a data dir or sender folder gone empty stops the run, nothing removed (exit 1);
+    --prune-missing removes them. --full builds the new table beside the old one and
+    swaps it in. A file that cannot be read is reported and retried next run (exit 1)."""
+    from sealsync.printable import printable
     from spark_loader import run_load
 
     config = load_loader_config(config_path)
@@ -506,11 +522,15 @@ def load(opts: Options, config_path: Path, master: str | None, full: bool, as_js
         config,
         master=master,
         full=full,
+        prune_missing=prune_missing,
         verbose=opts.verbose > 0,
         progress=(lambda text: click.echo(f"load: {text}", err=True)) if chatty else None,
     )
     for name, why in sorted(report.skipped.items()):
         click.echo(f"sealsync: skipped {name}: {why}", err=True)
+    warning = report.warning()
+    if warning is not None:
+        click.echo(f"sealsync: {printable(warning)}", err=True)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     elif not opts.quiet:
@@ -526,7 +546,8 @@ def status(config_path: Path, as_json: bool) -> None:
     """Sender: per receiver and data dir, the last round, files synced, pending new and
     deleted files, refused files and why. Receiver: known senders (UUID, key
     fingerprint, last address, last round), devices per owner, rounds in flight and
-    files waiting to load. Read-only: safe while rounds run."""
+    files waiting to load. Loader: the last run however it ended, the last success,
+    files pending, the table's totals. Read-only: safe while rounds run."""
     from sealsync.status import render, status_of
 
     doc = status_of(load_any(config_path))
@@ -596,6 +617,74 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
         click.echo(f"{printable(owner)} ({len(owned)} devices)")
         for device in sorted(owned):
             click.echo(f"  {printable(device)}")
+
+
+@cli.command(short_help="List senders and their keys; re-key or retire one.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="rekey: the sender's new public key (.pub), already in authorized_keys.",
+)
+@click.option("--release-devices", is_flag=True, help="remove: also free the devices it owns.")
+@click.argument("action", required=False, type=click.Choice(["rekey", "remove"]))
+@click.argument("uuid", required=False)
+def senders(
+    config_path: Path,
+    as_json: bool,
+    key_path: Path | None,
+    release_devices: bool,
+    action: str | None,
+    uuid: str | None,
+) -> None:
+    """List sender UUIDs with their key fingerprints, last round and files;
+    `senders rekey UUID --key NEW.pub` binds a sender to its new key in one write (the
+    UUID is never free for another key to claim); `senders remove UUID` retires an edge
+    for good (no key may act as it again; its files stay). Safe while the receiver runs."""
+    from receiver.senders import rekey, retire, sender_rows
+    from sealsync.printable import printable
+
+    if action is not None and uuid is None:
+        raise click.UsageError(f"{action} needs the sender's UUID")
+    if action is None and uuid is not None:
+        raise click.UsageError("a UUID is only taken by: senders rekey UUID / senders remove UUID")
+    if (key_path is not None) != (action == "rekey"):
+        raise click.UsageError("--key goes with rekey, and rekey needs --key NEW.pub")
+    if release_devices and action != "remove":
+        raise click.UsageError("--release-devices goes with remove")
+    config = load_receiver_config(config_path)
+    if action == "rekey":
+        assert uuid is not None and key_path is not None
+        fp, old = rekey(config, uuid, key_path)
+        was = f" (was {old.fingerprint})" if old is not None else " (a new sender)"
+        doc: dict[str, Any] = {"uuid": uuid, "key_fingerprint": fp, "was": old and old.fingerprint}
+        click.echo(json.dumps(doc, indent=2) if as_json else f"{uuid} now bound to {fp}{was}")
+        return
+    if action == "remove":
+        assert uuid is not None
+        old_binding, released = retire(config, uuid, release_devices)
+        if as_json:
+            doc = {"uuid": uuid, "retired": True, "was": old_binding.fingerprint}
+            click.echo(json.dumps({**doc, "released_devices": released}, indent=2))
+            return
+        click.echo(f"{uuid} retired (was {old_binding.fingerprint}); its files stay")
+        if release_devices:
+            click.echo(f"released {len(released)} devices")
+        return
+    rows = sender_rows(config)
+    if as_json:
+        click.echo(json.dumps({"senders": rows}, indent=2))
+        return
+    if not rows:
+        click.echo("no sender has connected yet")
+    for row in rows:
+        click.echo(
+            f"{row['uuid']}  {row['key_fingerprint']}  last round {row['last_round']}  "
+            f"from {printable(row['last_address'])}  {row['files']} files  "
+            f"{row['devices_owned']} devices"
+        )
 
 
 @cli.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")

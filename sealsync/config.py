@@ -831,6 +831,10 @@ class LoaderConfig:
     python: str | None = field(default=None, metadata=setting(Text()))
     #: Spark settings for the session the loader starts (``spark.executor.memory``...).
     spark: dict[str, str] = field(default_factory=dict, metadata=setting(Settings()))
+    #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
+    metrics_textfile: Path | None = field(
+        default=None, metadata=setting(PathValue(check=_need_prom_path))
+    )
 
     @classmethod
     def from_mapping(

@@ -19,6 +19,7 @@ from typing import ClassVar
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 69  # sysexits' EX_UNAVAILABLE: a service this run needs is missing
 EXIT_LOCKED = 75
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, the shell's code for a Ctrl-C
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, the shell's code for a SIGTERM
@@ -29,6 +30,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
     EXIT_FAILURE: "failure: something was not synced or loaded (the reason is on stderr)",
     EXIT_USAGE: "usage or configuration error",
+    EXIT_UNAVAILABLE: "load: no usable Java for Spark (none found, JAVA_HOME wrong, too old)",
     EXIT_LOCKED: "another run holds the lock (send to that receiver, load, serve on that storage)",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT): stopped cleanly, the next run recovers",
     EXIT_TERMINATED: "stopped by SIGTERM, as cleanly as by Ctrl-C",

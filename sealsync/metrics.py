@@ -43,6 +43,14 @@ def snapshot_registry(families: Iterable[Metric]) -> CollectorRegistry:
     return registry
 
 
+def as_number(value: object) -> float:
+    """A recorded value as a sample: a number as it is, anything else (missing, a
+    boolean, a damaged record) as 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value)
+
+
 def write_textfile(path: str | os.PathLike[str], registry: CollectorRegistry) -> None:
     """Replace ``path`` with ``registry``'s metrics in the Prometheus text format.
 

@@ -33,7 +33,7 @@ import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from sealsync.errors import BadName, SealsyncError
@@ -93,10 +93,32 @@ _UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
+class ErrorCode(StrEnum):
+    """The codes an ``ERROR`` frame carries: these and no others (docs/protocol.md,
+    "Error codes"; ``tests/test_error_codes.py`` holds the code and the table to it)."""
+
+    VERSION = "version"  # the HELLO's protocol version is not the receiver's
+    AUTH = "auth"  # the UUID is bound to another key, retired, or over max_uuids_per_key
+    BUSY = "busy"  # a session cap is reached; retry on the next run
+    PROTOCOL = "protocol"  # a frame that does not decode or validate
+    BAD_NAME = "bad-name"  # a file name outside the rules of docs/design.md §1.3
+    BAD_DEVICE = "bad-device"  # an OWNERS_QUERY device id out of bounds
+    UNEXPECTED = "unexpected"  # a valid frame at a point where it is not expected
+    SCHEMA_GAP = "schema-gap"  # a SCHEMA chunk that does not continue the receiver's copy
+    TIMEOUT = "timeout"  # idle or stalled longer than the receiver allows
+    QUOTA = "quota"  # a file would take the sender over sender_quota_bytes
+    IO = "io"  # the receiver could not write its own state (disk full, permissions)
+    INTERNAL = "internal"  # a receiver bug; its log has the traceback
+    CLOSED = "closed"  # never sent: the code of a connection the peer closed
+
+
+ERROR_CODES = frozenset(ErrorCode)
+
+
 class ProtocolError(SealsyncError):
     """A frame that is malformed, out of bounds, or not expected at this point."""
 
-    def __init__(self, message: str, code: str = "protocol") -> None:
+    def __init__(self, message: str, code: str = ErrorCode.PROTOCOL) -> None:
         super().__init__(message)
         self.code = code
 
@@ -190,7 +212,7 @@ def _name(value: Any, what: str) -> str:
     try:
         return require_data_name(value)  # check_data_name, and valid UTF-8
     except BadName as exc:
-        raise ProtocolError(f"{what}: {exc}", code="bad-name") from exc
+        raise ProtocolError(f"{what}: {exc}", code=ErrorCode.BAD_NAME) from exc
 
 
 def check_device(value: Any, what: str = "device") -> str:
@@ -652,15 +674,23 @@ def decode_header(header: bytes) -> tuple[Kind, int]:
 
 
 def decode(kind: Kind, payload: bytes) -> AnyMessage:
-    """A validated message from a frame's kind and payload."""
-    if kind is Kind.CHUNK:
-        return Chunk.from_payload(payload)
-    if kind is Kind.SCHEMA:
-        return Schema.from_payload(payload)
+    """A validated message from a frame's kind and payload.
+
+    The one place a payload becomes a message, so the one place where anything a
+    hostile peer can make the decoder raise — JSON nested past the recursion limit,
+    a value of a type a constructor cannot take, numbers too large — becomes a
+    ``protocol`` error: the session ends with one log line, never a traceback.
+    """
     try:
+        if kind is Kind.CHUNK:
+            return Chunk.from_payload(payload)
+        if kind is Kind.SCHEMA:
+            return Schema.from_payload(payload)
         return _CONTROL[kind].from_payload(payload)
-    except TypeError as exc:  # a JSON value of a type the constructor cannot take
-        raise ProtocolError(f"{kind.name}: bad field: {exc}") from exc
+    except ProtocolError:
+        raise
+    except (TypeError, ValueError, RecursionError, OverflowError, MemoryError) as exc:
+        raise ProtocolError(f"{kind.name}: undecodable payload ({type(exc).__name__})") from None
 
 
 def decode_frames(data: bytes) -> tuple[list[AnyMessage], bytes]:
@@ -697,7 +727,7 @@ class ConnectionClosed(ProtocolError):
     """The peer closed the stream (cleanly between frames, or mid-frame)."""
 
     def __init__(self, message: str = "connection closed by peer") -> None:
-        super().__init__(message, code="closed")
+        super().__init__(message, code=ErrorCode.CLOSED)
 
 
 class ReadBuffer:
@@ -785,4 +815,6 @@ def expect(msg: AnyMessage, wanted: type[_M]) -> _M:
         return msg
     if isinstance(msg, Error):
         raise ProtocolError(f"receiver: {msg.message}", code=msg.code)
-    raise ProtocolError(f"expected {wanted.kind.name}, got {msg.kind.name}", code="unexpected")
+    raise ProtocolError(
+        f"expected {wanted.kind.name}, got {msg.kind.name}", code=ErrorCode.UNEXPECTED
+    )

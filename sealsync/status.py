@@ -7,7 +7,6 @@ the receiver serves (its answer is then a snapshot of that moment).
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 from typing import Any
 
 from sealsync.config import LoaderConfig, ReceiverConfig, SenderConfig
@@ -175,18 +174,11 @@ def receiver_status(config: ReceiverConfig) -> dict[str, Any]:
 
 
 def loader_status(config: LoaderConfig) -> dict[str, Any]:
-    """What the table holds according to the ingest state (the loader owns the format)."""
-    state_files = (
-        sorted(p.name for p in Path(config.state_dir).glob("*"))
-        if Path(config.state_dir).exists()
-        else []
-    )
-    return {
-        "role": "loader",
-        "table_path": str(config.table_path),
-        "state_dir": str(config.state_dir),
-        "state_files": state_files,
-    }
+    """The last run's figures, files pending, the table's totals (the loader owns the
+    formats: ``spark_loader.status``)."""
+    from spark_loader.status import loader_status as status
+
+    return status(config)
 
 
 def render(doc: dict[str, Any]) -> list[str]:
@@ -239,8 +231,9 @@ def render(doc: dict[str, Any]) -> list[str]:
             for r in doc["rounds_in_flight"]
         )
     else:
-        lines.append(f"loader table {doc['table_path']}")
-        lines.append(f"state in {doc['state_dir']}: {', '.join(doc['state_files']) or 'empty'}")
+        from spark_loader.status import render as render_loader
+
+        lines.extend(render_loader(doc))
     return [printable(line) for line in lines]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from sealsync.config import SenderConfig
+from sealsync.metrics import as_number as _number
 from sealsync.metrics import snapshot_registry, write_textfile
 from sender.manage.history import OK, OUTCOMES, last_attempt, last_success_time
 from sender.manage.layout import SchemaPaths
@@ -111,12 +112,6 @@ def sender_families(config: SenderConfig) -> Iterator[Metric]:
         yield counter
     yield outcomes
     yield failures
-
-
-def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0.0
-    return float(value)
 
 
 def write_sender_metrics(config: SenderConfig) -> None:

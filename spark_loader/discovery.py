@@ -87,6 +87,7 @@ class SourceFile:
     size: int
     mtime_ns: int
     mods: tuple[int, int] | None = None  # (size, mtime_ns) of its X.mods, if it has one
+    data_dir: Path | None = None  # the configured data dir it was found in
 
     @property
     def file_id(self) -> str:
@@ -179,6 +180,8 @@ def discover(data_dirs: list[Path]) -> Discovery:
                             f"duplicate of {found[key].path} (same sender and name)"
                         )
                         continue
-                    found[key] = SourceFile(path, sender, name, st.st_size, st.st_mtime_ns, mods)
+                    found[key] = SourceFile(
+                        path, sender, name, st.st_size, st.st_mtime_ns, mods, Path(data_dir)
+                    )
     files = sorted(found.values(), key=lambda f: (f.sender, f.name))
     return Discovery(files=files, skipped=skipped)

@@ -11,15 +11,21 @@ Exactly once, built on three facts:
 3. The partitions in the table are the truth; ``ingested.json`` is reconciled
    against them at the start of every run (recorded but missing: re-ingested;
    present but not recorded: adopted), and then the wanted set (the files on the
-   receiver now) decides: partitions of files that are gone are deleted, files
-   without a partition are ingested. A rerun with nothing new writes nothing.
+   receiver now) decides: files without a partition are ingested, and partitions
+   of files no longer listed are deleted only on evidence that the receiver
+   deleted or replaced them (:mod:`.removals`; a short listing removes nothing). A
+   rerun with nothing new writes nothing.
 
-``--full`` deletes every partition and the state first, then runs as usual, so
-it ends with the same partitions and rows as incremental runs.
+``--full`` ingests every file into a new table built beside the old one and swaps
+it in whole (:mod:`.swap`): readers see the old table or the new one, never an empty
+or half one. It ends with the same partitions and rows as incremental runs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import shutil
 import sys
 import time
 import uuid
@@ -29,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sealsync import durable
 from sealsync.config import LoaderConfig
-from sealsync.errors import SealsyncError
+from sealsync.errors import LocalIOError, SealsyncError
+from spark_loader import lastrun, removals, swap
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile, discover
 from spark_loader.job import Ingest, Prepared
@@ -63,6 +71,8 @@ from spark_loader.table import (
 
 Progress = Callable[[str], None]
 
+#: The state of a ``--full`` build in progress, in the state dir (swapped in whole).
+FULL_BUILD_STATE = "full-build"
 DEFAULT_BATCH_BYTES = 4 << 30
 DEFAULT_BATCH_FILES = 2000
 
@@ -77,6 +87,7 @@ class _Options:
     batch_files: int
     sync: bool
     driver_wait: float
+    prune_missing: bool
 
 
 def run_load(
@@ -91,6 +102,7 @@ def run_load(
     batch_files: int = DEFAULT_BATCH_FILES,
     sync: bool = True,
     driver_wait: float = 120.0,
+    prune_missing: bool = False,
 ) -> LoadReport:
     """Bring the table at ``config.table_path`` in line with the receiver's files.
 
@@ -98,10 +110,14 @@ def run_load(
     ``master`` (default: the config's) and stops it at the end. Batches bound how
     much one Spark job writes (and how much a crash redoes). ``sync=False`` skips
     the fsync of written partitions (tests). ``driver_wait``: how long to wait for
-    the Spark driver of a killed earlier run to exit.
+    the Spark driver of a killed earlier run to exit. ``prune_missing``: remove the
+    rows of files missing from the receiver without a logged deletion
+    (:mod:`.removals`; by default they are kept and counted).
     """
     started = time.monotonic()
-    options = _Options(master, full, verbose, spark, batch_bytes, batch_files, sync, driver_wait)
+    options = _Options(
+        master, full, verbose, spark, batch_bytes, batch_files, sync, driver_wait, prune_missing
+    )
     run = _Run(config, options, progress)
     try:
         run.state_dir.mkdir(parents=True, exist_ok=True)
@@ -109,12 +125,20 @@ def run_load(
     except OSError as exc:
         raise SealsyncError(f"cannot create {exc.filename}: {exc.strerror}") from None
     with loader_lock(run.state_dir):
+        wall = time.time()
         try:
-            run.run()
-        except OSError as exc:  # a full disk, a permission: one line, not a traceback
-            where = f" {exc.filename}" if exc.filename else ""
-            raise SealsyncError(f"loader failed on{where}: {exc.strerror or exc}") from None
-    run.report.seconds = time.monotonic() - started
+            try:
+                run.run()
+            except OSError as exc:  # a full disk, a permission: one line, not a traceback
+                where = f" {exc.filename}" if exc.filename else ""
+                raise LocalIOError(f"loader failed on{where}: {exc.strerror or exc}") from None
+        except BaseException as exc:
+            run.report.seconds = time.monotonic() - started
+            with contextlib.suppress(Exception):  # never hide why the run failed
+                lastrun.record_run(config, run.report, wall, exc)
+            raise
+        run.report.seconds = time.monotonic() - started
+        lastrun.record_run(config, run.report, wall, None)
     return run.report  # the caller prints the summary: once, where it wants it
 
 
@@ -136,13 +160,15 @@ class _Run:
     def run(self) -> None:
         report, table = self.report, self.table
         wait_for_previous_driver(self.state_dir, self.options.driver_wait)
+        for note in swap.recover(table.path):
+            report.notes.append(note)
+            self.say(note)
+        shutil.rmtree(self.state_dir / FULL_BUILD_STATE, ignore_errors=True)
         table.sweep()
         state = load_state(self.state_dir)
         if state.rebuilt:
             report.notes.append(state.rebuilt)
             self.say(state.rebuilt)
-        if self.options.full:
-            state = _clear(table, self.state_dir, report, self.say)
         found = discover(list(self.config.receiver_data_dirs))
         for name, reason in found.skipped.items():
             report.skip(name, reason)
@@ -151,11 +177,28 @@ class _Run:
         wanted = {f.file_id: f for f in found.files}
         partitions = table.partitions()
         changed = _reconcile(state, table, partitions, wanted, report)
+        verdict = removals.decide(
+            state,
+            partitions,
+            found.files,
+            list(self.config.receiver_data_dirs),
+            self.options.prune_missing,
+        )
+        if verdict.pruned:
+            report.notes.append(
+                f"--prune-missing: removed the rows of {verdict.pruned} files missing "
+                "from the receiver without a logged deletion"
+            )
+        if verdict.kept:
+            report.kept_missing = len(verdict.kept)
+            report.kept_example = verdict.labels[verdict.kept[0]]
+        if self.options.full:
+            self.full(state, partitions, verdict, found.files)
+            return
         present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
-        gone = sorted(present - wanted.keys())
-        if gone:
-            self.say(f"removing the rows of {len(gone)} files no longer on the receiver")
-        for fid in gone:
+        if verdict.remove:
+            self.say(f"removing the rows of {len(verdict.remove)} files the receiver deleted")
+        for fid in verdict.remove:
             record = state.files.pop(fid, None)
             partition = partitions.get(fid)
             rows = record.rows if record else (footer_rows(partition.path) if partition else 0)
@@ -163,12 +206,58 @@ class _Run:
                 table.delete(partition)
             report.removed += 1
             report.rows_removed += rows
-        if gone or changed:
+        if verdict.remove or changed:
             save_state(self.state_dir, state)
         todo = [f for f in found.files if f.file_id not in present]
         report.unchanged = len(found.files) - len(todo)
         if todo:
             self.ingest(todo, state)
+
+    def full(
+        self,
+        old: IngestState,
+        partitions: dict[str, Partition],
+        verdict: removals.Verdict,
+        files: list[SourceFile],
+    ) -> None:
+        """Build a whole new table beside the old one, then swap it in (:mod:`.swap`).
+
+        The old table and its state stay as they are until the swap: a failure or a
+        kill before it leaves them serving, and the next run removes the build. Files
+        kept for lack of evidence (:mod:`.removals`) keep their rows: their partitions
+        are carried into the new table by hard links.
+        """
+        build = Table(swap.build_path(self.table.path))
+        build_state_dir = self.state_dir / FULL_BUILD_STATE
+        state = IngestState()
+        try:
+            build.ensure()
+            build_state_dir.mkdir(exist_ok=True)
+            for fid in verdict.kept:
+                record = old.files.get(fid)
+                if record is not None:
+                    state.files[fid] = record
+                if fid in partitions:
+                    p = partitions[fid]
+                    swap.link_tree(p.path, build.partition(p.sender, p.source_file, fid).path)
+                    _adopt_columns(state, p)
+            self.say(f"full rebuild: building the new table in {build.path}")
+            if files:
+                self.ingest(files, state, build, build_state_dir)
+            if self.options.sync:
+                durable.fsync_dir(build.path)
+            atomic = swap.swap_in(build.path, self.table.path)
+        except BaseException:
+            shutil.rmtree(build.path, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(build_state_dir, ignore_errors=True)
+        save_state(self.state_dir, state)
+        how = "exchanged atomically" if atomic else "renamed into place (no RENAME_EXCHANGE)"
+        self.report.notes.append(
+            f"full rebuild: a new table of {len(self.table.partitions())} partitions was "
+            f"built beside the old one ({len(partitions)} partitions) and {how}"
+        )
 
     def _session(self) -> tuple[Any, bool]:
         if self.options.spark is not None:
@@ -188,7 +277,16 @@ class _Run:
             _ship_package(created, self.state_dir)
         return created, True
 
-    def ingest(self, todo: list[SourceFile], state: IngestState) -> None:
+    def ingest(
+        self,
+        todo: list[SourceFile],
+        state: IngestState,
+        table: Table | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
+        """Ingest ``todo`` into ``table`` (default: the table), recording in
+        ``state_dir``'s state file (default: the loader's)."""
+        table = table or self.table
         self.say(f"ingesting {len(todo)} files")
         session, owned = self._session()
         run_id = uuid.uuid4().hex
@@ -198,9 +296,9 @@ class _Run:
                     check_executor_python(session)
                 job = Ingest(
                     session,
-                    self.table,
+                    table,
                     state,
-                    self.state_dir,
+                    state_dir or self.state_dir,
                     self.report,
                     self.progress,
                     run_id,
@@ -220,7 +318,7 @@ class _Run:
                     self.say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
                     job.write(batch, i, label)
         finally:
-            remove_run_folder(self.table.path / LINKS / run_id)
+            remove_run_folder(table.path / LINKS / run_id)
             if owned:
                 session.stop()
 
@@ -229,17 +327,6 @@ def _remote_python(session: Any) -> bool:
     """Executors may run a Python other than this one: on a cluster, or when told to."""
     sc = session.sparkContext
     return not sc.master.startswith("local") or sc.pythonExec != sys.executable
-
-
-def _clear(table: Table, state_dir: Path, report: LoadReport, say: Progress) -> IngestState:
-    partitions = table.partitions()
-    say(f"full rebuild: removing all {len(partitions)} partitions")
-    for partition in partitions.values():
-        table.delete(partition)
-    state = IngestState()
-    save_state(state_dir, state)
-    report.notes.append(f"full rebuild: cleared {len(partitions)} partitions")
-    return state
 
 
 def _reconcile(
@@ -251,6 +338,12 @@ def _reconcile(
 ) -> bool:
     """Make the record agree with the table; True if it changed."""
     missing = [fid for fid, r in state.files.items() if r.rows > 0 and fid not in partitions]
+    backfilled = 0
+    for fid, known in list(state.files.items()):
+        found = wanted.get(fid)
+        if found is not None and not known.data_dir and found.data_dir is not None:
+            state.files[fid] = dataclasses.replace(known, data_dir=str(found.data_dir))
+            backfilled += 1
     for fid in missing:
         del state.files[fid]
     adopted = 0
@@ -258,11 +351,16 @@ def _reconcile(
         source = wanted.get(fid)
         record = state.files.get(fid)
         if source is None or (record is not None and record.rows > 0):
-            continue  # unwanted partitions are deleted next
+            continue  # unwanted partitions are decided on next (.removals)
         rows = footer_rows(partition.path)
         _adopt_columns(state, partition)
         state.files[fid] = FileRecord(
-            source.sender, source.name, source.size, source.mtime_ns, rows
+            source.sender,
+            source.name,
+            source.size,
+            source.mtime_ns,
+            rows,
+            str(source.data_dir or ""),
         )
         adopted += 1
     if missing:
@@ -271,7 +369,7 @@ def _reconcile(
         )
     if adopted:
         report.notes.append(f"{adopted} files were in the table but not recorded; recorded them")
-    return bool(missing or adopted)
+    return bool(missing or adopted or backfilled)
 
 
 def _adopt_columns(state: IngestState, partition: Partition) -> None:

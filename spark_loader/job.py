@@ -459,7 +459,7 @@ class Ingest:
                 self.table.move_in(output, partition)
                 written.append(partition)
             self.state.files[item.file_id] = FileRecord(
-                src.sender, src.name, src.size, src.mtime_ns, rows
+                src.sender, src.name, src.size, src.mtime_ns, rows, str(src.data_dir or "")
             )
             self.report.ingested += 1
             self.report.rows_written += rows

@@ -17,6 +17,10 @@ class LoadReport:
     skipped: dict[str, str] = field(default_factory=dict)  # file -> reason; retried next run
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # repairs made (e.g. state rebuilt)
+    #: Files in the table but missing from the receiver without a logged deletion:
+    #: their rows are kept (spark_loader.removals); one of them, for the warning line.
+    kept_missing: int = 0
+    kept_example: str = ""
 
     @property
     def ok(self) -> bool:
@@ -38,6 +42,7 @@ class LoadReport:
             "skipped": dict(sorted(self.skipped.items())),
             "seconds": round(self.seconds, 3),
             "notes": list(self.notes),
+            "kept_missing": self.kept_missing,
         }
 
     def summary(self) -> str:
@@ -46,6 +51,18 @@ class LoadReport:
             f"removed {self.removed} ({self.rows_removed} rows), "
             f"unchanged {self.unchanged}, in {self.seconds:.1f}s"
         )
+        if self.kept_missing:
+            text += f"; kept {self.kept_missing} missing"
         if self.skipped:
             text += f"; {len(self.skipped)} skipped"
         return text
+
+    def warning(self) -> str | None:
+        """The one line about rows kept for files missing without evidence, if any."""
+        if not self.kept_missing:
+            return None
+        return (
+            f"kept the rows of {self.kept_missing} files missing from the receiver without "
+            f"a logged deletion (such as {self.kept_example}); if they were really removed, "
+            "`sealsync load --prune-missing` takes their rows out"
+        )

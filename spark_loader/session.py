@@ -25,6 +25,7 @@ from sealsync import durable
 from sealsync.errors import LockHeld, SealsyncError
 from spark_loader import localfs
 from spark_loader.failure import describe, last_error_line
+from spark_loader.javacheck import check_java
 from spark_loader.state import DRIVER_LOCK_FILE
 
 LOG_FILE = "spark-driver.log"
@@ -123,12 +124,15 @@ def create_session(
 ) -> Any:
     """A new SparkSession on ``master`` (``local[*]`` needs nothing but Java).
 
+    Raises JavaUnavailable (exit 69) first if there is no Java Spark can start with.
+
     ``python``: the interpreter executors start for the TsFile reader; it must have
     pyarrow and tsfile. PySpark takes it from ``PYSPARK_PYTHON`` when the session
     starts, so that is where it goes.
     """
     from pyspark.sql import SparkSession
 
+    check_java()  # else "Java gateway process exited before sending its port number"
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     props = log_dir / LOG4J_FILE

@@ -47,6 +47,9 @@ class FileRecord:
     size: int
     mtime_ns: int
     rows: int
+    #: The receiver data dir it was found in ("" in states written before it was
+    #: recorded): where the loader looks before it believes the file deleted.
+    data_dir: str = ""
 
 
 @dataclass

@@ -10,10 +10,16 @@ from sealsync.formats.common import FileInfo
 
 
 def crashing_inspect(path: str) -> FileInfo:
-    """Dies on ``crash.*``, hangs on ``hang.*``, else a fixed answer."""
+    """Dies on ``crash.*`` (after ``crash-late.*``'s second), hangs on ``hang.*``, takes
+    two seconds on ``slow*``, else a fixed answer."""
     name = Path(path).stem
     if name == "crash":
         os._exit(3)
+    if name == "crash-late":
+        time.sleep(0.5)
+        os._exit(3)
+    if name.startswith("slow"):
+        time.sleep(2)
     if name == "hang":
         time.sleep(60)
     return FileInfo(("root.fine",), 1)

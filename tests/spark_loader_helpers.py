@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from receiver.load.apply import log_deletion
 from receiver.storage import DirectoryStorage
 from sealsync import formats
 from sealsync.config import LoaderConfig
@@ -68,6 +69,13 @@ class Receiver:
             f.write(mods.Deletion(device, until_ms).line())
 
     def remove(self, rel: str, sender: str = SENDER_A) -> None:
+        """Delete a placed file the receiver's way: its deletion logged first (the
+        evidence the loader needs, receiver.load.apply.log_deletion), then removed."""
+        log_deletion(self.storage, sender, rel)
+        self.remove_by_hand(rel, sender)
+
+    def remove_by_hand(self, rel: str, sender: str = SENDER_A) -> None:
+        """Delete a placed file without the receiver knowing: no logged deletion."""
         path = self.placed.pop((sender, rel))
         path.unlink()
         for sidecar in SIDECAR_SUFFIXES:

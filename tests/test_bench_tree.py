@@ -51,7 +51,7 @@ def test_loader_benchmark_tree_case_loads_the_same_rows_as_tsfiles(tmp_path: Pat
     assert "the same rows as 4 tree-model TsFiles" in out
     assert len(list((tmp_path / "receiver-tree").rglob("*.tsfile"))) == 4
     assert re.search(
-        r"run 1: plain [\d.]+s, loader [\d.]+s \(4000 rows\), "
+        r"run 1: plain [\d.]+s, loader [\d.]+s \(4000 rows\), plain\+fsync [\d.]+s, "
         r"loader on TsFiles [\d.]+s \(4000 rows\)",
         out,
     )

@@ -32,7 +32,7 @@ from sender.manage.scan import SYMLINK
 from sender.transfer.report import RoundReport
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["check", "demo", "keygen", "load", "owners", "send", "serve", "status"]
+COMMANDS = ["check", "demo", "keygen", "load", "owners", "send", "senders", "serve", "status"]
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -327,7 +327,12 @@ def test_recover_all_replays_every_sender_folder(fs: FakeFilesystem) -> None:
     recover_all([DATA], env.storage, env.owners, env.inspect)
     assert env.storage.calls == events(LOG)
     assert env.storage.held() == expected_store(events(LOG))
-    assert files_under(DATA / "sync-receiver") == {"not-a-sender/keep"}
+    # Besides the junk, only the deletion log of the replayed deletions (the loader's
+    # evidence, sealsync.deletions): no sender folder is left.
+    assert files_under(DATA / "sync-receiver") == {
+        "not-a-sender/keep",
+        f"deleted_{FOLDER.uuid}.log",
+    }
 
 
 # --- random rounds ----------------------------------------------------------------------

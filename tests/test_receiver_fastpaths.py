@@ -210,6 +210,35 @@ def test_inspect_many_isolates_a_crashing_file(tmp_path: Path) -> None:
     assert "crash.tsfile: the file crashed the format reader" in str(results[2])
 
 
+@pytest.mark.slow
+def test_a_crash_in_the_shared_pool_is_blamed_on_its_own_file_only(tmp_path: Path) -> None:
+    """Sessions share the pool: a worker dying broke every check in flight, and each
+    innocent file was refused as "crashed the format reader" (issue 16)."""
+    from receiver_inspect_targets import crashing_inspect
+
+    results: dict[str, object] = {}
+
+    def check(pool: InspectPool, name: str) -> None:
+        try:
+            results[name] = pool.inspect(tmp_path / f"{name}.tsfile")
+        except FormatError as exc:
+            results[name] = exc
+
+    with InspectPool(workers=3, timeout=60.0, target=crashing_inspect) as pool:
+        threads = [
+            threading.Thread(target=check, args=(pool, name))
+            for name in ("slow1", "slow2", "crash-late")
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    fine = formats.FileInfo(("root.fine",), 1)
+    assert results["slow1"] == fine and results["slow2"] == fine, results
+    assert isinstance(results["crash-late"], FormatError)
+    assert "crash-late.tsfile: the file crashed the format reader" in str(results["crash-late"])
+
+
 # --------------------------------------------------------------------------- bytes in
 
 

@@ -367,7 +367,11 @@ def test_hostile_frame_ends_only_that_session(
         assert isinstance(msg, Error) and msg.code == code, msg
         assert c.closed_by_peer()
     # the round the hostile frame ended logged nothing to load: it is forgotten at once
-    assert files_under(tmp_path / "dc") == {"schema/sync/sender_keys.txt", *STORAGE_LOCKS}
+    assert files_under(tmp_path / "dc") == {
+        "schema/sync/sender_keys.txt",
+        "schema/sync/sender_keys.txt.lock",
+        *STORAGE_LOCKS,
+    }
     assert not list(tmp_path.glob("**/evil.tsfile"))
     good_round(service, keys, tmp_path)  # the service still serves
 

@@ -270,3 +270,49 @@ def test_list_ignores_host_files_and_non_data_files(data_dir: Path) -> None:
     nested.mkdir()
     (nested / "deeper.tsfile").write_bytes(b"not ours")
     assert storage.list(UUID_A) == {NAME}
+
+
+# ------------------------------------------------------------------ symbolic links
+
+
+def test_load_refuses_a_link_planted_inside_the_storage(data_dir: Path, tmp_path: Path) -> None:
+    """A link below the data dir would carry the move anywhere the receiver may write."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (data_dir / "sequence").mkdir()
+    (data_dir / "sequence" / "root.sg1").symlink_to(outside)
+    staged = stage(folder_a(data_dir), NAME)
+    storage = DirectoryStorage([data_dir])
+
+    with pytest.raises(OSError, match="root.sg1 is a symbolic link") as err:
+        storage.load(UUID_A, NAME, staged)
+
+    assert err.value.errno == 40  # ELOOP
+    assert list(outside.iterdir()) == []  # nothing written through the link
+    assert staged.exists() and Path(f"{staged}.resource").exists()  # the staged set is whole
+
+
+def test_delete_refuses_a_link_planted_inside_the_storage(data_dir: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside" / "0" / UUID_A
+    outside.mkdir(parents=True)
+    victim = outside / "100-1-0.tsfile"
+    victim.write_bytes(b"not the receiver's")
+    (data_dir / "sequence").mkdir()
+    (data_dir / "sequence" / "root.sg1").symlink_to(tmp_path / "outside")
+
+    with pytest.raises(OSError, match="symbolic link"):
+        DirectoryStorage([data_dir]).delete(UUID_A, NAME)
+
+    assert victim.read_bytes() == b"not the receiver's"
+
+
+def test_a_linked_data_dir_itself_is_the_operators_choice(tmp_path: Path) -> None:
+    real = tmp_path / "disk"
+    real.mkdir()
+    linked = tmp_path / "data"
+    linked.symlink_to(real)
+    staged = stage(folder_a(linked), NAME)
+
+    DirectoryStorage([linked]).load(UUID_A, NAME, staged)
+
+    assert (real / "sequence" / "root.sg1" / "0" / UUID_A / "100-1-0.tsfile").exists()

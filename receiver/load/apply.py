@@ -13,6 +13,7 @@ claimed already, and the storage recognises the file as loaded.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -22,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from receiver.layout import SenderFolder
 from receiver.load.owners import DeviceConflict, DeviceOwners
-from receiver.storage import Storage
-from sealsync import durable
+from receiver.storage import DirectoryStorage, Storage
+from sealsync import deletions, durable
 from sealsync.crashpoints import crash_point
 from sealsync.names import check_data_name
 
@@ -162,8 +163,11 @@ class Applier:
         return results
 
     def delete(self, name: str) -> None:
-        """Remove only this sender's copy, record."""
+        """Log the deletion for the Spark loader (its only evidence that the file's rows
+        may leave the table, :mod:`sealsync.deletions`), remove only this sender's
+        copy, record."""
         check_data_name(name)
+        log_deletion(self.storage, self.folder.uuid, name)
         self.storage.delete(self.folder.uuid, name)
         crash_point("receiver.delete.removed")
         self._record(f"{DELETE}{name}")
@@ -173,6 +177,30 @@ class Applier:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def log_deletion(storage: Storage, sender: str, name: str) -> None:
+    """Append each copy of ``name`` about to be deleted to its data dir's deletion log.
+
+    Only the default storage keeps loaded files where the Spark loader reads them;
+    another storage has no table fed from its folders.
+    """
+    if not isinstance(storage, DirectoryStorage):
+        return
+    for data_dir in storage.data_dirs:
+        try:
+            deletions.record_file(data_dir, sender, name, storage.target(data_dir, sender, name))
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A full disk must not block the deletions that free it: the loader then
+            # keeps the file's rows and says so (kept_missing) instead of removing them.
+            log.warning(
+                "%s: no space to log the deletion of %s for the Spark loader; deleting it "
+                "anyway (the loader will keep its rows and report it)",
+                data_dir,
+                name,
+            )
 
 
 def finish_round(folder: SenderFolder) -> None:

@@ -139,7 +139,9 @@ class Loader:
             printable(name),
             self.folder.root,
             printable(exc),
-            exc_info=exc,
+            # an OSError names its path and cause (disk full, a planted link): a
+            # traceback would add nothing; anything else is a bug, and needs one
+            exc_info=None if isinstance(exc, OSError) else exc,
         )
         return f"{name}: {exc}"
 

@@ -316,7 +316,8 @@ def allowed(rel: str, is_dir: bool) -> bool:
         return False
     inner = parts[1:]
     if inner[0] == "sync-receiver":
-        return len(inner) == 1 or inner[1] == f"{PEER}_{UUID_A}"
+        # its own round folder, and the log of its own deletions (sealsync.deletions)
+        return len(inner) == 1 or inner[1] in (f"{PEER}_{UUID_A}", f"deleted_{UUID_A}.log")
     if inner[0] in ("sequence", "unsequence"):
         return is_dir or (len(inner) >= 3 and inner[-2] == UUID_A)
     return False

@@ -1,0 +1,87 @@
+"""``sealsync status`` of a loader config: the last run, what is pending, the table.
+
+Read-only, no lock: safe while a run is going (the answer is then a snapshot). The
+last run comes from ``last_run.json`` (:mod:`.lastrun`), the table's totals from the
+ingest state, and what is pending from a listing of the receiver's data dirs against
+that state: files not in the table yet, and files in the table the receiver no longer
+lists (whose rows leave only on evidence, :mod:`.removals`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from sealsync.config import LoaderConfig
+from spark_loader import lastrun
+from spark_loader.discovery import discover
+from spark_loader.state import load_state
+
+
+def _when(ts: object) -> str | None:
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        return None
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
+
+
+def loader_status(config: LoaderConfig) -> dict[str, Any]:
+    """The status document of one loader (``--json`` prints it as it is)."""
+    state_dir = Path(config.state_dir)
+    state = load_state(state_dir) if state_dir.is_dir() else None
+    recorded = state.files if state is not None else {}
+    found = discover(list(config.receiver_data_dirs))
+    listed = {f.file_id for f in found.files}
+    last = lastrun.read(state_dir)
+    doc: dict[str, Any] = {
+        "role": "loader",
+        "table_path": str(config.table_path),
+        "state_dir": str(config.state_dir),
+        "last_run": None,
+        "last_success": _when(last.get("last_success")) if last else None,
+        "pending": {
+            "new_files": len(listed - recorded.keys()),
+            "missing_files": len(recorded.keys() - listed),
+        },
+        "table": {
+            "files": len(recorded),
+            "rows": sum(r.rows for r in recorded.values()),
+        },
+    }
+    if last is not None:
+        doc["last_run"] = {
+            "started": _when(last.get("start")),
+            "ended": _when(last.get("end")),
+            "outcome": last.get("outcome"),
+            "kind": last.get("kind"),
+            "error": last.get("error"),
+            **{key: last.get(key, 0) for key in (*lastrun.FIGURES, "skipped")},
+        }
+    return doc
+
+
+def render(doc: dict[str, Any]) -> list[str]:
+    """Human lines for a loader status document (the caller escapes control characters)."""
+    lines = [f"loader table {doc['table_path']} (state in {doc['state_dir']})"]
+    run = doc["last_run"]
+    if run is None:
+        lines.append("  last run:     never")
+    else:
+        text = f"{run['ended'] or '?'} {run['outcome']}"
+        if run["error"]:
+            text += f": {run['error']}"
+        lines.append(f"  last run:     {text}")
+        lines.append(
+            f"                ingested {run['ingested']} files ({run['rows_written']} rows), "
+            f"removed {run['removed']} ({run['rows_removed']} rows), skipped {run['skipped']}, "
+            f"kept missing {run['kept_missing']}; started {run['started'] or '?'}"
+        )
+    lines.append(f"  last success: {doc['last_success'] or 'never'}")
+    pending = doc["pending"]
+    lines.append(
+        f"  pending:      {pending['new_files']} new files to ingest, "
+        f"{pending['missing_files']} in the table but missing from the receiver"
+    )
+    table = doc["table"]
+    lines.append(f"  table:        {table['files']} files, {table['rows']} rows")
+    return lines
