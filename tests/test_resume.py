@@ -375,3 +375,38 @@ def test_sender_streams_from_the_offset_with_the_whole_streams_md5(
     assert isinstance(begin, FileBegin) and begin.offset == offset and begin.mtime > 0
     assert b"".join(bytes(c.data) for c in chunks) == (data + b"res")[offset:]
     assert end == FileEnd(3, md5(data + b"res")) and digest == end.md5
+
+
+# --- a dead link's buffered bytes ------------------------------------------------------
+
+
+def test_bytes_read_before_a_failed_window_adjustment_are_kept() -> None:
+    """paramiko's recv lost them (and all behind them) when the link was dead."""
+    from receiver.chunk_pipe import ChunkPipe, _recv_keeping
+
+    class Transport:
+        def _send_user_message(self, m: object) -> None:
+            raise EOFError()
+
+    class FakeChannel:
+        timeout = 1.0
+        remote_chanid = 7
+        transport = Transport()
+
+        def __init__(self) -> None:
+            self.in_buffer = ChunkPipe()
+
+        def _check_add_window(self, n: int) -> int:
+            return n  # every read owes the peer a window adjustment
+
+    channel = FakeChannel()
+    channel.in_buffer.feed(b"abc")
+    channel.in_buffer.feed(b"def")
+    channel.in_buffer.close()  # the transport died after these arrived
+    got = b""
+    while True:
+        piece = _recv_keeping(channel, 4)  # type: ignore[arg-type]
+        if not piece:
+            break
+        got += piece
+    assert got == b"abcdef"
