@@ -13,13 +13,16 @@ handles the subsystem request, so no packet can be fed concurrently.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import paramiko
 from paramiko.buffered_pipe import BufferedPipe, PipeTimeout
+from paramiko.common import cMSG_CHANNEL_WINDOW_ADJUST
+from paramiko.message import Message
 
 if TYPE_CHECKING:
 
@@ -128,3 +131,31 @@ def install(channel: paramiko.Channel) -> None:
     if cast("_Pipe", old)._closed:  # every BufferedPipe has it
         pipe.close()
     channel.in_buffer = pipe
+    channel.recv = functools.partial(_recv_keeping, channel)  # type: ignore[method-assign]
+
+
+def _recv_keeping(channel: paramiko.Channel, nbytes: int) -> bytes:
+    """``Channel.recv``, except that bytes already taken from the buffer are returned
+    even when the window adjustment that follows cannot be sent (the link died).
+
+    paramiko's ``recv`` takes the bytes, then sends a window adjustment; on a dead
+    transport that raises and the bytes are lost, and with them everything still
+    buffered behind them: a cut link lost up to a window (8 MiB) of a file the
+    sender had already sent, which a resumed upload would then send again. Here the
+    session reads on until the buffer is drained, then gets b"" (closed)."""
+    try:
+        out: bytes = channel.in_buffer.read(nbytes, channel.timeout)
+    except PipeTimeout:
+        raise TimeoutError() from None
+    try:
+        ack = cast(Any, channel)._check_add_window(len(out))  # not in paramiko's stubs
+        if ack > 0:
+            m = Message()
+            m.add_byte(cMSG_CHANNEL_WINDOW_ADJUST)
+            m.add_int(channel.remote_chanid)
+            m.add_int(ack)
+            channel.transport._send_user_message(m)  # type: ignore[union-attr]
+    except (OSError, EOFError, paramiko.SSHException):
+        if not out:
+            raise
+    return out

@@ -21,6 +21,7 @@ from concurrent.futures import Executor
 from pathlib import Path, PurePosixPath
 
 from receiver.inventory import record_md5
+from receiver.partials import Partial, PartialStore
 from receiver.storage import safe_dirs
 from receiver.writer import BackgroundWriter
 from sealsync import durable
@@ -56,16 +57,27 @@ class IncomingFile:
     """The temporaries of one file stream; ``problem`` is set once something failed."""
 
     def __init__(
-        self, begin: FileBegin, temp_dir: Path, token: str, writer: BackgroundWriter | None = None
+        self,
+        begin: FileBegin,
+        temp_dir: Path,
+        token: str,
+        writer: BackgroundWriter | None = None,
+        resume: Partial | None = None,
     ) -> None:
         """``token`` is unique per stream in ``temp_dir`` (a sender's file ids may repeat);
-        ``writer`` writes a large stream's chunks while the next ones are hashed."""
+        ``writer`` writes a large stream's chunks while the next ones are hashed;
+        ``resume`` is the partial upload a FILE_BEGIN with ``offset`` continues: its
+        data file is written in place from ``offset`` on, after its first ``offset``
+        bytes were read back into the MD5."""
         self.begin = begin
         self.root = temp_dir
         self._writer = writer if begin.stream_size >= BACKGROUND_MIN else None
         self.write_error: OSError | None = None  # set by the writer thread
         suffix = PurePosixPath(begin.name).suffix
-        self.data_tmp = temp_dir / f"{TEMP_PREFIX}{token}{suffix}"
+        self.resume = resume
+        self.data_tmp = (
+            resume.data if resume is not None else temp_dir / f"{TEMP_PREFIX}{token}{suffix}"
+        )
         self.resource_tmp = self.data_tmp.with_name(self.data_tmp.name + ".resource")
         self.mods_tmp = self.data_tmp.with_name(self.data_tmp.name + ".mods")
         self.received = 0
@@ -79,11 +91,33 @@ class IncomingFile:
         try:
             end = 0
             for size, path in self._layout():
-                self._fds.append(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+                flags = os.O_WRONLY | os.O_CREAT
+                if path != self.data_tmp or resume is None:
+                    flags |= os.O_TRUNC
+                self._fds.append(os.open(path, flags, 0o644))
                 end += size
                 self._parts.append((end, len(self._fds) - 1))
+            if resume is not None:
+                self._read_prefix(begin.offset)
         except OSError as exc:
             self._fail(exc)
+
+    def _read_prefix(self, offset: int) -> None:
+        """Hash the partial's first ``offset`` bytes and continue writing after them."""
+        fd = self._fds[0]
+        with open(self.data_tmp, "rb", buffering=0) as f:
+            left = offset
+            while left:
+                data = f.read(min(left, 1 << 20))
+                if not data:
+                    raise OSError(f"partial upload of {self.begin.name} shorter than {offset}")
+                self._md5.update(data)
+                left -= len(data)
+        os.ftruncate(fd, offset)
+        os.lseek(fd, offset, os.SEEK_SET)
+        self.received = offset
+        if offset == self.begin.size:
+            self._data_md5 = self._md5.hexdigest()
 
     def _layout(self) -> list[tuple[int, Path]]:
         parts = [(self.begin.size, self.data_tmp), (self.begin.resource_size, self.resource_tmp)]
@@ -163,12 +197,46 @@ class IncomingFile:
         else:
             stale_mods.unlink(missing_ok=True)
         os.replace(self.data_tmp, target)
+        if self.resume is not None:  # its data is staged: the sidecar describes nothing now
+            os.unlink(self.resume.sidecar)
+
+    def keep(self, store: PartialStore) -> bool:
+        """Keep what a cut stream wrote of its data file as a partial upload (the
+        session died inside it); False, and everything discarded, if it is not worth
+        keeping or cannot be kept."""
+        begin = self.begin
+        if not begin.resumable or self.error is not None or not self._fds:
+            self.discard()
+            return False
+        try:
+            self.finish_writes()
+            if self.error is not None:
+                return False
+            held = min(self.received, begin.size)
+            os.fsync(self._fds[0])
+            self._close_fds()
+            for path in (self.resource_tmp, self.mods_tmp):
+                path.unlink(missing_ok=True)
+            kept = store.keep(
+                begin.name, begin.size, begin.mtime, self.data_tmp, held, fsynced=True
+            )
+        except OSError:
+            self.discard()
+            return False
+        if kept is None:
+            self.discard()
+            return False
+        self.resume = None  # the store owns the files now
+        return True
 
     def discard(self) -> None:
-        """Close and delete the temporaries (idempotent)."""
+        """Close and delete the temporaries (idempotent); a resumed partial goes too."""
         if self._writer is not None:
             self._writer.wait_for(self)  # no queued write may outlive its descriptor
         self._close_fds()
+        if self.resume is not None:
+            durable.remove(self.resume.sidecar)  # first: a sidecar never outlives its bytes
+            self.resume = None
         for path in (self.data_tmp, self.resource_tmp, self.mods_tmp):
             try:
                 path.unlink()

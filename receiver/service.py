@@ -32,6 +32,7 @@ unfinished rounds (``recover_all``) before accepting anything, and serves
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -58,6 +59,7 @@ from receiver.limits import Admission, ByteLedger, Outcome, Quota, SlotCounter, 
 from receiver.load.owners import DeviceOwners
 from receiver.lock import StorageLock
 from receiver.metrics import MetricsServer, ReceiverMetrics
+from receiver.partials import PARTIAL_FOLDER
 from receiver.recover.replay import recover_all
 from receiver.rounds import Rounds
 from receiver.schema import SchemaStore
@@ -259,6 +261,7 @@ class ReceiverService:
             load_wait=load_wait,
             limits=limits,
             metrics=self.metrics,
+            partial_max_age=config.partial_max_age,
         )
         self._authorized = AuthorizedKeys(config.authorized_keys)
         self.admission = Admission(
@@ -299,7 +302,9 @@ class ReceiverService:
         total = int(self.storage.usage(uuid))  # type: ignore[attr-defined]
         for data_dir in self.config.data_dirs:
             for folder in (Path(data_dir) / RECEIVER_FOLDER).glob(f"*_{uuid}"):
-                for here, _dirs, files in os.walk(folder / "data"):
+                for here, _dirs, files in itertools.chain(
+                    os.walk(folder / "data"), os.walk(folder / PARTIAL_FOLDER)
+                ):
                     for name in files:
                         if name.startswith(TEMP_PREFIX):
                             continue  # unfinished uploads: counted by max_partial_bytes
@@ -334,7 +339,13 @@ class ReceiverService:
             self._host_key = load_host_key(self.config.host_key)
             if self._pool is not None:
                 self._pool.warm()
-            recover_all(list(self.config.data_dirs), self.storage, self.owners, self._inspect)
+            recover_all(
+                list(self.config.data_dirs),
+                self.storage,
+                self.owners,
+                self._inspect,
+                self.config.partial_max_age,
+            )
             self._listener = self._listen()
             if self.config.metrics_listen is not None:
                 host, port = self.config.metrics_listen

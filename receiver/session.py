@@ -61,6 +61,7 @@ from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
 from receiver.load.loader import Loader
 from receiver.load.owners import DeviceOwners
 from receiver.metrics import ReceiverMetrics
+from receiver.partials import DEFAULT_MAX_AGE, PartialStore
 from receiver.rounds import Busy, Rounds
 from receiver.schema import SchemaStore
 from receiver.writer import BackgroundWriter
@@ -90,6 +91,8 @@ from sealsync.protocol import (
     InventoryQuery,
     Owners,
     OwnersQuery,
+    Partials,
+    PartialsQuery,
     ProtocolError,
     ReadBuffer,
     RoundDone,
@@ -214,6 +217,8 @@ class SessionContext:
     """Threads for fsyncs and inspections issued together (see ``incoming.stage_all``)."""
     metrics: ReceiverMetrics = field(default_factory=ReceiverMetrics)
     """The service's counters (receiver/metrics.py)."""
+    partial_max_age: float = DEFAULT_MAX_AGE
+    """Seconds a partial upload is kept (``partial_max_age``), swept at round start."""
 
 
 def clean_text(text: str, limit: int = MAX_TEXT) -> str:
@@ -309,6 +314,7 @@ class Session:
         self.uuid = ""
         self.name = ""
         self._round: _Round | None = None
+        self._partials: PartialStore | None = None  # the round's sender folder's
         self._held: list[tuple[str, int, str]] | None = None  # INVENTORY pages' listing
         self._file: IncomingFile | _Refused | None = None
         self._reserved: dict[int, int] = {}  # id(IncomingFile) -> bytes held in ctx.limits.partial
@@ -415,9 +421,13 @@ class Session:
         applied and the round forgotten once its loader drained (bounded by
         ``load_wait``), else they stay for recovery at the next round start."""
         if self._file is not None:
-            self._file.discard()
-            self._release(self._file)
+            incoming = self._file
             self._file = None
+            if isinstance(incoming, IncomingFile) and self._partials is not None:
+                self._keep_partial(incoming)
+            else:
+                incoming.discard()
+            self._release(incoming)
         if self._committing is not None:  # let it finish: it may be writing sync.log
             future, _ = self._committing
             self._committing = None
@@ -437,6 +447,7 @@ class Session:
         self._reserved.clear()
         self._writer.close()
         rnd, self._round = self._round, None
+        self._partials = None
         if rnd is not None:
             self.ctx.metrics.round_ended("abandoned")
             try:
@@ -446,6 +457,25 @@ class Session:
                 log.warning("%s: abandoned round not cleared: %s", rnd.folder.root, exc)
             finally:
                 self.ctx.rounds.end(rnd.folder)
+
+    def _keep_partial(self, incoming: IncomingFile) -> None:
+        """A stream cut inside a large data file: keep its bytes to resume from."""
+        store = self._partials
+        assert store is not None
+        begin = incoming.begin
+        limit = self.ctx.limits.partial.limit
+        if begin.resumable and limit is not None:
+            held = min(incoming.received, begin.size)
+            if store.total(exclude=begin.name) + held > limit:
+                incoming.discard()  # max_partial_bytes covers kept partial uploads too
+                return
+        if incoming.keep(store):
+            log.info(
+                "sender %s: kept %d bytes of %s to resume from",
+                self.uuid,
+                min(incoming.received, begin.size),
+                printable(begin.name),
+            )
 
     # --- handshake -------------------------------------------------------------------
 
@@ -512,6 +542,8 @@ class Session:
                 self._delete(msg)
             elif isinstance(msg, OwnersQuery):
                 self._owners(msg)
+            elif isinstance(msg, PartialsQuery):
+                self._send(Partials([p.entry() for p in self._round_partials().list()]))
             elif isinstance(msg, RoundEnd):
                 self._round_end()
             else:
@@ -547,7 +579,11 @@ class Session:
             return
         try:
             self._round = _Round(folder, loader)
+            self._partials = PartialStore(folder.root, self.ctx.partial_max_age)
+            self._partials.sweep()  # expired, torn, orphaned: the round holds the folder
         except BaseException:
+            self._round = None
+            self._partials = None
             self.ctx.rounds.end(folder)
             raise
         if self.ctx.limits.quota is not None:
@@ -588,6 +624,7 @@ class Session:
         crash_point("receiver.sync_end")
         loaded = rnd.loader.finish(self.ctx.load_wait)
         self._round = None
+        self._partials = None
         self.ctx.rounds.end(rnd.folder)
         self.ctx.metrics.round_ended("done")
         log.info(
@@ -618,17 +655,54 @@ class Session:
         if len(self._arrived) >= MAX_ARRIVED:
             self._commit_arrived()
         size = msg.stream_size
-        refusal = self._admit_stream(size)
+        resume = None
+        if msg.resumable:
+            store = self._round_partials()
+            resume = store.get(msg.name)
+            if resume is not None and not (
+                msg.offset
+                and resume.size == msg.size
+                and resume.mtime == msg.mtime
+                and msg.offset <= resume.held
+            ):
+                store.forget(msg.name)  # the sender did not take it: its bytes are stale
+                resume = None
+        if msg.offset and resume is None:
+            reason = "the partial upload to resume is no longer held; send the whole file"
+            self._file = _Refused(msg, reason, Verdict.MISMATCH)
+            return
+        refusal = self._admit_stream(size, msg.name if msg.resumable else None)
         if refusal is not None:
             log.warning("sender %s: %s refused: %s", self.uuid, msg.name, refusal)
             self._file = _Refused(msg, refusal)
             return
         token = f"{self._token}-{next(self._streams)}"
-        incoming = IncomingFile(msg, rnd.folder.data, token, self._writer)
+        incoming = IncomingFile(msg, rnd.folder.data, token, self._writer, resume)
         self._reserved[id(incoming)] = size
         self._file = incoming
 
-    def _admit_stream(self, size: int) -> str | None:
+    def _round_partials(self) -> PartialStore:
+        if self._partials is None:  # pragma: no cover - set with every round
+            raise ProtocolError("no round in progress", code=ErrorCode.UNEXPECTED)
+        return self._partials
+
+    def _make_room(self, resuming: str | None) -> None:
+        """Kept partial uploads count against ``max_partial_bytes``: the oldest go
+        (never the one being resumed) when the streams in flight need their room."""
+        partial = self.ctx.limits.partial
+        if partial.limit is None or self._partials is None:
+            return
+        kept = [p for p in self._partials.list() if p.name != resuming]
+        total = sum(p.held for p in kept)
+        while kept and partial.held(self.uuid) + total > partial.limit:
+            oldest = kept.pop()
+            log.info(
+                "sender %s: dropping the partial upload of %s for room", self.uuid, oldest.name
+            )
+            self._partials.forget(oldest.name)
+            total -= oldest.held
+
+    def _admit_stream(self, size: int, resuming: str | None = None) -> str | None:
         """Reserve ``size`` bytes of unfinished uploads for this sender, or say why not.
 
         Over ``max_partial_bytes`` the file is refused (its bytes are read and dropped,
@@ -655,10 +729,14 @@ class Session:
                     code=ErrorCode.QUOTA,
                 )
         if partial.reserve(self.uuid, size):
+            if resuming is not None:
+                self._make_room(resuming)
             return None
         if self._arrived or self._committing is not None:
             self._commit_arrived()  # staged files are no longer unfinished uploads
             if partial.reserve(self.uuid, size):
+                if resuming is not None:
+                    self._make_room(resuming)
                 return None
         return (
             f"the receiver already holds {partial.held(self.uuid)} bytes of unfinished "
@@ -691,7 +769,7 @@ class Session:
             )
         if isinstance(incoming, _Refused):
             refused = _Arrived(begin, None)
-            refused.verdict(Verdict.REFUSED, incoming.reason)
+            refused.verdict(incoming.status, incoming.reason)
             self._arrived.append(refused)
             return
         incoming.finish_writes()
@@ -859,9 +937,10 @@ class Session:
 class _Refused:
     """A file stream refused at FILE_BEGIN: its chunks are read and dropped, never written."""
 
-    def __init__(self, begin: FileBegin, reason: str) -> None:
+    def __init__(self, begin: FileBegin, reason: str, status: str = Verdict.REFUSED) -> None:
         self.begin = begin
         self.reason = reason
+        self.status = status
         self.received = 0
 
     def write(self, data: bytes | memoryview) -> None:

@@ -781,6 +781,8 @@ class ReceiverConfig:
     stall_timeout: float = field(default=30.0, metadata=setting(Number(0, 86400)))
     min_transfer_rate: int = field(default=1024, metadata=setting(Integer(1, 1 << 30)))
     max_partial_bytes: int = field(default=8 << 30, metadata=setting(Integer(1 << 20, 1 << 50)))
+    #: Seconds a partial upload (a large file's stream cut mid-way) is kept to resume from.
+    partial_max_age: float = field(default=86400.0, metadata=setting(Number(0, 365 * 86400)))
     sender_quota_bytes: int = field(default=0, metadata=setting(Integer(0, 1 << 60)))
     #: ``host:port`` of the Prometheus ``/metrics`` endpoint (receiver/metrics.py).
     metrics_listen: tuple[str, int] | None = field(default=None, metadata=setting(ListenAddress()))

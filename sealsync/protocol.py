@@ -19,6 +19,7 @@ The order of a session, sender (C) and receiver (S)::
     per data dir:
       C: ROUND_START               S: ROUND_READY (status ready | busy)
       C: OWNERS_QUERY?             S: OWNERS
+      C: PARTIALS_QUERY?           S: PARTIALS (only with a file >= RESUME_MIN)
       C: DELETE*                   S: DELETE_ACK (one per DELETE, in order, pipelined)
       C: (FILE_BEGIN CHUNK* FILE_END)*   S: VERDICT (one per file, in order, pipelined)
       C: ROUND_END                 S: ROUND_DONE
@@ -74,6 +75,17 @@ MAX_DEVICES_PER_QUERY = 4096
 MAX_DATA_DIRS = 1024
 MAX_FILE_ID = 1 << 53
 MAX_INVENTORY_PAGE = 1000
+RESUME_MIN = 4 << 20
+"""Data files at least this large may resume inside the file (docs/design.md §3.5):
+their FILE_BEGIN carries ``mtime``, the receiver keeps what a cut stream left of them,
+and a round with one asks PARTIALS_QUERY. Smaller files take none of this."""
+PARTIAL_HEAD = 256 * 1024
+"""A partial upload's identity includes the MD5 of the data file's first this many
+bytes (all of it when shorter), so a different file under the same name, size and
+mtime never resumes onto old bytes."""
+MAX_PARTIALS = 1000
+"""Entries in one PARTIALS answer (the newest, if a sender had more)."""
+MAX_MTIME_NS = (1 << 63) - 1
 """Entries per INVENTORY page: at the longest names a page stays under the control
 payload limit."""
 
@@ -132,6 +144,8 @@ class Kind(IntEnum):
     BYE = 18
     INVENTORY_QUERY = 19
     INVENTORY = 20
+    PARTIALS_QUERY = 21
+    PARTIALS = 22
 
 
 class Verdict:
@@ -349,6 +363,13 @@ class FileBegin(Message):
 
     ``mods_size`` is -1 when the file has no ``X.mods``. The stream's bytes follow in
     CHUNK frames in that order; FILE_END carries the MD5 of the whole stream.
+
+    Two optional keys, sent only for data files of at least :data:`RESUME_MIN` bytes
+    (a small file's frame is unchanged): ``mtime``, the data file's mtime in
+    nanoseconds (part of a partial upload's identity), and ``offset``, when the
+    stream resumes a partial upload the receiver listed in PARTIALS: the CHUNKs then
+    start at that byte of the stream (never past the data file), the receiver
+    supplies the bytes before it, and FILE_END's MD5 still covers the whole stream.
     """
 
     kind: ClassVar[Kind] = Kind.FILE_BEGIN
@@ -357,6 +378,45 @@ class FileBegin(Message):
     size: int
     resource_size: int
     mods_size: int
+    mtime: int = -1
+    offset: int = 0
+
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"mtime", "offset"})
+
+    def payload(self) -> bytes:
+        body: dict[str, Any] = {
+            "file_id": self.file_id,
+            "name": self.name,
+            "size": self.size,
+            "resource_size": self.resource_size,
+            "mods_size": self.mods_size,
+        }
+        if self.mtime >= 0:
+            body["mtime"] = self.mtime
+        if self.offset:
+            body["offset"] = self.offset
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> Message:
+        try:
+            body = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolError("FILE_BEGIN: payload is not JSON") from exc
+        if not isinstance(body, dict):
+            raise ProtocolError("FILE_BEGIN: payload is not an object")
+        required = {"file_id", "name", "size", "resource_size", "mods_size"}
+        if not required <= set(body) or not set(body) <= required | cls._OPTIONAL:
+            raise ProtocolError(
+                f"FILE_BEGIN: expected keys {sorted(required)}, optionally {sorted(cls._OPTIONAL)}"
+            )
+        if "mtime" in body:
+            _int(body["mtime"], "FILE_BEGIN.mtime", 0, MAX_MTIME_NS)
+        if "offset" in body:
+            _int(body["offset"], "FILE_BEGIN.offset", 1, MAX_FILE_SIZE)
+        msg = cls(**body)
+        msg.validate()
+        return msg
 
     def validate(self) -> None:
         _int(self.file_id, "FILE_BEGIN.file_id", 0, MAX_FILE_ID)
@@ -364,10 +424,19 @@ class FileBegin(Message):
         _int(self.size, "FILE_BEGIN.size", 0, MAX_FILE_SIZE)
         _int(self.resource_size, "FILE_BEGIN.resource_size", 0, MAX_SIDECAR_SIZE)
         _int(self.mods_size, "FILE_BEGIN.mods_size", -1, MAX_SIDECAR_SIZE)
+        _int(self.mtime, "FILE_BEGIN.mtime", -1, MAX_MTIME_NS)
+        _int(self.offset, "FILE_BEGIN.offset", 0, self.size)
+        if self.offset and self.mtime < 0:
+            raise ProtocolError("FILE_BEGIN.offset: a resumed stream needs its mtime")
 
     @property
     def stream_size(self) -> int:
         return self.size + self.resource_size + max(self.mods_size, 0)
+
+    @property
+    def resumable(self) -> bool:
+        """A stream whose cut leaves a partial upload on the receiver."""
+        return self.mtime >= 0 and self.size >= RESUME_MIN
 
 
 @dataclass(frozen=True)
@@ -456,6 +525,43 @@ class Inventory(Message):
 
 
 @dataclass(frozen=True)
+class PartialsQuery(Message):
+    """Inside a round, before its files: which partial uploads of this sender does the
+    receiver hold (docs/design.md §3.5)? Sent only by a round with a data file of at
+    least :data:`RESUME_MIN` bytes."""
+
+    kind: ClassVar[Kind] = Kind.PARTIALS_QUERY
+
+
+@dataclass(frozen=True)
+class Partials(Message):
+    """The answer: ``[name, size, mtime, head, held]`` per partial upload: the data
+    file's size and mtime (ns), ``head`` the MD5 of its first :data:`PARTIAL_HEAD`
+    bytes, ``held`` the bytes of it the receiver holds durably (a FILE_BEGIN of the
+    same file may carry ``offset`` up to ``held``)."""
+
+    kind: ClassVar[Kind] = Kind.PARTIALS
+    partials: list[list[Any]]
+
+    def validate(self) -> None:
+        if not isinstance(self.partials, list) or len(self.partials) > MAX_PARTIALS:
+            raise ProtocolError(f"PARTIALS.partials: a list of at most {MAX_PARTIALS}")
+        seen: set[str] = set()
+        for entry in self.partials:
+            if not isinstance(entry, list) or len(entry) != 5:
+                raise ProtocolError("PARTIALS.partials[]: expected [name, size, mtime, head, held]")
+            name, size, mtime, head, held = entry
+            _name(name, "PARTIALS.partials[].name")
+            if name in seen:
+                raise ProtocolError("PARTIALS.partials: a name listed twice")
+            seen.add(name)
+            _int(size, "PARTIALS.partials[].size", 0, MAX_FILE_SIZE)
+            _int(mtime, "PARTIALS.partials[].mtime", 0, MAX_MTIME_NS)
+            _md5(head, "PARTIALS.partials[].head")
+            _int(held, "PARTIALS.partials[].held", 1, size)
+
+
+@dataclass(frozen=True)
 class Error(Message):
     """Ends the session; ``code`` is machine-readable (busy, auth, protocol, bad-name...)."""
 
@@ -533,6 +639,8 @@ _CONTROL: dict[Kind, type[Message]] = {
         Bye,
         InventoryQuery,
         Inventory,
+        PartialsQuery,
+        Partials,
     )
 }
 _LIMITS: dict[Kind, int] = {Kind.CHUNK: MAX_CHUNK_PAYLOAD, Kind.SCHEMA: MAX_SCHEMA_PAYLOAD + 8}

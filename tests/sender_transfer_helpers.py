@@ -28,6 +28,8 @@ from sealsync.protocol import (
     Hello,
     Owners,
     OwnersQuery,
+    Partials,
+    PartialsQuery,
     RoundDone,
     RoundEnd,
     RoundReady,
@@ -112,6 +114,8 @@ class FakeReceiver:
                     send(sock, RoundReady(status, "loading" if status == "busy" else ""))
                 elif isinstance(msg, OwnersQuery):
                     send(sock, Owners({d: self.owners.get(d, "") for d in msg.devices}))
+                elif isinstance(msg, PartialsQuery):
+                    send(sock, Partials([]))
                 elif isinstance(msg, Delete):
                     send(sock, DeleteAck(msg.name))
                 elif isinstance(msg, FileBegin):

@@ -37,6 +37,10 @@ SAMPLES: list[p.AnyMessage] = [
     p.Bye(),
     p.InventoryQuery(NAME),
     p.Inventory([[NAME, 1000, "0123456789abcdef0123456789abcdef"]], True),
+    p.PartialsQuery(),
+    p.Partials(
+        [[NAME, 5 << 20, 1_700_000_000_000_000_000, "0123456789abcdef0123456789abcdef", 4096]]
+    ),
 ]
 
 

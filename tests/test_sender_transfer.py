@@ -24,6 +24,8 @@ from sealsync.protocol import (
     Error,
     FileBegin,
     Hello,
+    Partials,
+    PartialsQuery,
     ProtocolError,
     RoundReady,
     RoundStart,
@@ -415,6 +417,8 @@ def test_a_refusal_while_the_sender_streams_is_reported_with_the_receivers_reaso
         send(theirs, Welcome(1, "r"))
         assert isinstance(receive(theirs), RoundStart)
         send(theirs, RoundReady("ready", ""))
+        assert isinstance(receive(theirs), PartialsQuery)  # an 8 MiB file may resume
+        send(theirs, Partials([]))
         assert isinstance(receive(theirs), FileBegin)
         send(theirs, Error("quota", reason))
         theirs.close()

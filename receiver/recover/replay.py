@@ -18,6 +18,7 @@ from pathlib import Path
 from receiver.layout import SenderFolder, read_sync_log, sender_folders
 from receiver.load.apply import Applier, Inspect, clear_staging, finish_round, read_load_log
 from receiver.load.owners import DeviceOwners
+from receiver.partials import DEFAULT_MAX_AGE, PartialStore
 from receiver.storage import Storage
 from sealsync import durable
 from sealsync.crashpoints import crash_point
@@ -76,10 +77,21 @@ def recover_all(
     storage: Storage,
     owners: DeviceOwners,
     inspect: Inspect,
+    partial_max_age: float = DEFAULT_MAX_AGE,
 ) -> None:
-    """Recover every sender folder (service start); a folder that stays dirty is logged."""
+    """Recover every sender folder (service start); a folder that stays dirty is logged.
+
+    Partial uploads (``partial/``) are swept too: expired ones, and what a crash
+    left torn (a sidecar whose data is shorter than it says, data without a
+    sidecar, a resumed stream's sidecar temporaries); intact ones stay to resume."""
     for folder in sender_folders(data_dirs):
         try:
             recover_folder(folder, storage, owners, inspect)
         except Exception as exc:  # one broken folder must not keep the service down
             log.warning("%s: recovery failed: %s", folder.root, exc)
+        try:
+            removed = PartialStore(folder.root, partial_max_age).sweep()
+            if removed:
+                log.info("%s: removed %d partial-upload file(s)", folder.root, removed)
+        except OSError as exc:
+            log.warning("%s: sweeping partial uploads failed: %s", folder.root, exc)

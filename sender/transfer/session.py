@@ -33,6 +33,7 @@ from sealsync.protocol import (
     MAX_DEVICES_PER_QUERY,
     MAX_SCHEMA_PAYLOAD,
     PROTOCOL_VERSION,
+    RESUME_MIN,
     AnyMessage,
     Bye,
     Delete,
@@ -44,6 +45,8 @@ from sealsync.protocol import (
     Message,
     Owners,
     OwnersQuery,
+    Partials,
+    PartialsQuery,
     ProtocolError,
     RoundDone,
     RoundEnd,
@@ -62,7 +65,7 @@ from sealsync.protocol import (
 from sealsync.synclog import SyncLog
 from sender.manage.snapshot import snapshot_path
 from sender.transfer.errors import ConnectionLost
-from sender.transfer.filestream import Unsendable, open_snapshot_file, send_file
+from sender.transfer.filestream import OpenedFile, Unsendable, open_snapshot_file, send_file
 from sender.transfer.reader import LINK_ERRORS, REPLY_TIMEOUT, FrameReader, lost
 from sender.transfer.refusals import Refusal, RefusalBook
 from sender.transfer.report import DirReport
@@ -340,7 +343,13 @@ class SenderSession:
             )
             return
         to_send = self._owners_check(new, refusals, report, own_uuid)
-        total = sum(_stream_size(snapshot_dir, n) for n in to_send)
+        sizes = [_sizes(snapshot_dir, n) for n in to_send]
+        total = sum(stream for stream, _ in sizes)
+        partials: dict[str, tuple[int, int, str, int]] = {}
+        if any(data >= RESUME_MIN for _, data in sizes):  # a small-file round asks nothing
+            self.send(PartialsQuery())
+            for name, size, mtime, head, held in self.receive(Partials).partials:
+                partials[name] = (size, mtime, head, held)
         self.emit("dir_start", index=index, files=len(to_send), bytes=total, deleted=len(deleted))
         with SyncLog(sync_log) as slog:
             slog.start()
@@ -350,7 +359,9 @@ class SenderSession:
             crash_point("sender.synclog.tsfile_start")
             verified = VerifiedLog(slog, sync_log)
             try:
-                _Files(self, index, snapshot_dir, verified, refusals, report, total).run(to_send)
+                files = _Files(self, index, snapshot_dir, verified, refusals, report, total)
+                files.partials = partials
+                files.run(to_send)
             except BaseException:
                 try:
                     verified.close()  # what was verified still counts for recovery
@@ -451,15 +462,19 @@ def _send_timeout(stream: Stream) -> float | None:
     return float(timeout) if isinstance(timeout, int | float) else None
 
 
-def _stream_size(snapshot_dir: Path, name: str) -> int:
+def _sizes(snapshot_dir: Path, name: str) -> tuple[int, int]:
+    """The file's stream size (data file and sidecars) and its data file's size."""
     base = os.fspath(snapshot_path(snapshot_dir, name))
-    total = 0
+    total = data = 0
     for suffix in ("", ".resource", ".mods"):
         try:
-            total += os.stat(base + suffix).st_size
+            size = os.stat(base + suffix).st_size
         except OSError:
-            pass
-    return total
+            continue
+        total += size
+        if not suffix:
+            data = size
+    return total, data
 
 
 class _Files:
@@ -486,6 +501,10 @@ class _Files:
         self.in_flight: OrderedDict[int, _InFlight] = OrderedDict()
         self.sends: dict[str, int] = {}
         self.resend: list[tuple[float, int, str]] = []  # (due, tie-break, name)
+        self.partials: dict[str, tuple[int, int, str, int]] = {}
+        """The receiver's partial uploads (PARTIALS): name -> (size, mtime, head, held)."""
+        self.resumed_bytes = 0
+        """Bytes not sent because the receiver held them already."""
 
     def run(self, names: Sequence[str]) -> None:
         todo = deque(names)
@@ -522,10 +541,30 @@ class _Files:
             if sends > 1:
                 self.total += opened.stream_size  # progress counts the resend too
             self.in_flight[file_id] = _InFlight(name, sends, opened.stream_size)
-            send_file(self.s.stream, opened, file_id, self.s.buffer, self.on_bytes)
+            offset = self.resume_offset(opened)
+            if offset:
+                self.on_bytes(offset)  # held by the receiver: done as far as progress goes
+            send_file(self.s.stream, opened, file_id, self.s.buffer, self.on_bytes, offset)
             crash_point("sender.file.sent")
         finally:
             opened.close()
+
+    def resume_offset(self, opened: OpenedFile) -> int:
+        """Where this file's stream may start: the bytes of it the receiver holds
+        (same size, mtime and first-chunk digest), else 0. Used once: a resend after
+        a mismatch sends the whole file."""
+        held = self.partials.pop(opened.name, None)
+        if held is None or not opened.resumable:
+            return 0
+        size, mtime, head, offset = held
+        if size != opened.size or mtime != opened.mtime or not 0 < offset <= size:
+            return 0
+        if opened.head_md5() != head:
+            log.info("%s: the receiver's partial upload is of another file", opened.name)
+            return 0
+        log.info("%s: resuming at byte %d of %d", opened.name, offset, opened.size)
+        self.resumed_bytes += offset
+        return offset
 
     def on_bytes(self, n: int) -> None:
         self.sent_bytes += n

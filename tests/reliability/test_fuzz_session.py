@@ -141,6 +141,8 @@ CONTROL_FIELDS = {
     Kind.ROUND_DONE: ["loaded"],
     Kind.ERROR: ["code", "message"],
     Kind.BYE: [],
+    Kind.PARTIALS_QUERY: [],
+    Kind.PARTIALS: ["partials"],
 }
 
 
@@ -155,6 +157,11 @@ def raw(msg: object) -> bytes:
     """
     if isinstance(msg, Message):
         body = {f.name: getattr(msg, f.name) for f in fields(msg)}  # type: ignore[arg-type]
+        if isinstance(msg, FileBegin):  # optional keys, absent unless set (as on the wire)
+            if body["mtime"] == -1:
+                del body["mtime"]
+            if body["offset"] == 0:
+                del body["offset"]
         return frame(int(msg.kind), json.dumps(body).encode())
     return frame(int(msg.kind), bytes(msg.payload()))  # type: ignore[attr-defined]
 
