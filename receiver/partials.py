@@ -108,13 +108,9 @@ class PartialStore:
             return None
         return Partial(name, size, mtime, head, held, saved, data, sidecar)
 
-    def list(self) -> list[Partial]:
-        """The valid partials, newest first (at most ``MAX_PARTIALS``)."""
+    def _whole(self, entries: list[os.DirEntry[str]]) -> list[Partial]:
+        """The partials of ``entries`` whose sidecar reads and whose data holds what it says."""
         found = []
-        try:
-            entries = list(os.scandir(self.dir))
-        except FileNotFoundError:
-            return []
         for entry in entries:
             if not entry.name.endswith(".json") or entry.name.startswith("."):
                 continue
@@ -123,10 +119,19 @@ class PartialStore:
                 continue
             try:
                 if os.stat(partial.data).st_size < partial.held:
-                    continue
+                    continue  # torn
             except OSError:
                 continue
             found.append(partial)
+        return found
+
+    def list(self) -> list[Partial]:
+        """The valid partials, newest first (at most ``MAX_PARTIALS``)."""
+        try:
+            entries = list(os.scandir(self.dir))
+        except FileNotFoundError:
+            return []
+        found = self._whole(entries)
         found.sort(key=lambda p: p.saved, reverse=True)
         return found[:MAX_PARTIALS]
 
@@ -194,18 +199,7 @@ class PartialStore:
         keep: set[str] = set()
         removed = 0
         if not everything:
-            for entry in entries:
-                if not entry.name.endswith(".json") or entry.name.startswith("."):
-                    continue
-                partial = self._read(Path(entry.path))
-                if partial is None:
-                    continue
-                try:
-                    torn = os.stat(partial.data).st_size < partial.held
-                except OSError:
-                    torn = True
-                if torn:
-                    continue
+            for partial in self._whole(entries):
                 if self.max_age >= 0 and now - partial.saved > self.max_age:
                     log.info(
                         "%s: partial upload of %s expired (%d bytes)",

@@ -223,6 +223,17 @@ def check_device(value: Any, what: str = "device") -> str:
 # --- messages ----------------------------------------------------------------------
 
 
+def json_object(payload: bytes, kind: Kind) -> dict[str, Any]:
+    """A control frame's payload as a JSON object, or ProtocolError."""
+    try:
+        body = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"{kind.name}: payload is not JSON") from exc
+    if not isinstance(body, dict):
+        raise ProtocolError(f"{kind.name}: payload is not an object")
+    return body
+
+
 class Message:
     """A control message: a frozen dataclass whose fields are the JSON keys."""
 
@@ -237,12 +248,7 @@ class Message:
 
     @classmethod
     def from_payload(cls, payload: bytes) -> Message:
-        try:
-            body = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ProtocolError(f"{cls.kind.name}: payload is not JSON") from exc
-        if not isinstance(body, dict):
-            raise ProtocolError(f"{cls.kind.name}: payload is not an object")
+        body = json_object(payload, cls.kind)
         names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         if set(body) != names:
             raise ProtocolError(f"{cls.kind.name}: expected keys {sorted(names)}")
@@ -399,12 +405,7 @@ class FileBegin(Message):
 
     @classmethod
     def from_payload(cls, payload: bytes) -> Message:
-        try:
-            body = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ProtocolError("FILE_BEGIN: payload is not JSON") from exc
-        if not isinstance(body, dict):
-            raise ProtocolError("FILE_BEGIN: payload is not an object")
+        body = json_object(payload, cls.kind)
         required = {"file_id", "name", "size", "resource_size", "mods_size"}
         if not required <= set(body) or not set(body) <= required | cls._OPTIONAL:
             raise ProtocolError(

@@ -305,86 +305,65 @@ class SenderSession:
         """One data dir's round: deletions, then files; ``report`` says what happened."""
         started, sent = time.monotonic(), self.stream.sent
         try:
-            self._round(
-                index,
-                snapshot_dir=snapshot_dir,
-                new=new,
-                deleted=deleted,
-                sync_log=sync_log,
-                refusals=refusals,
-                report=report,
-                own_uuid=own_uuid,
+            self._files_done = None
+            self.send(RoundStart(index))
+            ready = self.receive(RoundReady)
+            if ready.status == "busy":
+                report.note = (
+                    f"receiver busy ({ready.message or 'still loading an earlier round'}); "
+                    "this data dir is retried on the next run"
+                )
+                return
+            to_send = self._owners_check(new, refusals, report, own_uuid)
+            sizes = [_sizes(snapshot_dir, n) for n in to_send]
+            total = sum(stream for stream, _ in sizes)
+            partials: dict[str, tuple[int, int, str, int]] = {}
+            if any(data >= RESUME_MIN for _, data in sizes):  # a small-file round asks nothing
+                self.send(PartialsQuery())
+                for name, size, mtime, head, held in self.receive(Partials).partials:
+                    partials[name] = (size, mtime, head, held)
+            self.emit(
+                "dir_start", index=index, files=len(to_send), bytes=total, deleted=len(deleted)
+            )
+            with SyncLog(sync_log) as slog:
+                slog.start()
+                crash_point("sender.synclog.start")
+                self._deletes(deleted, slog, report)
+                slog.tsfile_start()
+                crash_point("sender.synclog.tsfile_start")
+                verified = VerifiedLog(slog, sync_log)
+                try:
+                    files = _Files(self, index, snapshot_dir, verified, refusals, report, total)
+                    files.partials = partials
+                    files.run(to_send)
+                except BaseException:
+                    try:
+                        verified.close()  # what was verified still counts for recovery
+                    except SealsyncError:
+                        pass
+                    raise
+                verified.close()
+                slog.tsfile_end()
+                crash_point("sender.synclog.tsfile_end")
+                self._files_done = self.stream.last_sent
+                self.send(RoundEnd())
+                done = self.receive(RoundDone)
+                slog.end()
+                crash_point("sender.synclog.end")
+            report.complete = True
+            report.loaded = done.loaded
+            self.emit(
+                "dir_end",
+                index=index,
+                shipped=len(report.shipped),
+                failed=len(report.failed),
+                refused=len(report.refused),
             )
         finally:
             # up to the last byte before ROUND_END (the last verdicts are not paced)
-            done = self._files_done if self._files_done is not None else self.stream.last_sent
+            last = self._files_done if self._files_done is not None else self.stream.last_sent
             report.transfer_bytes += self.stream.sent - sent
-            report.transfer_seconds += max(done - started, 0.0)
-
-    def _round(
-        self,
-        index: int,
-        *,
-        snapshot_dir: Path,
-        new: Sequence[str],
-        deleted: Sequence[str],
-        sync_log: Path,
-        refusals: RefusalBook,
-        report: DirReport,
-        own_uuid: str,
-    ) -> None:
-        self._files_done = None
-        self.send(RoundStart(index))
-        ready = self.receive(RoundReady)
-        if ready.status == "busy":
-            report.note = (
-                f"receiver busy ({ready.message or 'still loading an earlier round'}); "
-                "this data dir is retried on the next run"
-            )
-            return
-        to_send = self._owners_check(new, refusals, report, own_uuid)
-        sizes = [_sizes(snapshot_dir, n) for n in to_send]
-        total = sum(stream for stream, _ in sizes)
-        partials: dict[str, tuple[int, int, str, int]] = {}
-        if any(data >= RESUME_MIN for _, data in sizes):  # a small-file round asks nothing
-            self.send(PartialsQuery())
-            for name, size, mtime, head, held in self.receive(Partials).partials:
-                partials[name] = (size, mtime, head, held)
-        self.emit("dir_start", index=index, files=len(to_send), bytes=total, deleted=len(deleted))
-        with SyncLog(sync_log) as slog:
-            slog.start()
-            crash_point("sender.synclog.start")
-            self._deletes(deleted, slog, report)
-            slog.tsfile_start()
-            crash_point("sender.synclog.tsfile_start")
-            verified = VerifiedLog(slog, sync_log)
-            try:
-                files = _Files(self, index, snapshot_dir, verified, refusals, report, total)
-                files.partials = partials
-                files.run(to_send)
-            except BaseException:
-                try:
-                    verified.close()  # what was verified still counts for recovery
-                except SealsyncError:
-                    pass
-                raise
-            verified.close()
-            slog.tsfile_end()
-            crash_point("sender.synclog.tsfile_end")
-            self._files_done = self.stream.last_sent
-            self.send(RoundEnd())
-            done = self.receive(RoundDone)
-            slog.end()
-            crash_point("sender.synclog.end")
-        report.complete = True
-        report.loaded = done.loaded
-        self.emit(
-            "dir_end",
-            index=index,
-            shipped=len(report.shipped),
-            failed=len(report.failed),
-            refused=len(report.refused),
-        )
+            report.transfer_seconds += max(last - started, 0.0)
 
     # --- round parts -----------------------------------------------------------------
 

@@ -103,10 +103,9 @@ def send_ok(site: Site) -> None:
     assert result.returncode == 0, result.stderr + site.dep.log()
 
 
-def cut_and_kill_sender(site: Site, at: int) -> None:
-    """A run whose link is cut at upward byte ``at``, the sender SIGKILLed right after
-    (before its retry); what is left for the next run is the receiver's partial."""
-    site.proxy.plan(Fault(UP, at, DROP))
+def send_until(site: Site, fault: Fault) -> subprocess.Popen[bytes]:
+    """A ``sealsync send`` started with ``fault`` planned, returned once it fired."""
+    site.proxy.plan(fault)
     proc = subprocess.Popen(
         [*SEALSYNC, "send", "--config", str(site.sender.config)],
         stdout=subprocess.DEVNULL,
@@ -116,9 +115,16 @@ def cut_and_kill_sender(site: Site, at: int) -> None:
     fired = len(site.proxy.fired)
     deadline = time.monotonic() + 120
     while len(site.proxy.fired) == fired:
-        assert proc.poll() is None, "send ended before the cut"
-        assert time.monotonic() < deadline, "the cut never fired"
+        assert proc.poll() is None, "send ended before the fault: " + site.dep.log()
+        assert time.monotonic() < deadline, "the fault never fired"
         time.sleep(0.005)
+    return proc
+
+
+def cut_and_kill_sender(site: Site, at: int) -> None:
+    """A run whose link is cut at upward byte ``at``, the sender SIGKILLed right after
+    (before its retry); what is left for the next run is the receiver's partial."""
+    proc = send_until(site, Fault(UP, at, DROP))
     proc.kill()
     proc.wait()
     site.proxy.clear()
@@ -186,19 +192,7 @@ def test_kill9_during_a_resumed_transfer_ends_with_the_senders_bytes(
     wait_for_partial(site)
     # the resumed run: held at a random byte of what is left, then a kill -9
     hold_at = HANDSHAKE + int((SIZE - first_cut) * rng.uniform(0.05, 0.95))
-    site.proxy.plan(Fault(UP, hold_at, STALL, seconds=3.0))
-    proc = subprocess.Popen(
-        [*SEALSYNC, "send", "--config", str(site.sender.config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-    )
-    fired = len(site.proxy.fired)
-    deadline = time.monotonic() + 120
-    while len(site.proxy.fired) == fired:
-        assert proc.poll() is None, "send ended before the hold: " + site.dep.log()
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    proc = send_until(site, Fault(UP, hold_at, STALL, seconds=3.0))
     time.sleep(rng.uniform(0.0, 0.5))
     if victim == "receiver":
         site.dep.stop_receiver(signal.SIGKILL)
