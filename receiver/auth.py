@@ -274,11 +274,19 @@ class SenderKeys:
 
     def set_key(self, uuid: str, fp: str) -> SenderBinding | None:
         """Bind ``uuid`` to the key ``fp`` in one write, whatever held it (re-keying, or
-        bringing back a retired sender); returns the binding it replaced."""
+        bringing back a retired sender); returns the binding it replaced. KeyLimit if
+        the key already acts as ``max_uuids_per_key`` other senders."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, self._file_lock:
             bindings = self._current()
             old = bindings.get(uuid)
+            others = self._by_key.get(fp, set()) - {uuid}
+            if fp != RETIRED and self.max_uuids_per_key is not None:
+                if len(others) >= self.max_uuids_per_key:
+                    raise KeyLimit(
+                        f"key {fp} already acts as {len(others)} other sender UUIDs, the most "
+                        f"the receiver allows (max_uuids_per_key = {self.max_uuids_per_key})"
+                    )
             first_seen = old.first_seen if old is not None else _now()
             last_ip = old.last_ip if old is not None else "-"
             self._write({**bindings, uuid: SenderBinding(uuid, fp, last_ip, first_seen)})

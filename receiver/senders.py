@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from receiver.auth import RETIRED, SenderBinding, SenderKeys
+from receiver.auth import RETIRED, KeyLimit, SenderBinding, SenderKeys
 from receiver.layout import check_sender_uuid
 from receiver.load.owners import DeviceOwners
 from receiver.storage import DirectoryStorage
@@ -68,7 +68,10 @@ def rekey(config: ReceiverConfig, uuid: str, key_path: Path) -> tuple[str, Sende
             f"(cat {key_path} >> {config.authorized_keys}), then run this again"
         )
     fp = fingerprint(blob)
-    return fp, SenderKeys(config.schema_dir).set_key(uuid, fp)
+    try:
+        return fp, SenderKeys(config.schema_dir, config.max_uuids_per_key).set_key(uuid, fp)
+    except KeyLimit as exc:
+        raise ConfigError(f"--key {key_path}: {exc}") from None
 
 
 def retire(

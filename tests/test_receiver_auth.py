@@ -182,3 +182,21 @@ def test_malformed_binding_lines_are_skipped() -> None:
     )
     assert list(parsed) == [UUID_A]
     assert parsed[UUID_A].fingerprint == fp
+
+
+def test_rekey_keeps_max_uuids_per_key_and_retire_frees_nothing_for_others(
+    tmp_path: Path,
+) -> None:
+    from receiver.auth import RETIRED, KeyLimit, Retired
+
+    keys = SenderKeys(tmp_path, max_uuids_per_key=1)
+    other = "12345678-1234-1234-1234-1234567890ab"
+    assert keys.bind(other, "SHA256:" + "n" * 43, "10.0.0.2") is not None
+    with pytest.raises(KeyLimit, match="already acts as 1 other sender"):
+        keys.set_key("87654321-4321-4321-4321-ba0987654321", "SHA256:" + "n" * 43)
+    assert keys.retire(other) is not None
+    assert keys.bindings()[other].fingerprint == RETIRED
+    with pytest.raises(Retired):
+        keys.bind(other, "SHA256:" + "n" * 43, "10.0.0.2")
+    assert keys.set_key(other, "SHA256:" + "m" * 43) is not None  # an explicit rekey
+    assert keys.bind(other, "SHA256:" + "m" * 43, "10.0.0.3") is not None
