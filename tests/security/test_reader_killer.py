@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from reliability.figures import record
 from spark_loader_helpers import Receiver, source_rows, table_rows
 
 from sealsync.simulator import EdgeInstance
@@ -73,6 +74,10 @@ def test_forty_reader_killers_cost_the_honest_senders_nothing(tmp_path: Path, sp
     status = loader_status(config)
 
     honest_rows = source_rows(receiver, without=bad)
+    held = after_first == honest_rows and table_rows(config.table_path) == honest_rows
+    record(
+        "security", attack="40 senders' reader-killing files among 8 honest", tried=40, held=held
+    )
     assert after_first == honest_rows  # every honest row after the first run already
     assert table_rows(config.table_path) == honest_rows
     assert first.ingested == 2 * len(HONEST)
