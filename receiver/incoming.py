@@ -86,6 +86,7 @@ class IncomingFile:
         self._data_md5: str | None = None
         """The data file's own MD5, taken from the stream's as it passes its end."""
         self._fds: list[int] = []
+        self._written: list[Path] = []  # the temporaries opened, until installed
         # (end offset in the stream, fd index) for data, resource, mods
         self._parts: list[tuple[int, int]] = []
         try:
@@ -95,6 +96,7 @@ class IncomingFile:
                 if path != self.data_tmp or resume is None:
                     flags |= os.O_TRUNC
                 self._fds.append(os.open(path, flags, 0o644))
+                self._written.append(path)
                 end += size
                 self._parts.append((end, len(self._fds) - 1))
             if resume is not None:
@@ -187,9 +189,9 @@ class IncomingFile:
 
         Sidecars first and the data file last: a staged data file is complete with
         its sidecars, and anything a crash leaves earlier is swept by recovery. The
-        caller persists the renames by fsyncing ``target``'s folder.
+        caller has made ``target``'s folder (:func:`receiver.storage.safe_dirs`) and
+        persists the renames by fsyncing it.
         """
-        safe_dirs(self.root, target.parent)
         os.replace(self.resource_tmp, target.with_name(target.name + ".resource"))
         stale_mods = target.with_name(target.name + ".mods")
         if self.begin.mods_size >= 0:
@@ -197,6 +199,7 @@ class IncomingFile:
         else:
             stale_mods.unlink(missing_ok=True)
         os.replace(self.data_tmp, target)
+        self._written = []  # nothing left for discard() to delete
         if self.resume is not None:  # its data is staged: the sidecar describes nothing now
             os.unlink(self.resume.sidecar)
 
@@ -237,7 +240,8 @@ class IncomingFile:
         if self.resume is not None:
             durable.remove(self.resume.sidecar)  # first: a sidecar never outlives its bytes
             self.resume = None
-        for path in (self.data_tmp, self.resource_tmp, self.mods_tmp):
+        paths, self._written = self._written, []
+        for path in paths:
             try:
                 path.unlink()
             except FileNotFoundError:
@@ -270,8 +274,18 @@ def stage_all(
     """
     errors: list[OSError | None] = list(executor.map(_fsync, [f for f, _ in files]))
     folders: dict[Path, list[int]] = {}
+    made: dict[Path, OSError | None] = {}  # each target folder checked for links and made once
     for i, (incoming, target) in enumerate(files):
         if errors[i] is None:
+            if target.parent not in made:
+                try:
+                    safe_dirs(incoming.root, target.parent)
+                    made[target.parent] = None
+                except OSError as exc:
+                    made[target.parent] = exc
+            if made[target.parent] is not None:
+                errors[i] = made[target.parent]
+                continue
             try:
                 incoming.install(target)
             except OSError as exc:

@@ -144,7 +144,7 @@ class DirectoryStorage:
             raise StorageError("no receiver data dirs")
         self.data_dirs = [Path(d) for d in data_dirs]
         self._resolved = [Path(os.path.realpath(d)) for d in self.data_dirs]
-        self._local = threading.local()  # deferred_sync's folders, per loader thread
+        self._local = threading.local()  # deferred_sync's state, per loader thread
 
     def target(self, data_dir: Path, sender: str, name: str) -> Path:
         """Where ``sender``'s ``name`` lives in ``data_dir``."""
@@ -153,9 +153,14 @@ class DirectoryStorage:
         return Path(data_dir).joinpath(*parts[:-1], sender, parts[-1])
 
     def _data_dir_of(self, staged: Path) -> Path:
+        known = getattr(self._local, "data_dir_of", None)
+        if known is not None and staged.parent in known:
+            return known[staged.parent]  # type: ignore[no-any-return]
         real = Path(os.path.realpath(staged.parent))
         for data_dir, resolved in zip(self.data_dirs, self._resolved, strict=True):
             if real.is_relative_to(resolved):
+                if known is not None:
+                    known[staged.parent] = data_dir
                 return data_dir
         raise StorageError(f"staged file outside every receiver data dir: {staged}")
 
@@ -173,10 +178,16 @@ class DirectoryStorage:
             return
         folders: dict[Path, None] = {}
         self._local.defer = folders
+        # Per block, not longer: a folder checked for links (and made) and a staging
+        # folder's data dir are looked up once for all the batch's files, not per file.
+        self._local.checked = set()
+        self._local.data_dir_of = {}
         try:
             yield
         finally:
             self._local.defer = None
+            self._local.checked = None
+            self._local.data_dir_of = None
             for folder in folders:
                 durable.fsync_dir(folder)
 
@@ -187,27 +198,39 @@ class DirectoryStorage:
             raise StorageError(f"staged file {staged} does not match the name {name}")
         data_dir = self._data_dir_of(staged)
         target = self.target(data_dir, sender, name)
-        if not staged.exists() and not target.exists():
+        # Each piece's presence is looked up once: this loader thread is the only one
+        # that moves a sender's staged files.
+        pieces = [
+            (src, dst, src.exists(), dst.exists())
+            for src, dst in (
+                (Path(f"{staged}{suffix}"), Path(f"{target}{suffix}")) for suffix in LOAD_ORDER
+            )
+        ]
+        if not pieces[0][2] and not pieces[0][3]:  # LOAD_ORDER starts with the data file
             raise StorageError(f"{name}: the staged file is missing and it is not loaded")
-        pieces = [(Path(f"{staged}{s}"), Path(f"{target}{s}")) for s in LOAD_ORDER]
-        for src, dst in pieces:  # refuse before moving anything, so the staged set stays whole
-            if src.exists() and dst.exists() and not _replaceable(dst):
-                if not _same_content(src, dst):
-                    raise StorageError(
-                        f"{name}: a different {dst.name} is already loaded from this sender; "
-                        f"the staged copy is kept in {src.parent}"
-                    )
-        for src, dst in pieces:
+        same: list[bool] = []
+        for src, dst, src_there, dst_there in pieces:  # refuse before moving anything
+            same.append(src_there and dst_there and _same_content(src, dst))
+            if src_there and dst_there and not same[-1] and not _replaceable(dst):
+                raise StorageError(
+                    f"{name}: a different {dst.name} is already loaded from this sender; "
+                    f"the staged copy is kept in {src.parent}"
+                )
+        for (src, dst, src_there, _), identical in zip(pieces, same, strict=True):
+            if not src_there:
+                continue  # moved by an earlier attempt, or an optional sidecar never shipped
+            if identical:  # already in place (an earlier attempt)
+                durable.remove(src)
+                continue
             self._move_in(src, dst, data_dir)
 
     def _move_in(self, src: Path, dst: Path, data_dir: Path) -> None:
-        """Move one piece; a piece already in place (an earlier attempt) is left alone."""
-        if not src.exists():
-            return  # moved by an earlier attempt, or an optional sidecar never shipped
-        if dst.exists() and _same_content(src, dst):
-            durable.remove(src)
-            return
-        safe_dirs(data_dir, dst.parent)
+        """Move one piece into a folder free of links."""
+        checked = getattr(self._local, "checked", None)
+        if checked is None or dst.parent not in checked:
+            safe_dirs(data_dir, dst.parent)
+            if checked is not None:
+                checked.add(dst.parent)
         defer = getattr(self._local, "defer", None)
         if defer is None:
             durable.rename(src, dst)
