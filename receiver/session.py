@@ -28,8 +28,11 @@ already waiting (it may be waiting for verdicts) or after ``MAX_BATCH`` files. A
 batch's fsyncs run together and share file-system journal commits, and its names
 take one ``sync.log`` fsync, an order of magnitude cheaper per file than one by one
 (docs/performance.md). A full batch whose sender is still streaming is committed
-on the session's commit thread while this one reads on (``_pump_commits``); its
-verdicts are still sent by this thread, in order, once the commit is done.
+on the session's commit thread while this one reads on (``_pump_commits``); batches
+queue there in arrival order, one committing at a time, and their verdicts are still
+sent by this thread, in order, as each commit is done. When the sender's bytes stop
+(it may be waiting for verdicts) this thread waits only for the oldest batch, so it
+reads the next files as soon as that batch's verdicts have let the sender go on.
 
 What one sender may hold is bounded here (``SessionLimits``, from ``receiver.limits``):
 sessions per UUID at HELLO; bytes of unfinished uploads, reserved at each FILE_BEGIN
@@ -42,6 +45,7 @@ as a silent one (ERROR ``timeout``).
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import logging
 import secrets
@@ -104,6 +108,7 @@ from sealsync.protocol import (
     Stream,
     Verdict,
     Welcome,
+    encode,
     receive,
     send,
 )
@@ -320,7 +325,10 @@ class Session:
         self._reserved: dict[int, int] = {}  # id(IncomingFile) -> bytes held in ctx.limits.partial
         self._sender_slot = False  # holds one of ctx.limits.sender_sessions for self.uuid
         self._arrived: list[_Arrived] = []  # complete streams waiting for their verdicts
-        self._committing: tuple[Future[None], list[_Arrived]] | None = None  # in the background
+        # batches handed to the commit thread, oldest first: each answered once done
+        self._committing: collections.deque[tuple[Future[None], list[_Arrived]]] = (
+            collections.deque()
+        )
         self._commit_thread: ThreadPoolExecutor | None = None
         self._token = secrets.token_hex(4)
         self._streams = itertools.count()
@@ -338,7 +346,7 @@ class Session:
             self.ctx.metrics.session_opened()
             opened = True
             while True:
-                if self._arrived or self._committing is not None:
+                if self._arrived or self._committing:
                     self._pump_commits()  # before blocking: the sender may wait for verdicts
                 msg = self._recv()
                 if isinstance(msg, Bye):
@@ -397,6 +405,13 @@ class Session:
         except (OSError, EOFError) as exc:
             raise ConnectionClosed(f"connection lost: {exc}") from None
 
+    def _send_frames(self, frames: bytes) -> None:
+        """Write frames :func:`encode` made, in one write."""
+        try:
+            self.channel.sendall(frames)
+        except (OSError, EOFError) as exc:
+            raise ConnectionClosed(f"connection lost: {exc}") from None
+
     def _send_error(self, code: str, message: str) -> None:
         try:
             settimeout = getattr(self.channel, "settimeout", None)
@@ -428,9 +443,8 @@ class Session:
             else:
                 incoming.discard()
             self._release(incoming)
-        if self._committing is not None:  # let it finish: it may be writing sync.log
-            future, _ = self._committing
-            self._committing = None
+        while self._committing:  # let them finish: they may be writing sync.log
+            future, _ = self._committing.popleft()
             try:
                 future.result()
             except Exception:  # never answered: the sender sends its files again
@@ -652,8 +666,10 @@ class Session:
     def _file_begin(self, msg: FileBegin) -> None:
         rnd = self._require_round()
         rnd.close_deleted()
-        if len(self._arrived) >= MAX_ARRIVED:
-            self._commit_arrived()
+        while len(self._arrived) + sum(len(b) for _, b in self._committing) >= MAX_ARRIVED:
+            if not self._committing:
+                self._queue_commit()
+            self._answer_committed(wait_oldest=True)  # make room before this file's temporaries
         size = msg.stream_size
         resume = None
         if msg.resumable:
@@ -732,7 +748,7 @@ class Session:
             if resuming is not None:
                 self._make_room(resuming)
             return None
-        if self._arrived or self._committing is not None:
+        if self._arrived or self._committing:
             self._commit_arrived()  # staged files are no longer unfinished uploads
             if partial.reserve(self.uuid, size):
                 if resuming is not None:
@@ -789,46 +805,53 @@ class Session:
     def _pump_commits(self) -> None:
         """Commit in the background while the sender's next files stream in.
 
-        A batch is committed on the session's commit thread while this thread reads
-        on; its verdicts go out (from this thread, in order) once it is done. With
-        nothing left to read the sender may be waiting for verdicts: everything is
-        committed and answered before this thread blocks. With many small files,
-        commits (fsyncs, inspection) used to keep this thread busy most of the time.
+        A full batch is queued on the session's commit thread while this thread reads
+        on; verdicts go out (from this thread, in order) as each batch is done. With
+        nothing left to read the sender may be waiting for verdicts: what arrived is
+        queued too, and this thread waits for the oldest batch only, then reads again
+        if the sender's next bytes came meanwhile. With many small files, commits
+        (fsyncs, inspection) used to keep this thread busy most of the time.
         """
-        self._finish_commit(wait=False)
+        self._answer_committed()
         if self._data_waiting():
-            if self._committing is None and (
-                len(self._arrived) >= MAX_BATCH
-                or sum(a.begin.stream_size for a in self._arrived) >= MAX_BATCH_BYTES
+            if len(self._arrived) >= MAX_BATCH or (
+                sum(a.begin.stream_size for a in self._arrived) >= MAX_BATCH_BYTES
             ):
-                batch, self._arrived = self._arrived, []
-                if self._commit_thread is None:
-                    self._commit_thread = ThreadPoolExecutor(1, "sealsync-commit")
-                future = self._commit_thread.submit(self._commit, batch, self._require_round())
-                self._committing = (future, batch)
+                self._queue_commit()
             return
-        self._commit_arrived()
+        self._queue_commit()
+        while self._committing:
+            self._answer_committed(wait_oldest=True)
+            if self._committing and self._data_waiting():
+                return  # the answers let the sender go on: read while the rest commits
 
-    def _finish_commit(self, wait: bool = True) -> None:
-        """Answer the batch committing in the background once it is done (or wait)."""
-        if self._committing is None:
+    def _queue_commit(self) -> None:
+        """Hand what arrived to the commit thread as one batch."""
+        batch, self._arrived = self._arrived, []
+        if not batch:
             return
-        future, batch = self._committing
-        if not wait and not future.done():
-            return
-        self._committing = None
-        future.result()  # the commit's exception is the session's
-        for item in batch:
-            self._answer(item)
+        if self._commit_thread is None:
+            self._commit_thread = ThreadPoolExecutor(1, "sealsync-commit")
+        future = self._commit_thread.submit(self._commit, batch, self._require_round())
+        self._committing.append((future, batch))
+
+    def _answer_committed(self, wait_oldest: bool = False, wait_all: bool = False) -> None:
+        """Answer the queued batches that are done, oldest first (waiting as told)."""
+        while self._committing:
+            future, batch = self._committing[0]
+            if not (wait_all or wait_oldest) and not future.done():
+                return
+            wait_oldest = False
+            self._committing.popleft()
+            future.result()  # the commit's exception is the session's
+            # one write for the batch's verdicts: one SSH packet to build and encrypt
+            # here and to decrypt on the sender, instead of one per file
+            self._send_frames(b"".join([self._answer(item) for item in batch]))
 
     def _commit_arrived(self) -> None:
         """Verify, stage, log and answer every complete stream, in arrival order."""
-        self._finish_commit()
-        batch, self._arrived = self._arrived, []
-        if batch:
-            self._commit(batch, self._require_round())
-            for item in batch:
-                self._answer(item)
+        self._queue_commit()
+        self._answer_committed(wait_all=True)
 
     def _commit(self, batch: list[_Arrived], rnd: _Round) -> None:
         """Verify, stage, log and hand to the loader; decides each verdict, sends none.
@@ -912,7 +935,8 @@ class Session:
         reason = reason.replace(incoming.data_tmp.name, PurePosixPath(item.name).name)
         return f"not a valid data file: {reason}"
 
-    def _answer(self, item: _Arrived) -> None:
+    def _answer(self, item: _Arrived) -> bytes:
+        """Count and log ``item``'s verdict; returns its frame for the caller to send."""
         status = item.status or Verdict.REFUSED
         self.ctx.metrics.verdict(status)
         rnd = self._round
@@ -931,7 +955,7 @@ class Session:
                 printable(item.reason),
             )
         begin = item.begin
-        self._send(FileVerdict(begin.file_id, begin.name, status, clean_text(item.reason)))
+        return encode(FileVerdict(begin.file_id, begin.name, status, clean_text(item.reason)))
 
 
 class _Refused:
