@@ -30,7 +30,7 @@ import tenacity
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import naming_os_errors
-from sealsync.protocol import Stream
+from sealsync.protocol import PROTOCOL_VERSION, Hello, Stream, encode
 from sender.fleet import Cancel
 from sender.manage import idle_mark, shipped_mods
 from sender.manage.history import write_round_record
@@ -101,7 +101,9 @@ def run_round(
     report.bwlimit = config.bwlimit_for(receiver)
     own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
     cancel = cancel or Cancel()
-    run = _Run(config, receiver, report, own_uuid, connector or connect_receiver, progress, cancel)
+    run = _Run(
+        config, receiver, report, own_uuid, connector or _greeting(own_uuid), progress, cancel
+    )
     run.reconcile = reconcile
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(config.max_retries)
@@ -151,6 +153,16 @@ def _retryable(state: tenacity.RetryCallState) -> bool:
     # Unreachable on a reconnect: the receiver may be restarting; on the first
     # connection it is the answer (cron runs again later anyway).
     return isinstance(exc, Unreachable) and state.attempt_number > 1
+
+
+def _greeting(own_uuid: str) -> Connector:
+    """The real connection, with this sender's HELLO sent alongside the subsystem request."""
+    hello = encode(Hello(PROTOCOL_VERSION, own_uuid, hostname()))
+
+    def connector(config: SenderConfig, receiver: ReceiverEndpoint) -> OpenConnection:
+        return connect_receiver(config, receiver, greeting=hello)
+
+    return connector
 
 
 def hostname() -> str:
@@ -222,7 +234,7 @@ class _Run:
             bucket=self.bucket,
         )
         try:
-            session.hello(self.own_uuid, hostname())
+            session.hello(self.own_uuid, hostname(), sent=getattr(conn, "greeted", False))
             schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
             shipped_from = read_position(schema.schema_pos)
             try:
@@ -303,6 +315,7 @@ class _Run:
                             mods_seen,
                         )
                 return
+            session.start_round(index)  # its answer is read once the snapshot is taken
             with naming_os_errors("create"):
                 paths.folder.mkdir(parents=True, exist_ok=True)
             with naming_os_errors("link"):

@@ -252,12 +252,15 @@ def test_refused_key_names_its_fingerprint(
 
 
 @pytest.mark.slow
-def test_subsystem_not_served(tmp_path: Path, keys: dict[str, Path]) -> None:
+@pytest.mark.parametrize("greeting", [b"", b"the first frame, sent with the request"])
+def test_subsystem_not_served(tmp_path: Path, keys: dict[str, Path], greeting: bytes) -> None:
     srv = MiniServer([pkey(keys["host"])], pkey(keys["sender"]).asbytes(), subsystem_ok=False)
     try:
         kh = known_hosts(tmp_path, entry(f"[127.0.0.1]:{srv.port}", keys["host"]))
         with pytest.raises(SealsyncError, match="did not open the 'sealsync' subsystem"):
-            connect("127.0.0.1", srv.port, identity=keys["sender"], known_hosts=kh)
+            connect(
+                "127.0.0.1", srv.port, identity=keys["sender"], known_hosts=kh, greeting=greeting
+            )
     finally:
         srv.close()
 

@@ -24,7 +24,7 @@ from state_helpers import sync_log_lines
 
 from receiver import incoming as incoming_module
 from receiver.incoming import IncomingFile, stage_all
-from receiver.session import clean_text
+from receiver.session import MAX_BATCH, clean_text
 from sealsync.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -569,3 +569,21 @@ def test_pipelined_files_keep_their_order_with_repeated_file_ids(env: Env) -> No
             staged = env.folder().staged(name)
             assert staged.read_bytes() == data_file("root.d", body=str(i).encode())
     assert {p for p in files_under(env.folder().data) if ".incoming-" in p} == set()
+
+
+def test_every_queued_batch_is_answered_when_the_sender_stops_sending(env: Env) -> None:
+    # Several batches queue on the commit thread while files stream in; once the bytes
+    # stop, the session must answer all of them before it waits for more (a sender at
+    # the end of its pipeline waits for exactly these verdicts).
+    env.ctx.load_wait = 0.0
+    sock = env.connect()
+    sock.settimeout(60)  # a session that stopped answering fails here instead of hanging
+    hello(sock)
+    start_round(sock)
+    names = [f"sequence/sg/0/{i}.tsfile" for i in range(3 * MAX_BATCH + 5)]
+    for i, name in enumerate(names):
+        send_file(sock, i, name, data_file("root.d", body=str(i).encode()), chunk=1 << 16)
+    assert [verdict(sock)[:3] for _ in names] == [
+        (i, name, "verified") for i, name in enumerate(names)
+    ]
+    assert env.folder().sync_log.read_text().splitlines()[2:] == names

@@ -177,6 +177,8 @@ class Connection:
     transport: paramiko.Transport
     channel: paramiko.Channel
     keepalive: Keepalive | None = None
+    greeted: bool = False
+    """True if the session's first frame went out with the subsystem request."""
 
     @property
     def stream(self) -> Stream:
@@ -254,8 +256,14 @@ def connect(
     alive_interval: float = 15.0,
     alive_count_max: int = 3,
     stall_timeout: float = IO_TIMEOUT,
+    greeting: bytes = b"",
 ) -> Connection:
-    """Reach, verify, authenticate and open the subsystem; every failure is one line."""
+    """Reach, verify, authenticate and open the subsystem; every failure is one line.
+
+    ``greeting`` (the session's first frame) is sent on the channel just before the
+    subsystem request: the receiver reads it once the subsystem starts, and its answer
+    follows the request's at once, so the first exchange costs no round trip of its
+    own (each is 40 ms on a 40 ms link, twice the time the whole greeting takes)."""
     address = format_endpoint(host, port)
     key = load_identity(identity)
     known = load_known_hosts(known_hosts)
@@ -312,6 +320,8 @@ def connect(
             ) from None
         try:
             channel = transport.open_session(timeout=timeout)
+            if greeting:
+                channel.sendall(greeting)
             channel.invoke_subsystem(SUBSYSTEM)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if keepalive.dead is not None:
@@ -327,11 +337,18 @@ def connect(
         sock.close()
         raise
     return Connection(
-        address=address, sock=sock, transport=transport, channel=channel, keepalive=keepalive
+        address=address,
+        sock=sock,
+        transport=transport,
+        channel=channel,
+        keepalive=keepalive,
+        greeted=bool(greeting),
     )
 
 
-def connect_receiver(config: SenderConfig, receiver: ReceiverEndpoint) -> Connection:
+def connect_receiver(
+    config: SenderConfig, receiver: ReceiverEndpoint, greeting: bytes = b""
+) -> Connection:
     return connect(
         receiver.host,
         receiver.port,
@@ -341,4 +358,5 @@ def connect_receiver(config: SenderConfig, receiver: ReceiverEndpoint) -> Connec
         alive_interval=config.server_alive_interval,
         alive_count_max=config.server_alive_count_max,
         stall_timeout=config.stall_timeout,
+        greeting=greeting,
     )

@@ -169,7 +169,7 @@ class SenderSession:
         stream: Stream,
         *,
         chunk_size: int = 262144,
-        pipeline_depth: int = 64,
+        pipeline_depth: int = 256,
         max_retries: int = 5,
         progress: Progress | None = None,
         reply_timeout: float = REPLY_TIMEOUT,
@@ -190,6 +190,7 @@ class SenderSession:
         self._next_id = 0
         self.welcome: Welcome | None = None
         self._files_done: float | None = None
+        self._started: int | None = None  # the data dir whose ROUND_START went out early
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -213,8 +214,16 @@ class SenderSession:
 
     # --- session ---------------------------------------------------------------------
 
-    def hello(self, uuid: str, name: str) -> Welcome:
-        self.send(Hello(PROTOCOL_VERSION, uuid, name))
+    def start_round(self, index: int) -> None:
+        """Ask for data dir ``index``'s round ahead of :meth:`round`, which reads the
+        answer: the round trip then overlaps the sender's own preparation (the snapshot)."""
+        self.send(RoundStart(index))
+        self._started = index
+
+    def hello(self, uuid: str, name: str, sent: bool = False) -> Welcome:
+        """HELLO (unless the connection ``sent`` it already) and the receiver's WELCOME."""
+        if not sent:
+            self.send(Hello(PROTOCOL_VERSION, uuid, name))
         welcome = self.receive(Welcome)
         if welcome.version != PROTOCOL_VERSION:
             raise ProtocolError(
@@ -306,7 +315,9 @@ class SenderSession:
         started, sent = time.monotonic(), self.stream.sent
         try:
             self._files_done = None
-            self.send(RoundStart(index))
+            if self._started != index:
+                self.start_round(index)
+            self._started = None
             ready = self.receive(RoundReady)
             if ready.status == "busy":
                 report.note = (
