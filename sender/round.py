@@ -244,12 +244,14 @@ class _Run:
                 self.report.schema_bytes += max(shipped_to - shipped_from, 0)
             if self.reconcile:
                 self.findings = self._compare(session)
-            for i, data_dir in enumerate(config.data_dirs):
-                d = self.report.dirs[i]
-                if d.complete or d.note is not None:
-                    continue  # finished (or told busy) in an earlier attempt
+            todo = [
+                i for i, d in enumerate(self.report.dirs) if not d.complete and d.note is None
+            ]  # the others finished (or were told busy) in an earlier attempt
+            for i in todo:
+                # the last round's ROUND_END takes the BYE along: no round trip of its own
+                session.closing = i == todo[-1]
                 with naming_os_errors("update"):  # what the steps did not name
-                    self.data_dir(session, i, Path(data_dir), d)
+                    self.data_dir(session, i, Path(config.data_dirs[i]), self.report.dirs[i])
             session.bye()
         finally:
             session.close()

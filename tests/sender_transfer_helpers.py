@@ -72,6 +72,8 @@ class FakeReceiver:
     """Close the connection right after this many FILE_ENDs (verdicts sent so far stay)."""
     schema: bytearray = field(default_factory=bytearray)
     schema_ack_override: Callable[[int, int], int] | None = None
+    on_frame: Callable[[object, socket.socket], None] | None = None
+    """Called with each frame as it arrives, before it is answered."""
 
     frames: list[tuple[str, object]] = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)
@@ -98,6 +100,8 @@ class FakeReceiver:
                     owed.clear()
                 msg = receive(sock)
                 self.frames.append(_summary(msg))
+                if self.on_frame is not None:
+                    self.on_frame(msg, sock)
                 if isinstance(msg, Hello):
                     send(sock, Welcome(1, "fake"))
                 elif isinstance(msg, Schema):

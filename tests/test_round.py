@@ -546,3 +546,44 @@ def test_conflict_end_to_end(tmp_path: Path) -> None:
         )
     finally:
         site.service.stop()
+
+
+def test_round_trips_overlap_the_senders_own_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ROUND_START goes out before the snapshot is taken (its answer is read after), and
+    # the last round's ROUND_END carries the BYE: on a WAN link each of these was a round
+    # trip of its own. Earlier rounds still wait for ROUND_DONE before going on.
+    import select
+    import socket
+    import threading
+
+    from sealsync.protocol import RoundEnd, RoundStart
+
+    config = make_config(tmp_path)
+    d0, d1 = config.data_dirs
+    put(d0, A)
+    put(d1, P)
+    asked = threading.Semaphore(0)
+    asked_first: list[bool] = []
+    bye_waiting: list[bool] = []
+    real_snapshot = round_mod.take_snapshot
+
+    def take_snapshot(*args: object, **kwargs: object) -> object:
+        asked_first.append(asked.acquire(timeout=5))  # ROUND_START reached the receiver
+        return real_snapshot(*args, **kwargs)  # type: ignore[arg-type]
+
+    def probe(msg: object, sock: socket.socket) -> None:
+        if isinstance(msg, RoundStart):
+            asked.release()
+        elif isinstance(msg, RoundEnd):
+            bye_waiting.append(bool(select.select([sock], [], [], 0)[0]))
+
+    monkeypatch.setattr(round_mod, "take_snapshot", take_snapshot)
+    peers = Peers(FakeReceiver(on_frame=probe))
+    report = run_round(config, RECEIVER, connector=peers)
+    peers.join()
+    assert report.ok
+    assert asked_first == [True, True]
+    assert bye_waiting == [False, True]
+    assert frame_kinds(peers.used[0].frames)[-2:] == ["ROUND_END", "BYE"]

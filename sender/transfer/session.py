@@ -191,6 +191,9 @@ class SenderSession:
         self.welcome: Welcome | None = None
         self._files_done: float | None = None
         self._started: int | None = None  # the data dir whose ROUND_START went out early
+        self.closing = False
+        """Set by the caller before the session's last round: its ROUND_END carries BYE."""
+        self._bye_sent = False
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -239,7 +242,8 @@ class SenderSession:
         Closing our socket while the receiver's last SSH messages are unread makes the
         kernel reset the connection, which the receiver would log as an error.
         """
-        self.send(Bye())
+        if not self._bye_sent:
+            self.send(Bye())
         deadline = time.monotonic() + linger
         try:
             while time.monotonic() < deadline:
@@ -357,7 +361,11 @@ class SenderSession:
                 slog.tsfile_end()
                 crash_point("sender.synclog.tsfile_end")
                 self._files_done = self.stream.last_sent
-                self.send(RoundEnd())
+                if self.closing:  # the session's last round: BYE goes with ROUND_END
+                    self.stream.sendall(encode(RoundEnd()) + encode(Bye()))
+                    self._bye_sent = True
+                else:
+                    self.send(RoundEnd())
                 done = self.receive(RoundDone)
                 slog.end()
                 crash_point("sender.synclog.end")
