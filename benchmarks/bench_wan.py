@@ -42,6 +42,7 @@ from benchlib import (  # noqa: E402
     MiB,
     OpenSsh,
     Sealsync,
+    compile_bytecode,
     ensure_tools,
     log,
     median,
@@ -229,6 +230,7 @@ def main() -> int:
     args = parser.parse_args()
     cases = CASES if "all" in args.cases else tuple(args.cases)
     ensure_tools()
+    compile_bytecode()
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
     with Sealsync(args.work / "sealsync") as s, OpenSsh(args.work / "ssh") as ssh:

@@ -120,8 +120,8 @@ log = logging.getLogger(f"sealsync.{__name__}")
 
 DEFAULT_LOAD_WAIT = 10.0
 MAX_BATCH = 32
-"""Files committed together while more stream in: half the sender's default pipeline
-of 64, so that it can send the next batch while this one commits."""
+"""Files committed together while more stream in; the sender's default pipeline (256)
+holds several batches, so it sends the next ones while this one commits."""
 MAX_BATCH_BYTES = 16 << 20
 """...or as soon as this many bytes arrived: a large file's fsync then runs while the
 next file streams in, instead of all of them at the end of the round."""
@@ -568,6 +568,10 @@ class Session:
             self._round_start(msg)
         elif isinstance(msg, OwnersQuery):
             self._owners(msg)
+        elif isinstance(msg, PartialsQuery):
+            # the sender asks right after ROUND_START, before it has read the answer;
+            # after a busy one there is no round, and nothing to resume in it
+            self._send(Partials([]))
         elif isinstance(msg, InventoryQuery):
             self._inventory(msg)
         else:

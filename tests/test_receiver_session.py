@@ -38,6 +38,8 @@ from sealsync.protocol import (
     Hello,
     Owners,
     OwnersQuery,
+    Partials,
+    PartialsQuery,
     RoundDone,
     RoundEnd,
     RoundReady,
@@ -463,6 +465,14 @@ def test_second_session_on_the_same_folder_is_busy(env: Env) -> None:
     hello(b)
     ready = start_round(b)
     assert ready == RoundReady("busy", "another session is in a round for this sender and data dir")
+    # a sender asks for its partial uploads right after ROUND_START, before it reads the
+    # answer: after a busy one the query is answered (nothing to resume), not an error
+    send(b, PartialsQuery())
+    assert receive(b) == Partials([])
+    send(b, RoundStart(0))
+    assert receive(b) == RoundReady(
+        "busy", "another session is in a round for this sender and data dir"
+    )
 
 
 def test_session_dying_mid_round_is_recovered_at_the_next_round(env: Env) -> None:

@@ -322,7 +322,14 @@ class SenderSession:
             if self._started != index:
                 self.start_round(index)
             self._started = None
+            known = {name: _sizes(snapshot_dir, name) for name in new}
+            # asked before ROUND_READY is read (answered after a busy one too, empty):
+            # its round trip overlaps ROUND_START's; a small-file round asks nothing
+            ask = any(data >= RESUME_MIN for _, data in known.values())
+            if ask:
+                self.send(PartialsQuery())
             ready = self.receive(RoundReady)
+            held = self.receive(Partials).partials if ask else []
             if ready.status == "busy":
                 report.note = (
                     f"receiver busy ({ready.message or 'still loading an earlier round'}); "
@@ -330,13 +337,8 @@ class SenderSession:
                 )
                 return
             to_send = self._owners_check(new, refusals, report, own_uuid)
-            sizes = [_sizes(snapshot_dir, n) for n in to_send]
-            total = sum(stream for stream, _ in sizes)
-            partials: dict[str, tuple[int, int, str, int]] = {}
-            if any(data >= RESUME_MIN for _, data in sizes):  # a small-file round asks nothing
-                self.send(PartialsQuery())
-                for name, size, mtime, head, held in self.receive(Partials).partials:
-                    partials[name] = (size, mtime, head, held)
+            total = sum(known[n][0] for n in to_send)
+            partials = {name: (size, mtime, head, n) for name, size, mtime, head, n in held}
             self.emit(
                 "dir_start", index=index, files=len(to_send), bytes=total, deleted=len(deleted)
             )
