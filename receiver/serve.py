@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from receiver.lock import ReceiverLocked, holder
+from receiver.openfiles import raise_open_files_limit
 from receiver.service import ReceiverService
 from sealsync.config import ReceiverConfig
 from sealsync.errors import EXIT_OK, ConfigError
@@ -104,6 +105,7 @@ def serve(config: ReceiverConfig, stop_event: threading.Event | None = None) -> 
         stop.set()
 
     file_handler = open_log_file(config)
+    raise_open_files_limit(config.max_sessions)
     if threading.current_thread() is threading.main_thread():
         for sig in _SIGNALS:
             previous[sig] = signal.signal(sig, on_signal)

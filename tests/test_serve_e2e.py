@@ -355,3 +355,56 @@ def test_status_says_whether_a_receiver_runs_on_the_storage(
     assert server.signal_group(signal.SIGTERM) == 0
     assert status().splitlines()[0].startswith("receiver not running")
     assert json.loads(status("--json"))["pid"] is None
+
+
+def _open_files_limit(pid: int) -> tuple[int, int]:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError("no open files line")
+
+
+@pytest.mark.parametrize("enough", [True, False])
+def test_serve_raises_its_open_files_limit_or_says_why_it_cannot(
+    dep: Deployment, servers: list[Server], enough: bool
+) -> None:
+    # Waiting streams keep their temporaries open, thousands across max_sessions senders:
+    # a soft limit of 256 is raised to the hard one, and a hard one too low is named.
+    import resource
+
+    from receiver.openfiles import needed
+
+    ours = resource.getrlimit(resource.RLIMIT_NOFILE)[1]  # a child may not go above it
+    hard = min(ours, 4 * needed(16)) if enough else 512
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    err_path = dep.root / f"serve-limit-{enough}.err"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [*SEALSYNC, "serve", "--config", str(dep.receiver_config)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=low_limit,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "listening" not in err_path.read_text():
+            assert proc.poll() is None, err_path.read_text()
+            assert time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.05)
+        assert _open_files_limit(proc.pid) == (hard, hard)
+        log = err_path.read_text()
+        assert f"open files limit raised from 256 to {hard}" in log
+        want = needed(16)
+        assert hard >= want or (
+            f"open files limit {hard} is below the {want} that max_sessions = 16" in log
+        )
+        assert hard < want or "is below the" not in log
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
