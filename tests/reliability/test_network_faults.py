@@ -55,7 +55,8 @@ AFTER_HANDSHAKE = 2600
 VERDICTS_FROM = 3200
 """Downwards, where verdicts start (handshake, WELCOME, schema acks, ROUND_READY)."""
 VERDICT_BYTES = 110
-"""Bytes a verdict takes downwards (SSH packet of ~100 bytes plus window adjusts)."""
+"""Bytes a verdict takes downwards (its frame: a commit batch's verdicts, up to 32,
+share one SSH packet)."""
 SCHEMA_LINE = "CREATE TIMESERIES root.fault.d{i}.s{j} WITH DATATYPE=INT64"
 BIG_ROWS = 20000
 """Rows per device of a "big" file: ~650 KiB, so a data-file offset lands mid-file."""
@@ -222,7 +223,11 @@ def assert_one_line(stderr: str) -> str:
 )
 def test_fault_mid_round_ends_in_a_clean_retry(net: Net, case: str) -> None:
     action, direction, phase = case.split()
-    batch = new_batch(net, schema_bytes=(3 << 20) if phase == "mid-schema" else 0)
+    # mid-verdicts: enough files for at least three commit batches, whose verdicts go
+    # down in one packet each, so that the middle of the verdict bytes lies after the
+    # first batch's packet and before the last one's
+    small = 99 if phase == "mid-verdicts" else 30
+    batch = new_batch(net, small=small, schema_bytes=(3 << 20) if phase == "mid-schema" else 0)
     if phase == "mid-schema":  # three 1 MiB SCHEMA frames: aim at the second
         offset = AFTER_HANDSHAKE + (3 << 19)
     elif phase == "mid-file":  # the two big files come first: aim at the first
