@@ -34,6 +34,9 @@ class _Policy(paramiko.ServerInterface):
         self.subsystem_ok = subsystem_ok
         self.auth_attempts: list[str] = []
         self.subsystems: list[str] = []
+        self.answer_and_close: bytes | None = None
+        """If set: the subsystem writes this and closes the channel before its request
+        is answered, as a receiver refusing a greeting's HELLO can."""
 
     def get_allowed_auths(self, username: str) -> str:
         return "publickey"
@@ -50,6 +53,9 @@ class _Policy(paramiko.ServerInterface):
 
     def check_channel_subsystem_request(self, channel: paramiko.Channel, name: str) -> bool:
         self.subsystems.append(name)
+        if self.answer_and_close is not None:
+            channel.sendall(self.answer_and_close)
+            channel.close()
         return self.subsystem_ok and name == SUBSYSTEM
 
 
@@ -261,6 +267,30 @@ def test_subsystem_not_served(tmp_path: Path, keys: dict[str, Path], greeting: b
             connect(
                 "127.0.0.1", srv.port, identity=keys["sender"], known_hosts=kh, greeting=greeting
             )
+    finally:
+        srv.close()
+
+
+@pytest.mark.slow
+def test_an_answer_to_the_greeting_before_the_subsystem_reply_reaches_the_session(
+    tmp_path: Path, keys: dict[str, Path]
+) -> None:
+    # A receiver that refuses the greeting's HELLO writes its ERROR and closes the
+    # channel, which can happen before the subsystem request is answered: the session
+    # must get to read that ERROR (its reason), not a "did not open the subsystem".
+    srv = MiniServer([pkey(keys["host"])], pkey(keys["sender"]).asbytes())
+    srv.policy.answer_and_close = b"the receiver's reason"
+    try:
+        kh = known_hosts(tmp_path, entry(f"[127.0.0.1]:{srv.port}", keys["host"]))
+        conn = connect(
+            "127.0.0.1", srv.port, identity=keys["sender"], known_hosts=kh, greeting=b"HELLO"
+        )
+        try:
+            assert conn.channel.recv(100) == b"the receiver's reason"
+        finally:
+            conn.close()
+        with pytest.raises(SealsyncError, match="did not open the 'sealsync' subsystem"):
+            connect("127.0.0.1", srv.port, identity=keys["sender"], known_hosts=kh)
     finally:
         srv.close()
 

@@ -326,9 +326,13 @@ def connect(
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if keepalive.dead is not None:
                 raise Unreachable(keepalive.dead) from None
-            raise Refused(
-                f"receiver {address} did not open the '{SUBSYSTEM}' subsystem: {exc}"
-            ) from None
+            if not (greeting and channel.recv_ready()):
+                raise Refused(
+                    f"receiver {address} did not open the '{SUBSYSTEM}' subsystem: {exc}"
+                ) from None
+            # The subsystem started and answered the greeting, then closed the channel
+            # before the request's own answer went out (an ERROR: a refused HELLO). The
+            # session reads that answer and reports its reason.
         channel.settimeout(stall_timeout)
     except BaseException:
         if keepalive is not None:
