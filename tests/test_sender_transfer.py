@@ -553,3 +553,49 @@ def test_refusal_book_ignores_damaged_lines(tmp_path: Path) -> None:
         + "\n"
     )
     assert read_refusals(path) == {A: Refusal(A, "conflict", "r", ("d\n1",))}
+
+
+def test_a_large_file_streams_in_frames_that_fill_whole_ssh_packets(tmp_path: Path) -> None:
+    # Each CHUNK frame of a large file is one write whose length is a whole number of
+    # SSH packets (paramiko's payload per packet): a 5-byte header written alone, or a
+    # short tail after full packets, cost as much per-packet work as a full one.
+    import os
+    from io import BytesIO
+
+    from sealsync.protocol import Chunk, FileBegin, FileEnd, ReadBuffer, receive
+    from sender.transfer.filestream import PACKET_PAYLOAD, open_snapshot_file, send_file
+
+    name = "sequence/root.sg/0/0/1-1-0.tsfile"
+    data = os.urandom(3 * (1 << 20) + 12345)
+    path = tmp_path / name
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    Path(f"{path}.resource").write_bytes(b"resource")
+    writes: list[bytes] = []
+
+    class Recorder:
+        def sendall(self, chunk: bytes | memoryview) -> None:
+            writes.append(bytes(chunk))
+
+    opened = open_snapshot_file(tmp_path, name)
+    try:
+        digest = send_file(Recorder(), opened, 7, bytearray(1 << 18))  # type: ignore[arg-type]
+    finally:
+        opened.close()
+    frames = writes[1:-1]  # FILE_BEGIN first, FILE_END last, the CHUNKs between
+    assert len(frames) > 3
+    # all full but the data file's last and its sidecar's (a chunk never spans the two)
+    assert [len(frame) for frame in frames[:-2]] == [4 * PACKET_PAYLOAD] * (len(frames) - 2)
+    assert len(frames[-1]) == 5 + len(b"resource")
+    wire = BytesIO(b"".join(writes))
+
+    class Wire:
+        def recv(self, n: int) -> bytes:
+            return wire.read(n)
+
+    stream = ReadBuffer(Wire())  # type: ignore[arg-type]
+    begin, *chunks, end = [receive(stream) for _ in range(len(writes))]
+    assert isinstance(begin, FileBegin) and isinstance(end, FileEnd)
+    assert all(isinstance(c, Chunk) for c in chunks)
+    assert b"".join(bytes(c.data) for c in chunks) == data + b"resource"  # type: ignore[union-attr]
+    assert end.md5 == digest == hashlib.md5(data + b"resource").hexdigest()
