@@ -263,7 +263,7 @@ def connect(
     ``greeting`` (the session's first frame) is sent on the channel just before the
     subsystem request: the receiver reads it once the subsystem starts, and its answer
     follows the request's at once, so the first exchange costs no round trip of its
-    own (each is 40 ms on a 40 ms link, twice the time the whole greeting takes)."""
+    own, which on a slow link is a visible part of every session."""
     address = format_endpoint(host, port)
     key = load_identity(identity)
     known = load_known_hosts(known_hosts)
