@@ -115,4 +115,7 @@ def _start_writeback(fd: int, written: int) -> None:
     end = os.lseek(fd, 0, os.SEEK_CUR)
     step = end // WRITEBACK_STEP * WRITEBACK_STEP
     if step and step > end - written:
-        os.posix_fadvise(fd, step - WRITEBACK_STEP, WRITEBACK_STEP, os.POSIX_FADV_DONTNEED)
+        try:
+            os.posix_fadvise(fd, step - WRITEBACK_STEP, WRITEBACK_STEP, os.POSIX_FADV_DONTNEED)
+        except OSError:  # only advice: a file system that declines it costs nothing else
+            pass

@@ -339,3 +339,22 @@ def test_a_large_stream_has_its_writeback_started_step_by_step(
     assert started == [(0, step), (step, step)]
     assert incoming.data_tmp.read_bytes() == data
     incoming.discard()
+
+
+def test_a_declined_writeback_hint_does_not_fail_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def declined(fd: int, offset: int, length: int, advice: int) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(writer_module.os, "posix_fadvise", declined)
+    writer = BackgroundWriter()
+    data = os.urandom(writer_module.WRITEBACK_STEP + 4096)
+    begin = FileBegin(1, "sequence/g/0/a.tsfile", len(data), 3, -1)
+    incoming = IncomingFile(begin, tmp_path, "t1", writer)
+    incoming.write(memoryview(data + b"res"))
+    incoming.finish_writes()
+    writer.close()
+    assert incoming.error is None
+    assert incoming.data_tmp.read_bytes() == data
+    incoming.discard()
