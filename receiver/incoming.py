@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from receiver.inventory import record_md5
 from receiver.partials import Partial, PartialStore
 from receiver.storage import safe_dirs
-from receiver.writer import BackgroundWriter
+from receiver.writer import BackgroundWriter, drop_cached
 from sealsync import durable
 from sealsync.protocol import FileBegin
 
@@ -182,6 +182,8 @@ class IncomingFile:
             record_md5(self._fds[0], self._data_md5)  # for send --reconcile
         for fd in self._fds:
             os.fsync(fd)
+        if self._writer is not None:
+            drop_cached(self._fds[0])
         self._close_fds()
 
     def install(self, target: Path) -> None:

@@ -105,6 +105,25 @@ class BackgroundWriter:
                 self._cond.notify_all()
 
 
+def drop_cached(fd: int) -> None:
+    """Release the page cache of a durable file that this process will not read again.
+
+    A large received file is hashed and inspected before its fsync, and only renamed
+    after it. Its pages freed at once are the ones the next file's writes take,
+    instead of pages the kernel must first find (reclaim on a full host, on a
+    virtual machine pages the hypervisor took back), and a reload of terabytes
+    does not push the host database's own working set out of the cache.
+    """
+    _advise(fd, 0, 0)
+
+
+def _advise(fd: int, offset: int, length: int) -> None:
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    except OSError:  # only advice: a file system that declines it costs nothing else
+        pass
+
+
 def _start_writeback(fd: int, written: int) -> None:
     """Start writeback of the step the last ``written`` bytes completed, if any.
 
@@ -115,7 +134,4 @@ def _start_writeback(fd: int, written: int) -> None:
     end = os.lseek(fd, 0, os.SEEK_CUR)
     step = end // WRITEBACK_STEP * WRITEBACK_STEP
     if step and step > end - written:
-        try:
-            os.posix_fadvise(fd, step - WRITEBACK_STEP, WRITEBACK_STEP, os.POSIX_FADV_DONTNEED)
-        except OSError:  # only advice: a file system that declines it costs nothing else
-            pass
+        _advise(fd, step - WRITEBACK_STEP, WRITEBACK_STEP)

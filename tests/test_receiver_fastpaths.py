@@ -8,7 +8,10 @@ paths bytes take in (ChunkPipe, ReadBuffer, BackgroundWriter).
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import posix
 import socket
 import threading
 from pathlib import Path
@@ -341,6 +344,56 @@ def test_a_large_stream_has_its_writeback_started_step_by_step(
     incoming.discard()
 
 
+def resident_pages(path: Path) -> int:
+    """How many of ``path``'s pages are in the page cache (mincore(2) of an untouched map)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    libc.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    with open(path, "rb") as f:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    try:
+        vec = ctypes.create_string_buffer(pages)
+        assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        return sum(byte & 1 for byte in vec.raw)
+    finally:
+        libc.munmap(addr, size)
+
+
+def test_a_large_file_leaves_the_page_cache_once_it_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing in the receiver reads a large file again after its fsync (it was hashed
+    # and inspected before, and is only renamed after): its pages are released for
+    # the next file's writes. A small file keeps its few pages: one less syscall.
+    monkeypatch.setattr(os, "fsync", posix.fsync)  # only clean pages can be dropped
+    writer = BackgroundWriter()
+    data = os.urandom(writer_module.WRITEBACK_STEP + 12345)
+    begin = FileBegin(1, "sequence/g/0/a.tsfile", len(data), 3, -1)
+    large = IncomingFile(begin, tmp_path, "large", writer)
+    large.write(memoryview(data + b"res"))
+    large.finish_writes()
+    assert resident_pages(large.data_tmp) > 0  # the last, unfinished step is still cached
+    large.fsync()
+    assert resident_pages(large.data_tmp) == 0
+    assert large.data_tmp.read_bytes() == data
+    small_data = os.urandom(64 << 10)
+    small = IncomingFile(
+        FileBegin(2, "sequence/g/0/b.tsfile", len(small_data), 3, -1), tmp_path, "small", writer
+    )
+    small.write(memoryview(small_data + b"res"))
+    small.fsync()
+    assert resident_pages(small.data_tmp) == len(small_data) // mmap.PAGESIZE
+    writer.close()
+    large.discard()
+    small.discard()
+
+
 def test_a_declined_writeback_hint_does_not_fail_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -353,7 +406,7 @@ def test_a_declined_writeback_hint_does_not_fail_the_file(
     begin = FileBegin(1, "sequence/g/0/a.tsfile", len(data), 3, -1)
     incoming = IncomingFile(begin, tmp_path, "t1", writer)
     incoming.write(memoryview(data + b"res"))
-    incoming.finish_writes()
+    incoming.fsync()  # the hint to drop the durable file's pages is declined too
     writer.close()
     assert incoming.error is None
     assert incoming.data_tmp.read_bytes() == data
