@@ -43,8 +43,27 @@ def check_relative(name: str) -> str:
     return name
 
 
+# A fast front for check_data_name, for hot loops (the sender's over 100,000 names, the
+# receiver's several checks per file received): names as databases write them
+# (``sequence/root.sg1/0/1581324718762-101-1.tsfile``) match one precompiled pattern
+# whose accepted set is a strict subset of what full_data_name_check accepts (a test
+# holds it to that); anything else goes through full_data_name_check.
+# ASCII-only components that cannot be '', '.' or '..' (no leading dot), each at most
+# 255 bytes, the last one a data file with a non-empty stem; the whole at most 1024.
+_PART = r"[A-Za-z0-9_+=@,-][A-Za-z0-9_.+=@,-]{0,254}"
+_LAST = r"[A-Za-z0-9_+=@,-][A-Za-z0-9_.+=@,-]{0,246}\.(?:tsfile|parquet)"
+_SAFE = re.compile(rf"(?=.{{1,1024}}\Z)(?:sequence|unsequence)(?:/{_PART})*/{_LAST}", re.DOTALL)
+
+
 def check_data_name(name: str) -> str:
     """A data file's name: safe, under ``sequence/`` or ``unsequence/``, a known suffix."""
+    if isinstance(name, str) and _SAFE.fullmatch(name):
+        return name
+    return full_data_name_check(name)
+
+
+def full_data_name_check(name: str) -> str:
+    """:func:`check_data_name` rule by rule, without the fast front (which is held to it)."""
     check_relative(name)
     path = PurePosixPath(name)
     if len(path.parts) < 2 or path.parts[0] not in DATA_ROOTS:
@@ -52,17 +71,6 @@ def check_data_name(name: str) -> str:
     if path.suffix not in DATA_SUFFIXES:
         raise BadName(f"not a .tsfile or .parquet data file: {name}")
     return name
-
-
-# A fast front for check_data_name, for the sender's hot loops over 100,000 names: names
-# as databases write them (``sequence/root.sg1/0/1581324718762-101-1.tsfile``) match one
-# precompiled pattern whose accepted set is a strict subset of what check_data_name
-# accepts (a test holds it to that); anything else goes through check_data_name itself.
-# ASCII-only components that cannot be '', '.' or '..' (no leading dot), each at most
-# 255 bytes, the last one a data file with a non-empty stem; the whole at most 1024.
-_PART = r"[A-Za-z0-9_+=@,-][A-Za-z0-9_.+=@,-]{0,254}"
-_LAST = r"[A-Za-z0-9_+=@,-][A-Za-z0-9_.+=@,-]{0,246}\.(?:tsfile|parquet)"
-_SAFE = re.compile(rf"(?=.{{1,1024}}\Z)(?:sequence|unsequence)(?:/{_PART})*/{_LAST}", re.DOTALL)
 
 
 def data_name_problem(name: str) -> str | None:
@@ -75,7 +83,7 @@ def data_name_problem(name: str) -> str | None:
     if _SAFE.fullmatch(name):
         return None
     try:
-        check_data_name(name)
+        full_data_name_check(name)
     except BadName as exc:
         return str(exc)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from state_helpers import write_data_file
 
 from sealsync.errors import BadName, SealsyncError
-from sealsync.names import _SAFE, check_data_name, data_name_problem
+from sealsync.names import _SAFE, check_data_name, data_name_problem, full_data_name_check
 from sender.manage import scan as scan_module
 from sender.manage.scan import NOT_FOLDER, NOT_REGULAR, SYMLINK, DataDirScan, scan
 
@@ -172,14 +173,22 @@ def test_many_files_exactly(tmp_path: Path) -> None:
     assert scan(tmp_path) == DataDirScan(frozenset(sealed), frozenset(present), ())
 
 
-# --- the fast name check is exactly check_data_name (plus UTF-8) -------------------
+# --- the fast name check is exactly the full check (plus UTF-8) -------------------
 
 
 def reference_problem(name: str) -> bool:
     try:
-        check_data_name(name)
+        full_data_name_check(name)
         name.encode("utf-8")
     except (BadName, UnicodeEncodeError):
+        return True
+    return False
+
+
+def refused(check: Callable[[str], str], name: str) -> bool:
+    try:
+        check(name)
+    except BadName:
         return True
     return False
 
@@ -199,6 +208,7 @@ suffixes = st.sampled_from([".tsfile", ".parquet", ".tsfile.resource", "", ".TSF
 def test_fast_check_agrees_with_check_data_name(root: str, middle: str, suffix: str) -> None:
     name = root + middle + suffix
     assert (data_name_problem(name) is not None) == reference_problem(name)
+    assert refused(check_data_name, name) == refused(full_data_name_check, name)
 
 
 @pytest.mark.parametrize(
@@ -221,6 +231,7 @@ def test_fast_check_agrees_with_check_data_name(root: str, middle: str, suffix: 
 )
 def test_fast_check_at_the_limits(name: str) -> None:
     assert (data_name_problem(name) is None) == (not reference_problem(name))
+    assert refused(check_data_name, name) == refused(full_data_name_check, name)
 
 
 def test_typical_names_take_the_fast_path() -> None:
