@@ -11,8 +11,10 @@ one module on the receiver side that imports it, so moving it touches one line.
 
 from __future__ import annotations
 
+import functools
 import logging
-import uuid as uuid_module
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,17 +38,18 @@ log = logging.getLogger(f"sealsync.{__name__}")
 RECEIVER_FOLDER = "sync-receiver"
 
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""Exactly the strings ``str(uuid.UUID(...))`` gives: a test holds the two to agree."""
+
+
 def check_sender_uuid(value: str) -> str:
     """``value`` if it is a canonical lowercase UUID string, else BadName.
 
     The UUID names folders and keys ownership, so two spellings of one UUID
-    (upper case, braces, no dashes) must never become two senders.
+    (upper case, braces, no dashes) must never become two senders. Checked by
+    pattern, not by parsing: it runs several times for every file received.
     """
-    try:
-        canonical = str(uuid_module.UUID(value))
-    except (ValueError, TypeError, AttributeError):
-        canonical = None
-    if canonical != value:
+    if not isinstance(value, str) or not _CANONICAL_UUID.fullmatch(value):
         shown = str(value)[:80].encode("unicode_escape").decode("ascii")
         raise BadName(f"sender uuid is not a canonical lowercase uuid: {shown}")
     return value
@@ -79,7 +82,8 @@ class SenderFolder:
         check_sender_uuid(self.uuid)
         _folder_ip(self.ip)
 
-    @property
+    # Cached: the instance is frozen, and staged() asks for them for every file.
+    @functools.cached_property
     def root(self) -> Path:
         return self.data_dir / RECEIVER_FOLDER / f"{_folder_ip(self.ip)}_{self.uuid}"
 
@@ -95,13 +99,14 @@ class SenderFolder:
     def sync_end(self) -> Path:
         return self.root / "sync.end"
 
-    @property
+    @functools.cached_property
     def data(self) -> Path:
         """Verified files waiting to load, at their relative names."""
         return self.root / "data"
 
     def staged(self, name: str) -> Path:
-        return self.data.joinpath(*check_data_name(name).split("/"))
+        # one join of strings: a checked name has no empty, '.' or '..' component
+        return Path(os.path.join(self.data, check_data_name(name)))
 
 
 def sender_folders(data_dirs: list[Path]) -> list[SenderFolder]:

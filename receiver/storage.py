@@ -23,7 +23,7 @@ import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 
 from receiver.inventory import held_files
@@ -149,8 +149,8 @@ class DirectoryStorage:
     def target(self, data_dir: Path, sender: str, name: str) -> Path:
         """Where ``sender``'s ``name`` lives in ``data_dir``."""
         check_sender_uuid(sender)
-        parts = PurePosixPath(check_data_name(name)).parts
-        return Path(data_dir).joinpath(*parts[:-1], sender, parts[-1])
+        folder, _, base = check_data_name(name).rpartition("/")
+        return Path(os.path.join(data_dir, folder, sender, base))
 
     def _data_dir_of(self, staged: Path) -> Path:
         known = getattr(self._local, "data_dir_of", None)
@@ -193,8 +193,8 @@ class DirectoryStorage:
 
     def load(self, sender: str, name: str, staged: Path) -> None:
         staged = Path(staged)
-        target = self.target(self.data_dirs[0], sender, name)  # validates before any path use
-        if staged.name != target.name:
+        check_sender_uuid(sender)  # before any path use
+        if staged.name != check_data_name(name).rpartition("/")[2]:
             raise StorageError(f"staged file {staged} does not match the name {name}")
         data_dir = self._data_dir_of(staged)
         target = self.target(data_dir, sender, name)

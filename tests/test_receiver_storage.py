@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 from receiver_load_helpers import UUID_A, UUID_B, copy_file, files_under, stage
 
 from receiver.layout import SenderFolder, check_sender_uuid, sender_folders
@@ -65,6 +68,29 @@ def test_non_canonical_uuid_rejected(data_dir: Path, value: str) -> None:
         SenderFolder(data_dir, "10.0.0.1", value)
     with pytest.raises(BadName):
         DirectoryStorage([data_dir]).list(value)
+
+
+spellings = st.uuids().flatmap(
+    lambda u: st.sampled_from([str(u), str(u).upper(), u.hex, f"{{{u}}}", f"urn:uuid:{u}"])
+)
+
+
+@given(st.one_of(spellings, st.text(alphabet="0123456789abcdefABCDEF-{} \n", max_size=40)))
+@example(f"{UUID_A}\n")
+@example(f" {UUID_A}")
+def test_uuid_check_is_exactly_canonical_spelling(value: str) -> None:
+    # the check is a pattern, for speed; it must accept exactly what uuid parses
+    # and spells back unchanged
+    try:
+        canonical = str(uuid.UUID(value)) == value
+    except ValueError:
+        canonical = False
+    try:
+        check_sender_uuid(value)
+        accepted = True
+    except BadName:
+        accepted = False
+    assert accepted == canonical
 
 
 def test_sender_folders_lists_only_ours(tmp_path: Path) -> None:
