@@ -113,9 +113,9 @@ def safe_dirs(root: Path, folder: Path) -> None:
     make_dirs(folder)
 
 
-def _same_content(a: Path, b: Path) -> bool:
+def _same_content(a: str, b: str) -> bool:
     """Byte equality (no stat cache: a replay must see what is on disk now)."""
-    if a.stat().st_size != b.stat().st_size:
+    if os.stat(a).st_size != os.stat(b).st_size:
         return False
     with open(a, "rb") as fa, open(b, "rb") as fb:
         while True:
@@ -126,10 +126,10 @@ def _same_content(a: Path, b: Path) -> bool:
                 return True
 
 
-def _replaceable(dst: Path) -> bool:
+def _replaceable(dst: str) -> bool:
     """``.mods`` is the one sidecar that legitimately changes after sealing (points deleted
     later, docs/design.md §3.7, §9.2): a newer list replaces the older one."""
-    return dst.name.endswith(".mods")
+    return dst.endswith(".mods")
 
 
 class DirectoryStorage:
@@ -199,12 +199,11 @@ class DirectoryStorage:
         data_dir = self._data_dir_of(staged)
         target = self.target(data_dir, sender, name)
         # Each piece's presence is looked up once: this loader thread is the only one
-        # that moves a sender's staged files.
+        # that moves a sender's staged files. Pieces are strings, not Paths: this runs
+        # for every file received, and the pieces share their two folders.
         pieces = [
-            (src, dst, src.exists(), dst.exists())
-            for src, dst in (
-                (Path(f"{staged}{suffix}"), Path(f"{target}{suffix}")) for suffix in LOAD_ORDER
-            )
+            (src, dst, os.path.exists(src), os.path.exists(dst))
+            for src, dst in ((f"{staged}{suffix}", f"{target}{suffix}") for suffix in LOAD_ORDER)
         ]
         if not pieces[0][2] and not pieces[0][3]:  # LOAD_ORDER starts with the data file
             raise StorageError(f"{name}: the staged file is missing and it is not loaded")
@@ -213,8 +212,8 @@ class DirectoryStorage:
             same.append(src_there and dst_there and _same_content(src, dst))
             if src_there and dst_there and not same[-1] and not _replaceable(dst):
                 raise StorageError(
-                    f"{name}: a different {dst.name} is already loaded from this sender; "
-                    f"the staged copy is kept in {src.parent}"
+                    f"{name}: a different {os.path.basename(dst)} is already loaded from "
+                    f"this sender; the staged copy is kept in {staged.parent}"
                 )
         for (src, dst, src_there, _), identical in zip(pieces, same, strict=True):
             if not src_there:
@@ -222,22 +221,22 @@ class DirectoryStorage:
             if identical:  # already in place (an earlier attempt)
                 durable.remove(src)
                 continue
-            self._move_in(src, dst, data_dir)
+            self._move_in(src, dst, staged.parent, target.parent, data_dir)
 
-    def _move_in(self, src: Path, dst: Path, data_dir: Path) -> None:
-        """Move one piece into a folder free of links."""
+    def _move_in(self, src: str, dst: str, src_folder: Path, folder: Path, data_dir: Path) -> None:
+        """Move one piece into ``folder`` (its target's), made free of links."""
         checked = getattr(self._local, "checked", None)
-        if checked is None or dst.parent not in checked:
-            safe_dirs(data_dir, dst.parent)
+        if checked is None or folder not in checked:
+            safe_dirs(data_dir, folder)
             if checked is not None:
-                checked.add(dst.parent)
+                checked.add(folder)
         defer = getattr(self._local, "defer", None)
         if defer is None:
             durable.rename(src, dst)
         else:
             os.replace(src, dst)
-            defer[dst.parent] = None
-            defer[src.parent] = None
+            defer[folder] = None
+            defer[src_folder] = None
 
     def delete(self, sender: str, name: str) -> bool:
         removed = False
