@@ -8,7 +8,10 @@ Measures (the tools on the same files in the same run, rotating which goes first
 ``--reps`` times; medians, the ratio sealsync/rsync and the spread of that ratio over the
 repetitions — min–max of the ratios of the runs of one repetition — are printed). bulk
 and small run a third tool, ``rsync -a --fsync``, which gives what a sealsync verdict
-gives (every file on disk before it counts): the comparison on equal durability.
+gives (every file on disk before it counts): the comparison on equal durability. small
+runs a fourth, the least work on sealsync's own parts (``bench_small_ceiling.py``:
+paramiko, MD5 on both ends, every file and sidecar fsynced, nothing else), to show
+how much of the small-file time is sealsync's own per-file work.
 
 * bulk     16 TsFiles of 64 MiB (1 GiB), MiB/s;
 * small    5,000 TsFiles of ~64 KiB, files/s;
@@ -39,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_small_ceiling  # noqa: E402
 from benchlib import (  # noqa: E402
     CIPHER,
     GiB,
@@ -178,14 +182,29 @@ class Bench:
                 # the same guarantee as a verdict: every file on disk before it counts
                 "rsync --fsync": rsync_run([rsync_cmd[0], "--fsync", *rsync_cmd[1:]]),
             }
+            if measure == "small":
+                files = [ss.edge_data / n for n in names]
+
+                def run_least() -> float:
+                    into = trash / f"least-{time.monotonic_ns()}"
+                    trash.mkdir(parents=True, exist_ok=True)
+                    return bench_small_ceiling.run(files, into)
+
+                # the least work on sealsync's own parts (bench_small_ceiling.py): the
+                # most any receiver built on them reaches here
+                runs["least work"] = run_least
             log(f"{measure}: {count} files, {total / MiB:.1f} MiB; warm-up")
             for _ in range(self.args.warmup):
                 for run in runs.values():
                     run()
             times = self.alternate(self.args.reps, runs)
         shutil.rmtree(root, ignore_errors=True)
-        s, r, f = (median(times[t]) for t in runs)
+        s, r, f = (median(times[t]) for t in ("sealsync", "rsync", "rsync --fsync"))
         amount, unit = (total / MiB, "MiB/s") if measure == "bulk" else (count, "files/s")
+        least: dict[str, float] = {}
+        if "least work" in times:
+            lw = median(times["least work"])
+            least = {"least_work": amount / lw, "least_work_vs_fsync": f / lw}
         self.record(
             measure,
             unit,
@@ -194,6 +213,7 @@ class Bench:
             times=times,
             rsync_fsync=amount / f,
             ratio_fsync=f / s,
+            **least,
             files=count,
             mib=total / MiB,
             seconds={t: times[t] for t in runs},
@@ -352,6 +372,14 @@ class Bench:
             "rsync -f is rsync -a --fsync: every file fsynced, the guarantee a sealsync "
             "verdict gives (equal durability); plain rsync fsyncs nothing."
         )
+        r = self.results.get("small", {})
+        if "least_work" in r:
+            spread = r.get("spread_least_work")
+            lines.append(
+                f"small, least work on sealsync's parts (bench_small_ceiling.py): "
+                f"{r['least_work']:.3g} files/s, {r['least_work_vs_fsync']:.2f}x rsync -f; "
+                f"sealsync at {_ratio(r['sealsync'] / r['least_work'], spread)} of it"
+            )
         return "\n".join(lines)
 
 
