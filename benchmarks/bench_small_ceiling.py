@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import os
 import shutil
 import socket
@@ -98,6 +99,8 @@ def _transport(sock: socket.socket) -> paramiko.Transport:
 
 def receive(folder: Path) -> None:
     """The receiving end: one connection, then one batch acknowledged at a time."""
+    # the sender hangs up once every file is acknowledged: not an error worth a line
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
     listener = socket.create_server(("127.0.0.1", 0))
     print(listener.getsockname()[1], flush=True)
     sock, _ = listener.accept()

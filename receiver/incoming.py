@@ -174,7 +174,8 @@ class IncomingFile:
         return None
 
     def fsync(self) -> None:
-        """Put the received bytes on disk and close the temporaries."""
+        """Put the received bytes on disk and close the temporaries (a large stream's
+        data file leaves the page cache then: see ``writer.drop_cached``)."""
         self.finish_writes()
         if self.error is not None:
             raise self.error
