@@ -1,4 +1,4 @@
-"""Benchmark: the fastest this machine moves small files durably over paramiko.
+"""Benchmark: the least work that moves small files durably over paramiko.
 
 Issue 17 asks sealsync to move small files at 1.5x ``rsync -a --fsync``. This script
 measures what the least possible version of that work reaches here, with the same
@@ -7,14 +7,15 @@ them (aes128-gcm, the cipher sealsync prefers), MD5 of every file on both ends, 
 on the receiver every data file and its ``X.resource`` written, fsynced (eight
 threads, as the receiver's commit pipeline issues them), renamed into place, and the
 folder fsynced, before the file is acknowledged: files are committed in batches of 32
-(sooner if the sender pauses), on a thread of their own while the next ones arrive.
+(sooner when no more bytes are waiting), on a thread of their own while the next
+ones arrive.
 
 It leaves out everything else sealsync does for a file: no protocol beyond a length
 header, no format check, no ownership claims, no ``sync.log``/``load.log``, no load
-into storage, no snapshot, no retries, no per-file verdict. Whatever this reaches is
-an upper bound for any receiver built on these parts that does at least this work;
-the figure to compare with sealsync's and rsync's files/s from
-``bench_vs_rsync.py small``.
+into storage, no snapshot, no retries, no per-file verdict. What it reaches says how
+far these parts themselves allow a receiver to go on this machine; the distance from
+there to sealsync's files/s (``bench_vs_rsync.py small`` runs both in one rotation)
+is sealsync's own per-file work.
 
     .venv/bin/python benchmarks/bench_small_ceiling.py [--files 5000] [--reps 3]
 
