@@ -325,6 +325,7 @@ class Session:
         self._reserved: dict[int, int] = {}  # id(IncomingFile) -> bytes held in ctx.limits.partial
         self._sender_slot = False  # holds one of ctx.limits.sender_sessions for self.uuid
         self._arrived: list[_Arrived] = []  # complete streams waiting for their verdicts
+        self._arrived_bytes = 0  # their stream bytes, kept as they arrive (checked per frame)
         # batches handed to the commit thread, oldest first: each answered once done
         self._committing: collections.deque[tuple[Future[None], list[_Arrived]]] = (
             collections.deque()
@@ -451,7 +452,7 @@ class Session:
                 pass
         if self._commit_thread is not None:
             self._commit_thread.shutdown(wait=True)
-        arrived, self._arrived = self._arrived, []
+        arrived = self._take_arrived()
         for item in arrived:  # never answered: the sender sends them again
             if item.incoming is not None:
                 item.incoming.discard()
@@ -790,7 +791,7 @@ class Session:
         if isinstance(incoming, _Refused):
             refused = _Arrived(begin, None)
             refused.verdict(incoming.status, incoming.reason)
-            self._arrived.append(refused)
+            self._add_arrived(refused)
             return
         incoming.finish_writes()
         item = _Arrived(begin, incoming)
@@ -804,7 +805,15 @@ class Session:
                 item.verdict(Verdict.MISMATCH, problem)
         if item.status is not None:
             incoming.discard()  # decided: free its descriptors and disk space now
+        self._add_arrived(item)
+
+    def _add_arrived(self, item: _Arrived) -> None:
         self._arrived.append(item)
+        self._arrived_bytes += item.begin.stream_size
+
+    def _take_arrived(self) -> list[_Arrived]:
+        arrived, self._arrived, self._arrived_bytes = self._arrived, [], 0
+        return arrived
 
     def _pump_commits(self) -> None:
         """Commit in the background while the sender's next files stream in.
@@ -818,9 +827,7 @@ class Session:
         """
         self._answer_committed()
         if self._data_waiting():
-            if len(self._arrived) >= MAX_BATCH or (
-                sum(a.begin.stream_size for a in self._arrived) >= MAX_BATCH_BYTES
-            ):
+            if len(self._arrived) >= MAX_BATCH or self._arrived_bytes >= MAX_BATCH_BYTES:
                 self._queue_commit()
             return
         self._queue_commit()
@@ -831,7 +838,7 @@ class Session:
 
     def _queue_commit(self) -> None:
         """Hand what arrived to the commit thread as one batch."""
-        batch, self._arrived = self._arrived, []
+        batch = self._take_arrived()
         if not batch:
             return
         if self._commit_thread is None:

@@ -23,6 +23,7 @@ from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file, hel
 from state_helpers import sync_log_lines
 
 from receiver import incoming as incoming_module
+from receiver import session as session_module
 from receiver.incoming import IncomingFile, stage_all
 from receiver.session import MAX_BATCH, clean_text
 from sealsync.protocol import (
@@ -597,3 +598,49 @@ def test_every_queued_batch_is_answered_when_the_sender_stops_sending(env: Env) 
         (i, name, "verified") for i, name in enumerate(names)
     ]
     assert env.folder().sync_log.read_text().splitlines()[2:] == names
+
+
+class _Buffered:
+    """A socket stand-in that keeps what is sent, to go out later in one write."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+
+def test_a_batch_closes_at_its_byte_bound_while_files_stream_in(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While the sender's next bytes are already waiting, a batch is committed once its
+    # files add up to MAX_BATCH_BYTES, so that their fsyncs run while the next ones
+    # stream in; the bytes are counted as files arrive and start again at each batch.
+    bodies = [data_file("root.d", body=str(i).encode()) for i in range(12)]
+    stream = len(bodies[0]) + len(b"res")
+    assert all(len(b) + len(b"res") == stream for b in bodies[:10])
+    monkeypatch.setattr(session_module, "MAX_BATCH_BYTES", 3 * stream)
+    sizes: list[int] = []
+    commit = session_module.Session._commit
+
+    def recorded(self: session_module.Session, batch: list, rnd: object) -> None:
+        sizes.append(len(batch))
+        commit(self, batch, rnd)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session_module.Session, "_commit", recorded)
+    env.ctx.load_wait = 0.0
+    sock = env.connect()
+    sock.settimeout(60)
+    hello(sock)
+    start_round(sock)
+    names = [f"sequence/sg/0/{i}.tsfile" for i in range(10)]
+    frames = _Buffered()
+    for i, name in enumerate(names):
+        send_file(frames, i, name, bodies[i], chunk=1 << 16)
+    sock.sendall(bytes(frames.data))  # every file waiting at once
+    assert [verdict(sock)[:3] for _ in names] == [
+        (i, name, "verified") for i, name in enumerate(names)
+    ]
+    assert sum(sizes) == len(names)
+    assert max(sizes) == 3  # never more than the bound allows, while more was waiting
+    assert sizes.count(3) >= 2  # and the count starts again after each batch
