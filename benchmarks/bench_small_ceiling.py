@@ -51,22 +51,16 @@ from benchlib import CIPHER, KiB, compile_bytecode, populate, templates  # noqa:
 
 from receiver import chunk_pipe  # noqa: E402
 from sealsync import durable  # noqa: E402
-from sealsync.protocol import SSH_MAX_PACKET_SIZE, SSH_WINDOW_SIZE  # noqa: E402
+from sealsync.protocol import (  # noqa: E402
+    SSH_MAX_PACKET_SIZE,
+    SSH_WINDOW_SIZE,
+    ConnectionClosed,
+    recv_exact,
+)
 
 HEADER = struct.Struct(">HII")  # name length, data length, resource length
 BATCH = 32
 THREADS = 8
-
-
-def recv_exact(channel: paramiko.Channel, n: int) -> bytes:
-    parts = []
-    while n:
-        got = channel.recv(min(n, 1 << 20))
-        if not got:
-            raise EOFError("sender closed")
-        parts.append(got)
-        n -= len(got)
-    return b"".join(parts)
 
 
 class _Server(paramiko.ServerInterface):
@@ -91,6 +85,9 @@ class _Server(paramiko.ServerInterface):
 
 
 def _transport(sock: socket.socket) -> paramiko.Transport:
+    # either end hangs up once every file is acknowledged (or on Ctrl-C): not an error
+    # worth paramiko's log line
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
     transport = paramiko.Transport(
         sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
     )
@@ -100,8 +97,6 @@ def _transport(sock: socket.socket) -> paramiko.Transport:
 
 def receive(folder: Path) -> None:
     """The receiving end: one connection, then one batch acknowledged at a time."""
-    # the sender hangs up once every file is acknowledged: not an error worth a line
-    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
     listener = socket.create_server(("127.0.0.1", 0))
     print(listener.getsockname()[1], flush=True)
     sock, _ = listener.accept()
@@ -136,7 +131,7 @@ def receive(folder: Path) -> None:
     while True:
         try:
             head = recv_exact(channel, HEADER.size)
-        except EOFError:
+        except ConnectionClosed:
             break
         name_len, data_len, res_len = HEADER.unpack(head)
         body = recv_exact(channel, name_len + data_len + res_len)
@@ -178,14 +173,20 @@ def send(port: int, files: list[Path]) -> float:
     channel.invoke_shell()
     expected: SimpleQueue[bytes] = SimpleQueue()
     mismatches = 0
+    acknowledged = 0
 
     def acknowledgements() -> None:
-        nonlocal mismatches
-        for _ in files:
-            if recv_exact(channel, 16) != expected.get():
-                mismatches += 1
+        nonlocal mismatches, acknowledged
+        try:
+            for _ in files:
+                if recv_exact(channel, 16) != expected.get():
+                    mismatches += 1
+                acknowledged += 1
+        except ConnectionClosed:
+            pass  # reported below, as files not acknowledged
 
-    reader = threading.Thread(target=acknowledgements)
+    # a daemon: a Ctrl-C in the main thread must not wait for acknowledgements
+    reader = threading.Thread(target=acknowledgements, daemon=True)
     started = time.perf_counter()
     reader.start()
     for path in files:
@@ -200,8 +201,10 @@ def send(port: int, files: list[Path]) -> float:
     took = time.perf_counter() - started
     channel.close()
     transport.close()
-    if mismatches:
-        raise RuntimeError(f"{mismatches} files arrived with another MD5")
+    if mismatches or acknowledged < len(files):
+        raise RuntimeError(
+            f"{len(files) - acknowledged} files not acknowledged, {mismatches} with another MD5"
+        )
     return took
 
 
@@ -236,7 +239,10 @@ def main() -> int:
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "receive":
-        receive(args.into)
+        try:
+            receive(args.into)
+        except KeyboardInterrupt:  # the terminal's Ctrl-C reaches both ends
+            return 130
         return 0
 
     compile_bytecode()
@@ -253,6 +259,9 @@ def main() -> int:
             if rep:
                 rates.append(args.files / took)
                 print(f"rep {rep}: {args.files / took:,.0f} files/s", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(

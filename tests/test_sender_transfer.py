@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import threading
+from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -21,12 +23,15 @@ from state_helpers import sync_log_lines, write_data_file
 from sealsync.durable import read_lines
 from sealsync.protocol import (
     MAX_SCHEMA_PAYLOAD,
+    Chunk,
     Error,
     FileBegin,
+    FileEnd,
     Hello,
     Partials,
     PartialsQuery,
     ProtocolError,
+    ReadBuffer,
     RoundReady,
     RoundStart,
     Verdict,
@@ -35,6 +40,7 @@ from sealsync.protocol import (
     send,
 )
 from sender.transfer.errors import ConnectionLost
+from sender.transfer.filestream import PACKET_PAYLOAD, open_snapshot_file, send_file
 from sender.transfer.refusals import Refusal, RefusalBook, read_refusals
 from sender.transfer.report import DirReport
 from sender.transfer.schema_pos import read_position, write_position
@@ -559,12 +565,6 @@ def test_a_large_file_streams_in_frames_that_fill_whole_ssh_packets(tmp_path: Pa
     # Each CHUNK frame of a large file is one write whose length is a whole number of
     # SSH packets (paramiko's payload per packet): a 5-byte header written alone, or a
     # short tail after full packets, cost as much per-packet work as a full one.
-    import os
-    from io import BytesIO
-
-    from sealsync.protocol import Chunk, FileBegin, FileEnd, ReadBuffer, receive
-    from sender.transfer.filestream import PACKET_PAYLOAD, open_snapshot_file, send_file
-
     name = "sequence/root.sg/0/0/1-1-0.tsfile"
     data = os.urandom(3 * (1 << 20) + 12345)
     path = tmp_path / name
