@@ -11,8 +11,9 @@ sibling's name, is renamed away and removed a few seconds later (:func:`_discard
 Where the exchange is not available (another kernel or file system, or
 ``SEALSYNC_NO_RENAME_EXCHANGE=1``, which tests use), two renames do it: the old
 table to ``.<name>.sealsync-old``, the new one into place. Between them, a moment,
-``<table_path>`` does not exist: a reader gets "not found", never an empty or half
-table.
+``<table_path>`` does not exist: a reader gets "not found", or, if its recursive
+listing straddles a rename, an empty or partial table (pyarrow skips folders that
+vanish under its walk; docs/design.md §6.4).
 
 Crash safety, checked by :func:`recover` at the start of every run (under the
 loader's locks): a build folder left by a killed run is removed (the old table was

@@ -1,6 +1,7 @@
-"""`sealsync load --full` against a reader polling the table: the reader sees the old
-table or the new one, whole, never an empty or half one; a killed rebuild leaves the
-old table serving and its build folder is removed by the next run."""
+"""`sealsync load --full` against a reader polling the table: with the exchange the
+reader sees the old table or the new one, whole, never an empty or half one (with the
+two-rename fallback, only at the swap itself); a killed rebuild leaves the old table
+serving and its build folder is removed by the next run."""
 
 from __future__ import annotations
 
@@ -112,7 +113,14 @@ def test_a_reader_sees_the_old_or_the_new_table_during_a_full_rebuild(
     reads = [json.loads(line) for line in out.read_text().splitlines()]
     counts = [r for t, r in reads if isinstance(r, int)]
     during = [r for t, r in reads if started <= t <= ended]
-    assert set(counts) <= {old, new}, sorted(set(counts))  # never empty, never half
+    if exchange:
+        assert set(counts) <= {old, new}, sorted(set(counts))  # never empty, never half
+    else:
+        # Two renames: a listing that straddles one of them skips the folders that
+        # vanished under it (pyarrow does so silently), so an empty or partial count is
+        # possible at that instant (docs/design.md §6.4), never before or after it.
+        outside = {r for t, r in reads if isinstance(r, int) and not started <= t <= ended}
+        assert outside <= {old, new}, sorted(outside)
     assert during.count(old) >= 5  # the old table served throughout the rebuild
     assert reads[-1][1] == new
     errors = {r for _, r in reads if not isinstance(r, int)}
