@@ -11,19 +11,22 @@ sibling's name, is renamed away and removed a few seconds later (:func:`_discard
 Where the exchange is not available (another kernel or file system, or
 ``SEALSYNC_NO_RENAME_EXCHANGE=1``, which tests use), two renames do it: the old
 table to ``.<name>.sealsync-old``, the new one into place. Between them, a moment,
-``<table_path>`` does not exist: a reader gets "not found", or, if its recursive
-listing straddles a rename, an empty or partial table (pyarrow skips folders that
-vanish under its walk; docs/design.md §6.4).
+``<table_path>`` does not exist: a reader gets "not found".
+
+Either way a reader whose walk of the folder tree straddles the swap lists the old
+table's partitions and descends into the new one's: it gets "file not found", or,
+from pyarrow (which skips folders that vanish under its walk), the rows of only the
+partitions both tables have. No folder swap can prevent that; what it guarantees is
+that ``<table_path>`` is another folder (inode) after it, so a reader that checks the
+inode before and after its query knows to retry (docs/design.md §6.1).
 
 Crash safety, checked by :func:`recover` at the start of every run (under the
 loader's locks): a build folder left by a killed run is removed (the old table was
 never touched); an ``-old`` folder is removed if the table is there, and renamed
 back if a crash fell between the two fallback renames.
 
-A reader that listed the table's files just before the swap and opens one just
-after gets "file not found" and must retry (the new table's part files have other
-names); it never reads a mix of rows. A reader that keeps a folder of the old table
-open for longer than the grace period would see it emptied.
+A reader that keeps a folder of the old table open for longer than the grace period
+would see it emptied.
 """
 
 from __future__ import annotations

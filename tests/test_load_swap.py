@@ -4,9 +4,14 @@ folders: atomic exchange, the documented two-rename fallback, crash leftovers.""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
+import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from spark_loader import swap
@@ -137,3 +142,73 @@ def test_recover_restores_the_old_table_between_the_fallback_renames(tmp_path: P
     _table(swap.old_path(table), "older")
     assert "removed the old table" in swap.recover(table)[0]
     assert _markers(table) == {"old"}
+
+
+def _parquet_table(path: Path, rows: dict[str, int], tag: str) -> None:
+    for part, n in rows.items():
+        (path / f"p={part}").mkdir(parents=True)
+        pq.write_table(pa.table({"x": list(range(n))}), path / f"p={part}" / f"part-{tag}.parquet")
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["rename-exchange", "two-renames"])
+def test_a_reader_that_checks_the_tables_identity_never_keeps_a_straddled_count(
+    tmp_path: Path, exchange: bool
+) -> None:
+    """pyarrow's discovery, walking while the table is swapped, can return rows from the
+    partitions both tables share and nothing else (it skips folders that vanish under its
+    walk): a count of neither table, without an error, even with the atomic exchange.
+    The reader recipe of docs/operations.md -- the table folder's inode before and after
+    the query, retried if it moved -- never keeps such a count.
+
+    Every swap brings in a new folder, as ``load --full`` does, and the old ones stay
+    (the grace period), so no inode comes back; the swaps come every millisecond, so
+    that straddled reads are frequent: the test holds that some were seen, or it could
+    not show the recipe catching them."""
+    table = tmp_path / "points"
+    templates = [tmp_path / "t0", tmp_path / "t1"]
+    # Partitions both tables share have the same part files, as the ones a rebuild
+    # hard-links (files kept for lack of evidence): a listing that straddles a swap
+    # opens them without an error.
+    for template in templates:
+        _parquet_table(template, {f"s{i:02}": 1 for i in range(30)}, "shared")
+    _parquet_table(templates[0], {"gone": 40}, "old")
+    _parquet_table(templates[1], {"added": 80}, "new")
+    shutil.copytree(templates[0], table)
+    whole = {70, 110}
+    stop = threading.Event()
+
+    def swap_new_tables_in() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            build = tmp_path / f"build-{n}"
+            shutil.copytree(templates[n % 2], build, copy_function=os.link)
+            if exchange:
+                assert swap._renameat2_exchange(build, table)  # the old table now at build
+            else:  # the fallback's two renames
+                os.rename(table, tmp_path / f"old-{n}")
+                os.rename(build, table)
+            time.sleep(0.001)
+
+    swapper = threading.Thread(target=swap_new_tables_in)
+    swapper.start()
+    kept: list[int] = []
+    straddled = 0
+    deadline = time.monotonic() + 60
+    try:
+        while (straddled < 3 or len(kept) < 200) and time.monotonic() < deadline:
+            try:
+                before = os.stat(table).st_ino
+                rows = ds.dataset(table, format="parquet", partitioning="hive").count_rows()
+                after = os.stat(table).st_ino
+            except (OSError, pa.ArrowInvalid):  # the table or a listed file gone: retry
+                continue
+            straddled += rows not in whole
+            if before == after:
+                kept.append(rows)
+    finally:
+        stop.set()
+        swapper.join()
+    assert straddled >= 3, "no straddled read in 60 s: the test cannot show the recipe"
+    assert set(kept) <= whole, sorted(set(kept) - whole)
+    assert len(kept) >= 200

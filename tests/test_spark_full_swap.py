@@ -1,7 +1,9 @@
-"""`sealsync load --full` against a reader polling the table: with the exchange the
-reader sees the old table or the new one, whole, never an empty or half one (with the
-two-rename fallback, only at the swap itself); a killed rebuild leaves the old table
-serving and its build folder is removed by the next run."""
+"""`sealsync load --full` against a reader polling the table: with the exchange every
+count the reader gets is the old table's or the new one's, never empty (the new table
+here only adds a partition, so even a walk that straddles the swap counts the old
+table's whole: docs/design.md §6.1); with the two-rename fallback an empty or partial
+count appears only at the swap itself. A killed rebuild leaves the old table serving
+and its build folder is removed by the next run."""
 
 from __future__ import annotations
 
@@ -114,7 +116,7 @@ def test_a_reader_sees_the_old_or_the_new_table_during_a_full_rebuild(
     counts = [r for t, r in reads if isinstance(r, int)]
     during = [r for t, r in reads if started <= t <= ended]
     if exchange:
-        assert set(counts) <= {old, new}, sorted(set(counts))  # never empty, never half
+        assert set(counts) <= {old, new}, sorted(set(counts))  # never empty
     else:
         # Two renames: a listing that straddles one of them skips the folders that
         # vanished under it (pyarrow does so silently), so an empty or partial count is
