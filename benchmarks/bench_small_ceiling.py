@@ -17,7 +17,15 @@ far these parts themselves allow a receiver to go on this machine; the distance 
 there to sealsync's files/s (``bench_vs_rsync.py small`` runs both in one rotation)
 is sealsync's own per-file work.
 
-    .venv/bin/python benchmarks/bench_small_ceiling.py [--files 5000] [--reps 3]
+``--checks`` adds the two guarantees the issue names that the plain run leaves out,
+each the cheapest way sealsync's parts allow: every data file's format verified
+before its acknowledgement (``formats.verify`` in the receiver's own worker pool,
+``InspectPool.inspect_many``, one task per worker per batch, while the batch's fsyncs
+run) and a line per file in a log, appended and fsynced once per batch. That is the
+least work that gives a verdict's every guarantee, and so the ceiling of the
+operation sealsync performs, on these parts.
+
+    .venv/bin/python benchmarks/bench_small_ceiling.py [--files 5000] [--reps 3] [--checks]
 
 The receiver runs as a child process of this script (``--role receive``) and the
 files are real TsFiles of about 64 KiB, the same as ``bench_vs_rsync.py small``.
@@ -41,15 +49,24 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from queue import Queue, SimpleQueue
+from typing import NamedTuple
 
 import paramiko
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchlib import CIPHER, KiB, compile_bytecode, populate, templates  # noqa: E402
+from benchlib import (  # noqa: E402
+    CIPHER,
+    KiB,
+    busy_seconds,
+    compile_bytecode,
+    populate,
+    templates,
+)
 
 from receiver import chunk_pipe  # noqa: E402
+from receiver.inspect_pool import InspectPool, verify_in_worker  # noqa: E402
 from sealsync import durable  # noqa: E402
 from sealsync.protocol import (  # noqa: E402
     SSH_MAX_PACKET_SIZE,
@@ -95,8 +112,17 @@ def _transport(sock: socket.socket) -> paramiko.Transport:
     return transport
 
 
-def receive(folder: Path) -> None:
-    """The receiving end: one connection, then one batch acknowledged at a time."""
+def receive(folder: Path, warm: Path | None) -> None:
+    """The receiving end: one connection, then one batch acknowledged at a time.
+
+    ``warm``: a data file to verify before the clock starts (``--checks``), so that the
+    workers have read one, as a serving receiver's have: a worker's first file costs
+    imports and native set-up that are no part of the per-file cost."""
+    verifier = InspectPool(workers=2, target=verify_in_worker) if warm else None
+    if verifier is not None:
+        for info in verifier.inspect_many([warm] * 2 * verifier.workers):
+            if isinstance(info, Exception):
+                raise info
     listener = socket.create_server(("127.0.0.1", 0))
     print(listener.getsockname()[1], flush=True)
     sock, _ = listener.accept()
@@ -113,15 +139,31 @@ def receive(folder: Path) -> None:
     final.mkdir()
     pool = ThreadPoolExecutor(THREADS)
     batches: Queue[list[tuple[str, list[int], str]] | None] = Queue(maxsize=3)
+    received = durable.AppendLog(folder / "received.log") if warm else None
 
     def commit() -> None:
+        try:
+            commit_batches()
+        except BaseException as exc:  # the sender then reports files not acknowledged
+            print(f"receiving end: {type(exc).__name__}: {exc}", file=sys.stderr)
+            os._exit(1)
+
+    def commit_batches() -> None:
         while (batch := batches.get()) is not None:
-            list(pool.map(os.fsync, [fd for _, fds, _ in batch for fd in fds]))
+            fsyncs = [pool.submit(os.fsync, fd) for _, fds, _ in batch for fd in fds]
+            if verifier is not None:  # while the fsyncs run
+                for info in verifier.inspect_many([staging / name for name, _, _ in batch]):
+                    if isinstance(info, Exception):
+                        raise info
+            for done in fsyncs:
+                done.result()
             for name, fds, _ in batch:
                 for fd in fds:
                     os.close(fd)
                 os.rename(staging / f"{name}.resource", final / f"{name}.resource")
                 os.rename(staging / name, final / name)
+            if received is not None:
+                received.append_many(f"received {name}" for name, _, _ in batch)
             durable.fsync_dir(final)
             channel.sendall(b"".join(bytes.fromhex(digest) for _, _, digest in batch))
 
@@ -155,6 +197,10 @@ def receive(folder: Path) -> None:
         batches.put(batch)
     batches.put(None)
     committer.join()
+    if received is not None:
+        received.close()
+    if verifier is not None:
+        verifier.close()
     try:  # every file is acknowledged: the sender may have closed first
         channel.close()
     except (EOFError, OSError, paramiko.SSHException):
@@ -162,7 +208,15 @@ def receive(folder: Path) -> None:
     transport.close()
 
 
-def send(port: int, files: list[Path]) -> float:
+class Transfer(NamedTuple):
+    seconds: float
+    #: CPU seconds every process on the machine used meanwhile (/proc/stat): both
+    #: ends, the worker pool and the kernel's work for them, on an otherwise idle
+    #: machine.
+    busy: float
+
+
+def send(port: int, files: list[Path]) -> Transfer:
     """Seconds from the first byte sent to the last acknowledgement. The connection's
     set-up is left out, and so is a process start-up: both are in sealsync's and
     rsync's times, so this errs towards a higher bound."""
@@ -187,6 +241,7 @@ def send(port: int, files: list[Path]) -> float:
 
     # a daemon: a Ctrl-C in the main thread must not wait for acknowledgements
     reader = threading.Thread(target=acknowledgements, daemon=True)
+    busy = busy_seconds()
     started = time.perf_counter()
     reader.start()
     for path in files:
@@ -199,26 +254,28 @@ def send(port: int, files: list[Path]) -> float:
         channel.sendall(HEADER.pack(len(name), len(data), len(resource)) + name + data + resource)
     reader.join()
     took = time.perf_counter() - started
+    busy = busy_seconds() - busy
     channel.close()
     transport.close()
     if mismatches or acknowledged < len(files):
         raise RuntimeError(
             f"{len(files) - acknowledged} files not acknowledged, {mismatches} with another MD5"
         )
-    return took
+    return Transfer(took, busy)
 
 
-def run(files: list[Path], into: Path) -> float:
+def run(files: list[Path], into: Path, checks: bool = False) -> Transfer:
     """One transfer of ``files`` into the new folder ``into``: seconds, checked."""
     into.mkdir()
     receiver = subprocess.Popen(
-        [sys.executable, __file__, "--role", "receive", "--into", str(into)],
+        [sys.executable, __file__, "--role", "receive", "--into", str(into)]
+        + (["--warm", str(files[0])] if checks else []),
         stdout=subprocess.PIPE,
     )
     try:
         assert receiver.stdout is not None
         port = int(receiver.stdout.readline())
-        took = send(port, files)
+        transfer = send(port, files)
         if receiver.wait(60) != 0:
             raise RuntimeError("the receiving end failed")
     finally:
@@ -227,7 +284,10 @@ def run(files: list[Path], into: Path) -> float:
     landed = sum(1 for p in (into / "final").iterdir() if p.suffix != ".resource")
     if landed != len(files):
         raise RuntimeError(f"{landed} files landed, expected {len(files)}")
-    return took
+    logged = len(durable.read_lines(into / "received.log")) if checks else len(files)
+    if logged != len(files):
+        raise RuntimeError(f"{logged} files logged, expected {len(files)}")
+    return transfer
 
 
 def main() -> int:
@@ -237,10 +297,14 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sealsync-bench"))
     parser.add_argument("--role", choices=["send", "receive"], default="send")
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--warm", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--checks", action="store_true", help="also verify every format and log every file"
+    )
     args = parser.parse_args()
     if args.role == "receive":
         try:
-            receive(args.into)
+            receive(args.into, args.warm)
         except KeyboardInterrupt:  # the terminal's Ctrl-C reaches both ends
             return 130
         return 0
@@ -249,24 +313,32 @@ def main() -> int:
     work = args.workdir.resolve()
     sources = templates(work / "templates", 64 * KiB, 25)
     root = Path(tempfile.mkdtemp(prefix="ceiling-", dir=work))
-    rates = []
+    rates, cpu = [], []
     try:
         names = populate(root / "edge", sources, args.files)
         files = [root / "edge" / name for name in names]
         for rep in range(args.reps + 1):  # the first warms up, unmeasured
             os.sync()
-            took = run(files, root / f"dc-{rep}")
+            transfer = run(files, root / f"dc-{rep}", args.checks)
             if rep:
-                rates.append(args.files / took)
-                print(f"rep {rep}: {args.files / took:,.0f} files/s", flush=True)
+                rates.append(args.files / transfer.seconds)
+                cpu.append(transfer.busy / args.files)
+                print(
+                    f"rep {rep}: {rates[-1]:,.0f} files/s, {cpu[-1] * 1e3:.2f} ms of CPU per "
+                    f"file, {transfer.busy / transfer.seconds:.2f} of {os.cpu_count()} CPUs busy",
+                    flush=True,
+                )
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    per_file = statistics.median(cpu)
     print(
-        f"{args.files} TsFiles of ~64 KiB (+ .resource), {args.reps} reps: median "
-        f"{statistics.median(rates):,.0f} files/s (min {min(rates):,.0f}, max {max(rates):,.0f})"
+        f"{args.files} TsFiles of ~64 KiB (+ .resource){' with every check' * args.checks}, "
+        f"{args.reps} reps: median {statistics.median(rates):,.0f} files/s (min "
+        f"{min(rates):,.0f}, max {max(rates):,.0f}); {per_file * 1e3:.2f} ms of CPU per file, "
+        f"so {os.cpu_count()} CPUs fully busy would carry {os.cpu_count() / per_file:,.0f} files/s"
     )
     return 0
 

@@ -11,7 +11,11 @@ and small run a third tool, ``rsync -a --fsync``, which gives what a sealsync ve
 gives (every file on disk before it counts): the comparison on equal durability. small
 runs a fourth, the least work on sealsync's own parts (``bench_small_ceiling.py``:
 paramiko, MD5 on both ends, every file and sidecar fsynced, nothing else), to show
-how much of the small-file time is sealsync's own per-file work.
+how much of the small-file time is sealsync's own per-file work, and a fifth, the same
+with the two guarantees it leaves out (every format verified in worker processes,
+every file logged): the least work that gives a verdict's guarantees. Its CPU per
+file (every process on the machine, /proc/stat) says how many files/s these parts
+could carry with every CPU busy, the ceiling of the operation here.
 
 * bulk     16 TsFiles of 64 MiB (1 GiB), MiB/s;
 * small    5,000 TsFiles of ~64 KiB, files/s;
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,6 +160,9 @@ class Bench:
 
             trash = root / "trash"
 
+            # CPU seconds of the machine during each run, per tool (warm-ups included)
+            cpu: dict[str, list[float]] = {}
+
             def run_sealsync() -> float:
                 ss.forget_sent(trash)
                 settle()
@@ -162,37 +170,48 @@ class Bench:
                 loaded = ss.loaded_count()
                 if loaded != count:
                     raise RuntimeError(f"receiver loaded {loaded} files, expected {count}")
+                cpu.setdefault("sealsync", []).append(run.busy)
                 return run.seconds
 
-            def rsync_run(cmd: list[str]) -> Callable[[], float]:
+            def rsync_run(name: str, cmd: list[str]) -> Callable[[], float]:
                 def run() -> float:
                     set_aside(dst.parent, trash)
                     dst.parent.mkdir(parents=True)
                     settle()
-                    seconds = timed(cmd).seconds
+                    done = timed(cmd)
                     if count_files(dst) != count:
                         raise RuntimeError("rsync did not copy every file")
-                    return seconds
+                    cpu.setdefault(name, []).append(done.busy)
+                    return done.seconds
 
                 return run
 
             runs = {
                 "sealsync": run_sealsync,
-                "rsync": rsync_run(rsync_cmd),
+                "rsync": rsync_run("rsync", rsync_cmd),
                 # the same guarantee as a verdict: every file on disk before it counts
-                "rsync --fsync": rsync_run([rsync_cmd[0], "--fsync", *rsync_cmd[1:]]),
+                "rsync --fsync": rsync_run(
+                    "rsync --fsync", [rsync_cmd[0], "--fsync", *rsync_cmd[1:]]
+                ),
             }
             if measure == "small":
                 files = [ss.edge_data / n for n in names]
 
-                def run_least() -> float:
-                    into = trash / f"least-{time.monotonic_ns()}"
-                    trash.mkdir(parents=True, exist_ok=True)
-                    return bench_small_ceiling.run(files, into)
+                def run_least(name: str, checks: bool) -> Callable[[], float]:
+                    def run() -> float:
+                        into = trash / f"least-{time.monotonic_ns()}"
+                        trash.mkdir(parents=True, exist_ok=True)
+                        transfer = bench_small_ceiling.run(files, into, checks)
+                        cpu.setdefault(name, []).append(transfer.busy)
+                        return transfer.seconds
+
+                    return run
 
                 # the least work on sealsync's own parts (bench_small_ceiling.py): the
-                # most any receiver built on them reaches here
-                runs["least work"] = run_least
+                # most any receiver built on them reaches here; with every check, the
+                # least work that gives a verdict's every guarantee
+                runs["least work"] = run_least("least work", False)
+                runs["least work, every check"] = run_least("least work, every check", True)
             log(f"{measure}: {count} files, {total / MiB:.1f} MiB; warm-up")
             for _ in range(self.args.warmup):
                 for run in runs.values():
@@ -201,10 +220,21 @@ class Bench:
         shutil.rmtree(root, ignore_errors=True)
         s, r, f = (median(times[t]) for t in ("sealsync", "rsync", "rsync --fsync"))
         amount, unit = (total / MiB, "MiB/s") if measure == "bulk" else (count, "files/s")
+        # CPU seconds per file (small) or per MiB (bulk), the measured repetitions only
+        per = {t: median(cpu[t][-self.args.reps :]) / amount for t in runs}
         least: dict[str, float] = {}
         if "least work" in times:
-            lw = median(times["least work"])
-            least = {"least_work": amount / lw, "least_work_vs_fsync": f / lw}
+            lw, lc = median(times["least work"]), median(times["least work, every check"])
+            cap = (os.cpu_count() or 1) / per["least work, every check"]
+            least = {
+                "least_work": amount / lw,
+                "least_work_vs_fsync": f / lw,
+                "least_checked": amount / lc,
+                "least_checked_vs_fsync": f / lc,
+                # every CPU busy with nothing but the checked least work, per file
+                "least_checked_cpu_cap": cap,
+                "least_checked_cpu_cap_vs_fsync": cap / (amount / f),
+            }
         self.record(
             measure,
             unit,
@@ -214,6 +244,7 @@ class Bench:
             rsync_fsync=amount / f,
             ratio_fsync=f / s,
             **least,
+            cpu_per_unit={_key(t): v for t, v in per.items()},
             files=count,
             mib=total / MiB,
             seconds={t: times[t] for t in runs},
@@ -372,13 +403,28 @@ class Bench:
             "rsync -f is rsync -a --fsync: every file fsynced, the guarantee a sealsync "
             "verdict gives (equal durability); plain rsync fsyncs nothing."
         )
+        for measure, per_what, scale in (("bulk", "MiB", 1e3), ("small", "file", 1e3)):
+            cpu = self.results.get(measure, {}).get("cpu_per_unit")
+            if isinstance(cpu, dict):
+                lines.append(
+                    f"{measure}, CPU ms per {per_what}, every process on the machine: "
+                    + ", ".join(f"{tool} {v * scale:.2f}" for tool, v in cpu.items())
+                )
         r = self.results.get("small", {})
         if "least_work" in r:
-            spread = r.get("spread_least_work")
+            for key, tool, what in (
+                ("least_work", "least work", "least work on sealsync's parts"),
+                ("least_checked", "least work, every check", "the same, format checked, logged"),
+            ):
+                spread = r.get(f"spread_{_key(tool)}")
+                lines.append(
+                    f"small, {what}: {r[key]:.3g} files/s, {r[f'{key}_vs_fsync']:.2f}x "
+                    f"rsync -f; sealsync at {_ratio(r['sealsync'] / r[key], spread)} of it"
+                )
             lines.append(
-                f"small, least work on sealsync's parts (bench_small_ceiling.py): "
-                f"{r['least_work']:.3g} files/s, {r['least_work_vs_fsync']:.2f}x rsync -f; "
-                f"sealsync at {_ratio(r['sealsync'] / r['least_work'], spread)} of it"
+                f"small, the checked least work's CPU per file, every CPU busy: at most "
+                f"{r['least_checked_cpu_cap']:.3g} files/s, "
+                f"{r['least_checked_cpu_cap_vs_fsync']:.2f}x rsync -f"
             )
         return "\n".join(lines)
 
@@ -393,7 +439,8 @@ def _meets(value: object, op: str, bound: float) -> bool:
 
 
 def _key(tool: str) -> str:
-    return tool.replace(" --", "_").replace("-", "_")
+    """A tool's name as a key: "rsync --fsync" -> "rsync_fsync"."""
+    return re.sub(r"\W+", "_", tool.replace("--", ""))
 
 
 def _ratio(median_ratio: object, spread: object) -> str:

@@ -123,6 +123,20 @@ class Run:
     returncode: int
     stdout: str = ""
     stderr: str = ""
+    busy: float = 0.0
+    """CPU seconds the whole machine spent meanwhile (:func:`busy_seconds`)."""
+
+
+def busy_seconds() -> float:
+    """CPU seconds this machine has been busy since boot (neither idle nor iowait).
+
+    The difference over a run counts every process the run involves (both ends of a
+    transfer, their workers, ssh, the kernel's work for them) and, on a shared
+    machine, whatever else ran: measure on an otherwise idle one.
+    """
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_rss_kib(pid: int) -> int:
@@ -147,6 +161,7 @@ def timed(
     """
     out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-out-{os.getpid()}"
     with open(out_path, "w+b") as out, open(f"{out_path}.err", "w+b") as err:
+        busy = busy_seconds()
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
         peak = 0
@@ -157,6 +172,7 @@ def timed(
         else:
             proc.wait()
         seconds = time.perf_counter() - started
+        busy = busy_seconds() - busy
         out.seek(0)
         err.seek(0)
         run = Run(
@@ -165,6 +181,7 @@ def timed(
             proc.returncode,
             out.read().decode(errors="replace"),
             err.read().decode(errors="replace"),
+            busy,
         )
     os.unlink(out_path)
     os.unlink(f"{out_path}.err")

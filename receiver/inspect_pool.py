@@ -129,8 +129,11 @@ def _context() -> multiprocessing.context.BaseContext:
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
-        # Import the readers once in the fork server, so each worker forks ready.
-        ctx.set_forkserver_preload(["sealsync.formats"])
+        # Import the readers once in the fork server, so each worker forks ready; with
+        # them the TsFile package, which the reader imports only on first use (pandas
+        # and a C++ library: a worker's first file would pay for them). A module that
+        # cannot be imported is skipped by the fork server.
+        ctx.set_forkserver_preload(["sealsync.formats", "tsfile"])
         return ctx
     return multiprocessing.get_context("spawn")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -23,3 +24,8 @@ def crashing_inspect(path: str) -> FileInfo:
     if name == "hang":
         time.sleep(60)
     return FileInfo(("root.fine",), 1)
+
+
+def modules_loaded(path: str) -> FileInfo:
+    """The modules this worker has imported, as its "devices" (imports nothing)."""
+    return FileInfo(tuple(sorted(sys.modules)), 1)

@@ -215,6 +215,18 @@ def test_inspect_many_isolates_a_crashing_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_worker_starts_with_the_tsfile_reader_imported(tmp_path: Path) -> None:
+    """The fork server imports the TsFile package, which the reader imports only on
+    first use: each worker forks with it, and a receiver's first file does not wait
+    for pandas and a C++ library to load in every worker."""
+    from receiver_inspect_targets import modules_loaded
+
+    with InspectPool(workers=1, timeout=60.0, target=modules_loaded) as pool:
+        loaded = pool.inspect(tmp_path / "a.tsfile").devices
+    assert "tsfile" in loaded and "sealsync.formats" in loaded
+
+
+@pytest.mark.slow
 def test_a_crash_in_the_shared_pool_is_blamed_on_its_own_file_only(tmp_path: Path) -> None:
     """Sessions share the pool: a worker dying broke every check in flight, and each
     innocent file was refused as "crashed the format reader" (issue 16)."""
