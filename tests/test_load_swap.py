@@ -4,10 +4,14 @@ folders: atomic exchange, the documented two-rename fallback, crash leftovers.""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -15,6 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_loader import swap
+
+OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
 
 def _table(path: Path, marker: str, files: int = 3) -> None:
@@ -174,7 +180,7 @@ def test_a_reader_that_checks_the_tables_identity_never_keeps_a_straddled_count(
     _parquet_table(templates[0], {"gone": 40}, "old")
     _parquet_table(templates[1], {"added": 80}, "new")
     shutil.copytree(templates[0], table)
-    whole = {70, 110}
+    whole = {30 + 40, 30 + 80}  # the shared rows and the old or the new partition
     stop = threading.Event()
 
     def swap_new_tables_in() -> None:
@@ -212,3 +218,42 @@ def test_a_reader_that_checks_the_tables_identity_never_keeps_a_straddled_count(
     assert straddled >= 3, "no straddled read in 60 s: the test cannot show the recipe"
     assert set(kept) <= whole, sorted(set(kept) - whole)
     assert len(kept) >= 200
+
+
+def _documented_reader() -> Callable[..., Any]:
+    """``read_table`` as docs/operations.md gives it to readers, its sleeps skipped."""
+    found = re.search(r"```python\n(import os\nimport time\n.*?)```", OPERATIONS.read_text(), re.S)
+    assert found, "docs/operations.md no longer has the reader recipe"
+    namespace: dict[str, Any] = {}
+    exec(found.group(1), namespace)
+    namespace["time"] = SimpleNamespace(sleep=lambda seconds: None)
+    return namespace["read_table"]  # type: ignore[no-any-return]
+
+
+def test_the_documented_reader_reads_again_when_the_table_was_swapped_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap lands between the reader's listing and its reads: the listing's files
+    all still open (a shared partition's part file is the same in both tables), so the
+    query returns the old table's rows without an error; the recipe sees the folder
+    changed and reads again."""
+    read_table = _documented_reader()
+    table, build = tmp_path / "points", swap.build_path(tmp_path / "points")
+    for folder in (table, build):
+        _parquet_table(folder, {"a": 10}, "shared")
+    _parquet_table(build, {"b": 20}, "new")
+    listed = ds.dataset
+    swapped: list[bool] = []
+
+    def list_then_swap(*args: Any, **kwargs: Any) -> Any:
+        listing = listed(*args, **kwargs)
+        if not swapped:
+            swapped.append(swap._renameat2_exchange(build, table))
+        return listing
+
+    monkeypatch.setattr(ds, "dataset", list_then_swap)
+    assert read_table(table).num_rows == 30
+    assert swapped == [True]
+    assert read_table(table).num_rows == 30  # and once nothing moves, one read
+    with pytest.raises(FileNotFoundError):  # a wrong path is an error, not a retry forever
+        read_table(tmp_path / "ponits")
