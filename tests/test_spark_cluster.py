@@ -99,7 +99,9 @@ class Cluster:
             try:
                 if self.state().get("aliveworkers", 0) >= 1:
                     return
-            except OSError:
+            except OSError:  # the master's UI not listening yet
+                pass
+            except ValueError:  # listening, but still answering /json/ with its HTML page
                 pass
             time.sleep(0.5)
         raise RuntimeError(f"no Spark worker registered; see {self.work}")
