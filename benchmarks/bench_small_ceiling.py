@@ -119,10 +119,18 @@ def receive(folder: Path, warm: Path | None) -> None:
     workers have read one, as a serving receiver's have: a worker's first file costs
     imports and native set-up that are no part of the per-file cost."""
     verifier = InspectPool(workers=2, target=verify_in_worker) if warm else None
-    if verifier is not None:
-        for info in verifier.inspect_many([warm] * 2 * verifier.workers):
-            if isinstance(info, Exception):
-                raise info
+    try:
+        if verifier is not None:
+            for info in verifier.inspect_many([warm] * 2 * verifier.workers):
+                if isinstance(info, Exception):
+                    raise info
+        _serve(folder, verifier)
+    finally:  # a Ctrl-C too: the workers and their semaphores go with this process
+        if verifier is not None:
+            verifier.close()
+
+
+def _serve(folder: Path, verifier: InspectPool | None) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     print(listener.getsockname()[1], flush=True)
     sock, _ = listener.accept()
@@ -139,7 +147,7 @@ def receive(folder: Path, warm: Path | None) -> None:
     final.mkdir()
     pool = ThreadPoolExecutor(THREADS)
     batches: Queue[list[tuple[str, list[int], str]] | None] = Queue(maxsize=3)
-    received = durable.AppendLog(folder / "received.log") if warm else None
+    received = durable.AppendLog(folder / "received.log") if verifier is not None else None
 
     def commit() -> None:
         try:
@@ -167,7 +175,8 @@ def receive(folder: Path, warm: Path | None) -> None:
             durable.fsync_dir(final)
             channel.sendall(b"".join(bytes.fromhex(digest) for _, _, digest in batch))
 
-    committer = threading.Thread(target=commit)
+    # a daemon: a Ctrl-C in the main thread must not wait for a batch that never comes
+    committer = threading.Thread(target=commit, daemon=True)
     committer.start()
     batch: list[tuple[str, list[int], str]] = []
     while True:
@@ -199,8 +208,6 @@ def receive(folder: Path, warm: Path | None) -> None:
     committer.join()
     if received is not None:
         received.close()
-    if verifier is not None:
-        verifier.close()
     try:  # every file is acknowledged: the sender may have closed first
         channel.close()
     except (EOFError, OSError, paramiko.SSHException):
