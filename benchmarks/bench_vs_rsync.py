@@ -403,12 +403,12 @@ class Bench:
             "rsync -f is rsync -a --fsync: every file fsynced, the guarantee a sealsync "
             "verdict gives (equal durability); plain rsync fsyncs nothing."
         )
-        for measure, per_what, scale in (("bulk", "MiB", 1e3), ("small", "file", 1e3)):
+        for measure, per_what in (("bulk", "MiB"), ("small", "file")):
             cpu = self.results.get(measure, {}).get("cpu_per_unit")
             if isinstance(cpu, dict):
                 lines.append(
                     f"{measure}, CPU ms per {per_what}, every process on the machine: "
-                    + ", ".join(f"{tool} {v * scale:.2f}" for tool, v in cpu.items())
+                    + ", ".join(f"{tool} {v * 1e3:.2f}" for tool, v in cpu.items())
                 )
         r = self.results.get("small", {})
         if "least_work" in r:

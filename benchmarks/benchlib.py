@@ -128,15 +128,19 @@ class Run:
 
 
 def busy_seconds() -> float:
-    """CPU seconds this machine has been busy since boot (neither idle nor iowait).
+    """CPU seconds this machine has spent working since boot: user, nice, system, irq
+    and softirq time (not idle or iowait; not steal, the hypervisor's, nor guest, which
+    user time already holds).
 
     The difference over a run counts every process the run involves (both ends of a
     transfer, their workers, ssh, the kernel's work for them) and, on a shared
     machine, whatever else ran: measure on an otherwise idle one.
     """
     with open("/proc/stat") as f:
-        ticks = [int(v) for v in f.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+        user, nice, system, _idle, _iowait, irq, softirq = (
+            int(v) for v in f.readline().split()[1:8]
+        )
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_rss_kib(pid: int) -> int:
