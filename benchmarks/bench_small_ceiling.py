@@ -25,10 +25,16 @@ run) and a line per file in a log, appended and fsynced once per batch. That is 
 least work that gives a verdict's every guarantee, and so the ceiling of the
 operation sealsync performs, on these parts.
 
-    .venv/bin/python benchmarks/bench_small_ceiling.py [--files 5000] [--reps 3] [--checks]
+``--streams N`` puts the files in flight on N connections at once, each with a
+sending and a receiving process of its own and every N-th file: parallel channels,
+the issue's last suggestion, more generously than one receiver process could serve
+them (no interpreter lock shared between the streams).
 
-The receiver runs as a child process of this script (``--role receive``) and the
-files are real TsFiles of about 64 KiB, the same as ``bench_vs_rsync.py small``.
+    .venv/bin/python benchmarks/bench_small_ceiling.py [--files 5000] [--reps 3] \
+        [--checks] [--streams 1]
+
+Each end runs as a child process of this script (``--role receive``, ``--role send``)
+and the files are real TsFiles of about 64 KiB, the same as ``bench_vs_rsync.py small``.
 """
 
 from __future__ import annotations
@@ -223,15 +229,17 @@ class Transfer(NamedTuple):
     busy: float
 
 
-def send(port: int, files: list[Path]) -> Transfer:
-    """Seconds from the first byte sent to the last acknowledgement. The connection's
-    set-up is left out, and so is a process start-up: both are in sealsync's and
-    rsync's times, so this errs towards a higher bound."""
+def connect(port: int) -> tuple[paramiko.Transport, paramiko.Channel]:
     transport = _transport(socket.create_connection(("127.0.0.1", port)))
     transport.connect()
     transport.auth_none("bench")
     channel = transport.open_session()
     channel.invoke_shell()
+    return transport, channel
+
+
+def send(channel: paramiko.Channel, files: list[Path]) -> None:
+    """Every file sent and acknowledged, each acknowledgement the file's MD5."""
     expected: SimpleQueue[bytes] = SimpleQueue()
     mismatches = 0
     acknowledged = 0
@@ -248,8 +256,6 @@ def send(port: int, files: list[Path]) -> Transfer:
 
     # a daemon: a Ctrl-C in the main thread must not wait for acknowledgements
     reader = threading.Thread(target=acknowledgements, daemon=True)
-    busy = busy_seconds()
-    started = time.perf_counter()
     reader.start()
     for path in files:
         data = path.read_bytes()
@@ -260,41 +266,93 @@ def send(port: int, files: list[Path]) -> Transfer:
         name = path.name.encode()
         channel.sendall(HEADER.pack(len(name), len(data), len(resource)) + name + data + resource)
     reader.join()
-    took = time.perf_counter() - started
-    busy = busy_seconds() - busy
-    channel.close()
-    transport.close()
     if mismatches or acknowledged < len(files):
         raise RuntimeError(
             f"{len(files) - acknowledged} files not acknowledged, {mismatches} with another MD5"
         )
-    return Transfer(took, busy)
 
 
-def run(files: list[Path], into: Path, checks: bool = False) -> Transfer:
-    """One transfer of ``files`` into the new folder ``into``: seconds, checked."""
+def send_part(port: int, listing: Path) -> None:
+    """One stream's sending end (``--role send``): connects, says so, waits for the
+    word to start, then prints the ``perf_counter`` of its first byte and of its last
+    acknowledgement (the same monotonic clock in every process here)."""
+    files = [Path(line) for line in listing.read_text().splitlines()]
+    transport, channel = connect(port)
+    print("ready", flush=True)
+    if sys.stdin.readline() != "go\n":
+        return
+    started = time.perf_counter()
+    send(channel, files)
+    print(started, time.perf_counter(), flush=True)
+    channel.close()
+    transport.close()
+
+
+def run(files: list[Path], into: Path, checks: bool = False, streams: int = 1) -> Transfer:
+    """One transfer of ``files`` into the new folder ``into``: seconds from the first
+    byte sent to the last acknowledgement, checked.
+
+    ``streams``: that many sender and receiver process pairs, each with a connection
+    of its own and every ``streams``-th file: files in flight on parallel channels, and
+    more generously so than one receiver could serve them (a process each, so no GIL
+    shared between them). Connections are made before the clock starts, and process
+    start-ups are left out: both are in sealsync's and rsync's times, so this errs
+    towards a higher bound."""
     into.mkdir()
-    receiver = subprocess.Popen(
-        [sys.executable, __file__, "--role", "receive", "--into", str(into)]
-        + (["--warm", str(files[0])] if checks else []),
-        stdout=subprocess.PIPE,
-    )
+    children: list[subprocess.Popen[str]] = []
     try:
-        assert receiver.stdout is not None
-        port = int(receiver.stdout.readline())
-        transfer = send(port, files)
-        if receiver.wait(60) != 0:
-            raise RuntimeError("the receiving end failed")
+        senders = []
+        for i in range(streams):
+            folder = into / f"s{i}"
+            folder.mkdir()
+            receiver = _child(
+                "receive", "--into", str(folder), *(["--warm", str(files[0])] * checks)
+            )
+            children.append(receiver)
+            port = _line(receiver)
+            listing = folder / "files.txt"
+            listing.write_text("".join(f"{path}\n" for path in files[i::streams]))
+            sender = _child("send", "--port", port, "--listing", str(listing))
+            children.append(sender)
+            senders.append(sender)
+        for sender in senders:
+            if _line(sender) != "ready":
+                raise RuntimeError("a sending end did not connect")
+        busy = busy_seconds()
+        for sender in senders:
+            assert sender.stdin is not None
+            sender.stdin.write("go\n")
+            sender.stdin.flush()
+        spans = [tuple(float(t) for t in _line(sender).split()) for sender in senders]
+        busy = busy_seconds() - busy
+        for child in children:
+            if child.wait(60) != 0:
+                raise RuntimeError("a sending or receiving end failed")
     finally:
-        if receiver.poll() is None:
-            receiver.kill()
-    landed = sum(1 for p in (into / "final").iterdir() if p.suffix != ".resource")
-    if landed != len(files):
-        raise RuntimeError(f"{landed} files landed, expected {len(files)}")
-    logged = len(durable.read_lines(into / "received.log")) if checks else len(files)
-    if logged != len(files):
-        raise RuntimeError(f"{logged} files logged, expected {len(files)}")
-    return transfer
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+    for i in range(streams):
+        folder, part = into / f"s{i}", files[i::streams]
+        landed = sum(1 for p in (folder / "final").iterdir() if p.suffix != ".resource")
+        logged = len(durable.read_lines(folder / "received.log")) if checks else len(part)
+        if landed != len(part) or logged != len(part):
+            raise RuntimeError(f"{landed} files landed, {logged} logged, expected {len(part)}")
+    return Transfer(max(end for _, end in spans) - min(start for start, _ in spans), busy)
+
+
+def _child(role: str, *args: str) -> subprocess.Popen[str]:
+    command = [sys.executable, __file__, "--role", role, *args]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _line(child: subprocess.Popen[str]) -> str:
+    """A child's next line; its end means it failed (its error is on stderr)."""
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        raise RuntimeError(f"the {child.args[3]} end ended early, exit {child.wait()}")
+    return line.strip()
 
 
 def main() -> int:
@@ -302,17 +360,31 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=5000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sealsync-bench"))
-    parser.add_argument("--role", choices=["send", "receive"], default="send")
+    parser.add_argument("--role", choices=["bench", "send", "receive"], default="bench")
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--warm", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--port", help=argparse.SUPPRESS)
+    parser.add_argument("--listing", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
         "--checks", action="store_true", help="also verify every format and log every file"
+    )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        default=1,
+        help="files in flight on this many connections, a process each end (default 1)",
     )
     args = parser.parse_args()
     if args.role == "receive":
         try:
             receive(args.into, args.warm)
         except KeyboardInterrupt:  # the terminal's Ctrl-C reaches both ends
+            return 130
+        return 0
+    if args.role == "send":
+        try:
+            send_part(int(args.port), args.listing)
+        except KeyboardInterrupt:
             return 130
         return 0
 
@@ -326,7 +398,7 @@ def main() -> int:
         files = [root / "edge" / name for name in names]
         for rep in range(args.reps + 1):  # the first warms up, unmeasured
             os.sync()
-            transfer = run(files, root / f"dc-{rep}", args.checks)
+            transfer = run(files, root / f"dc-{rep}", args.checks, args.streams)
             if rep:
                 rates.append(args.files / transfer.seconds)
                 cpu.append(transfer.busy / args.files)
@@ -342,7 +414,8 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
     per_file = statistics.median(cpu)
     print(
-        f"{args.files} TsFiles of ~64 KiB (+ .resource){' with every check' * args.checks}, "
+        f"{args.files} TsFiles of ~64 KiB (+ .resource){' with every check' * args.checks}"
+        f"{f' on {args.streams} streams' * (args.streams > 1)}, "
         f"{args.reps} reps: median {statistics.median(rates):,.0f} files/s (min "
         f"{min(rates):,.0f}, max {max(rates):,.0f}); {per_file * 1e3:.2f} ms of CPU per file, "
         f"so {os.cpu_count()} CPUs fully busy would carry {os.cpu_count() / per_file:,.0f} files/s"

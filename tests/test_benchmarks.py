@@ -92,3 +92,32 @@ def test_loader_benchmark_runs_end_to_end(tmp_path: Path) -> None:
         result.stdout,
         re.MULTILINE,
     )
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_the_least_work_lands_every_file_whole_on_each_stream(tmp_path: Path, streams: int) -> None:
+    """The ceiling's transfer, with every check: each stream's receiver holds exactly its
+    share of the files, byte for byte with their sidecars, and logged each one."""
+    import bench_small_ceiling
+    from benchlib import KiB, populate, templates
+
+    names = populate(tmp_path / "edge", templates(tmp_path / "t", 8 * KiB, 3), 37)
+    files = [tmp_path / "edge" / name for name in names]
+
+    transfer = bench_small_ceiling.run(files, tmp_path / "dc", checks=True, streams=streams)
+
+    assert transfer.seconds > 0 and transfer.busy > 0
+    for i in range(streams):
+        final = tmp_path / "dc" / f"s{i}" / "final"
+        share = files[i::streams]
+        assert sorted(p.name for p in final.iterdir()) == sorted(
+            n for f in share for n in (f.name, f"{f.name}.resource")
+        )
+        for source in share:
+            for suffix in ("", ".resource"):
+                assert (final / f"{source.name}{suffix}").read_bytes() == Path(
+                    f"{source}{suffix}"
+                ).read_bytes()
+        assert len((tmp_path / "dc" / f"s{i}" / "received.log").read_text().splitlines()) == len(
+            share
+        )
