@@ -118,8 +118,9 @@ def _transport(sock: socket.socket) -> paramiko.Transport:
     return transport
 
 
-def receive(folder: Path, warm: Path | None) -> None:
-    """The receiving end: one connection, then one batch acknowledged at a time.
+def receive(folders: list[Path], warm: Path | None) -> None:
+    """The receiving end: a connection per folder, each served on a thread of its own,
+    one batch acknowledged at a time.
 
     ``warm``: a data file to verify before the clock starts (``--checks``), so that the
     workers have read one, as a serving receiver's have: a worker's first file costs
@@ -130,16 +131,32 @@ def receive(folder: Path, warm: Path | None) -> None:
             for info in verifier.inspect_many([warm] * 2 * verifier.workers):
                 if isinstance(info, Exception):
                     raise info
-        _serve(folder, verifier)
+        listener = socket.create_server(("127.0.0.1", 0))
+        print(listener.getsockname()[1], flush=True)
+        failed: list[BaseException] = []
+
+        def serve(sock: socket.socket, folder: Path) -> None:
+            try:
+                _serve(sock, folder, verifier)
+            except BaseException as exc:
+                failed.append(exc)
+
+        servers = []
+        for folder in folders:  # each served as it comes: its sender waits for that
+            sock, _ = listener.accept()
+            # a daemon: a Ctrl-C in the main thread must not wait for a sender that is gone
+            servers.append(threading.Thread(target=serve, args=(sock, folder), daemon=True))
+            servers[-1].start()
+        for server in servers:
+            server.join()
+        if failed:
+            raise failed[0]
     finally:  # a Ctrl-C too: the workers and their semaphores go with this process
         if verifier is not None:
             verifier.close()
 
 
-def _serve(folder: Path, verifier: InspectPool | None) -> None:
-    listener = socket.create_server(("127.0.0.1", 0))
-    print(listener.getsockname()[1], flush=True)
-    sock, _ = listener.accept()
+def _serve(sock: socket.socket, folder: Path, verifier: InspectPool | None) -> None:
     transport = _transport(sock)
     transport.add_server_key(paramiko.ECDSAKey.generate())
     server = _Server()
@@ -288,34 +305,39 @@ def send_part(port: int, listing: Path) -> None:
     transport.close()
 
 
-def run(files: list[Path], into: Path, checks: bool = False, streams: int = 1) -> Transfer:
+def run(
+    files: list[Path], into: Path, checks: bool = False, streams: int = 1, shared: bool = False
+) -> Transfer:
     """One transfer of ``files`` into the new folder ``into``: seconds from the first
     byte sent to the last acknowledgement, checked.
 
-    ``streams``: that many sender and receiver process pairs, each with a connection
-    of its own and every ``streams``-th file: files in flight on parallel channels, and
-    more generously so than one receiver could serve them (a process each, so no GIL
-    shared between them). Connections are made before the clock starts, and process
-    start-ups are left out: both are in sealsync's and rsync's times, so this errs
-    towards a higher bound."""
+    ``streams``: that many sending processes, each with a connection of its own and
+    every ``streams``-th file: files in flight on parallel channels. Each connection
+    has a receiving process of its own (no interpreter lock shared between them), or,
+    ``shared``, they are all served by one receiving process, as by one receiver
+    plugin. Connections are made before the clock starts, and process start-ups are
+    left out: both are in sealsync's and rsync's times, so this errs towards a higher
+    bound."""
     into.mkdir()
+    folders = [into / f"s{i}" for i in range(streams)]
     children: list[subprocess.Popen[str]] = []
     try:
-        senders = []
-        for i in range(streams):
-            folder = into / f"s{i}"
-            folder.mkdir()
-            receiver = _child(
-                "receive", "--into", str(folder), *(["--warm", str(files[0])] * checks)
-            )
+        warm = ["--warm", str(files[0])] * checks
+        ports = []
+        for group in [folders] if shared else [[folder] for folder in folders]:
+            receiver = _child("receive", "--into", *map(str, group), *warm)
             children.append(receiver)
-            port = _line(receiver)
+            ports += [_line(receiver)] * len(group)
+        senders = []
+        for i, (folder, port) in enumerate(zip(folders, ports, strict=True)):
+            folder.mkdir()
             listing = folder / "files.txt"
             listing.write_text("".join(f"{path}\n" for path in files[i::streams]))
             sender = _child("send", "--port", port, "--listing", str(listing))
             children.append(sender)
             senders.append(sender)
-        for sender in senders:
+            # connected before the next one starts: a shared receiver serves its
+            # connections' folders in the order they come
             if _line(sender) != "ready":
                 raise RuntimeError("a sending end did not connect")
         busy = busy_seconds()
@@ -332,8 +354,8 @@ def run(files: list[Path], into: Path, checks: bool = False, streams: int = 1) -
         for child in children:
             if child.poll() is None:
                 child.kill()
-    for i in range(streams):
-        folder, part = into / f"s{i}", files[i::streams]
+    for i, folder in enumerate(folders):
+        part = files[i::streams]
         landed = sum(1 for p in (folder / "final").iterdir() if p.suffix != ".resource")
         logged = len(durable.read_lines(folder / "received.log")) if checks else len(part)
         if landed != len(part) or logged != len(part):
@@ -361,7 +383,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sealsync-bench"))
     parser.add_argument("--role", choices=["bench", "send", "receive"], default="bench")
-    parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--into", type=Path, nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--warm", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--port", help=argparse.SUPPRESS)
     parser.add_argument("--listing", type=Path, help=argparse.SUPPRESS)
@@ -373,6 +395,9 @@ def main() -> int:
         type=int,
         default=1,
         help="files in flight on this many connections, a process each end (default 1)",
+    )
+    parser.add_argument(
+        "--shared", action="store_true", help="one receiving process for every stream"
     )
     args = parser.parse_args()
     if args.role == "receive":
@@ -398,7 +423,7 @@ def main() -> int:
         files = [root / "edge" / name for name in names]
         for rep in range(args.reps + 1):  # the first warms up, unmeasured
             os.sync()
-            transfer = run(files, root / f"dc-{rep}", args.checks, args.streams)
+            transfer = run(files, root / f"dc-{rep}", args.checks, args.streams, args.shared)
             if rep:
                 rates.append(args.files / transfer.seconds)
                 cpu.append(transfer.busy / args.files)
@@ -415,7 +440,8 @@ def main() -> int:
     per_file = statistics.median(cpu)
     print(
         f"{args.files} TsFiles of ~64 KiB (+ .resource){' with every check' * args.checks}"
-        f"{f' on {args.streams} streams' * (args.streams > 1)}, "
+        f"{f' on {args.streams} streams' * (args.streams > 1)}"
+        f"{', one receiving process' * (args.shared and args.streams > 1)}, "
         f"{args.reps} reps: median {statistics.median(rates):,.0f} files/s (min "
         f"{min(rates):,.0f}, max {max(rates):,.0f}); {per_file * 1e3:.2f} ms of CPU per file, "
         f"so {os.cpu_count()} CPUs fully busy would carry {os.cpu_count() / per_file:,.0f} files/s"

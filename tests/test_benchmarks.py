@@ -94,17 +94,22 @@ def test_loader_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("streams", [1, 2])
-def test_the_least_work_lands_every_file_whole_on_each_stream(tmp_path: Path, streams: int) -> None:
-    """The ceiling's transfer, with every check: each stream's receiver holds exactly its
-    share of the files, byte for byte with their sidecars, and logged each one."""
+@pytest.mark.parametrize(
+    ("streams", "shared"), [(1, False), (2, False), (3, True)], ids=["one", "two", "three-shared"]
+)
+def test_the_least_work_lands_every_file_whole_on_each_stream(
+    tmp_path: Path, streams: int, shared: bool
+) -> None:
+    """The ceiling's transfer, with every check: each stream's folder holds exactly its
+    share of the files, byte for byte with their sidecars, and logged each one, whether
+    every stream has a receiving process of its own or they share one."""
     import bench_small_ceiling
     from benchlib import KiB, populate, templates
 
     names = populate(tmp_path / "edge", templates(tmp_path / "t", 8 * KiB, 3), 37)
     files = [tmp_path / "edge" / name for name in names]
 
-    transfer = bench_small_ceiling.run(files, tmp_path / "dc", checks=True, streams=streams)
+    transfer = bench_small_ceiling.run(files, tmp_path / "dc", True, streams, shared)
 
     assert transfer.seconds > 0 and transfer.busy > 0
     for i in range(streams):
