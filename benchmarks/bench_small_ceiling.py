@@ -22,16 +22,16 @@ each the cheapest way sealsync's parts allow: every data file's format verified
 before its acknowledgement (``formats.verify`` in the receiver's own worker pool,
 ``InspectPool.inspect_many``, one task per worker per batch, while the batch's fsyncs
 run) and a line per file in a log, appended and fsynced once per batch. That is the
-least work that gives a verdict's every guarantee, and so the ceiling of the
-operation sealsync performs, on these parts.
+least work that gives a verdict's every guarantee, on one connection.
 
-``--streams N`` puts the files in flight on N connections at once, each with a
-sending and a receiving process of its own and every N-th file: parallel channels,
-the issue's last suggestion, more generously than one receiver process could serve
-them (no interpreter lock shared between the streams).
+``--streams N`` puts the files in flight on N connections at once (parallel channels,
+the issue's last suggestion), each with a sending process of its own and every N-th
+file. Each connection gets a receiving process of its own (no interpreter lock shared
+between them), or with ``--shared`` one receiving process serves them all, as one
+receiver plugin inside its host's process would.
 
     .venv/bin/python benchmarks/bench_small_ceiling.py [--files 5000] [--reps 3] \
-        [--checks] [--streams 1]
+        [--checks] [--streams 1] [--shared]
 
 Each end runs as a child process of this script (``--role receive``, ``--role send``)
 and the files are real TsFiles of about 64 KiB, the same as ``bench_vs_rsync.py small``.
@@ -44,6 +44,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import statistics
 import struct
@@ -82,6 +83,8 @@ from sealsync.protocol import (  # noqa: E402
 )
 
 HEADER = struct.Struct(">HII")  # name length, data length, resource length
+_interrupted = threading.Event()
+"""Set by a Ctrl-C in a receiving end, whose main thread then closes its worker pool."""
 BATCH = 32
 THREADS = 8
 
@@ -176,7 +179,12 @@ def _serve(sock: socket.socket, folder: Path, verifier: InspectPool | None) -> N
         try:
             commit_batches()
         except BaseException as exc:  # the sender then reports files not acknowledged
-            print(f"receiving end: {type(exc).__name__}: {exc}", file=sys.stderr)
+            if _interrupted.is_set():
+                return  # the main thread is closing the worker pool and ending
+            if not channel.closed:  # closed: the sender is gone, and says why
+                print(f"receiving end: {type(exc).__name__}: {exc}", file=sys.stderr)
+            if verifier is not None:  # its semaphores, before the process goes
+                verifier.close()
             os._exit(1)
 
     def commit_batches() -> None:
@@ -320,21 +328,19 @@ def run(
     bound."""
     into.mkdir()
     folders = [into / f"s{i}" for i in range(streams)]
-    children: list[subprocess.Popen[str]] = []
+    receivers: list[subprocess.Popen[str]] = []
+    senders: list[subprocess.Popen[str]] = []
     try:
         warm = ["--warm", str(files[0])] * checks
         ports = []
         for group in [folders] if shared else [[folder] for folder in folders]:
-            receiver = _child("receive", "--into", *map(str, group), *warm)
-            children.append(receiver)
-            ports += [_line(receiver)] * len(group)
-        senders = []
+            receivers.append(_child("receive", "--into", *map(str, group), *warm))
+            ports += [_line(receivers[-1])] * len(group)
         for i, (folder, port) in enumerate(zip(folders, ports, strict=True)):
             folder.mkdir()
             listing = folder / "files.txt"
             listing.write_text("".join(f"{path}\n" for path in files[i::streams]))
             sender = _child("send", "--port", port, "--listing", str(listing))
-            children.append(sender)
             senders.append(sender)
             # connected before the next one starts: a shared receiver serves its
             # connections' folders in the order they come
@@ -347,13 +353,12 @@ def run(
             sender.stdin.flush()
         spans = [tuple(float(t) for t in _line(sender).split()) for sender in senders]
         busy = busy_seconds() - busy
-        for child in children:
+        for child in senders + receivers:
             if child.wait(60) != 0:
                 raise RuntimeError("a sending or receiving end failed")
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
+    finally:  # the senders first: a receiving end whose sender is gone ends by itself
+        _stop(senders)
+        _stop(receivers, grace=5.0)
     for i, folder in enumerate(folders):
         part = files[i::streams]
         landed = sum(1 for p in (folder / "final").iterdir() if p.suffix != ".resource")
@@ -363,9 +368,32 @@ def run(
     return Transfer(max(end for _, end in spans) - min(start for start, _ in spans), busy)
 
 
+def _stop(children: list[subprocess.Popen[str]], grace: float = 0.0) -> None:
+    """Ends the children still running after an error or a Ctrl-C here: ``grace``
+    seconds to end by themselves, then a Ctrl-C of their own, so that a receiving end
+    closes its worker pool (killed, it would leave its semaphores to be reported),
+    then a kill for any still there."""
+    for signalled in (False, True):
+        deadline = time.monotonic() + (10.0 if signalled else grace)
+        for child in children:
+            try:
+                child.wait(max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                if signalled:
+                    child.kill()
+                    child.wait()
+                else:
+                    child.send_signal(signal.SIGINT)
+
+
 def _child(role: str, *args: str) -> subprocess.Popen[str]:
+    """One end, in a process group of its own: a Ctrl-C at the terminal reaches this
+    process only, which then stops the ends in order (:func:`_stop`), rather than each
+    end and the worker pool's fork server wherever they are, start-up included."""
     command = [sys.executable, __file__, "--role", role, *args]
-    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, process_group=0
+    )
 
 
 def _line(child: subprocess.Popen[str]) -> str:
@@ -375,6 +403,11 @@ def _line(child: subprocess.Popen[str]) -> str:
     if not line:
         raise RuntimeError(f"the {child.args[3]} end ended early, exit {child.wait()}")
     return line.strip()
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    _interrupted.set()
+    raise KeyboardInterrupt
 
 
 def main() -> int:
@@ -401,16 +434,23 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.role == "receive":
+        signal.signal(signal.SIGINT, _on_interrupt)
         try:
             receive(args.into, args.warm)
-        except KeyboardInterrupt:  # the terminal's Ctrl-C reaches both ends
+        except KeyboardInterrupt:  # from the benchmark's process, stopping it (_stop)
             return 130
+        except Exception as exc:  # one line: the benchmark's process says the rest
+            print(f"receiving end: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
         return 0
     if args.role == "send":
         try:
             send_part(int(args.port), args.listing)
         except KeyboardInterrupt:
             return 130
+        except Exception as exc:
+            print(f"sending end: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
         return 0
 
     compile_bytecode()
