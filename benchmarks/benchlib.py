@@ -256,15 +256,17 @@ def write_tsfile(
     os.replace(tmp, path)
 
 
-def templates(cache: Path, size: int, count: int) -> list[Path]:
-    """``count`` distinct TsFiles of about ``size`` bytes, written once and kept in ``cache``."""
+def templates(cache: Path, size: int, count: int, device: str = f"{GROUP}.d0") -> list[Path]:
+    """``count`` distinct TsFiles of about ``size`` bytes of ``device``, written once and
+    kept in ``cache``."""
     cache.mkdir(parents=True, exist_ok=True)
     out = []
+    tag = "" if device == f"{GROUP}.d0" else f"-{device}"
     for i in range(count):
-        path = cache / f"t{size}-{i}.tsfile"
+        path = cache / f"t{size}-{i}{tag}.tsfile"
         if not path.exists():
             started = time.monotonic()
-            write_tsfile(path, size, seed=1000 + i)
+            write_tsfile(path, size, seed=1000 + i, device=device)
             if size >= 16 * MiB:
                 log(
                     f"wrote template {path.name} ({path.stat().st_size / MiB:.0f} MiB) in "

@@ -126,3 +126,33 @@ def test_the_least_work_lands_every_file_whole_on_each_stream(
         assert len((tmp_path / "dc" / f"s{i}" / "received.log").read_text().splitlines()) == len(
             share
         )
+
+
+def test_two_senders_benchmark_loads_both_senders_files(tmp_path: Path) -> None:
+    """The benchmark's rounds are checked (both senders' reports and every file loaded:
+    a refused file, say a device claimed by the other sender, fails the run) and it
+    prints each rate and their ratio."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_two_senders.py"),
+            "--files",
+            "12",
+            "--reps",
+            "1",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = re.search(
+        r"one sender ([\d,]+) files/s, two at once ([\d,]+) files/s together: ([\d.]+)x",
+        result.stdout,
+    )
+    assert summary, result.stdout
+    assert all(float(v.replace(",", "")) > 0 for v in summary.groups())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["templates"]  # its run removed

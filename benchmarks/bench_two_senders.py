@@ -1,0 +1,138 @@
+"""Benchmark: two senders at once into one receiver, against one sender alone.
+
+Issue 17's small-file target is reached by the least work on sealsync's parts only
+when the files are spread over connections *and* over receiving processes
+(``bench_small_ceiling.py --streams 2``): into one receiving process a second
+connection buys little. This measures the same for sealsync itself: one ``sealsync
+serve``, and rounds that alternate between one sender shipping ``--files`` small
+TsFiles and two senders (their own keys, sender UUIDs and devices) shipping as many
+each at the same time. If the receiver's process is the limit, the two together move
+about what one moves alone.
+
+    .venv/bin/python benchmarks/bench_two_senders.py [--files 3000] [--reps 5]
+
+Each round's rate is every file loaded over the wall time from the first ``sealsync
+send`` started to the last one ended; the round is checked (each sender's report, and
+the files in the receiver's storage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import (  # noqa: E402
+    GROUP,
+    SEALSYNC,
+    KiB,
+    Sealsync,
+    compile_bytecode,
+    populate,
+    set_aside,
+    settle,
+    templates,
+)
+
+from sealsync.keys import generate_keypair  # noqa: E402
+
+
+def second_sender(ss: Sealsync) -> tuple[Path, Path]:
+    """A second edge instance beside ``ss``'s, with a key of its own that the receiver
+    trusts (a key acts as one sender UUID only): its config and its data dir."""
+    keys = ss.root / "keys"
+    generate_keypair(keys / "edge2", comment="bench-edge2")
+    with open(keys / "authorized_keys", "a") as f:
+        f.write((keys / "edge2.pub").read_text())
+    data, schema = ss.root / "edge2" / "data", ss.root / "edge2" / "schema"
+    data.mkdir(parents=True)
+    schema.mkdir(parents=True)
+    config = ss.root / "sender2.toml"
+    config.write_text(
+        ss.sender_config.read_text()
+        .replace(f'"{ss.edge_data}"', f'"{data}"')
+        .replace(f'"{ss.edge_schema}"', f'"{schema}"')
+        .replace(f'"{keys / "edge"}"', f'"{keys / "edge2"}"')
+    )
+    return config, data
+
+
+def rounds(files: int, reps: int, work: Path) -> tuple[list[float], list[float]]:
+    """files/s of one sender alone and of two at once, ``reps`` rounds each, alternating."""
+    root = work / "two-senders"
+    shutil.rmtree(root, ignore_errors=True)
+    alone: list[float] = []
+    together: list[float] = []
+    with Sealsync(root) as ss:
+        config2, data2 = second_sender(ss)
+        populate(ss.edge_data, templates(work / "templates", 64 * KiB, 25), files)
+        # other devices: a device's data comes from one sender only
+        populate(data2, templates(work / "templates", 64 * KiB, 25, f"{GROUP}.e0"), files)
+        configs = [ss.sender_config, config2]
+
+        def round_of(senders: list[Path]) -> float:
+            ss.forget_sent(root / "trash")
+            set_aside(data2 / "sync-sender", root / "trash")
+            settle()
+            started = time.perf_counter()
+            procs = [
+                subprocess.Popen(
+                    [*SEALSYNC, "-q", "send", "--config", str(c)], stdout=subprocess.DEVNULL
+                )
+                for c in senders
+            ]
+            codes = [p.wait() for p in procs]
+            took = time.perf_counter() - started
+            loaded = ss.loaded_count()
+            if codes != [0] * len(senders) or loaded != files * len(senders):
+                raise RuntimeError(f"senders exited {codes}, {loaded} files loaded")
+            return files * len(senders) / took
+
+        round_of(configs)  # warms the receiver up, unmeasured
+        for rep in range(reps):
+            pair = [
+                lambda: alone.append(round_of(configs[:1])),
+                lambda: together.append(round_of(configs)),
+            ]
+            for measure in pair if rep % 2 == 0 else pair[::-1]:
+                measure()
+            print(
+                f"rep {rep + 1}: one sender {alone[-1]:,.0f} files/s, two at once "
+                f"{together[-1]:,.0f} files/s together",
+                flush=True,
+            )
+    shutil.rmtree(root, ignore_errors=True)
+    return alone, together
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=3000, help="per sender (default 3000)")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/sealsync-bench"))
+    args = parser.parse_args()
+    compile_bytecode()
+    try:
+        alone, together = rounds(args.files, args.reps, args.workdir.resolve())
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    ratios = [t / a for a, t in zip(alone, together, strict=True)]
+    print(
+        f"{args.files} TsFiles of ~64 KiB per sender, {args.reps} reps, medians: one sender "
+        f"{statistics.median(alone):,.0f} files/s, two at once {statistics.median(together):,.0f} "
+        f"files/s together: {statistics.median(ratios):.2f}x ({min(ratios):.2f}-"
+        f"{max(ratios):.2f}) on {os.cpu_count()} CPUs"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
