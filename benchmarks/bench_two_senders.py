@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -68,6 +69,13 @@ def rounds(files: int, reps: int, work: Path) -> tuple[list[float], list[float]]
     """files/s of one sender alone and of two at once, ``reps`` rounds each, alternating."""
     root = work / "two-senders"
     shutil.rmtree(root, ignore_errors=True)
+    try:
+        return _measure(root, work, files, reps)
+    finally:  # a Ctrl-C too
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _measure(root: Path, work: Path, files: int, reps: int) -> tuple[list[float], list[float]]:
     alone: list[float] = []
     together: list[float] = []
     with Sealsync(root) as ss:
@@ -88,7 +96,13 @@ def rounds(files: int, reps: int, work: Path) -> tuple[list[float], list[float]]
                 )
                 for c in senders
             ]
-            codes = [p.wait() for p in procs]
+            try:
+                codes = [p.wait() for p in procs]
+            finally:  # a Ctrl-C here: the senders stop (as they would at the terminal) first
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGINT)
+                        p.wait()
             took = time.perf_counter() - started
             loaded = ss.loaded_count()
             if codes != [0] * len(senders) or loaded != files * len(senders):
@@ -108,7 +122,6 @@ def rounds(files: int, reps: int, work: Path) -> tuple[list[float], list[float]]
                 f"{together[-1]:,.0f} files/s together",
                 flush=True,
             )
-    shutil.rmtree(root, ignore_errors=True)
     return alone, together
 
 
