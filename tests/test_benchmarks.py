@@ -28,28 +28,25 @@ def test_each_mode_writes_exactly_the_files(tmp_path: Path, mode: str) -> None:
     assert took > 0
 
 
-def test_fsync_benchmark_prints_a_rate_and_ratio_per_mode(tmp_path: Path) -> None:
+def run_benchmark(script: str, workdir: Path, *args: str, timeout: float) -> str:
+    """A benchmark script's output, run as a user would, in ``workdir``; it must succeed."""
     result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_fsync.py"),
-            "--files",
-            "40",
-            "--size",
-            "4096",
-            "--reps",
-            "1",
-            "--workdir",
-            str(tmp_path),
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / script), *args, "--workdir", str(workdir)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_fsync_benchmark_prints_a_rate_and_ratio_per_mode(tmp_path: Path) -> None:
+    output = run_benchmark(
+        "bench_fsync.py", tmp_path, "--files", "40", "--size", "4096", "--reps", "1", timeout=120
     )
 
-    assert result.returncode == 0, result.stderr
     rows = re.findall(
-        r"^(\w+)\s+([\d,]+) files/s\s+ratio to none\s+([\d.]+)$", result.stdout, re.MULTILINE
+        r"^(\w+)\s+([\d,]+) files/s\s+ratio to none\s+([\d.]+)$", output, re.MULTILINE
     )
     assert [r[0] for r in rows] == ["none", "fsync", "fsync8", "syncfs"]
     assert rows[0][2] == "1.00" and all(int(r[1].replace(",", "")) > 0 for r in rows)
@@ -57,39 +54,25 @@ def test_fsync_benchmark_prints_a_rate_and_ratio_per_mode(tmp_path: Path) -> Non
 
 
 def test_loader_benchmark_runs_end_to_end(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_loader.py"),
-            "--rows",
-            "4000",
-            "--files",
-            "4",
-            "--tsfiles",
-            "1",
-            "--repeat",
-            "1",
-            "--workdir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
+    output = run_benchmark(
+        "bench_loader.py",
+        tmp_path,
+        *("--rows", "4000", "--files", "4", "--tsfiles", "1", "--repeat", "1"),
         timeout=400,
     )
 
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "generated 4000 Parquet rows in 4 files (+1 TsFiles)" in result.stdout
+    assert "generated 4000 Parquet rows in 4 files (+1 TsFiles)" in output
     assert re.search(
-        r"run 1: plain [\d.]+s, loader [\d.]+s \(4100 rows\), plain\+fsync [\d.]+s", result.stdout
+        r"run 1: plain [\d.]+s, loader [\d.]+s \(4100 rows\), plain\+fsync [\d.]+s", output
     )
     assert re.search(
         r"^ratio loader/plain: [\d.]+ \(spread [\d.]+-[\d.]+, target >= 1.00\)$",
-        result.stdout,
+        output,
         re.MULTILINE,
     )
     assert re.search(
         r"^ratio loader/plain\+fsync: [\d.]+ \(spread [\d.]+-[\d.]+, equal durability\)$",
-        result.stdout,
+        output,
         re.MULTILINE,
     )
 
@@ -132,27 +115,14 @@ def test_two_senders_benchmark_loads_both_senders_files(tmp_path: Path) -> None:
     """The benchmark's rounds are checked (both senders' reports and every file loaded:
     a refused file, say a device claimed by the other sender, fails the run) and it
     prints each rate and their ratio."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_two_senders.py"),
-            "--files",
-            "12",
-            "--reps",
-            "1",
-            "--workdir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    output = run_benchmark(
+        "bench_two_senders.py", tmp_path, "--files", "12", "--reps", "1", timeout=300
     )
 
-    assert result.returncode == 0, result.stderr[-2000:]
     summary = re.search(
         r"one sender ([\d,]+) files/s, two at once ([\d,]+) files/s together: ([\d.]+)x",
-        result.stdout,
+        output,
     )
-    assert summary, result.stdout
+    assert summary, output
     assert all(float(v.replace(",", "")) > 0 for v in summary.groups())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["templates"]  # its run removed
