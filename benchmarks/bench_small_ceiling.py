@@ -66,8 +66,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchlib import (  # noqa: E402
     CIPHER,
     KiB,
+    at_least_one,
     busy_seconds,
     compile_bytecode,
+    exit_status,
     populate,
     templates,
 )
@@ -412,8 +414,8 @@ def _on_interrupt(signum: int, frame: object) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=5000)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--files", type=at_least_one, default=5000)
+    parser.add_argument("--reps", type=at_least_one, default=3)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sealsync-bench"))
     parser.add_argument("--role", choices=["bench", "send", "receive"], default="bench")
     parser.add_argument("--into", type=Path, nargs="+", help=argparse.SUPPRESS)
@@ -425,7 +427,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--streams",
-        type=int,
+        type=at_least_one,
         default=1,
         help="files in flight on this many connections, a process each end (default 1)",
     )
@@ -454,6 +456,10 @@ def main() -> int:
         return 0
 
     compile_bytecode()
+    return exit_status("bench_small_ceiling", lambda: measure(args))
+
+
+def measure(args: argparse.Namespace) -> int:
     work = args.workdir.resolve()
     sources = templates(work / "templates", 64 * KiB, 25)
     root = Path(tempfile.mkdtemp(prefix="ceiling-", dir=work))
@@ -472,10 +478,7 @@ def main() -> int:
                     f"file, {transfer.busy / transfer.seconds:.2f} of {os.cpu_count()} CPUs busy",
                     flush=True,
                 )
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    finally:
+    finally:  # a Ctrl-C or a failed check too
         shutil.rmtree(root, ignore_errors=True)
     per_file = statistics.median(cpu)
     print(

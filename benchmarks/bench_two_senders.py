@@ -35,7 +35,9 @@ from benchlib import (  # noqa: E402
     SEALSYNC,
     KiB,
     Sealsync,
+    at_least_one,
     compile_bytecode,
+    exit_status,
     populate,
     set_aside,
     settle,
@@ -56,12 +58,7 @@ def second_sender(ss: Sealsync) -> tuple[Path, Path]:
     data.mkdir(parents=True)
     schema.mkdir(parents=True)
     config = ss.root / "sender2.toml"
-    config.write_text(
-        ss.sender_config.read_text()
-        .replace(f'"{ss.edge_data}"', f'"{data}"')
-        .replace(f'"{ss.edge_schema}"', f'"{schema}"')
-        .replace(f'"{keys / "edge"}"', f'"{keys / "edge2"}"')
-    )
+    config.write_text(ss.sender_toml(data, schema, "edge2"))
     return config, data
 
 
@@ -127,16 +124,18 @@ def _measure(root: Path, work: Path, files: int, reps: int) -> tuple[list[float]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=3000, help="per sender (default 3000)")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--files", type=at_least_one, default=3000, help="per sender (default 3000)"
+    )
+    parser.add_argument("--reps", type=at_least_one, default=5)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sealsync-bench"))
     args = parser.parse_args()
     compile_bytecode()
-    try:
-        alone, together = rounds(args.files, args.reps, args.workdir.resolve())
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return exit_status("bench_two_senders", lambda: report(args))
+
+
+def report(args: argparse.Namespace) -> int:
+    alone, together = rounds(args.files, args.reps, args.workdir.resolve())
     ratios = [t / a for a, t in zip(alone, together, strict=True)]
     print(
         f"{args.files} TsFiles of ~64 KiB per sender, {args.reps} reps, medians: one sender "

@@ -16,6 +16,7 @@ These are measurements, not tests: nothing here asserts a speed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -256,6 +258,37 @@ def write_tsfile(
     os.replace(tmp, path)
 
 
+def exit_status(script: str, measure: Callable[[], int]) -> int:
+    """``measure()``'s exit status, with the ways a benchmark run ends early as one line
+    each and a status of their own instead of a traceback: a Ctrl-C (130), a run that
+    failed its own check (``RuntimeError``, 1), a ``--workdir`` it cannot use (1)."""
+    try:
+        return measure()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"{script}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a --workdir that is no folder, or full
+        print(
+            f"{script}: {exc}: --workdir needs a folder this user can write, with room",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def at_least_one(text: str) -> int:
+    """An ``argparse`` type: a count of one or more (none would measure nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is too few: at least 1")
+    return value
+
+
 def templates(cache: Path, size: int, count: int, device: str = f"{GROUP}.d0") -> list[Path]:
     """``count`` distinct TsFiles of about ``size`` bytes of ``device``, written once and
     kept in ``cache``."""
@@ -447,17 +480,23 @@ class Sealsync:
         (keys / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {kind} {b64}\n")
         shutil.copyfile(keys / "edge.pub", keys / "authorized_keys")
         self.sender_config = self.root / "sender.toml"
-        self.sender_config.write_text(
-            f'[sender]\nschema_dir = "{self.edge_schema}"\ndata_dirs = ["{self.edge_data}"]\n'
-            f'identity = "{keys / "edge"}"\nknown_hosts = "{keys / "known_hosts"}"\n\n'
-            f'[[receiver]]\nname = "dc"\nhost = "127.0.0.1"\nport = {self.port}\n'
-        )
+        self.sender_config.write_text(self.sender_toml(self.edge_data, self.edge_schema, "edge"))
         (self.root / "receiver.toml").write_text(
             f'[receiver]\nlisten = "127.0.0.1:{self.port}"\nhost_key = "{keys / "host"}"\n'
             f'authorized_keys = "{keys / "authorized_keys"}"\nallow = ["127.0.0.0/8"]\n'
             f'schema_dir = "{self.recv_schema}"\ndata_dirs = ["{self.recv_data}"]\n'
         )
         return self
+
+    def sender_toml(self, data: Path, schema: Path, key: str) -> str:
+        """A sender's config for this receiver: its data and schema dirs, and the name of
+        its key in the keys folder."""
+        keys = self.root / "keys"
+        return (
+            f'[sender]\nschema_dir = "{schema}"\ndata_dirs = ["{data}"]\n'
+            f'identity = "{keys / key}"\nknown_hosts = "{keys / "known_hosts"}"\n\n'
+            f'[[receiver]]\nname = "dc"\nhost = "127.0.0.1"\nport = {self.port}\n'
+        )
 
     def start(self) -> None:
         log_file = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - the process keeps it

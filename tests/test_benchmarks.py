@@ -126,3 +126,29 @@ def test_two_senders_benchmark_loads_both_senders_files(tmp_path: Path) -> None:
     assert summary, output
     assert all(float(v.replace(",", "")) > 0 for v in summary.groups())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["templates"]  # its run removed
+
+
+@pytest.mark.parametrize("script", ["bench_small_ceiling.py", "bench_two_senders.py"])
+def test_a_bad_workdir_or_count_is_one_line(tmp_path: Path, script: str) -> None:
+    """A --workdir under a file, and a count of none: one line naming the cause and what
+    to give instead, not a traceback."""
+    (tmp_path / "a-file").write_text("")
+    command = [sys.executable, str(ROOT / "benchmarks" / script), "--reps", "1"]
+
+    under_a_file = subprocess.run(
+        [*command, "--files", "5", "--workdir", str(tmp_path / "a-file" / "sub")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    none = subprocess.run([*command, "--files", "0"], capture_output=True, text=True, timeout=60)
+
+    assert under_a_file.returncode == 1
+    assert under_a_file.stderr.splitlines() == [
+        f"{script[:-3]}: [Errno 20] Not a directory: '{tmp_path / 'a-file' / 'sub'}"
+        f"{'/templates' if script == 'bench_small_ceiling.py' else '/two-senders/keys'}': "
+        "--workdir needs a folder this user can write, with room"
+    ]
+    assert none.returncode == 2
+    assert none.stderr.splitlines()[-1].endswith("argument --files: 0 is too few: at least 1")
+    assert "Traceback" not in under_a_file.stderr + none.stderr
