@@ -174,8 +174,8 @@ class IncomingFile:
         return None
 
     def fsync(self) -> None:
-        """Put the received bytes on disk and close the temporaries (a large stream's
-        data file leaves the page cache then: see ``writer.drop_cached``)."""
+        """Put the received bytes on disk and close the temporaries; each leaves the
+        page cache then (see ``writer.drop_cached``)."""
         self.finish_writes()
         if self.error is not None:
             raise self.error
@@ -183,8 +183,7 @@ class IncomingFile:
             record_md5(self._fds[0], self._data_md5)  # for send --reconcile
         for fd in self._fds:
             os.fsync(fd)
-        if self._writer is not None:
-            drop_cached(self._fds[0])
+            drop_cached(fd)
         self._close_fds()
 
     def install(self, target: Path) -> None:

@@ -108,8 +108,8 @@ class BackgroundWriter:
 def drop_cached(fd: int) -> None:
     """Release the page cache of a durable file that this process will not read again.
 
-    A large received file is hashed and inspected before its fsync, and only renamed
-    after it. Its pages freed at once are the ones the next file's writes take,
+    A received file is hashed and inspected before its fsync, and only renamed after
+    it. Its pages freed at once are the ones the next file's writes take,
     instead of pages the kernel must first find (reclaim on a full host, on a
     virtual machine pages the hypervisor took back), and a reload of terabytes
     does not push the host database's own working set out of the cache.

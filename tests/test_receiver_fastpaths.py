@@ -377,12 +377,12 @@ def resident_pages(path: Path) -> int:
         libc.munmap(addr, size)
 
 
-def test_a_large_file_leaves_the_page_cache_once_it_is_durable(
+def test_a_received_file_leaves_the_page_cache_once_it_is_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Nothing in the receiver reads a large file again after its fsync (it was hashed
-    # and inspected before, and is only renamed after): its pages are released for
-    # the next file's writes. A small file keeps its few pages: one less syscall.
+    # Nothing in the receiver reads a received file again after its fsync (it was
+    # hashed and inspected before, and is only renamed after): its pages, and its
+    # sidecars', are released for the next file's writes, large files and small.
     monkeypatch.setattr(os, "fsync", posix.fsync)  # only clean pages can be dropped
     writer = BackgroundWriter()
     data = os.urandom(writer_module.WRITEBACK_STEP + 12345)
@@ -395,12 +395,21 @@ def test_a_large_file_leaves_the_page_cache_once_it_is_durable(
     assert resident_pages(large.data_tmp) == 0
     assert large.data_tmp.read_bytes() == data
     small_data = os.urandom(64 << 10)
+    resource = os.urandom(5000)
     small = IncomingFile(
-        FileBegin(2, "sequence/g/0/b.tsfile", len(small_data), 3, -1), tmp_path, "small", writer
+        FileBegin(2, "sequence/g/0/b.tsfile", len(small_data), len(resource), -1),
+        tmp_path,
+        "small",
+        writer,
     )
-    small.write(memoryview(small_data + b"res"))
-    small.fsync()
+    small.write(memoryview(small_data + resource))
     assert resident_pages(small.data_tmp) == len(small_data) // mmap.PAGESIZE
+    assert resident_pages(small.resource_tmp) == 2
+    small.fsync()
+    assert resident_pages(small.data_tmp) == 0
+    assert resident_pages(small.resource_tmp) == 0
+    assert small.data_tmp.read_bytes() == small_data
+    assert small.resource_tmp.read_bytes() == resource
     writer.close()
     large.discard()
     small.discard()
