@@ -126,6 +126,11 @@ MAX_BATCH_BYTES = 16 << 20
 """...or as soon as this many bytes arrived: a large file's fsync then runs while the
 next file streams in, instead of all of them at the end of the round."""
 IO_THREADS = 8
+COMMIT_THREADS = 2
+"""Batches committed at once. A batch's commit is mostly waiting (the worker pool's
+check, the disk's fsyncs), and with one at a time the commit thread was the round's
+serial path; the second batch checks and stages while the first logs, and names
+still reach ``sync.log`` and the loader in arrival order."""
 MAX_ARRIVED = 4 * MAX_BATCH
 """Complete streams waiting for a verdict before the next FILE_BEGIN waits for their
 commit: each holds descriptors and temporaries, and a sender that never reads its
@@ -842,8 +847,9 @@ class Session:
         if not batch:
             return
         if self._commit_thread is None:
-            self._commit_thread = ThreadPoolExecutor(1, "sealsync-commit")
-        future = self._commit_thread.submit(self._commit, batch, self._require_round())
+            self._commit_thread = ThreadPoolExecutor(COMMIT_THREADS, "sealsync-commit")
+        earlier = self._committing[-1][0] if self._committing else None  # else all answered
+        future = self._commit_thread.submit(self._commit, batch, self._require_round(), earlier)
         self._committing.append((future, batch))
 
     def _answer_committed(self, wait_oldest: bool = False, wait_all: bool = False) -> None:
@@ -864,12 +870,17 @@ class Session:
         self._queue_commit()
         self._answer_committed(wait_all=True)
 
-    def _commit(self, batch: list[_Arrived], rnd: _Round) -> None:
+    def _commit(
+        self, batch: list[_Arrived], rnd: _Round, earlier: Future[None] | None = None
+    ) -> None:
         """Verify, stage, log and hand to the loader; decides each verdict, sends none.
 
         Done for a batch at a time so that the fsyncs of many files share journal
         commits and ``sync.log`` takes one fsync per batch; a verdict is still sent
-        only once its file is staged, logged and handed to the loader.
+        only once its file is staged, logged and handed to the loader. ``earlier`` is
+        the batch that arrived before this one, if still committing: this one is
+        checked and staged meanwhile, but logged only after it (and not at all if it
+        failed, which ends the session: staged and unlogged, recovery sweeps them).
         """
         try:
             self._check_batch(batch)
@@ -884,6 +895,8 @@ class Session:
                     staged.append(item)
                 else:
                     item.verdict(Verdict.REFUSED, describe_os_error(error))
+            if earlier is not None:
+                earlier.result()
             if staged:
                 crash_point("receiver.staged")
                 try:

@@ -623,9 +623,11 @@ def test_a_batch_closes_at_its_byte_bound_while_files_stream_in(
     sizes: list[int] = []
     commit = session_module.Session._commit
 
-    def recorded(self: session_module.Session, batch: list, rnd: object) -> None:
+    def recorded(
+        self: session_module.Session, batch: list, rnd: object, earlier: object = None
+    ) -> None:
         sizes.append(len(batch))
-        commit(self, batch, rnd)  # type: ignore[arg-type]
+        commit(self, batch, rnd, earlier)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session_module.Session, "_commit", recorded)
     env.ctx.load_wait = 0.0
