@@ -546,6 +546,40 @@ def test_incoming_routes_bytes_across_chunk_boundaries(tmp_path: Path) -> None:
     }
 
 
+def test_staging_a_batch_keeps_each_files_own_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch's fsyncs run in lanes, several files each: a file whose fsync fails is
+    # refused with its own error, and every other file in its lane and the others is
+    # still staged, whatever the batch's size against the number of lanes.
+    failing = {3, 11, 17}
+    real_fsync = IncomingFile.fsync
+
+    def fsync(self: IncomingFile) -> None:
+        if int(self.begin.file_id) in failing:
+            raise OSError(28, f"No space left on device ({self.begin.file_id})")
+        real_fsync(self)
+
+    monkeypatch.setattr(IncomingFile, "fsync", fsync)
+    for count in (1, 5, 20):
+        files = []
+        for i in range(count):
+            begin = FileBegin(i, f"sequence/sg/0/{count}-{i}.tsfile", 4, 3, -1)
+            inc = IncomingFile(begin, tmp_path, f"t{count}-{i}")
+            inc.write(b"DATAres")
+            files.append((inc, tmp_path / "staged" / f"{count}-{i}.tsfile"))
+        with ThreadPoolExecutor(3) as ex:
+            errors = stage_all(files, ex)
+        for i, error in enumerate(errors):
+            if i in failing:
+                assert isinstance(error, OSError) and f"({i})" in str(error)
+                assert not (tmp_path / "staged" / f"{count}-{i}.tsfile").exists()
+            else:
+                assert error is None
+                assert (tmp_path / "staged" / f"{count}-{i}.tsfile").read_bytes() == b"DATA"
+            files[i][0].discard()
+
+
 def test_clean_text_makes_one_bounded_line() -> None:
     assert clean_text("a\nb\x00c\r\n d") == "a b c d"
     long = clean_text("é" * 2000)
