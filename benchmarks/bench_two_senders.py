@@ -9,7 +9,12 @@ TsFiles and two senders (their own keys, sender UUIDs and devices) shipping as m
 each at the same time. If the receiver's process is the limit, the two together move
 about what one moves alone.
 
-    .venv/bin/python benchmarks/bench_two_senders.py [--files 3000] [--reps 5]
+With ``--receivers 2`` the second sender has a ``sealsync serve`` of its own: the two
+pairs share only the machine. That is what a receiving process per sender could give
+at most with sealsync's per-file CPU as it is, the receiving work spread over
+processes at no cost.
+
+    .venv/bin/python benchmarks/bench_two_senders.py [--files 3000] [--reps 5] [--receivers 1]
 
 Each round's rate is every file loaded over the wall time from the first ``sealsync
 send`` started to the last one ended; the round is checked (each sender's report, and
@@ -19,6 +24,7 @@ the files in the receiver's storage).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -62,28 +68,40 @@ def second_sender(ss: Sealsync) -> tuple[Path, Path]:
     return config, data
 
 
-def rounds(files: int, reps: int, work: Path) -> tuple[list[float], list[float]]:
+def rounds(
+    files: int, reps: int, work: Path, receivers: int = 1
+) -> tuple[list[float], list[float]]:
     """files/s of one sender alone and of two at once, ``reps`` rounds each, alternating."""
     root = work / "two-senders"
     shutil.rmtree(root, ignore_errors=True)
     try:
-        return _measure(root, work, files, reps)
+        return _measure(root, work, files, reps, receivers)
     finally:  # a Ctrl-C too
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _measure(root: Path, work: Path, files: int, reps: int) -> tuple[list[float], list[float]]:
+def _measure(
+    root: Path, work: Path, files: int, reps: int, receivers: int
+) -> tuple[list[float], list[float]]:
     alone: list[float] = []
     together: list[float] = []
-    with Sealsync(root) as ss:
-        config2, data2 = second_sender(ss)
+    with contextlib.ExitStack() as stack:
+        ss = stack.enter_context(Sealsync(root))
+        if receivers == 1:
+            config2, data2 = second_sender(ss)
+            pairs = [ss]  # the receivers
+        else:  # the second sender's own receiver
+            ss2 = stack.enter_context(Sealsync(root / "second"))
+            config2, data2 = ss2.sender_config, ss2.edge_data
+            pairs = [ss, ss2]
         populate(ss.edge_data, templates(work / "templates", 64 * KiB, 25), files)
         # other devices: a device's data comes from one sender only
         populate(data2, templates(work / "templates", 64 * KiB, 25, f"{GROUP}.e0"), files)
         configs = [ss.sender_config, config2]
 
         def round_of(senders: list[Path]) -> float:
-            ss.forget_sent(root / "trash")
+            for receiver in pairs:
+                receiver.forget_sent(root / "trash")
             set_aside(data2 / "sync-sender", root / "trash")
             settle()
             started = time.perf_counter()
@@ -101,7 +119,7 @@ def _measure(root: Path, work: Path, files: int, reps: int) -> tuple[list[float]
                         p.send_signal(signal.SIGINT)
                         p.wait()
             took = time.perf_counter() - started
-            loaded = ss.loaded_count()
+            loaded = sum(receiver.loaded_count() for receiver in pairs)
             if codes != [0] * len(senders) or loaded != files * len(senders):
                 raise RuntimeError(f"senders exited {codes}, {loaded} files loaded")
             return files * len(senders) / took
@@ -128,6 +146,13 @@ def main() -> int:
         "--files", type=at_least_one, default=3000, help="per sender (default 3000)"
     )
     parser.add_argument("--reps", type=at_least_one, default=5)
+    parser.add_argument(
+        "--receivers",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="1: both senders into one sealsync serve (default); 2: a serve each",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sealsync-bench"))
     args = parser.parse_args()
     compile_bytecode()
@@ -135,13 +160,15 @@ def main() -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    alone, together = rounds(args.files, args.reps, args.workdir.resolve())
+    alone, together = rounds(args.files, args.reps, args.workdir.resolve(), args.receivers)
     ratios = [t / a for a, t in zip(alone, together, strict=True)]
+    into = "one receiver" if args.receivers == 1 else "a receiver each"
+    one, two = statistics.median(alone), statistics.median(together)
     print(
-        f"{args.files} TsFiles of ~64 KiB per sender, {args.reps} reps, medians: one sender "
-        f"{statistics.median(alone):,.0f} files/s, two at once {statistics.median(together):,.0f} "
-        f"files/s together: {statistics.median(ratios):.2f}x ({min(ratios):.2f}-"
-        f"{max(ratios):.2f}) on {os.cpu_count()} CPUs"
+        f"{args.files} TsFiles of ~64 KiB per sender, {into}, {args.reps} reps, medians: "
+        f"one sender {one:,.0f} files/s, two at once {two:,.0f} files/s together: "
+        f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
+        f"on {os.cpu_count()} CPUs"
     )
     return 0
 

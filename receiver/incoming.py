@@ -17,7 +17,7 @@ import errno
 import hashlib
 import os
 from collections.abc import Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, wait
 from pathlib import Path, PurePosixPath
 
 from receiver.inventory import record_md5
@@ -30,7 +30,8 @@ from sealsync.protocol import FileBegin
 TEMP_PREFIX = ".incoming-"
 BACKGROUND_MIN = 4 << 20
 FSYNC_LANES = 8
-"""Tasks a batch's fsyncs are split into (the session's I/O threads run them)."""
+"""Tasks a batch's fsyncs are split into (the session's I/O threads run them, see
+:class:`Fsyncs`)."""
 """Streams at least this long are written by the session's BackgroundWriter."""
 
 
@@ -176,8 +177,7 @@ class IncomingFile:
         return None
 
     def fsync(self) -> None:
-        """Put the received bytes on disk and close the temporaries; each leaves the
-        page cache then (see ``writer.drop_cached``)."""
+        """Put the received bytes on disk; the temporaries stay open (see :meth:`release`)."""
         self.finish_writes()
         if self.error is not None:
             raise self.error
@@ -185,6 +185,12 @@ class IncomingFile:
             record_md5(self._fds[0], self._data_md5)  # for send --reconcile
         for fd in self._fds:
             os.fsync(fd)
+
+    def release(self) -> None:
+        """Close the (fsynced) temporaries, each leaving the page cache (see
+        ``writer.drop_cached``): once checked, nothing in the receiver reads them again.
+        Not before the check: the worker that reads the file would then read the disk."""
+        for fd in self._fds:
             drop_cached(fd)
         self._close_fds()
 
@@ -266,8 +272,36 @@ class IncomingFile:
                 pass
 
 
+class Fsyncs:
+    """The fsyncs of several received files, in flight on the I/O threads.
+
+    They go out in ``FSYNC_LANES`` tasks, each fsyncing its share one after the other:
+    as many fsyncs in flight as with a task per file, and a wake-up per lane instead
+    of one per file. Started before a batch's format check, they run while the worker
+    pool reads the files (a refused file's fsync is wasted, and rare).
+    """
+
+    def __init__(self, files: Sequence[IncomingFile], executor: Executor) -> None:
+        lanes = [list(files[i::FSYNC_LANES]) for i in range(min(FSYNC_LANES, len(files)))]
+        self._lanes = [(lane, executor.submit(_fsync_each, lane)) for lane in lanes]
+
+    def wait(self) -> None:
+        """Wait for every fsync, whatever came of them."""
+        wait([future for _, future in self._lanes])
+
+    def errors(self) -> dict[int, OSError | None]:
+        """Wait for every fsync; each file's error (or None) by ``id()`` of the file."""
+        found: dict[int, OSError | None] = {}
+        for lane, future in self._lanes:
+            for incoming, error in zip(lane, future.result(), strict=True):
+                found[id(incoming)] = error
+        return found
+
+
 def stage_all(
-    files: Sequence[tuple[IncomingFile, Path]], executor: Executor
+    files: Sequence[tuple[IncomingFile, Path]],
+    executor: Executor,
+    fsyncs: Fsyncs | None = None,
 ) -> list[OSError | None]:
     """fsync, rename and persist several received files for about one journal commit.
 
@@ -276,15 +310,13 @@ def stage_all(
     so a batch costs about what two files did (figures in docs/performance.md). The result lists,
     per file, None when it is staged durably or the OSError that stopped it.
 
-    The files go out in ``FSYNC_LANES`` tasks, each fsyncing its share one after the
-    other: as many fsyncs in flight as with a task per file, and a wake-up per lane
-    instead of one per file.
+    ``fsyncs``: those of the files, started earlier (it may hold more files than
+    ``files``: those refused since are not staged), else they start here.
     """
-    received = [f for f, _ in files]
-    lanes = [received[i::FSYNC_LANES] for i in range(min(FSYNC_LANES, len(received)))]
-    errors: list[OSError | None] = [None] * len(received)
-    for lane, results in enumerate(executor.map(_fsync_each, lanes)):
-        errors[lane::FSYNC_LANES] = results
+    if fsyncs is None:
+        fsyncs = Fsyncs([f for f, _ in files], executor)
+    synced = fsyncs.errors()
+    errors: list[OSError | None] = [synced[id(incoming)] for incoming, _ in files]
     folders: dict[Path, list[int]] = {}
     made: dict[Path, OSError | None] = {}  # each target folder checked for links and made once
     for i, (incoming, target) in enumerate(files):
@@ -299,6 +331,7 @@ def stage_all(
                 errors[i] = made[target.parent]
                 continue
             try:
+                incoming.release()
                 incoming.install(target)
             except OSError as exc:
                 errors[i] = exc

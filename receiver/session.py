@@ -28,9 +28,10 @@ already waiting (it may be waiting for verdicts) or after ``MAX_BATCH`` files. A
 batch's fsyncs run together and share file-system journal commits, and its names
 take one ``sync.log`` fsync, an order of magnitude cheaper per file than one by one
 (docs/performance.md). A full batch whose sender is still streaming is committed
-on the session's commit thread while this one reads on (``_pump_commits``); batches
-queue there in arrival order, one committing at a time, and their verdicts are still
-sent by this thread, in order, as each commit is done. When the sender's bytes stop
+on the session's commit threads while this one reads on (``_pump_commits``); batches
+queue there in arrival order, two committing at a time (the later one logs only after
+the earlier), and their verdicts are still sent by this thread, in order, as each
+commit is done. When the sender's bytes stop
 (it may be waiting for verdicts) this thread waits only for the oldest batch, so it
 reads the next files as soon as that batch's verdicts have let the sender go on.
 
@@ -59,7 +60,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, cast
 
 from receiver.auth import KeyLimit, Retired, SenderKeys
-from receiver.incoming import IncomingFile, describe_os_error, stage_all
+from receiver.incoming import Fsyncs, IncomingFile, describe_os_error, stage_all
 from receiver.layout import SenderFolder, SyncLog
 from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
 from receiver.load.loader import Loader
@@ -331,7 +332,7 @@ class Session:
         self._sender_slot = False  # holds one of ctx.limits.sender_sessions for self.uuid
         self._arrived: list[_Arrived] = []  # complete streams waiting for their verdicts
         self._arrived_bytes = 0  # their stream bytes, kept as they arrive (checked per frame)
-        # batches handed to the commit thread, oldest first: each answered once done
+        # batches handed to the commit threads, oldest first: each answered once done
         self._committing: collections.deque[tuple[Future[None], list[_Arrived]]] = (
             collections.deque()
         )
@@ -823,7 +824,7 @@ class Session:
     def _pump_commits(self) -> None:
         """Commit in the background while the sender's next files stream in.
 
-        A full batch is queued on the session's commit thread while this thread reads
+        A full batch is queued on the session's commit threads while this thread reads
         on; verdicts go out (from this thread, in order) as each batch is done. With
         nothing left to read the sender may be waiting for verdicts: what arrived is
         queued too, and this thread waits for the oldest batch only, then reads again
@@ -842,7 +843,7 @@ class Session:
                 return  # the answers let the sender go on: read while the rest commits
 
     def _queue_commit(self) -> None:
-        """Hand what arrived to the commit thread as one batch."""
+        """Hand what arrived to the commit threads as one batch."""
         batch = self._take_arrived()
         if not batch:
             return
@@ -882,12 +883,16 @@ class Session:
         checked and staged meanwhile, but logged only after it (and not at all if it
         failed, which ends the session: staged and unlogged, recovery sweeps them).
         """
+        fsyncs = None
         try:
+            # the disk works while the worker pool checks the files
+            fsyncs = Fsyncs([item.file for item in batch if item.status is None], self.ctx.executor)
             self._check_batch(batch)
             accepted = [item for item in batch if item.status is None]
             errors = stage_all(
                 [(item.file, rnd.folder.staged(item.name)) for item in accepted],
                 self.ctx.executor,
+                fsyncs,
             )
             staged = []
             for item, error in zip(accepted, errors, strict=True):
@@ -912,6 +917,8 @@ class Session:
                 if quota is not None:
                     quota.add(self.uuid, item.begin.stream_size)
         finally:
+            if fsyncs is not None:
+                fsyncs.wait()  # no fsync may outlive the descriptor discard() closes
             for item in batch:
                 if item.incoming is not None:
                     item.incoming.discard()  # a no-op for the staged ones

@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 from receiver_load_helpers import UUID_A, UUID_B, files_under
 from receiver_service_helpers import md5, send_file
-from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file, hello
+from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file, fake_inspect, hello
 from state_helpers import sync_log_lines
 
 from receiver import incoming as incoming_module
 from receiver import session as session_module
 from receiver.incoming import IncomingFile, stage_all
 from receiver.session import MAX_BATCH, clean_text
+from sealsync.errors import FormatError
 from sealsync.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -642,6 +643,113 @@ class _Buffered:
 
     def sendall(self, data: bytes) -> None:
         self.data += data
+
+
+def test_a_batchs_fsyncs_run_while_its_files_are_checked(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The disk's work on a batch (its fsyncs) and the worker pool's (the format check)
+    # overlap: every file of the batch is fsynced while its check is still running.
+    # Files the check refuses were fsynced for nothing, and are still not staged.
+    fsynced: set[str] = set()
+    lock = threading.Condition()
+    real_fsync = IncomingFile.fsync
+
+    def fsync(self: IncomingFile) -> None:
+        real_fsync(self)
+        with lock:
+            fsynced.add(self.begin.name)
+            lock.notify_all()
+
+    overlapped: list[bool] = []
+
+    def inspect_many(paths: list[Path]) -> list[object]:
+        with lock:  # the check ends only once the batch's fsyncs are done, if they run
+            overlapped.append(lock.wait_for(lambda: len(fsynced) >= len(paths), timeout=5))
+        found: list[object] = []
+        for path in paths:
+            try:
+                found.append(fake_inspect(path))
+            except FormatError as exc:
+                found.append(exc)
+        return found
+
+    monkeypatch.setattr(IncomingFile, "fsync", fsync)
+    env.ctx.inspect_many = inspect_many  # type: ignore[assignment]
+    env.ctx.load_wait = 0.0
+    sock = env.connect()
+    sock.settimeout(60)
+    hello(sock)
+    start_round(sock)
+    names = [f"sequence/sg/0/{i}.tsfile" for i in range(4)]
+    bodies = [data_file("root.d", body=b"x"), b"not a data file", data_file("root.d"), b"no"]
+    frames = _Buffered()
+    for i, name in enumerate(names):
+        send_file(frames, i, name, bodies[i], chunk=1 << 16)
+    sock.sendall(bytes(frames.data))  # one batch: every file waiting at once
+    assert [verdict(sock)[2] for _ in names] == ["verified", "refused", "verified", "refused"]
+    assert overlapped == [True]
+    assert fsynced == set(names)
+    staged_or_loaded = {p.name for p in env.root.rglob("*.tsfile")}
+    assert staged_or_loaded == {"0.tsfile", "2.tsfile"}
+
+
+def test_a_later_batch_is_logged_after_an_earlier_one_that_commits_slowly(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two batches commit at once: the second, checked quickly, waits for the first
+    # (its check held up) before its names reach sync.log and the loader, so both keep
+    # the order the files arrived in, and so do the verdicts.
+    monkeypatch.setattr(session_module, "MAX_BATCH", 2)
+    calls: list[int] = []
+    second_checked = threading.Event()
+    logging = threading.Event()  # a batch's names are about to reach sync.log
+    log_tsfiles = session_module._Round.log_tsfiles
+
+    def log_recorded(self: object, names: list[str]) -> None:
+        logging.set()
+        log_tsfiles(self, names)  # type: ignore[arg-type]
+
+    def inspect_many(paths: list[Path]) -> list[object]:
+        calls.append(len(paths))
+        if len(calls) == 1:
+            assert second_checked.wait(10)  # the first batch's check ends after the second's
+            logging.wait(1)  # time for the second batch to log, were it not held back
+        else:
+            second_checked.set()
+        return [fake_inspect(path) for path in paths]
+
+    monkeypatch.setattr(session_module._Round, "log_tsfiles", log_recorded)
+
+    loaded: list[str] = []
+    load = env.storage.load
+
+    def recorded(sender: str, name: str, staged: Path) -> None:
+        loaded.append(name)
+        load(sender, name, staged)
+
+    monkeypatch.setattr(env.storage, "load", recorded)
+    env.ctx.inspect_many = inspect_many  # type: ignore[assignment]
+    env.ctx.load_wait = 0.0
+    sock = env.connect()
+    sock.settimeout(60)
+    hello(sock)
+    start_round(sock)
+    names = [f"sequence/sg/0/{i}.tsfile" for i in range(4)]
+    frames = _Buffered()
+    for i, name in enumerate(names):
+        send_file(frames, i, name, data_file("root.d", body=str(i).encode()), chunk=1 << 16)
+    sock.sendall(bytes(frames.data))  # every file waiting at once: two batches of two
+    assert [verdict(sock)[:3] for _ in names] == [
+        (i, name, "verified") for i, name in enumerate(names)
+    ]
+    assert calls == [2, 2]
+    lines = env.folder().sync_log.read_text().splitlines()
+    assert lines[lines.index("sync tsfile start") + 1 :] == names
+    deadline = time.monotonic() + 10
+    while len(loaded) < len(names) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert loaded == names
 
 
 def test_a_batch_closes_at_its_byte_bound_while_files_stream_in(
