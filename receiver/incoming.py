@@ -18,7 +18,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, wait
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from receiver.inventory import record_md5
 from receiver.partials import Partial, PartialStore
@@ -76,27 +76,30 @@ class IncomingFile:
         self.root = temp_dir
         self._writer = writer if begin.stream_size >= BACKGROUND_MIN else None
         self.write_error: OSError | None = None  # set by the writer thread
-        suffix = PurePosixPath(begin.name).suffix
         self.resume = resume
-        self.data_tmp = (
-            resume.data if resume is not None else temp_dir / f"{TEMP_PREFIX}{token}{suffix}"
-        )
-        self.resource_tmp = self.data_tmp.with_name(self.data_tmp.name + ".resource")
-        self.mods_tmp = self.data_tmp.with_name(self.data_tmp.name + ".mods")
+        # Paths as strings: this runs for every file on the session's thread, the
+        # round's serial path, where building Path objects was a third of its work.
+        if resume is not None:
+            self._data = os.fspath(resume.data)
+        else:
+            suffix = os.path.splitext(begin.name.rpartition("/")[2])[1]
+            self._data = os.path.join(temp_dir, f"{TEMP_PREFIX}{token}{suffix}")
+        self._resource = self._data + ".resource"
+        self._mods = self._data + ".mods"
         self.received = 0
         self.error: OSError | None = None
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._data_md5: str | None = None
         """The data file's own MD5, taken from the stream's as it passes its end."""
         self._fds: list[int] = []
-        self._written: list[Path] = []  # the temporaries opened, until installed
+        self._written: list[str] = []  # the temporaries opened, until installed
         # (end offset in the stream, fd index) for data, resource, mods
         self._parts: list[tuple[int, int]] = []
         try:
             end = 0
             for size, path in self._layout():
                 flags = os.O_WRONLY | os.O_CREAT
-                if path != self.data_tmp or resume is None:
+                if path != self._data or resume is None:
                     flags |= os.O_TRUNC
                 self._fds.append(os.open(path, flags, 0o644))
                 self._written.append(path)
@@ -107,10 +110,23 @@ class IncomingFile:
         except OSError as exc:
             self._fail(exc)
 
+    @property
+    def data_tmp(self) -> Path:
+        """The data file's temporary (a resumed partial's data file)."""
+        return Path(self._data)
+
+    @property
+    def resource_tmp(self) -> Path:
+        return Path(self._resource)
+
+    @property
+    def mods_tmp(self) -> Path:
+        return Path(self._mods)
+
     def _read_prefix(self, offset: int) -> None:
         """Hash the partial's first ``offset`` bytes and continue writing after them."""
         fd = self._fds[0]
-        with open(self.data_tmp, "rb", buffering=0) as f:
+        with open(self._data, "rb", buffering=0) as f:
             left = offset
             while left:
                 data = f.read(min(left, 1 << 20))
@@ -124,10 +140,10 @@ class IncomingFile:
         if offset == self.begin.size:
             self._data_md5 = self._md5.hexdigest()
 
-    def _layout(self) -> list[tuple[int, Path]]:
-        parts = [(self.begin.size, self.data_tmp), (self.begin.resource_size, self.resource_tmp)]
+    def _layout(self) -> list[tuple[int, str]]:
+        parts = [(self.begin.size, self._data), (self.begin.resource_size, self._resource)]
         if self.begin.mods_size >= 0:
-            parts.append((self.begin.mods_size, self.mods_tmp))
+            parts.append((self.begin.mods_size, self._mods))
         return parts
 
     def write(self, data: bytes | memoryview) -> None:
@@ -202,13 +218,13 @@ class IncomingFile:
         caller has made ``target``'s folder (:func:`receiver.storage.safe_dirs`) and
         persists the renames by fsyncing it.
         """
-        os.replace(self.resource_tmp, target.with_name(target.name + ".resource"))
-        stale_mods = target.with_name(target.name + ".mods")
+        staged = os.fspath(target)
+        os.replace(self._resource, staged + ".resource")
         if self.begin.mods_size >= 0:
-            os.replace(self.mods_tmp, stale_mods)
+            os.replace(self._mods, staged + ".mods")
         else:
-            stale_mods.unlink(missing_ok=True)
-        os.replace(self.data_tmp, target)
+            _unlink(staged + ".mods")  # a stale one, staged earlier
+        os.replace(self._data, staged)
         self._written = []  # nothing left for discard() to delete
         if self.resume is not None:  # its data is staged: the sidecar describes nothing now
             os.unlink(self.resume.sidecar)
@@ -228,8 +244,8 @@ class IncomingFile:
             held = min(self.received, begin.size)
             os.fsync(self._fds[0])
             self._close_fds()
-            for path in (self.resource_tmp, self.mods_tmp):
-                path.unlink(missing_ok=True)
+            for path in (self._resource, self._mods):
+                _unlink(path)
             kept = store.keep(
                 begin.name, begin.size, begin.mtime, self.data_tmp, held, fsynced=True
             )
@@ -253,9 +269,7 @@ class IncomingFile:
         paths, self._written = self._written, []
         for path in paths:
             try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+                _unlink(path)
             except OSError:  # best effort: recovery sweeps what is left
                 pass
 
@@ -270,6 +284,13 @@ class IncomingFile:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class Fsyncs:

@@ -547,6 +547,19 @@ def test_incoming_routes_bytes_across_chunk_boundaries(tmp_path: Path) -> None:
     }
 
 
+def test_a_file_staged_without_mods_removes_a_stale_staged_mods(tmp_path: Path) -> None:
+    # The same name staged again (a resend after a lost verdict) without a ``.mods``:
+    # the one staged with the earlier copy would otherwise be loaded with this one.
+    target = tmp_path / "staged" / "x.tsfile"
+    with ThreadPoolExecutor(2) as ex:
+        for token, stream, mods in (("a", b"DATA!resMODS", 4), ("b", b"DATA!res", -1)):
+            inc = IncomingFile(FileBegin(1, "sequence/sg/0/x.tsfile", 5, 3, mods), tmp_path, token)
+            inc.write(stream)
+            assert stage_all([(inc, target)], ex) == [None]
+    assert files_under(tmp_path) == {"staged/x.tsfile", "staged/x.tsfile.resource"}
+    assert target.read_bytes() == b"DATA!"
+
+
 def test_staging_a_batch_keeps_each_files_own_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
