@@ -25,8 +25,8 @@ from state_helpers import sync_log_lines
 from receiver import incoming as incoming_module
 from receiver import session as session_module
 from receiver.incoming import IncomingFile, stage_all
+from receiver.inspect_pool import _inspect_each
 from receiver.session import MAX_BATCH, clean_text
-from sealsync.errors import FormatError
 from sealsync.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -658,6 +658,22 @@ class _Buffered:
         self.data += data
 
 
+def offer_at_once(env: Env, bodies: list[bytes]) -> tuple[list[str], list[tuple[int, str, str]]]:
+    """A round whose files' frames all go out in one write, so every file is waiting
+    at once: the names offered and their verdicts (file id, name, status), in order."""
+    env.ctx.load_wait = 0.0
+    sock = env.connect()
+    sock.settimeout(60)
+    hello(sock)
+    start_round(sock)
+    names = [f"sequence/sg/0/{i}.tsfile" for i in range(len(bodies))]
+    frames = _Buffered()
+    for i, (name, body) in enumerate(zip(names, bodies, strict=True)):
+        send_file(frames, i, name, body, chunk=1 << 16)
+    sock.sendall(bytes(frames.data))
+    return names, [verdict(sock)[:3] for _ in names]
+
+
 def test_a_batchs_fsyncs_run_while_its_files_are_checked(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -679,28 +695,13 @@ def test_a_batchs_fsyncs_run_while_its_files_are_checked(
     def inspect_many(paths: list[Path]) -> list[object]:
         with lock:  # the check ends only once the batch's fsyncs are done, if they run
             overlapped.append(lock.wait_for(lambda: len(fsynced) >= len(paths), timeout=5))
-        found: list[object] = []
-        for path in paths:
-            try:
-                found.append(fake_inspect(path))
-            except FormatError as exc:
-                found.append(exc)
-        return found
+        return _inspect_each(lambda path: fake_inspect(Path(path)), [str(p) for p in paths])
 
     monkeypatch.setattr(IncomingFile, "fsync", fsync)
     env.ctx.inspect_many = inspect_many  # type: ignore[assignment]
-    env.ctx.load_wait = 0.0
-    sock = env.connect()
-    sock.settimeout(60)
-    hello(sock)
-    start_round(sock)
-    names = [f"sequence/sg/0/{i}.tsfile" for i in range(4)]
     bodies = [data_file("root.d", body=b"x"), b"not a data file", data_file("root.d"), b"no"]
-    frames = _Buffered()
-    for i, name in enumerate(names):
-        send_file(frames, i, name, bodies[i], chunk=1 << 16)
-    sock.sendall(bytes(frames.data))  # one batch: every file waiting at once
-    assert [verdict(sock)[2] for _ in names] == ["verified", "refused", "verified", "refused"]
+    names, verdicts = offer_at_once(env, bodies)  # one batch
+    assert [status for _, _, status in verdicts] == ["verified", "refused", "verified", "refused"]
     assert overlapped == [True]
     assert fsynced == set(names)
     staged_or_loaded = {p.name for p in env.root.rglob("*.tsfile")}
@@ -743,19 +744,9 @@ def test_a_later_batch_is_logged_after_an_earlier_one_that_commits_slowly(
 
     monkeypatch.setattr(env.storage, "load", recorded)
     env.ctx.inspect_many = inspect_many  # type: ignore[assignment]
-    env.ctx.load_wait = 0.0
-    sock = env.connect()
-    sock.settimeout(60)
-    hello(sock)
-    start_round(sock)
-    names = [f"sequence/sg/0/{i}.tsfile" for i in range(4)]
-    frames = _Buffered()
-    for i, name in enumerate(names):
-        send_file(frames, i, name, data_file("root.d", body=str(i).encode()), chunk=1 << 16)
-    sock.sendall(bytes(frames.data))  # every file waiting at once: two batches of two
-    assert [verdict(sock)[:3] for _ in names] == [
-        (i, name, "verified") for i, name in enumerate(names)
-    ]
+    bodies = [data_file("root.d", body=str(i).encode()) for i in range(4)]
+    names, verdicts = offer_at_once(env, bodies)  # two batches of two
+    assert verdicts == [(i, name, "verified") for i, name in enumerate(names)]
     assert calls == [2, 2]
     lines = env.folder().sync_log.read_text().splitlines()
     assert lines[lines.index("sync tsfile start") + 1 :] == names
@@ -785,19 +776,8 @@ def test_a_batch_closes_at_its_byte_bound_while_files_stream_in(
         commit(self, batch, rnd, earlier)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session_module.Session, "_commit", recorded)
-    env.ctx.load_wait = 0.0
-    sock = env.connect()
-    sock.settimeout(60)
-    hello(sock)
-    start_round(sock)
-    names = [f"sequence/sg/0/{i}.tsfile" for i in range(10)]
-    frames = _Buffered()
-    for i, name in enumerate(names):
-        send_file(frames, i, name, bodies[i], chunk=1 << 16)
-    sock.sendall(bytes(frames.data))  # every file waiting at once
-    assert [verdict(sock)[:3] for _ in names] == [
-        (i, name, "verified") for i, name in enumerate(names)
-    ]
+    names, verdicts = offer_at_once(env, bodies[:10])
+    assert verdicts == [(i, name, "verified") for i, name in enumerate(names)]
     assert sum(sizes) == len(names)
     assert max(sizes) == 3  # never more than the bound allows, while more was waiting
     assert sizes.count(3) >= 2  # and the count starts again after each batch
