@@ -29,10 +29,10 @@ from sealsync.protocol import FileBegin
 
 TEMP_PREFIX = ".incoming-"
 BACKGROUND_MIN = 4 << 20
+"""Streams at least this long are written by the session's BackgroundWriter."""
 FSYNC_LANES = 8
 """Tasks a batch's fsyncs are split into (the session's I/O threads run them, see
 :class:`Fsyncs`)."""
-"""Streams at least this long are written by the session's BackgroundWriter."""
 
 
 def sweep_temporaries(folder: Path) -> int:

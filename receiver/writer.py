@@ -108,10 +108,10 @@ class BackgroundWriter:
 def drop_cached(fd: int) -> None:
     """Release the page cache of a durable file that this process will not read again.
 
-    A received file is hashed and inspected before its fsync, and only renamed after
-    it. Its pages freed at once are the ones the next file's writes take,
-    instead of pages the kernel must first find (reclaim on a full host, on a
-    virtual machine pages the hypervisor took back), and a reload of terabytes
+    A received file is hashed, inspected and fsynced before its pages are released,
+    and only renamed after. Its pages freed at once are the ones the next file's
+    writes take, instead of pages the kernel must first find (reclaim on a full host,
+    on a virtual machine pages the hypervisor took back), and a reload of terabytes
     does not push the host database's own working set out of the cache.
     """
     _advise(fd, 0, 0)

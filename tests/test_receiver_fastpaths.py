@@ -380,9 +380,10 @@ def resident_pages(path: Path) -> int:
 def test_a_received_file_leaves_the_page_cache_once_it_is_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Nothing in the receiver reads a received file again after its fsync (it was
-    # hashed and inspected before, and is only renamed after): its pages, and its
-    # sidecars', are released for the next file's writes, large files and small.
+    # Nothing in the receiver reads a received file again once it is checked and
+    # fsynced (it is only renamed after): its pages, and its sidecars', are released
+    # then for the next file's writes, large files and small, and not at the fsync,
+    # which may run while the worker pool still reads the file.
     monkeypatch.setattr(os, "fsync", posix.fsync)  # only clean pages can be dropped
     writer = BackgroundWriter()
     data = os.urandom(writer_module.WRITEBACK_STEP + 12345)
