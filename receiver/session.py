@@ -63,7 +63,7 @@ from receiver.auth import KeyLimit, Retired, SenderKeys
 from receiver.incoming import Fsyncs, IncomingFile, describe_os_error, stage_all
 from receiver.layout import SenderFolder, SyncLog
 from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
-from receiver.load.loader import Loader
+from receiver.load.loader import Loader, LoaderClosed
 from receiver.load.owners import DeviceOwners
 from receiver.metrics import ReceiverMetrics
 from receiver.partials import DEFAULT_MAX_AGE, PartialStore
@@ -378,6 +378,9 @@ class Session:
         except TimeoutError:  # socket.timeout: the channel's idle timeout
             log.warning("%s: idle for too long, closing the session", who)
             self._send_error(ErrorCode.TIMEOUT, "session idle for too long")
+        except LoaderClosed:  # stop() while this round committed: routine, not a failure
+            log.info("%s: the receiver is stopping; the round stays for recovery", who)
+            self._send_error(ErrorCode.BUSY, "receiver stopping, retry later")
         except OSError as exc:  # the receiver's disk, outside a file (a file gets a verdict)
             reason = describe_os_error(exc, "its state")
             log.warning("%s: %s", who, printable(reason))

@@ -99,7 +99,7 @@ class ErrorCode(StrEnum):
 
     VERSION = "version"  # the HELLO's protocol version is not the receiver's
     AUTH = "auth"  # the UUID is bound to another key, retired, or over max_uuids_per_key
-    BUSY = "busy"  # a session cap is reached; retry on the next run
+    BUSY = "busy"  # a session cap is reached, or the receiver is stopping; retry later
     PROTOCOL = "protocol"  # a frame that does not decode or validate
     BAD_NAME = "bad-name"  # a file name outside the rules of docs/design.md §1.3
     BAD_DEVICE = "bad-device"  # an OWNERS_QUERY device id out of bounds

@@ -8,6 +8,7 @@ tests in test_receiver_service.py use real TsFiles and the worker pool.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 import threading
@@ -26,6 +27,7 @@ from receiver import incoming as incoming_module
 from receiver import session as session_module
 from receiver.incoming import IncomingFile, stage_all
 from receiver.inspect_pool import _inspect_each
+from receiver.recover.replay import recover_all
 from receiver.session import MAX_BATCH, clean_text
 from sealsync.protocol import (
     PROTOCOL_VERSION,
@@ -754,6 +756,29 @@ def test_a_later_batch_is_logged_after_an_earlier_one_that_commits_slowly(
     while len(loaded) < len(names) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert loaded == names
+
+
+def test_a_round_cut_by_the_receiver_stopping_is_one_line_and_recovered(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    # stop() closes the loaders while a session may be committing: the session ends
+    # with ERROR busy (the sender retries), its log says so in one line, not as a
+    # failure with a traceback, and the staged file is loaded at the next start.
+    sock = env.connect()
+    hello(sock)
+    start_round(sock)
+    env.rounds.close()  # what ReceiverService.stop() does to the loaders
+    name = "sequence/sg/0/1.tsfile"
+    with caplog.at_level(logging.INFO, logger="sealsync"):
+        send_file(sock, 1, name, data_file("root.d"))
+        assert "stopping" in expect_error(sock, "busy")
+        wait_for(lambda: not env.threads[-1].is_alive())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert any("the receiver is stopping" in r.getMessage() for r in caplog.records)
+    assert all(r.exc_info is None for r in caplog.records)
+    assert env.folder().sync_log.read_text().splitlines()[-1] == name
+    recover_all(env.data_dirs, env.storage, env.owners, fake_inspect)  # the next start
+    assert env.loaded_path(UUID_A, name).read_bytes() == data_file("root.d")
 
 
 def test_a_batch_closes_at_its_byte_bound_while_files_stream_in(

@@ -32,6 +32,12 @@ MAX_LOAD_BATCH = 256
 """Loads applied together: one ``load.log`` fsync and one fsync per folder for all."""
 
 
+class LoaderClosed(SealsyncError):
+    """The service is stopping and its loaders with it: an event handed over now is
+    not applied; the round's ``sync.log`` has it, and recovery applies it at the next
+    start."""
+
+
 class Loader:
     """Applies one sender folder's events in order; see the module docstring."""
 
@@ -70,7 +76,7 @@ class Loader:
         check_data_name(name)
         with self._cond:
             if self._stopping:
-                raise SealsyncError(f"loader for {self.folder.root} is closed")
+                raise LoaderClosed(f"loader for {self.folder.root} is closed")
             self._events.append((kind, name, devices))
             self._unapplied += 1
             self._cond.notify_all()
