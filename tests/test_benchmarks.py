@@ -125,13 +125,20 @@ def test_the_least_work_lands_every_file_whole_on_each_stream(
         )
 
 
-def test_two_senders_benchmark_loads_both_senders_files(tmp_path: Path) -> None:
-    """The benchmark's rounds are checked (both senders' reports and every file loaded:
-    a refused file, say a device claimed by the other sender, fails the run) and it
-    prints each rate and their ratio."""
+@pytest.mark.parametrize("receivers", ["1", "2"])
+def test_two_senders_benchmark_loads_both_senders_files(tmp_path: Path, receivers: str) -> None:
+    """The benchmark's rounds are checked (both senders' reports and every file loaded,
+    into one receiver or into one each: a refused file, say a device claimed by the
+    other sender, fails the run) and it prints each rate and their ratio."""
     output = run_benchmark(
-        "bench_two_senders.py", tmp_path, "--files", "12", "--reps", "1", timeout=300
+        "bench_two_senders.py",
+        tmp_path,
+        *("--files", "12", "--reps", "1", "--receivers", receivers),
+        timeout=300,
     )
+
+    into = "one receiver" if receivers == "1" else "a receiver each"
+    assert f"12 TsFiles of ~64 KiB per sender, {into}, 1 reps" in output
 
     summary = re.search(
         r"one sender ([\d,]+) files/s, two at once ([\d,]+) files/s together: ([\d.]+)x",
