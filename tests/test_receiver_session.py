@@ -706,8 +706,9 @@ def test_a_batchs_fsyncs_run_while_its_files_are_checked(
     assert [status for _, _, status in verdicts] == ["verified", "refused", "verified", "refused"]
     assert overlapped == [True]
     assert fsynced == set(names)
-    staged_or_loaded = {p.name for p in env.root.rglob("*.tsfile")}
-    assert staged_or_loaded == {"0.tsfile", "2.tsfile"}
+    wait_for(lambda: all(env.loaded_path(UUID_A, names[i]).exists() for i in (0, 2)))
+    # then, with the loads landed (a file mid-rename would escape a walk), nothing else
+    assert {p.name for p in env.root.rglob("*.tsfile")} == {"0.tsfile", "2.tsfile"}
 
 
 def test_a_later_batch_is_logged_after_an_earlier_one_that_commits_slowly(
