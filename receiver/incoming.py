@@ -223,7 +223,7 @@ class IncomingFile:
         if self.begin.mods_size >= 0:
             os.replace(self._mods, staged + ".mods")
         else:
-            _unlink(staged + ".mods")  # a stale one, staged earlier
+            durable.unlink(staged + ".mods")  # a stale one, staged earlier
         os.replace(self._data, staged)
         self._written = []  # nothing left for discard() to delete
         if self.resume is not None:  # its data is staged: the sidecar describes nothing now
@@ -245,7 +245,7 @@ class IncomingFile:
             os.fsync(self._fds[0])
             self._close_fds()
             for path in (self._resource, self._mods):
-                _unlink(path)
+                durable.unlink(path)
             kept = store.keep(
                 begin.name, begin.size, begin.mtime, self.data_tmp, held, fsynced=True
             )
@@ -269,7 +269,7 @@ class IncomingFile:
         paths, self._written = self._written, []
         for path in paths:
             try:
-                _unlink(path)
+                durable.unlink(path)
             except OSError:  # best effort: recovery sweeps what is left
                 pass
 
@@ -284,13 +284,6 @@ class IncomingFile:
                 os.close(fd)
             except OSError:
                 pass
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class Fsyncs:

@@ -153,11 +153,21 @@ def read_lines(path: str | os.PathLike[str]) -> list[str]:
     return lines[:-1]  # the part after the last newline is empty or torn
 
 
-def remove(path: str | os.PathLike[str]) -> bool:
-    """Delete ``path`` if present and persist the deletion; True if it existed."""
+def unlink(path: str | os.PathLike[str]) -> bool:
+    """Delete ``path`` if present, without persisting the deletion; True if it existed.
+
+    For what nothing depends on being gone after a crash: temporaries and disposable
+    links, which recovery sweeps anyway."""
     try:
         os.unlink(path)
     except FileNotFoundError:
+        return False
+    return True
+
+
+def remove(path: str | os.PathLike[str]) -> bool:
+    """Delete ``path`` if present and persist the deletion; True if it existed."""
+    if not unlink(path):
         return False
     fsync_dir(Path(path).parent)
     return True

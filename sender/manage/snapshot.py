@@ -18,6 +18,7 @@ import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from sealsync import durable
 from sealsync.crashpoints import crash_point
 from sealsync.errors import BadName
 from sealsync.names import data_name_problem
@@ -100,12 +101,12 @@ class _Placer:
                 placed.append(dst + suffix)
         except _Gone:
             for path in placed:
-                _unlink(path)
+                durable.unlink(path)
             return False
         return True
 
     def _place(self, src: str, dst: str) -> None:
-        _unlink(dst)  # a stale entry from a round whose cleanup was lost
+        durable.unlink(dst)  # a stale entry from a round whose cleanup was lost
         try:
             self._link(src, dst)
         except FileNotFoundError:
@@ -121,12 +122,5 @@ class _Placer:
         except FileNotFoundError:
             raise _Gone from None
         if not stat.S_ISREG(mode):
-            _unlink(dst)
+            durable.unlink(dst)
             raise _Gone
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
