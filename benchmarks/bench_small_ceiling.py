@@ -4,9 +4,10 @@ Issue 17 asks sealsync to move small files at 1.5x ``rsync -a --fsync``. This sc
 measures what the least possible version of that work reaches here, with the same
 parts sealsync must use: two Python processes, one paramiko SSH connection between
 them (aes128-gcm, the cipher sealsync prefers), MD5 of every file on both ends, and
-on the receiver every data file and its ``X.resource`` written, fsynced (eight
-threads, as the receiver's commit pipeline issues them), renamed into place, and the
-folder fsynced, before the file is acknowledged: files are committed in batches of 32
+on the receiver every data file and its ``X.resource`` written, made durable as the
+receiver's default ``sync_method`` does it (one ``syncfs`` per batch where the kernel
+reports its errors, else every file fsynced from eight threads), renamed into place,
+and the folder fsynced, before the file is acknowledged: files are committed in batches of 32
 (sooner when no more bytes are waiting), on a thread of their own while the next
 ones arrive.
 
@@ -191,7 +192,10 @@ def _serve(sock: socket.socket, folder: Path, verifier: InspectPool | None) -> N
 
     def commit_batches() -> None:
         while (batch := batches.get()) is not None:
-            fsyncs = [pool.submit(os.fsync, fd) for _, fds, _ in batch for fd in fds]
+            if durable.can_syncfs():  # as the receiver's default sync_method
+                fsyncs = [pool.submit(durable.syncfs, batch[0][1][0])]
+            else:
+                fsyncs = [pool.submit(os.fsync, fd) for _, fds, _ in batch for fd in fds]
             if verifier is not None:  # while the fsyncs run
                 for info in verifier.inspect_many([staging / name for name, _, _ in batch]):
                     if isinstance(info, Exception):

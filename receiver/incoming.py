@@ -194,13 +194,18 @@ class IncomingFile:
 
     def fsync(self) -> None:
         """Put the received bytes on disk; the temporaries stay open (see :meth:`release`)."""
+        for fd in self.written():
+            os.fsync(fd)
+
+    def written(self) -> list[int]:
+        """The temporaries' descriptors once every byte and the MD5 record is written
+        to them, ready to be made durable (by :meth:`fsync` or a ``syncfs``)."""
         self.finish_writes()
         if self.error is not None:
             raise self.error
         if self._data_md5 is not None and self._fds:
             record_md5(self._fds[0], self._data_md5)  # for send --reconcile
-        for fd in self._fds:
-            os.fsync(fd)
+        return self._fds
 
     def release(self) -> None:
         """Close the (fsynced) temporaries, each leaving the page cache (see
@@ -286,16 +291,45 @@ class IncomingFile:
                 pass
 
 
-class Fsyncs:
-    """The fsyncs of several received files, in flight on the I/O threads.
+SYNCFS = "syncfs"
+"""``sync_method``: several files made durable by one ``syncfs`` (the default)."""
+FSYNC = "fsync"
+"""``sync_method``: every file fsynced on its own."""
+SYNC_METHODS = (SYNCFS, FSYNC)
 
-    They go out in ``FSYNC_LANES`` tasks, each fsyncing its share one after the other:
-    as many fsyncs in flight as with a task per file, and a wake-up per lane instead
-    of one per file. Started before a batch's format check, they run while the worker
-    pool reads the files (a refused file's fsync is wasted, and rare).
+
+def sync_method_in_effect(method: str) -> str:
+    """What ``sync_method`` does on this machine, in the operator's words."""
+    if method == FSYNC:
+        return "fsync: each received file is fsynced on its own"
+    if durable.can_syncfs():
+        return "syncfs: each batch of received files takes one syncfs of its file system"
+    return (
+        "syncfs, not usable here (it needs Linux 5.8 or later, which reports its write "
+        "errors): each received file is fsynced on its own"
+    )
+
+
+class Fsyncs:
+    """Several received files being made durable on the I/O threads.
+
+    With ``method`` ``syncfs`` (and more than one file, where ``durable.can_syncfs``)
+    one task waits for the files' writes and then syncs their file system once: the
+    batch shares one write-back and one flush of the disk's cache instead of one per
+    file and sidecar, and the kernel's per-fsync work goes with them. Otherwise each
+    file is fsynced, in ``FSYNC_LANES`` tasks that take their share one after the
+    other: as many fsyncs in flight as with a task per file, and a wake-up per lane.
+    Started before a batch's format check, they run while the worker pool reads the
+    files (a refused file's sync is wasted, and rare).
     """
 
-    def __init__(self, files: Sequence[IncomingFile], executor: Executor) -> None:
+    def __init__(
+        self, files: Sequence[IncomingFile], executor: Executor, method: str = SYNCFS
+    ) -> None:
+        if method == SYNCFS and len(files) > 1 and durable.can_syncfs():
+            lanes = [list(files)]
+            self._lanes = [(lanes[0], executor.submit(_sync_together, lanes[0]))]
+            return
         lanes = [list(files[i::FSYNC_LANES]) for i in range(min(FSYNC_LANES, len(files)))]
         self._lanes = [(lane, executor.submit(_fsync_each, lane)) for lane in lanes]
 
@@ -355,6 +389,37 @@ def stage_all(
         if error is not None:
             for i in folders[folder]:
                 errors[i] = error
+    return errors
+
+
+def _sync_together(files: list[IncomingFile]) -> list[OSError | None]:
+    """Every file's writes, then one ``syncfs`` per file system they are on; each
+    file's error is its own. A failed ``syncfs`` may report another program's file
+    on that file system, so its files are then fsynced one by one, which tells
+    whose it was: none is answered *verified* on the strength of a call that failed."""
+    errors: list[OSError | None] = []
+    devices: list[int | None] = []
+    one_on: dict[int, int] = {}  # file system (st_dev) -> a descriptor on it
+    for incoming in files:
+        device = None
+        try:
+            fds = incoming.written()
+            if fds:
+                device = os.fstat(fds[0]).st_dev
+                one_on.setdefault(device, fds[0])
+            errors.append(None)
+        except OSError as exc:
+            errors.append(exc)
+        devices.append(device)
+    failed = set()
+    for device, fd in one_on.items():
+        try:
+            durable.syncfs(fd)
+        except OSError:
+            failed.add(device)
+    for i, incoming in enumerate(files):
+        if devices[i] in failed:
+            errors[i] = _fsync(incoming)
     return errors
 
 

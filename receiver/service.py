@@ -52,7 +52,7 @@ from paramiko.common import (
 
 from receiver import chunk_pipe
 from receiver.auth import AuthorizedKeys, SenderKeys, is_allowed, peer_address
-from receiver.incoming import TEMP_PREFIX
+from receiver.incoming import TEMP_PREFIX, sync_method_in_effect
 from receiver.inspect_pool import InspectPool, verify_in_worker
 from receiver.layout import RECEIVER_FOLDER
 from receiver.limits import Admission, ByteLedger, Outcome, Quota, SlotCounter, Startup
@@ -262,6 +262,7 @@ class ReceiverService:
             limits=limits,
             metrics=self.metrics,
             partial_max_age=config.partial_max_age,
+            sync_method=config.sync_method,
         )
         self._authorized = AuthorizedKeys(config.authorized_keys)
         self.admission = Admission(
@@ -359,6 +360,7 @@ class ReceiverService:
         )
         self._accept_thread.start()
         log.info("receiver listening on %s", format_endpoint(*self.address))
+        log.info("sync_method %s", sync_method_in_effect(self.config.sync_method))
         return self
 
     @property

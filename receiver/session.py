@@ -60,7 +60,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, cast
 
 from receiver.auth import KeyLimit, Retired, SenderKeys
-from receiver.incoming import Fsyncs, IncomingFile, describe_os_error, stage_all
+from receiver.incoming import SYNCFS, Fsyncs, IncomingFile, describe_os_error, stage_all
 from receiver.layout import SenderFolder, SyncLog
 from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
 from receiver.load.loader import Loader, LoaderClosed
@@ -230,6 +230,8 @@ class SessionContext:
     """The service's counters (receiver/metrics.py)."""
     partial_max_age: float = DEFAULT_MAX_AGE
     """Seconds a partial upload is kept (``partial_max_age``), swept at round start."""
+    sync_method: str = SYNCFS
+    """How a batch's files are made durable (``sync_method``, see ``incoming.Fsyncs``)."""
 
 
 def clean_text(text: str, limit: int = MAX_TEXT) -> str:
@@ -889,7 +891,11 @@ class Session:
         fsyncs = None
         try:
             # the disk works while the worker pool checks the files
-            fsyncs = Fsyncs([item.file for item in batch if item.status is None], self.ctx.executor)
+            fsyncs = Fsyncs(
+                [item.file for item in batch if item.status is None],
+                self.ctx.executor,
+                self.ctx.sync_method,
+            )
             self._check_batch(batch)
             accepted = [item for item in batch if item.status is None]
             errors = stage_all(

@@ -168,6 +168,7 @@ def _receiver_answers(config: SenderConfig, receiver: ReceiverEndpoint) -> Findi
 
 def check_receiver(config: ReceiverConfig) -> list[Finding]:
     """The host key loads, authorized_keys grants someone, the folders are there."""
+    from receiver.incoming import sync_method_in_effect
     from receiver.service import load_host_key
 
     try:
@@ -200,6 +201,7 @@ def check_receiver(config: ReceiverConfig) -> list[Finding]:
         _writable_dir("data dir", d, "the receiver stores what senders ship there")
         for d in config.data_dirs
     )
+    out.append(_ok(f"sync_method {sync_method_in_effect(config.sync_method)}"))
     return out
 
 

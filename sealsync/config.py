@@ -209,6 +209,20 @@ class Rate(Reader):
 
 
 @dataclass(frozen=True)
+class Choice(Reader):
+    """One of a few fixed strings."""
+
+    choices: tuple[str, ...]
+
+    def read(self, table: _Table, key: str, value: object) -> str:
+        if value not in self.choices:
+            shown = repr(value) if isinstance(value, str) else _type_name(value)
+            allowed = " or ".join(f'"{c}"' for c in self.choices)
+            raise table.error(key, f"must be {allowed}, got {shown}")
+        return value
+
+
+@dataclass(frozen=True)
 class Integer(Reader):
     """An integer in ``[lo, hi]``."""
 
@@ -784,6 +798,9 @@ class ReceiverConfig:
     #: Seconds a partial upload (a large file's stream cut mid-way) is kept to resume from.
     partial_max_age: float = field(default=86400.0, metadata=setting(Number(0, 365 * 86400)))
     sender_quota_bytes: int = field(default=0, metadata=setting(Integer(0, 1 << 60)))
+    #: How a batch of received files is made durable: "syncfs" (one call per batch,
+    #: where the kernel reports its errors) or "fsync" (file by file).
+    sync_method: str = field(default="syncfs", metadata=setting(Choice(("syncfs", "fsync"))))
     #: ``host:port`` of the Prometheus ``/metrics`` endpoint (receiver/metrics.py).
     metrics_listen: tuple[str, int] | None = field(default=None, metadata=setting(ListenAddress()))
     #: Log lines appended here too (``sealsync serve`` only; a host logs its own way).

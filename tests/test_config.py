@@ -283,6 +283,13 @@ def test_receiver_default_allow_and_ipv6_listen(tmp_path: Path) -> None:
     assert (config.listen_host, config.listen_port, config.listen) == ("::1", 6000, "[::1]:6000")
 
 
+def test_receiver_sync_method_defaults_to_syncfs_and_takes_fsync(tmp_path: Path) -> None:
+    assert load_receiver_config(make_receiver(tmp_path)).sync_method == "syncfs"
+    doc = receiver_doc()
+    doc["receiver"]["sync_method"] = "fsync"
+    assert load_receiver_config(make_receiver(tmp_path, doc)).sync_method == "fsync"
+
+
 def test_receiver_from_mapping_accepts_the_table_or_the_document(tmp_path: Path) -> None:
     make_receiver(tmp_path)
     table = receiver_doc()["receiver"]
@@ -330,6 +337,14 @@ RECEIVER_ERRORS = [
     (_set("receiver", "schema_dir", "keys/host/x"), "[receiver] schema_dir: "),
     (_set("receiver", "data_dirs", ["dc/typo"]), "[receiver] data_dirs[0]: "),
     (_set("receiver", "metrics_listen", "9100"), "[receiver] metrics_listen: must be host:port"),
+    (
+        _set("receiver", "sync_method", "sync"),
+        """[receiver] sync_method: must be "syncfs" or "fsync", got 'sync'""",
+    ),
+    (
+        _set("receiver", "sync_method", ["fsync"]),
+        '[receiver] sync_method: must be "syncfs" or "fsync", got a list',
+    ),
     (_drop("receiver", "listen"), "[receiver] listen: missing required key"),
     (_set("receiver", "port", 5555), "[receiver] port: unknown key"),
     (_set("receiver", "listen_host", "h"), "[receiver] listen_host: unknown key"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
@@ -320,3 +321,39 @@ def test_a_temporary_swept_before_its_writer_locked_it_is_replaced_by_another(
     assert len(made) == 2
     assert (tmp_path / "state.txt").read_text() == "new\n"
     assert sorted(os.listdir(tmp_path)) == ["state.txt"]
+
+
+def test_syncfs_makes_a_real_call_and_raises_its_error(tmp_path: Path) -> None:
+    # This machine's kernel reports syncfs errors (CI runs on one too): the call is the
+    # real one, through the C library, and its failure is an OSError like fsync's.
+    assert durable.can_syncfs()
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        os.write(fd, b"bytes")
+        durable.syncfs(fd)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as info:
+        durable.syncfs(fd)  # closed now
+    assert info.value.errno == errno.EBADF
+
+
+@pytest.mark.parametrize(
+    ("sysname", "release", "usable"),
+    [
+        ("Linux", "6.18.44-fc-v769", True),
+        ("Linux", "5.8.0", True),
+        ("Linux", "5.7.19", False),  # syncfs returned 0 after a failed write-back
+        ("Linux", "4.19.0-25-amd64", False),
+        ("Linux", "weird", False),
+        ("Darwin", "23.1.0", False),
+    ],
+)
+def test_syncfs_is_used_only_where_the_kernel_reports_its_errors(
+    monkeypatch: pytest.MonkeyPatch, sysname: str, release: str, usable: bool
+) -> None:
+    real = os.uname()
+    fake = os.uname_result((sysname, real.nodename, release, real.version, real.machine))
+    monkeypatch.setattr(durable.os, "uname", lambda: fake)
+    assert (durable._load_syncfs() is not None) is usable

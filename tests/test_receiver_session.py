@@ -25,10 +25,11 @@ from state_helpers import sync_log_lines
 
 from receiver import incoming as incoming_module
 from receiver import session as session_module
-from receiver.incoming import IncomingFile, stage_all
+from receiver.incoming import FSYNC, SYNC_METHODS, SYNCFS, Fsyncs, IncomingFile, stage_all
 from receiver.inspect_pool import _inspect_each
 from receiver.recover.replay import recover_all
 from receiver.session import MAX_BATCH, clean_text
+from sealsync import durable
 from sealsync.protocol import (
     PROTOCOL_VERSION,
     Bye,
@@ -562,12 +563,14 @@ def test_a_file_staged_without_mods_removes_a_stale_staged_mods(tmp_path: Path) 
     assert target.read_bytes() == b"DATA!"
 
 
+@pytest.mark.parametrize("method", SYNC_METHODS)
 def test_staging_a_batch_keeps_each_files_own_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
-    # A batch's fsyncs run in lanes, several files each: a file whose fsync fails is
-    # refused with its own error, and every other file in its lane and the others is
-    # still staged, whatever the batch's size against the number of lanes.
+    # fsync: a batch's fsyncs run in lanes, several files each. syncfs: the batch's one
+    # syncfs fails (its error may be any file's on the file system), so each file is
+    # fsynced. Either way a file whose fsync fails is refused with its own error, and
+    # every other file is still staged, whatever the batch's size.
     failing = {3, 11, 17}
     real_fsync = IncomingFile.fsync
 
@@ -576,7 +579,11 @@ def test_staging_a_batch_keeps_each_files_own_error(
             raise OSError(28, f"No space left on device ({self.begin.file_id})")
         real_fsync(self)
 
+    def syncfs(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
     monkeypatch.setattr(IncomingFile, "fsync", fsync)
+    monkeypatch.setattr(durable, "syncfs", syncfs)
     for count in (1, 5, 20):
         files = []
         for i in range(count):
@@ -585,7 +592,7 @@ def test_staging_a_batch_keeps_each_files_own_error(
             inc.write(b"DATAres")
             files.append((inc, tmp_path / "staged" / f"{count}-{i}.tsfile"))
         with ThreadPoolExecutor(3) as ex:
-            errors = stage_all(files, ex)
+            errors = stage_all(files, ex, Fsyncs([inc for inc, _ in files], ex, method))
         for i, error in enumerate(errors):
             if i in failing:
                 assert isinstance(error, OSError) and f"({i})" in str(error)
@@ -594,6 +601,54 @@ def test_staging_a_batch_keeps_each_files_own_error(
                 assert error is None
                 assert (tmp_path / "staged" / f"{count}-{i}.tsfile").read_bytes() == b"DATA"
             files[i][0].discard()
+
+
+@pytest.mark.parametrize(
+    ("method", "available", "count", "syncfs_calls", "fsync_calls"),
+    [
+        (SYNCFS, True, 6, 1, 0),  # one syncfs for the batch, no fsync
+        (SYNCFS, True, 1, 0, 1),  # a batch of one file: its fsync is as cheap
+        (SYNCFS, False, 6, 0, 6),  # no syncfs that reports errors here: file by file
+        (FSYNC, True, 6, 0, 6),  # the operator chose fsync
+    ],
+)
+def test_how_a_batch_is_made_durable(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    available: bool,
+    count: int,
+    syncfs_calls: int,
+    fsync_calls: int,
+) -> None:
+    calls = {"syncfs": 0, "fsync": 0}
+    real_syncfs, real_fsync = durable.syncfs, IncomingFile.fsync
+
+    def syncfs(fd: int) -> None:
+        calls["syncfs"] += 1
+        real_syncfs(fd)  # the real call: it must accept a temporary's descriptor
+
+    def fsync(self: IncomingFile) -> None:
+        calls["fsync"] += 1
+        real_fsync(self)
+
+    monkeypatch.setattr(durable, "syncfs", syncfs)
+    monkeypatch.setattr(durable, "can_syncfs", lambda: available)
+    monkeypatch.setattr(IncomingFile, "fsync", fsync)
+    files = []
+    for i in range(count):
+        inc = IncomingFile(FileBegin(i, f"sequence/sg/0/{i}.tsfile", 4, 3, -1), tmp_path, f"t{i}")
+        inc.write(b"DATA" + bytes([65 + i]) * 3)
+        files.append((inc, tmp_path / "staged" / f"{i}.tsfile"))
+    with ThreadPoolExecutor(3) as ex:
+        errors = stage_all(files, ex, Fsyncs([inc for inc, _ in files], ex, method))
+    assert errors == [None] * count
+    assert calls == {"syncfs": syncfs_calls, "fsync": fsync_calls}
+    for i in range(count):
+        target = tmp_path / "staged" / f"{i}.tsfile"
+        assert target.read_bytes() == b"DATA"
+        assert Path(f"{target}.resource").read_bytes() == bytes([65 + i]) * 3
+    assert {p for p in files_under(tmp_path) if ".incoming-" in p} == set()
 
 
 def test_clean_text_makes_one_bounded_line() -> None:
@@ -676,21 +731,32 @@ def offer_at_once(env: Env, bodies: list[bytes]) -> tuple[list[str], list[tuple[
     return names, [verdict(sock)[:3] for _ in names]
 
 
+@pytest.mark.parametrize("method", SYNC_METHODS)
 def test_a_batchs_fsyncs_run_while_its_files_are_checked(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+    env: Env, monkeypatch: pytest.MonkeyPatch, method: str
 ) -> None:
-    # The disk's work on a batch (its fsyncs) and the worker pool's (the format check)
-    # overlap: every file of the batch is fsynced while its check is still running.
-    # Files the check refuses were fsynced for nothing, and are still not staged.
+    # The disk's work on a batch (its fsyncs, or its syncfs) and the worker pool's (the
+    # format check) overlap: every file of the batch is durable while its check is
+    # still running. Files the check refuses were synced for nothing, and are still
+    # not staged.
     fsynced: set[str] = set()
     lock = threading.Condition()
     real_fsync = IncomingFile.fsync
+    real_together = incoming_module._sync_together
+
+    def synced(names: list[str]) -> None:
+        with lock:
+            fsynced.update(names)
+            lock.notify_all()
 
     def fsync(self: IncomingFile) -> None:
         real_fsync(self)
-        with lock:
-            fsynced.add(self.begin.name)
-            lock.notify_all()
+        synced([self.begin.name])
+
+    def together(files: list[IncomingFile]) -> list[OSError | None]:
+        errors = real_together(files)
+        synced([incoming.begin.name for incoming in files])
+        return errors
 
     overlapped: list[bool] = []
 
@@ -700,6 +766,8 @@ def test_a_batchs_fsyncs_run_while_its_files_are_checked(
         return _inspect_each(lambda path: fake_inspect(Path(path)), [str(p) for p in paths])
 
     monkeypatch.setattr(IncomingFile, "fsync", fsync)
+    monkeypatch.setattr(incoming_module, "_sync_together", together)
+    env.ctx.sync_method = method
     env.ctx.inspect_many = inspect_many  # type: ignore[assignment]
     bodies = [data_file("root.d", body=b"x"), b"not a data file", data_file("root.d"), b"no"]
     names, verdicts = offer_at_once(env, bodies)  # one batch
