@@ -120,9 +120,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(f"sealsync.{__name__}")
 
 DEFAULT_LOAD_WAIT = 10.0
-MAX_BATCH = 32
+MAX_BATCH = 64
 """Files committed together while more stream in; the sender's default pipeline (256)
-holds several batches, so it sends the next ones while this one commits."""
+holds several batches, so it sends the next ones while this one commits. Each batch
+costs a few syncs (its files', its folders', ``sync.log``'s, the loader's) whatever
+its size: 64 small files a batch moved more per second than 32, and 128 no more than
+64 (docs/performance.md, "Session 11")."""
 MAX_BATCH_BYTES = 16 << 20
 """...or as soon as this many bytes arrived: a large file's fsync then runs while the
 next file streams in, instead of all of them at the end of the round."""
