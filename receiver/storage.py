@@ -132,6 +132,13 @@ def _replaceable(dst: str) -> bool:
     return dst.endswith(".mods")
 
 
+def _target(data_dir: str | os.PathLike[str], sender: str, name: str) -> str:
+    """Where ``sender``'s ``name`` lives in ``data_dir``, both checked first."""
+    check_sender_uuid(sender)
+    folder, _, base = check_data_name(name).rpartition("/")
+    return os.path.join(data_dir, folder, sender, base)
+
+
 class DirectoryStorage:
     """The default storage of ``sealsync serve``: plain folders in the receiver's data dirs.
 
@@ -148,21 +155,20 @@ class DirectoryStorage:
 
     def target(self, data_dir: Path, sender: str, name: str) -> Path:
         """Where ``sender``'s ``name`` lives in ``data_dir``."""
-        check_sender_uuid(sender)
-        folder, _, base = check_data_name(name).rpartition("/")
-        return Path(os.path.join(data_dir, folder, sender, base))
+        return Path(_target(data_dir, sender, name))
 
-    def _data_dir_of(self, staged: Path) -> Path:
+    def _data_dir_of(self, folder: str) -> Path:
+        """The data dir a staged file in ``folder`` is in (a string: see ``load``)."""
         known = getattr(self._local, "data_dir_of", None)
-        if known is not None and staged.parent in known:
-            return known[staged.parent]  # type: ignore[no-any-return]
-        real = Path(os.path.realpath(staged.parent))
+        if known is not None and folder in known:
+            return known[folder]  # type: ignore[no-any-return]
+        real = Path(os.path.realpath(folder))
         for data_dir, resolved in zip(self.data_dirs, self._resolved, strict=True):
             if real.is_relative_to(resolved):
                 if known is not None:
-                    known[staged.parent] = data_dir
+                    known[folder] = data_dir
                 return data_dir
-        raise StorageError(f"staged file outside every receiver data dir: {staged}")
+        raise StorageError(f"staged file outside every receiver data dir: {folder}")
 
     @contextmanager
     def deferred_sync(self) -> Iterator[None]:
@@ -176,7 +182,7 @@ class DirectoryStorage:
         if getattr(self._local, "defer", None) is not None:
             yield  # nested: the outer block syncs
             return
-        folders: dict[Path, None] = {}
+        folders: dict[str, None] = {}
         self._local.defer = folders
         # Per block, not longer: a folder checked for links (and made) and a staging
         # folder's data dir are looked up once for all the batch's files, not per file.
@@ -192,15 +198,17 @@ class DirectoryStorage:
                 durable.fsync_dir(folder)
 
     def load(self, sender: str, name: str, staged: Path) -> None:
-        staged = Path(staged)
+        # Paths as strings, not Path objects: this runs for every file received, on
+        # the loader's thread, and building Paths was most of its interpreter time.
         check_sender_uuid(sender)  # before any path use
-        if staged.name != check_data_name(name).rpartition("/")[2]:
+        staged_folder, _, staged_base = os.fspath(staged).rpartition("/")
+        if staged_base != check_data_name(name).rpartition("/")[2]:
             raise StorageError(f"staged file {staged} does not match the name {name}")
-        data_dir = self._data_dir_of(staged)
-        target = self.target(data_dir, sender, name)
+        data_dir = self._data_dir_of(staged_folder)
+        target = _target(data_dir, sender, name)
+        target_folder = target.rpartition("/")[0]
         # Each piece's presence is looked up once: this loader thread is the only one
-        # that moves a sender's staged files. Pieces are strings, not Paths: this runs
-        # for every file received, and the pieces share their two folders.
+        # that moves a sender's staged files.
         pieces = [
             (src, dst, os.path.exists(src), os.path.exists(dst))
             for src, dst in ((f"{staged}{suffix}", f"{target}{suffix}") for suffix in LOAD_ORDER)
@@ -213,7 +221,7 @@ class DirectoryStorage:
             if src_there and dst_there and not same[-1] and not _replaceable(dst):
                 raise StorageError(
                     f"{name}: a different {os.path.basename(dst)} is already loaded from "
-                    f"this sender; the staged copy is kept in {staged.parent}"
+                    f"this sender; the staged copy is kept in {staged_folder}"
                 )
         for (src, dst, src_there, _), identical in zip(pieces, same, strict=True):
             if not src_there:
@@ -221,13 +229,13 @@ class DirectoryStorage:
             if identical:  # already in place (an earlier attempt)
                 durable.remove(src)
                 continue
-            self._move_in(src, dst, staged.parent, target.parent, data_dir)
+            self._move_in(src, dst, staged_folder, target_folder, data_dir)
 
-    def _move_in(self, src: str, dst: str, src_folder: Path, folder: Path, data_dir: Path) -> None:
+    def _move_in(self, src: str, dst: str, src_folder: str, folder: str, data_dir: Path) -> None:
         """Move one piece into ``folder`` (its target's), made free of links."""
         checked = getattr(self._local, "checked", None)
         if checked is None or folder not in checked:
-            safe_dirs(data_dir, folder)
+            safe_dirs(data_dir, Path(folder))
             if checked is not None:
                 checked.add(folder)
         defer = getattr(self._local, "defer", None)

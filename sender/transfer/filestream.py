@@ -88,7 +88,7 @@ class OpenedFile:
 
 def open_snapshot_file(snapshot_dir: Path, name: str) -> OpenedFile:
     """Open ``name`` with its ``.resource`` and, if present, ``.mods`` from the snapshot."""
-    path = os.fspath(snapshot_path(snapshot_dir, name))
+    path = snapshot_path(snapshot_dir, name)
     opened: list[tuple[io.FileIO, int]] = []
     mtime = -1
     try:

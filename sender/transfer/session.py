@@ -464,7 +464,7 @@ def _send_timeout(stream: Stream) -> float | None:
 
 def _sizes(snapshot_dir: Path, name: str) -> tuple[int, int]:
     """The file's stream size (data file and sidecars) and its data file's size."""
-    base = os.fspath(snapshot_path(snapshot_dir, name))
+    base = snapshot_path(snapshot_dir, name)
     total = data = 0
     for suffix in ("", ".resource", ".mods"):
         try:
@@ -628,7 +628,7 @@ class _Files:
         else:
             devices: tuple[str, ...] = ()
             if verdict.status == Verdict.CONFLICT:
-                devices = _devices(snapshot_path(self.snapshot_dir, name), self.s.inspect)
+                devices = _devices(Path(snapshot_path(self.snapshot_dir, name)), self.s.inspect)
             self.refusals.record(Refusal(name, verdict.status, reason, devices))
             self.report.refused[name] = f"{verdict.status}: {reason}" if reason else verdict.status
         self.s.emit("file", index=self.index, name=name, status=verdict.status, reason=reason)
