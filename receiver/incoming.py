@@ -116,6 +116,11 @@ class IncomingFile:
         return Path(self._data)
 
     @property
+    def data_tmp_name(self) -> str:
+        """``data_tmp`` as a string: its sidecars' temporaries are in the same folder."""
+        return self._data
+
+    @property
     def resource_tmp(self) -> Path:
         return Path(self._resource)
 
@@ -400,12 +405,16 @@ def _sync_together(files: list[IncomingFile]) -> list[OSError | None]:
     errors: list[OSError | None] = []
     devices: list[int | None] = []
     one_on: dict[int, int] = {}  # file system (st_dev) -> a descriptor on it
+    folders: dict[str, int] = {}  # a file's sidecars are in its folder: one fstat each
     for incoming in files:
         device = None
         try:
             fds = incoming.written()
             if fds:
-                device = os.fstat(fds[0]).st_dev
+                folder = os.path.dirname(incoming.data_tmp_name)
+                device = folders.get(folder)
+                if device is None:
+                    device = folders[folder] = os.fstat(fds[0]).st_dev
                 one_on.setdefault(device, fds[0])
             errors.append(None)
         except OSError as exc:
