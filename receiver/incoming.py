@@ -25,6 +25,7 @@ from receiver.partials import Partial, PartialStore
 from receiver.storage import safe_dirs
 from receiver.writer import BackgroundWriter, drop_cached
 from sealsync import durable
+from sealsync.durable import FSYNC, SYNCFS
 from sealsync.protocol import FileBegin
 
 TEMP_PREFIX = ".incoming-"
@@ -294,13 +295,6 @@ class IncomingFile:
                 os.close(fd)
             except OSError:
                 pass
-
-
-SYNCFS = "syncfs"
-"""``sync_method``: several files made durable by one ``syncfs`` (the default)."""
-FSYNC = "fsync"
-"""``sync_method``: every file fsynced on its own."""
-SYNC_METHODS = (SYNCFS, FSYNC)
 
 
 def sync_method_in_effect(method: str) -> str:

@@ -60,7 +60,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, cast
 
 from receiver.auth import KeyLimit, Retired, SenderKeys
-from receiver.incoming import SYNCFS, Fsyncs, IncomingFile, describe_os_error, stage_all
+from receiver.incoming import Fsyncs, IncomingFile, describe_os_error, stage_all
 from receiver.layout import SenderFolder, SyncLog
 from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
 from receiver.load.loader import Loader, LoaderClosed
@@ -72,6 +72,7 @@ from receiver.schema import SchemaStore
 from receiver.writer import BackgroundWriter
 from sealsync import __version__, durable
 from sealsync.crashpoints import crash_point
+from sealsync.durable import SYNCFS
 from sealsync.errors import FormatError, SealsyncError
 from sealsync.output import human_bytes
 from sealsync.printable import printable

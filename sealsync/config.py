@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sealsync import permissions, sshfiles
+from sealsync.durable import SYNC_METHODS, SYNCFS
 from sealsync.errors import ConfigError
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -800,7 +801,7 @@ class ReceiverConfig:
     sender_quota_bytes: int = field(default=0, metadata=setting(Integer(0, 1 << 60)))
     #: How a batch of received files is made durable: "syncfs" (one call per batch,
     #: where the kernel reports its errors) or "fsync" (file by file).
-    sync_method: str = field(default="syncfs", metadata=setting(Choice(("syncfs", "fsync"))))
+    sync_method: str = field(default=SYNCFS, metadata=setting(Choice(SYNC_METHODS)))
     #: ``host:port`` of the Prometheus ``/metrics`` endpoint (receiver/metrics.py).
     metrics_listen: tuple[str, int] | None = field(default=None, metadata=setting(ListenAddress()))
     #: Log lines appended here too (``sealsync serve`` only; a host logs its own way).

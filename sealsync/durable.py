@@ -34,6 +34,13 @@ def _fsync(path: str | os.PathLike[str], flags: int) -> None:
         os.close(fd)
 
 
+SYNCFS = "syncfs"
+"""``sync_method``: a batch of files made durable by one ``syncfs`` (the default)."""
+FSYNC = "fsync"
+"""``sync_method``: every file fsynced on its own."""
+SYNC_METHODS = (SYNCFS, FSYNC)
+
+
 def _load_syncfs() -> Callable[[int], int] | None:
     """libc's ``syncfs``, if the kernel reports its write-back errors (Linux 5.8 on).
 

@@ -25,11 +25,12 @@ from state_helpers import sync_log_lines
 
 from receiver import incoming as incoming_module
 from receiver import session as session_module
-from receiver.incoming import FSYNC, SYNC_METHODS, SYNCFS, Fsyncs, IncomingFile, stage_all
+from receiver.incoming import Fsyncs, IncomingFile, stage_all
 from receiver.inspect_pool import _inspect_each
 from receiver.recover.replay import recover_all
 from receiver.session import MAX_BATCH, clean_text
 from sealsync import durable
+from sealsync.durable import FSYNC, SYNC_METHODS, SYNCFS
 from sealsync.protocol import (
     PROTOCOL_VERSION,
     Bye,

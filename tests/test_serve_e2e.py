@@ -220,6 +220,10 @@ def test_server_log_lines_rounds_and_quiet_connection_noise(
     assert [ln for ln in lines if "listening on" in ln] == [
         next(ln for ln in lines if ln.endswith(f"INFO: receiver listening on 127.0.0.1:{dep.port}"))
     ]
+    # how received files are made durable, as `sealsync check` says it too
+    assert [ln for ln in lines if "sync_method" in ln][0].endswith(
+        "INFO: sync_method syncfs: each batch of received files takes one syncfs of its file system"
+    )
     rounds = [ln for ln in lines if ": round done in " in ln]
     assert len(rounds) == 2, lines
     assert (
