@@ -33,6 +33,7 @@ from deploy_helpers import Deployment, Sender, make_deployment, populate
 from reliability.faultproxy import DOWN, DROP, FLIP, STALL, UP, Fault, FaultProxy
 from reliability.figures import record
 
+from receiver.session import MAX_BATCH
 from sealsync.config import SenderConfig, load_sender_config
 from sealsync.protocol import HEADER, Kind
 from sender import round as round_module
@@ -55,8 +56,8 @@ AFTER_HANDSHAKE = 2600
 VERDICTS_FROM = 3200
 """Downwards, where verdicts start (handshake, WELCOME, schema acks, ROUND_READY)."""
 VERDICT_BYTES = 110
-"""Bytes a verdict takes downwards (its frame: a commit batch's verdicts, up to 32,
-share one SSH packet)."""
+"""Bytes a verdict takes downwards (its frame: a commit batch's verdicts, up to
+``MAX_BATCH``, share one SSH packet)."""
 SCHEMA_LINE = "CREATE TIMESERIES root.fault.d{i}.s{j} WITH DATATYPE=INT64"
 BIG_ROWS = 20000
 """Rows per device of a "big" file: ~650 KiB, so a data-file offset lands mid-file."""
@@ -226,7 +227,7 @@ def test_fault_mid_round_ends_in_a_clean_retry(net: Net, case: str) -> None:
     # mid-verdicts: enough files for at least three commit batches, whose verdicts go
     # down in one packet each, so that the middle of the verdict bytes lies after the
     # first batch's packet and before the last one's
-    small = 99 if phase == "mid-verdicts" else 30
+    small = 3 * MAX_BATCH + 3 if phase == "mid-verdicts" else 30
     batch = new_batch(net, small=small, schema_bytes=(3 << 20) if phase == "mid-schema" else 0)
     if phase == "mid-schema":  # three 1 MiB SCHEMA frames: aim at the second
         offset = AFTER_HANDSHAKE + (3 << 19)
