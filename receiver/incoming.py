@@ -326,8 +326,8 @@ class Fsyncs:
         self, files: Sequence[IncomingFile], executor: Executor, method: str = SYNCFS
     ) -> None:
         if method == SYNCFS and len(files) > 1 and durable.can_syncfs():
-            lanes = [list(files)]
-            self._lanes = [(lanes[0], executor.submit(_sync_together, lanes[0]))]
+            batch = list(files)
+            self._lanes = [(batch, executor.submit(_sync_together, batch))]
             return
         lanes = [list(files[i::FSYNC_LANES]) for i in range(min(FSYNC_LANES, len(files)))]
         self._lanes = [(lane, executor.submit(_fsync_each, lane)) for lane in lanes]

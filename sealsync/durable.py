@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from sealsync import libc
+
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Persist a directory entry change (create, rename, unlink) in ``path``."""
@@ -46,21 +48,13 @@ def _load_syncfs() -> Callable[[int], int] | None:
 
     Before 5.8 ``syncfs`` returned 0 even when writing a file back failed, so a
     verdict could follow a lost write; there, and without the call (not Linux, an
-    old C library), everything is fsynced file by file. ctypes releases the GIL
-    for the call, as ``os.fsync`` does.
+    old C library), everything is fsynced file by file.
     """
-    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
-    if os.uname().sysname != "Linux" or found is None:
+    system = os.uname()
+    found = re.match(r"(\d+)\.(\d+)", system.release)
+    if system.sysname != "Linux" or found is None or (int(found[1]), int(found[2])) < (5, 8):
         return None
-    if (int(found[1]), int(found[2])) < (5, 8):
-        return None
-    try:
-        call = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int]
-    call.restype = ctypes.c_int
-    return call
+    return libc.function("syncfs", [ctypes.c_int])
 
 
 _SYNCFS = _load_syncfs()
@@ -84,7 +78,7 @@ def syncfs(fd: int) -> None:
     if _SYNCFS is None:
         raise RuntimeError("syncfs is not available on this system")
     if _SYNCFS(fd) != 0:
-        code = ctypes.get_errno()
+        code = libc.errno()
         raise OSError(code, os.strerror(code))
 
 

@@ -39,7 +39,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sealsync import durable
+from sealsync import durable, libc
 
 BUILD_SUFFIX = ".sealsync-full"
 OLD_SUFFIX = ".sealsync-old"
@@ -85,25 +85,17 @@ def _renameat2_exchange(a: Path, b: Path) -> bool:
     """Exchange two paths atomically; False if this system cannot (no error raised)."""
     if os.environ.get(NO_EXCHANGE_ENV) == "1":
         return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):  # glibc < 2.28, or no libc symbol
-        return False
     # int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
     #               unsigned int flags)
-    renameat2.argtypes = [
-        ctypes.c_int,
-        ctypes.c_char_p,
-        ctypes.c_int,
-        ctypes.c_char_p,
-        ctypes.c_uint,
-    ]
-    renameat2.restype = ctypes.c_int
+    renameat2 = libc.function(
+        "renameat2", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    )
+    if renameat2 is None:  # glibc < 2.28, or no libc symbol
+        return False
     result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
     if result == 0:
         return True
-    err = ctypes.get_errno()
+    err = libc.errno()
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False  # the kernel or the file system has no exchange
     raise OSError(err, os.strerror(err), os.fspath(a), None, os.fspath(b))

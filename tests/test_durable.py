@@ -357,3 +357,15 @@ def test_syncfs_is_used_only_where_the_kernel_reports_its_errors(
     fake = os.uname_result((sysname, real.nodename, release, real.version, real.machine))
     monkeypatch.setattr(durable.os, "uname", lambda: fake)
     assert (durable._load_syncfs() is not None) is usable
+
+
+def test_a_c_library_call_is_found_by_name_or_is_none() -> None:
+    # the one lookup syncfs and the loader's renameat2 go through
+    import ctypes
+
+    from sealsync import libc
+
+    close = libc.function("close", [ctypes.c_int])
+    assert close is not None
+    assert close(-1) == -1 and libc.errno() == errno.EBADF  # errno is the call's own
+    assert libc.function("no_such_function_in_libc", []) is None
