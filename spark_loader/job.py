@@ -22,14 +22,18 @@ of the scan), so Spark's own reader stays on the path and no Python runs per row
 ``.mods`` that does not parse makes its file skipped and reported, like a corrupt
 data file, and retried on the next run.
 
-**Writing.** The union is written with ``partitionBy(KEY_COLUMN)`` into a fresh
-hidden staging folder of the table; Spark's job commit makes it complete or leaves
-it unfinished. Then each ``__sealsync_key=<k>`` folder is renamed to its file's
-partition ``sender=/source_file=/file_id=`` (:mod:`.table`): one rename per file, so
-a partition appears whole, and a crash between renames leaves whole partitions
-that the next run adopts. Provenance lives only in those folder names: Spark's
-row-based writer never copies or encodes it per row, and a short key is all it
-partitions by (measured in docs/performance.md).
+**Writing.** The union is written into a fresh hidden staging folder of the table,
+one folder ``__sealsync_key=<k>`` per file; Spark's job commit makes it complete or
+leaves it unfinished. Then each key folder is renamed to its file's partition
+``sender=/source_file=/file_id=`` (:mod:`.table`): one rename per file, so a
+partition appears whole, and a crash between renames leaves whole partitions that
+the next run adopts. Provenance lives only in those folder names: no row stores it,
+and a short int key is all the write looks at per row. Where the loader's jar runs
+(a local master, :mod:`.jvm`), its ``KeyedParquetFileFormat`` writes the folders:
+a task's rows come grouped by file already, so it opens a file's folder when the key
+changes, where Spark's ``partitionBy`` (used everywhere else, same folders) sorts
+every row by the key and copies it to drop the column (measured in
+docs/performance.md).
 
 A failing job is retried without the file that broke it, when the error names it
 (our TsFile reader's marker, or the link Spark's Parquet reader failed on), else split
@@ -57,7 +61,7 @@ from sealsync import formats
 from sealsync.errors import FormatError
 from sealsync.formats import mods
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
-from spark_loader import localfs
+from spark_loader import jvm, localfs
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import Failure, SplitRetry, describe
@@ -76,6 +80,8 @@ from spark_loader.table import (
 from spark_loader.tsfile_read import FILES_DDL, SCHEMA_DDL, data_batches, schema_rows
 
 PARQUET_GROUP, TSFILE = "p", "t"
+#: Spark's Parquet writer with a folder per key and no sort (java/, :mod:`.jvm`).
+KEYED_FORMAT = "io.sealsync.spark.KeyedParquetFileFormat"
 _LINK_KEY_RE = re.compile(rf"/b\d+/{PARQUET_GROUP}\d+/{KEY_COLUMN}=(\d+)/data\.parquet")
 # Columns of the deletions a Parquet scan is anti-joined with, named so that no real
 # measurement has them (a file that did would fail its job and be isolated, skipped).
@@ -327,7 +333,12 @@ class Ingest:
         more in task and Python round trips than reading the files.
         """
         rows = [
-            (str(p.link or p.source.path), p.file_id, p.key, p.mods_text() if deletions else None)
+            (
+                str(p.link or p.source.path),
+                p.file_id,
+                int(p.key) if p.key else None,  # the schema pass runs before linking
+                p.mods_text() if deletions else None,
+            )
             for p in items
         ]
         return self.spark.createDataFrame(rows, FILES_DDL)
@@ -400,12 +411,14 @@ class Ingest:
         from pyspark.sql import functions as F
 
         rows = [
-            (p.key, device, until) for p in items for device, until in sorted(p.deleted.items())
+            (int(p.key), device, until)
+            for p in items
+            for device, until in sorted(p.deleted.items())
         ]
         if not rows:
             return df  # the common case: the scan is not touched
         gone = self.spark.createDataFrame(
-            rows, f"{_GONE_FILE} string, {_GONE_DEVICE} string, {_GONE_UNTIL} bigint"
+            rows, f"{_GONE_FILE} int, {_GONE_DEVICE} string, {_GONE_UNTIL} bigint"
         )
         deleted = (
             (F.col(KEY_COLUMN) == F.col(_GONE_FILE))
@@ -419,11 +432,13 @@ class Ingest:
 
         names = {n for p in batch for n in schemas.measurements(p.columns)}
         target = schemas.target_schema(self.state.columns, sorted(names))
+        writer = self._frame(batch, target).write.mode("errorifexists")
+        if jvm.loadable(self.spark, KEYED_FORMAT, probe=True):
+            writer = writer.format(KEYED_FORMAT)  # the same folders, without the sort
+        else:
+            writer = writer.format("parquet").partitionBy(KEY_COLUMN)
         writer = (
-            self._frame(batch, target)
-            .write.mode("errorifexists")
-            .partitionBy(KEY_COLUMN)
-            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            writer.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
             # Version 1 renames each task's folders whole at commit; version 2
             # re-creates every partition folder file by file.
             .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
@@ -439,7 +454,7 @@ class Ingest:
         for field in target.fields:
             if field.name == TIME_COLUMN or isinstance(field.dataType, (DoubleType, FloatType)):
                 writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
-        writer.parquet(str(staging))
+        writer.save(str(staging))
 
     def _record(self, batch: list[Prepared], staging: Path) -> None:
         """After a committed job: check each file's rows, move its partition into the

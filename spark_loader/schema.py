@@ -117,5 +117,5 @@ def target_schema(registry: Mapping[str, str], names: Sequence[str]) -> StructTy
     """What one Spark write produces: time, device, ``names`` sorted, the file's key."""
     fields = [StructField(TIME_COLUMN, LongType()), StructField(DEVICE_COLUMN, StringType())]
     fields += [StructField(n, from_json(registry[n])) for n in sorted(set(names))]
-    fields.append(StructField(KEY_COLUMN, StringType()))
+    fields.append(StructField(KEY_COLUMN, IntegerType()))
     return StructType(fields)

@@ -23,7 +23,7 @@ from typing import Any
 
 from sealsync import durable
 from sealsync.errors import LockHeld, SealsyncError
-from spark_loader import localfs
+from spark_loader import jvm
 from spark_loader.failure import describe, last_error_line
 from spark_loader.javacheck import check_java
 from spark_loader.state import DRIVER_LOCK_FILE
@@ -51,8 +51,9 @@ RUN_CONF = {
     "spark.sql.optimizer.plannedWrite.enabled": "true",
     # Measurement names are case sensitive (IoTDB), so are our columns.
     "spark.sql.caseSensitive": "true",
-    # Partition values of the link folders are strings, never guessed numbers.
-    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    # The one partition column of the link folders is a file's number in its batch,
+    # read as the int it is (job.py).
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
     "spark.sql.files.ignoreMissingFiles": "false",
     "spark.sql.files.ignoreCorruptFiles": "false",
     "spark.sql.parquet.mergeSchema": "false",
@@ -146,7 +147,7 @@ def create_session(
         os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = SparkSession.builder.master(master)
     merged = {**settings, **(conf or {})}
-    merged.update(localfs.session_conf(master, merged))
+    merged.update(jvm.session_conf(master, merged))
     for key, value in merged.items():
         builder = builder.config(key, value)
     java_opts = f"-Dlog4j2.configurationFile={props.resolve().as_uri()}"  # no spaces: a URI

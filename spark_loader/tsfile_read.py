@@ -37,7 +37,7 @@ _FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)
 
 #: Input rows of both passes: one per file; ``mods`` is the text of the deletions its
 #: ``X.mods`` makes (read on the driver; null in the schema pass and without deletions).
-FILES_DDL = "path string, file_id string, key string, mods string"
+FILES_DDL = "path string, file_id string, key int, mods string"
 #: Output rows of the schema pass: one per measurement, plus one (name null) per file.
 SCHEMA_DDL = "file_id string, name string, type string, error string"
 
@@ -144,11 +144,11 @@ def schema_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 _SCHEMA_ARROW = pa.schema([(n, pa.string()) for n in ("file_id", "name", "type", "error")])
 
 
-def _constant(value: str, n: int, typ: pa.DataType) -> pa.Array:
+def _constant(value: object, n: int, typ: pa.DataType) -> pa.Array:
     return pa.array([value], typ).take(pa.array(np.zeros(n, dtype=np.int32)))
 
 
-def conform(table: pa.Table, schema: pa.Schema, row: dict[str, str]) -> pa.Table:
+def conform(table: pa.Table, schema: pa.Schema, row: dict[str, Any]) -> pa.Table:
     """``to_arrow`` output shaped as one Spark write: every column, in order, typed."""
     n = table.num_rows
     columns = []

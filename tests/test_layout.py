@@ -86,5 +86,5 @@ def test_a_wheel_carries_the_four_packages_and_the_jar(tmp_path: Path) -> None:
         "sealsync",
         *ROLES,
     }
-    assert "spark_loader/jars/sealsync-localfs.jar" in names
+    assert "spark_loader/jars/sealsync-spark.jar" in names
     assert "sender/manage/selection.py" in names and "receiver/recover/replay.py" in names

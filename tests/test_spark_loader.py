@@ -31,7 +31,8 @@ from sealsync import formats
 from sealsync.config import LoaderConfig
 from sealsync.simulator import EdgeInstance
 from spark_loader import ingest as ingest_module
-from spark_loader import localfs, read_arrow, run_load
+from spark_loader import jvm, localfs, read_arrow, run_load
+from spark_loader.job import KEYED_FORMAT
 from spark_loader.session import create_session
 from spark_loader.state import load_state, state_path
 from spark_loader.table import Table, part_files
@@ -635,6 +636,41 @@ def test_a_growing_mods_takes_exactly_those_points_out(tmp_path: Path, spark: An
 
     assert (report.ingested, report.removed, report.unchanged, report.rows_written) == (0, 0, 4, 0)
     assert snapshot(config.table_path) == table
+
+
+def test_without_the_keyed_writer_spark_partitioned_write_gives_the_same_table(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the loader's jar cannot run (a cluster), Spark's ``partitionBy`` writes the
+    key folders instead: the same partitions and rows, deletions applied, both formats."""
+    _, recv = two_senders(tmp_path)
+    ts_a, pq_a, ts_b, pq_b = list(recv.placed)
+    recv.add_mods(ts_a[1], "root.sg1.d1", 2000, ts_a[0])
+    recv.add_mods(pq_b[1], "root.sg2.d8", 3000, pq_b[0])
+    real = jvm.loadable
+    chosen: list[tuple[str, bool]] = []
+
+    def spy(session: Any, name: str, probe: bool = False) -> bool:
+        found = real(session, name, probe)
+        chosen.append((name, found))
+        return found
+
+    monkeypatch.setattr(jvm, "loadable", spy)
+    keyed = recv.config(tmp_path, "keyed")
+    assert _load(keyed, spark).ok
+    assert (KEYED_FORMAT, True) in chosen
+
+    def without_keyed(session: Any, name: str, probe: bool = False) -> bool:
+        return name != KEYED_FORMAT and real(session, name, probe)
+
+    monkeypatch.setattr(jvm, "loadable", without_keyed)
+    own = recv.config(tmp_path, "partitioned")
+    report = _load(own, spark)
+
+    assert report.ok and report.ingested == 4
+    assert table_rows(own.table_path) == table_rows(keyed.table_path) == source_rows(recv)
+    assert partition_dirs(own.table_path) == partition_dirs(keyed.table_path)
+    assert len(partition_dirs(own.table_path)) == 4
 
 
 def test_a_malformed_mods_skips_its_file_until_fixed(tmp_path: Path, spark: Any) -> None:

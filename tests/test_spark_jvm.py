@@ -1,0 +1,166 @@
+"""The loader's jar: how it is built, when its classes are used, and what the keyed
+Parquet writer writes, against Spark's own partitioned write of the same rows."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from spark_loader import jvm, localfs
+from spark_loader.job import KEYED_FORMAT
+from spark_loader.session import create_session
+from spark_loader.table import KEY_COLUMN
+
+
+def _classes(jar: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(jar) as zf:
+        return {n: zf.read(n) for n in zf.namelist() if n.endswith(".class")}
+
+
+@pytest.mark.slow
+def test_the_shipped_jar_is_built_from_the_shipped_source(tmp_path: Path) -> None:
+    rebuilt = tmp_path / "rebuilt.jar"
+    jvm.build(rebuilt)
+    shipped = _classes(jvm.JAR)
+    assert list(shipped) == [
+        "io/sealsync/hadoop/PosixLocalFileSystem.class",
+        "io/sealsync/spark/KeyedParquetFileFormat$Factory.class",
+        "io/sealsync/spark/KeyedParquetFileFormat$Writer.class",
+        "io/sealsync/spark/KeyedParquetFileFormat.class",
+    ]
+    assert _classes(rebuilt) == shipped, (
+        "the jar is stale: run python -m spark_loader.jvm and commit it"
+    )
+    assert rebuilt.read_bytes() == jvm.JAR.read_bytes()  # the build is reproducible
+
+
+def test_a_local_session_gets_the_jar_on_its_class_path() -> None:
+    assert jvm.session_conf("local[*]", {}) == {"spark.driver.extraClassPath": str(jvm.JAR)}
+    mine = {"spark.driver.extraClassPath": "/opt/x.jar"}
+    assert jvm.session_conf("local[2]", mine) == {
+        "spark.driver.extraClassPath": f"/opt/x.jar:{jvm.JAR}"
+    }
+    assert jvm.session_conf("spark://h:7077", {}) == {}
+
+
+class _Jvm:
+    """``sc._jvm`` as far as :func:`jvm.loadable` walks it."""
+
+    def __init__(self, loadable: bool, usable: bool = True) -> None:
+        self.loadable = loadable
+        self.usable = usable
+        self.java = SimpleNamespace(
+            lang=SimpleNamespace(Class=SimpleNamespace(forName=self.for_name))
+        )
+        self.io = SimpleNamespace(
+            sealsync=SimpleNamespace(
+                spark=SimpleNamespace(KeyedParquetFileFormat=SimpleNamespace(usable=self.probe))
+            )
+        )
+        self.asked: list[str] = []
+
+    def for_name(self, name: str) -> Any:
+        self.asked.append(name)
+        if not self.loadable:
+            raise RuntimeError("java.lang.ClassNotFoundException: " + name)
+        return name
+
+    def probe(self) -> bool:
+        self.asked.append("usable()")
+        return self.usable
+
+
+def _spark(master: str, loadable: bool, usable: bool = True) -> Any:
+    return SimpleNamespace(sparkContext=SimpleNamespace(master=master, _jvm=_Jvm(loadable, usable)))
+
+
+def test_the_classes_are_used_only_where_they_are_sure_to_load() -> None:
+    local = _spark("local[*]", loadable=True)
+    assert localfs.implementation(local) == localfs.CLASS
+    assert local.sparkContext._jvm.asked == [localfs.CLASS]
+    # A session someone else started without the jar: Hadoop's own class.
+    assert localfs.implementation(_spark("local[2]", loadable=False)) == localfs.FALLBACK
+    # A cluster's executors may not have it, whatever the driver has.
+    cluster = _spark("spark://h:7077", loadable=True)
+    assert localfs.implementation(cluster) == localfs.FALLBACK
+    assert not jvm.loadable(cluster, KEYED_FORMAT, probe=True)
+    assert cluster.sparkContext._jvm.asked == []
+
+
+def test_the_keyed_writer_is_used_only_where_its_spark_can_run_it() -> None:
+    local = _spark("local[*]", loadable=True)
+    assert jvm.loadable(local, KEYED_FORMAT, probe=True)
+    assert local.sparkContext._jvm.asked == [KEYED_FORMAT, "usable()"]
+    # The jar loads, but this Spark lacks what the class was compiled against.
+    assert not jvm.loadable(_spark("local[*]", loadable=True, usable=False), KEYED_FORMAT, True)
+    assert not jvm.loadable(_spark("local[*]", loadable=False), KEYED_FORMAT, True)
+
+
+# ---------------------------------------------------------------- real Spark
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    session = create_session("local[2]", tmp_path_factory.mktemp("spark-logs"))
+    yield session
+    session.stop()
+
+
+_DDL = f"time bigint, device string, s1 double, {KEY_COLUMN} int"
+# Keys grouped as a task reads its files, then key 0 again: a second file in its folder.
+_ROWS = [
+    (1, "d1", 0.5, 0),
+    (2, "d1", None, 0),
+    (3, "d2", 1.5, 1),
+    (4, None, 2.5, 1),
+    (5, "d1", 3.5, 2),
+    (6, "d2", 4.5, 0),
+]
+
+
+def _folders(out: Path) -> dict[str, list[tuple]]:
+    """``key=<k>`` folder -> its rows, sorted; every file must lack the key column."""
+    found: dict[str, list[tuple]] = {}
+    for part in sorted(out.glob(f"{KEY_COLUMN}=*/*.parquet")):
+        table = pq.read_table(part)
+        assert table.column_names == ["time", "device", "s1"], part
+        rows = [tuple(r.values()) for r in table.to_pylist()]
+        found.setdefault(part.parent.name, []).extend(rows)
+    return {k: sorted(v, key=repr) for k, v in found.items()}
+
+
+@pytest.mark.slow
+def test_the_keyed_writer_writes_what_spark_partitioned_write_writes(
+    tmp_path: Path, spark: Any
+) -> None:
+    assert jvm.loadable(spark, KEYED_FORMAT, probe=True)  # the loader's session can use it
+    df = spark.createDataFrame(_ROWS, _DDL).coalesce(1)  # one task, rows in this order
+    keyed, spark_own = tmp_path / "keyed", tmp_path / "partitioned"
+    df.write.format(KEYED_FORMAT).save(str(keyed))
+    df.write.partitionBy(KEY_COLUMN).parquet(str(spark_own))
+
+    assert _folders(keyed) == _folders(spark_own)
+    assert sorted(_folders(keyed)) == [f"{KEY_COLUMN}={k}" for k in (0, 1, 2)]
+    assert sum(len(rows) for rows in _folders(keyed).values()) == len(_ROWS)
+    # Key 0 came back after other keys: its rows went into a second file, none lost.
+    assert len(list((keyed / f"{KEY_COLUMN}=0").glob("*.parquet"))) == 2
+    # Nothing but the key folders (and Spark's marker) at the top.
+    assert {p.name for p in keyed.iterdir()} == {
+        *(f"{KEY_COLUMN}={k}" for k in (0, 1, 2)),
+        "_SUCCESS",
+        "._SUCCESS.crc",
+    }
+
+
+@pytest.mark.slow
+def test_the_keyed_writer_refuses_rows_without_an_int_key_last(tmp_path: Path, spark: Any) -> None:
+    df = spark.createDataFrame([(1, "d1", "0")], f"time bigint, device string, {KEY_COLUMN} string")
+    with pytest.raises(Exception, match="the last column must be the int folder key"):
+        df.write.format(KEYED_FORMAT).save(str(tmp_path / "out"))
+    assert not list(tmp_path.glob("out/**/*.parquet"))
