@@ -7,8 +7,21 @@ in :mod:`spark_loader.table` (readers merge schemas: Spark's
 
 from __future__ import annotations
 
-from spark_loader.ingest import run_load
-from spark_loader.report import LoadReport
-from spark_loader.table import read_arrow
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_loader.ingest import run_load
+    from spark_loader.report import LoadReport
+    from spark_loader.table import read_arrow
 
 __all__ = ["LoadReport", "read_arrow", "run_load"]
+_HOMES = {"LoadReport": "report", "read_arrow": "table", "run_load": "ingest"}
+
+
+def __getattr__(name: str) -> Any:
+    """Imported on first use, so that running one module (``python -m
+    spark_loader.jvm``) does not import the whole loader before it (runpy warns)."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"spark_loader.{_HOMES[name]}"), name)

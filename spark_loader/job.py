@@ -101,7 +101,7 @@ class Prepared:
     schema_key: str  # Parquet files with equal keys are read by one scan
     partition: Partition  # where its rows go in the table
     kind: str = ""  # set when linked: PARQUET_GROUP or TSFILE
-    key: str = ""  # set when linked: the file's number in its batch
+    key: int | None = None  # set when linked: the file's number in its batch
     link: Path | None = None
     folder: Path | None = None  # the link folder one scan reads
     # The latest deletion time per device from its X.mods (the only one that counts:
@@ -299,7 +299,7 @@ class Ingest:
         linked: list[Prepared] = []
         for number_in_batch, item in enumerate(batch):
             source, fid = item.source, item.file_id
-            item.key = str(number_in_batch)
+            item.key = number_in_batch
             if source.suffix != PARQUET:
                 item.kind, item.folder = TSFILE, root / TSFILE
                 item.link = item.folder / f"{fid}.tsfile"
@@ -336,7 +336,7 @@ class Ingest:
             (
                 str(p.link or p.source.path),
                 p.file_id,
-                int(p.key) if p.key else None,  # the schema pass runs before linking
+                p.key,  # None in the schema pass, which runs before linking
                 p.mods_text() if deletions else None,
             )
             for p in items
@@ -411,9 +411,7 @@ class Ingest:
         from pyspark.sql import functions as F
 
         rows = [
-            (int(p.key), device, until)
-            for p in items
-            for device, until in sorted(p.deleted.items())
+            (p.key, device, until) for p in items for device, until in sorted(p.deleted.items())
         ]
         if not rows:
             return df  # the common case: the scan is not touched
@@ -533,7 +531,7 @@ class Ingest:
             for item in group:
                 if item.file_id == failure.file_id:
                     return item
-        by_key = {p.key: p for p in group if p.kind == PARQUET_GROUP}
+        by_key = {str(p.key): p for p in group if p.kind == PARQUET_GROUP}
         for key in _LINK_KEY_RE.findall(failure.path or failure.text):
             if key in by_key:
                 return by_key[key]

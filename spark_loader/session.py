@@ -45,9 +45,10 @@ SESSION_CONF = {
 
 #: Set for the duration of a run and restored afterwards (the session may be the caller's).
 RUN_CONF = {
-    # Rows are sorted by the partition key before the write (Spark's planned write),
-    # one Parquet writer open at a time: measured faster than concurrent writers,
-    # which keep every partition's writer and buffers open until the task ends.
+    # Where the loader writes with ``partitionBy`` (not its keyed writer: job.py), rows
+    # are sorted by the key before the write (Spark's planned write), one Parquet
+    # writer open at a time: measured faster than concurrent writers, which keep
+    # every partition's writer and buffers open until the task ends.
     "spark.sql.optimizer.plannedWrite.enabled": "true",
     # Measurement names are case sensitive (IoTDB), so are our columns.
     "spark.sql.caseSensitive": "true",

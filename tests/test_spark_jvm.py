@@ -3,6 +3,8 @@ Parquet writer writes, against Spark's own partitioned write of the same rows.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +40,25 @@ def test_the_shipped_jar_is_built_from_the_shipped_source(tmp_path: Path) -> Non
         "the jar is stale: run python -m spark_loader.jvm and commit it"
     )
     assert rebuilt.read_bytes() == jvm.JAR.read_bytes()  # the build is reproducible
+
+
+@pytest.mark.slow
+def test_rebuilding_the_jar_as_the_docs_say_prints_no_warning() -> None:
+    """``python -m spark_loader.jvm`` runs the module once: the package must not import
+    it first (runpy then warns of "unpredictable behaviour"). Importing the package
+    imports none of the loader."""
+    code = "import sys, spark_loader; print(' '.join(m for m in sys.modules if 'spark_' in m))"
+    found = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert found.stdout.split() == ["spark_loader"]
+    from spark_loader import LoadReport, read_arrow, run_load  # still there, on first use
+
+    assert (run_load.__module__, read_arrow.__module__, LoadReport.__module__) == (
+        "spark_loader.ingest",
+        "spark_loader.table",
+        "spark_loader.report",
+    )
 
 
 def test_a_local_session_gets_the_jar_on_its_class_path() -> None:
