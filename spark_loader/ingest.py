@@ -44,10 +44,12 @@ from spark_loader.discovery import PARQUET, SourceFile, discover
 from spark_loader.job import Ingest, Prepared
 from spark_loader.report import LoadReport
 from spark_loader.session import (
+    LOG_FILE,
     active_session,
     check_executor_python,
     create_session,
     driver_lock,
+    py4j_logs_to,
     python_warnings_quiet,
     run_conf,
 )
@@ -124,7 +126,7 @@ def run_load(
         run.table.ensure()
     except OSError as exc:
         raise SealsyncError(f"cannot create {exc.filename}: {exc.strerror}") from None
-    with loader_lock(run.state_dir):
+    with loader_lock(run.state_dir), py4j_logs_to(run.state_dir / LOG_FILE, verbose):
         wall = time.time()
         try:
             try:

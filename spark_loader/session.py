@@ -12,6 +12,7 @@ and writes a path-based Parquet dataset.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -88,6 +89,30 @@ def python_warnings_quiet() -> Iterator[None]:
     with warnings.catch_warnings():
         _quiet_python_warnings()
         yield
+
+
+@contextmanager
+def py4j_logs_to(path: Path, verbose: bool) -> Iterator[None]:
+    """Where py4j's reports of a broken or interrupted call go while the loader runs.
+
+    py4j reports them with ``logging.exception`` on the root logger, and with no
+    handler there Python prints each with its traceback on stderr: a Ctrl-C during a
+    Spark job printed two before "sealsync: interrupted". Unless verbose, and unless
+    the process has configured logging itself, they go to the driver log, beside the
+    JVM's own messages.
+    """
+    root = logging.getLogger()
+    if verbose or root.handlers:
+        yield
+        return
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
 
 
 @contextmanager

@@ -496,6 +496,56 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
     assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == []
 
 
+def _parquet_receiver(data_dir: Path, files: int, rows: int) -> int:
+    """``files`` Parquet files of ``rows`` rows each where a receiver keeps them."""
+    sender = "00000000-0000-0000-0000-00000000000a"
+    for i in range(files):
+        folder = data_dir / "sequence" / f"root.sg{i % 3}" / "0" / sender
+        folder.mkdir(parents=True, exist_ok=True)
+        n = pa.array(range(rows), pa.int64())
+        table = pa.table({"time": n, "device": pa.array([f"root.sg{i % 3}.d1"] * rows), "s1": n})
+        pq.write_table(table, folder / f"{1_700_000_000_000 + i}-{i}-0.parquet")
+    return files * rows
+
+
+def test_ctrl_c_during_the_spark_job_prints_one_line_and_the_rerun_loads_all(
+    tmp_path: Path,
+) -> None:
+    """SIGINT while the Spark job runs: py4j reports the interrupted call with a
+    traceback on the root logger; the operator sees only "interrupted" (exit 130), the
+    report goes to the driver log, and the next run loads every row exactly once."""
+    rows = _parquet_receiver(tmp_path / "data", 40, 100_000)
+    config = tmp_path / "loader.toml"
+    config.write_text(
+        '[loader]\nreceiver_data_dirs = ["data"]\ntable_path = "table"\n'
+        'state_dir = "state"\nmaster = "local[2]"\n'
+    )
+    command = [sys.executable, "-m", "sealsync", "load", "--config", str(config)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    table = tmp_path / "table"
+    deadline = time.monotonic() + 240
+    while not (
+        table.is_dir() and any(n.startswith(".sealsync-staging") for n in os.listdir(table))
+    ):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the Spark job never started"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)  # the job is running: the driver is inside a py4j call
+    out, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "sealsync: interrupted"
+    assert "Traceback" not in err and "ERROR" not in err, err
+    assert "while sending command" in (tmp_path / "state" / "spark-driver.log").read_text()
+    assert not list(table.glob("sender=*/*/file_id=*"))  # nothing committed
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=400)
+
+    assert again.returncode == 0, again.stderr
+    assert read_arrow(table).num_rows == rows
+    assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == []
+
+
 def test_run_load_is_wired_for_the_cli(tmp_path: Path, spark: Any) -> None:
     """Progress lines, the report's dict, and the module entry the CLI imports."""
     _, recv = two_senders(tmp_path)
