@@ -181,21 +181,21 @@ def create_session(
     builder = builder.config(
         "spark.driver.extraJavaOptions", f"{java_opts} {extra}" if extra else java_opts
     )
+    log = log_dir / LOG_FILE
+    before = _size(log)
     try:
         with python_warnings_quiet():
             if verbose:
                 spark = builder.getOrCreate()
             else:
-                with _stderr_to(log_dir / LOG_FILE):
+                with _stderr_to(log):
                     spark = builder.getOrCreate()
     except Exception as exc:
-        failure = describe(exc)
-        first = failure.reason
-        if failure.from_jvm:  # the JVM logs why it gave up; py4j says only what failed
-            first = last_error_line(_tail(log_dir / LOG_FILE)) or first
-        raise SealsyncError(
-            f"cannot start Spark on {master}: {first} (see {log_dir / LOG_FILE})"
-        ) from None
+        # The JVM logs why it gave up (a typo'd master URL: "Master must either be
+        # yarn or start with spark, k8s, or local"); py4j and PySpark say only that it
+        # did ("Java gateway process exited"). Only this launch's lines count.
+        first = last_error_line(_tail(log, since=before)) or describe(exc).reason
+        raise SealsyncError(f"cannot start Spark on {master}: {first} (see {log})") from None
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return spark
 
@@ -312,10 +312,20 @@ def check_executor_python(spark: Any) -> None:
         )
 
 
-def _tail(path: Path, size: int = 64 * 1024) -> str:
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _tail(path: Path, since: int = 0, size: int = 64 * 1024) -> str:
+    """The last ``size`` bytes of what ``path`` gained after offset ``since`` (from
+    its start if it was rotated and is shorter now)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(f.seek(0, os.SEEK_END) - size, 0))
+            end = f.seek(0, os.SEEK_END)
+            f.seek(max(end - size, since if since <= end else 0))
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""

@@ -546,6 +546,33 @@ def test_ctrl_c_during_the_spark_job_prints_one_line_and_the_rerun_loads_all(
     assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == []
 
 
+def test_a_typod_master_gets_one_line_naming_what_spark_wants(tmp_path: Path) -> None:
+    """PySpark says only "Java gateway process exited"; the JVM's log says why, and the
+    line comes from this launch, not an earlier run's failure in the same log."""
+    _parquet_receiver(tmp_path / "data", 1, 10)
+    config = tmp_path / "loader.toml"
+    config.write_text(
+        '[loader]\nreceiver_data_dirs = ["data"]\ntable_path = "table"\nstate_dir = "state"\n'
+    )
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "spark-driver.log").write_text(
+        "26/01/01 10:00:01 ERROR Old: a failure of an earlier run\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "sealsync", "load", "--config", str(config)]
+        + ["--master", "lcoal[2]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 1
+    (line,) = [x for x in done.stderr.splitlines() if not x.startswith("load: ")]
+    assert line.startswith("sealsync: error: cannot start Spark on lcoal[2]: "), line
+    assert "Master must either be yarn or start with spark, k8s, or local" in line
+    assert "earlier run" not in line and line.endswith("spark-driver.log)")
+
+
 def test_run_load_is_wired_for_the_cli(tmp_path: Path, spark: Any) -> None:
     """Progress lines, the report's dict, and the module entry the CLI imports."""
     _, recv = two_senders(tmp_path)
