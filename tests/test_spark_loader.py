@@ -496,8 +496,10 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
     assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == []
 
 
-def _parquet_receiver(data_dir: Path, files: int, rows: int) -> int:
-    """``files`` Parquet files of ``rows`` rows each where a receiver keeps them."""
+def _parquet_receiver(root: Path, files: int, rows: int, master: str = "local[2]") -> Path:
+    """``files`` Parquet files of ``rows`` rows each where a receiver keeps them, in
+    ``root/data``; returns a loader config for them (table and state in ``root``)."""
+    data_dir = root / "data"
     sender = "00000000-0000-0000-0000-00000000000a"
     for i in range(files):
         folder = data_dir / "sequence" / f"root.sg{i % 3}" / "0" / sender
@@ -505,7 +507,12 @@ def _parquet_receiver(data_dir: Path, files: int, rows: int) -> int:
         n = pa.array(range(rows), pa.int64())
         table = pa.table({"time": n, "device": pa.array([f"root.sg{i % 3}.d1"] * rows), "s1": n})
         pq.write_table(table, folder / f"{1_700_000_000_000 + i}-{i}-0.parquet")
-    return files * rows
+    config = root / "loader.toml"
+    config.write_text(
+        '[loader]\nreceiver_data_dirs = ["data"]\ntable_path = "table"\n'
+        f'state_dir = "state"\nmaster = "{master}"\n'
+    )
+    return config
 
 
 def test_ctrl_c_during_the_spark_job_prints_one_line_and_the_rerun_loads_all(
@@ -514,12 +521,7 @@ def test_ctrl_c_during_the_spark_job_prints_one_line_and_the_rerun_loads_all(
     """SIGINT while the Spark job runs: py4j reports the interrupted call with a
     traceback on the root logger; the operator sees only "interrupted" (exit 130), the
     report goes to the driver log, and the next run loads every row exactly once."""
-    rows = _parquet_receiver(tmp_path / "data", 40, 100_000)
-    config = tmp_path / "loader.toml"
-    config.write_text(
-        '[loader]\nreceiver_data_dirs = ["data"]\ntable_path = "table"\n'
-        'state_dir = "state"\nmaster = "local[2]"\n'
-    )
+    config = _parquet_receiver(tmp_path, 40, 100_000)
     command = [sys.executable, "-m", "sealsync", "load", "--config", str(config)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     table = tmp_path / "table"
@@ -542,18 +544,14 @@ def test_ctrl_c_during_the_spark_job_prints_one_line_and_the_rerun_loads_all(
     again = subprocess.run(command, capture_output=True, text=True, timeout=400)
 
     assert again.returncode == 0, again.stderr
-    assert read_arrow(table).num_rows == rows
+    assert read_arrow(table).num_rows == 40 * 100_000
     assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == []
 
 
 def test_a_typod_master_gets_one_line_naming_what_spark_wants(tmp_path: Path) -> None:
     """PySpark says only "Java gateway process exited"; the JVM's log says why, and the
     line comes from this launch, not an earlier run's failure in the same log."""
-    _parquet_receiver(tmp_path / "data", 1, 10)
-    config = tmp_path / "loader.toml"
-    config.write_text(
-        '[loader]\nreceiver_data_dirs = ["data"]\ntable_path = "table"\nstate_dir = "state"\n'
-    )
+    config = _parquet_receiver(tmp_path, 1, 10)
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "spark-driver.log").write_text(
         "26/01/01 10:00:01 ERROR Old: a failure of an earlier run\n"
