@@ -577,6 +577,37 @@ def _document(d: Mapping[str, Any], source: str) -> Mapping[str, Any]:
     return d
 
 
+_COMMANDS = {"sender": "sealsync send", "receiver": "sealsync serve", "loader": "sealsync load"}
+"""The command each role's file is for, named when a file of one role is given to another."""
+
+
+def _kind_of(doc: Mapping[str, Any]) -> str | None:
+    """Which role a whole document configures, told by its top-level tables.
+
+    A sender file has ``[sender]`` and an *array* ``[[receiver]]``; a receiver file has
+    a single ``[receiver]`` table; a loader file has ``[loader]``.
+    """
+    if "sender" in doc or isinstance(doc.get("receiver"), list):
+        return "sender"
+    if "loader" in doc:
+        return "loader"
+    if "receiver" in doc:
+        return "receiver"
+    return None
+
+
+def _no_role(doc: Mapping[str, Any], role: str, source: str, problem: str) -> ConfigError:
+    """``[role]`` is missing or not a table; when the file is another role's (the
+    operator gave ``sealsync serve`` the sender's file, say), the line says so and
+    which command that file is for, since "missing table" alone sends them looking
+    for a typo in a file that has none."""
+    message = f"{source}: [{role}]: {problem}"
+    kind = _kind_of(doc)
+    if kind is not None and kind != role:
+        message += f": this is a {kind} config, for '{_COMMANDS[kind]}'; this needs a {role} config"
+    return ConfigError(message)
+
+
 def _role_table(
     d: Mapping[str, Any],
     role: str,
@@ -595,10 +626,10 @@ def _role_table(
         _check_top(doc, source, (role,))
         return _Table(doc[role], source, f"[{role}]", base_dir, known, create)
     if role in doc:
-        raise ConfigError(f"{source}: [{role}]: must be a table, got {_type_name(doc[role])}")
+        raise _no_role(doc, role, source, f"must be a table, got {_type_name(doc[role])}")
     if any(k in doc for k in known):
         return _Table(doc, source, f"[{role}]", base_dir, known, create)
-    raise ConfigError(f"{source}: [{role}]: missing table")
+    raise _no_role(doc, role, source, "missing table")
 
 
 def _role_values(
@@ -664,9 +695,11 @@ class SenderConfig:
     ) -> SenderConfig:
         """Build from a whole sender document: ``[sender]`` plus ``[[receiver]]`` tables."""
         doc = _document(d, source)
-        _check_top(doc, source, ("sender", "receiver"))
         if "sender" not in doc:
-            raise ConfigError(f"{source}: [sender]: missing table")
+            if _kind_of(doc) in (None, "sender"):  # not another role's file: a typo'd
+                _check_top(doc, source, ("sender", "receiver"))  # [sendr] is named
+            raise _no_role(doc, "sender", source, "missing table")
+        _check_top(doc, source, ("sender", "receiver"))
         t = _Table(doc["sender"], source, "[sender]", base_dir.absolute(), keys_of(cls))
         values = _read_table(cls, t)
         receivers = _receivers(doc.get("receiver"), source, base_dir)
@@ -904,18 +937,18 @@ def load_loader_config(path: str | os.PathLike[str]) -> LoaderConfig:
 
 
 def load_any(path: str | os.PathLike[str], *, create: bool = True) -> AnyConfig:
-    """Whichever role the file configures, told by its top-level table (for ``status``).
+    """Whichever role the file configures, told by its top-level tables (for ``status``).
 
-    A sender file has ``[sender]`` and an *array* ``[[receiver]]``; a receiver file has
-    a single ``[receiver]`` table. ``create=False`` loads without creating any folder.
+    ``create=False`` loads without creating any folder.
     """
     path = Path(path)
     doc = read_toml(path)
     base_dir = path.absolute().parent
-    if "sender" in doc or isinstance(doc.get("receiver"), list):
+    kind = _kind_of(doc)
+    if kind == "sender":
         return SenderConfig.from_mapping(doc, base_dir, str(path))
-    if "loader" in doc:
+    if kind == "loader":
         return LoaderConfig.from_mapping(doc, base_dir, str(path))
-    if "receiver" in doc:
+    if kind == "receiver":
         return ReceiverConfig.from_mapping(doc, base_dir, str(path), create=create)
     raise ConfigError(f"{path}: no [sender], [receiver] or [loader] table")

@@ -115,6 +115,21 @@ def test_usage_error_exits_2_with_clicks_message(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.slow
+def test_serve_given_the_senders_file_says_which_command_it_is_for(tmp_path: Path) -> None:
+    """The operator's mix-up: the sender's config handed to ``sealsync serve``."""
+    config = make_sender(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = run_process("serve", "--config", str(config))
+    assert result.returncode == 2 and result.stdout == ""
+    assert_one_error_line(
+        result.stderr,
+        f"{config}: [receiver]: must be a table, got a list: this is a sender config, "
+        "for 'sealsync send'; this needs a receiver config",
+    )
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.slow
 def test_console_script_and_module_agree(tmp_path: Path) -> None:
     script = Path(sys.executable).parent / "sealsync"  # the console script of this environment
     missing = tmp_path / "missing.toml"

@@ -442,6 +442,46 @@ def test_load_any_tells_the_roles_apart(tmp_path: Path) -> None:
     assert config_error(load_any, only) == f"{only}: [sender]: missing table"
 
 
+# ---------------------------------------------------------------- one role's file for another
+
+ROLE_FILES = {"sender": make_sender, "receiver": make_receiver, "loader": make_loader}
+ROLE_LOADS: dict[str, Callable[[Path], Any]] = {
+    "sender": load_sender_config,
+    "receiver": load_receiver_config,
+    "loader": load_loader_config,
+}
+ROLE_COMMANDS = {"sender": "sealsync send", "receiver": "sealsync serve", "loader": "sealsync load"}
+
+
+@pytest.mark.parametrize(
+    ("given", "wanted"),
+    [(g, w) for g in ROLE_FILES for w in ROLE_LOADS if g != w],
+)
+def test_another_roles_file_names_its_role_and_its_command(
+    tmp_path: Path, given: str, wanted: str
+) -> None:
+    path = ROLE_FILES[given](tmp_path)
+    problem = (
+        "must be a table, got a list"
+        if (given, wanted) == ("sender", "receiver")
+        else ("missing table")
+    )
+    assert config_error(ROLE_LOADS[wanted], path) == (
+        f"{path}: [{wanted}]: {problem}: this is a {given} config, "
+        f"for '{ROLE_COMMANDS[given]}'; this needs a {wanted} config"
+    )
+
+
+def test_a_file_of_no_role_or_a_typod_table_gets_no_role_hint(tmp_path: Path) -> None:
+    typo = write_config(tmp_path / "T.toml", {"sendr": {"x": 1}, "receiver": [{"host": "h"}]})
+    assert config_error(load_sender_config, typo) == (
+        f"{typo}: [sendr]: unknown table or key (did you mean [sender]?)"
+    )
+    empty = write_config(tmp_path / "E.toml", {})
+    for role, load in ROLE_LOADS.items():
+        assert config_error(load, empty) == f"{empty}: [{role}]: missing table"
+
+
 # ---------------------------------------------------------------- keys declared once
 #
 # Each key's default, type and range live on its dataclass field (sealsync.config's
