@@ -6,6 +6,7 @@ its own and no import cycle can form."""
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -73,10 +74,21 @@ def test_the_role_packages_sit_beside_pyproject() -> None:
 
 @pytest.mark.slow
 def test_a_wheel_carries_the_four_packages_and_the_jar(tmp_path: Path) -> None:
-    """What ``pip install sealsync-*.whl`` gets, on a cluster's executors too."""
+    """What ``pip install sealsync-*.whl`` gets, on a cluster's executors too.
+
+    Built from a copy of the checkout: pip builds a local folder in place, and
+    setuptools' ``build/lib`` there keeps modules since deleted from the source, which a
+    later wheel would carry (and the checkout would gain a second copy of every module).
+    """
+    source = tmp_path / "src"
+    shutil.copytree(
+        SHARED.parent,
+        source,
+        ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"),
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
-        + ["-w", str(tmp_path), str(SHARED.parent)],
+        + ["-w", str(tmp_path), str(source)],
         check=True,
         capture_output=True,
     )
