@@ -81,7 +81,9 @@ def test_sender_problems_are_one_line_each_and_exit_1(dep: Deployment, tmp_path:
         f"data dir {edge_root} holds neither sequence/ nor unsequence/, so a round would ship "
         f"nothing from it: name the instance's data folder (such as {sender.edge.data_dirs[0]}, "
         "which holds them)",
-        f"receiver dc: cannot connect to receiver 127.0.0.1:{dep.port}: Connection refused",
+        f"receiver dc: cannot connect to receiver 127.0.0.1:{dep.port}: Connection refused"
+        " (nothing listens there: is the receiver running, and are the [[receiver]] host and"
+        " port right?)",
     ]
     assert len(ok) == 4
     assert tree(dep.root) == before

@@ -302,7 +302,10 @@ def test_connection_refused_is_one_line(tmp_path: Path, keys: dict[str, Path]) -
     kh = known_hosts(tmp_path, entry(f"[127.0.0.1]:{port}", keys["host"]))
     with pytest.raises(Unreachable) as info:
         connect("127.0.0.1", port, identity=keys["sender"], known_hosts=kh)
-    assert str(info.value) == f"cannot connect to receiver 127.0.0.1:{port}: Connection refused"
+    assert str(info.value) == (
+        f"cannot connect to receiver 127.0.0.1:{port}: Connection refused (nothing listens "
+        "there: is the receiver running, and are the [[receiver]] host and port right?)"
+    )
 
 
 @pytest.mark.slow

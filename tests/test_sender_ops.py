@@ -93,7 +93,10 @@ def test_failed_attempts_are_recorded_shown_and_exported(dep: Deployment) -> Non
     assert result.returncode == 1
     doc = json.loads(result.stdout)
     line = one_error_line(result)
-    assert line == f"cannot connect to receiver 127.0.0.1:{dep.port}: Connection refused"
+    assert line == (
+        f"cannot connect to receiver 127.0.0.1:{dep.port}: Connection refused (nothing listens "
+        "there: is the receiver running, and are the [[receiver]] host and port right?)"
+    )
     assert doc["ok"] is False and doc["exit_code"] == 1 and doc["errors"] == [line]
     (attempt,) = doc["attempts"]
     assert (attempt["outcome"], attempt["kind"], attempt["error"]) == (

@@ -216,6 +216,11 @@ def open_socket(host: str, port: int, timeout: float) -> socket.socket:
         ) from None
     except socket.gaierror as exc:
         raise Unreachable(f"cannot resolve receiver host {host}: {exc.strerror or exc}") from None
+    except ConnectionRefusedError as exc:
+        raise Unreachable(
+            f"cannot connect to receiver {address}: {exc.strerror} (nothing listens there: "
+            "is the receiver running, and are the [[receiver]] host and port right?)"
+        ) from None
     except OSError as exc:
         raise Unreachable(f"cannot connect to receiver {address}: {exc.strerror or exc}") from None
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
