@@ -84,7 +84,7 @@ def test_a_wheel_carries_the_four_packages_and_the_jar(tmp_path: Path) -> None:
     shutil.copytree(
         SHARED.parent,
         source,
-        ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"),
+        ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "sealsync-demo"),
     )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
