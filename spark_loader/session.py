@@ -27,6 +27,7 @@ from sealsync.errors import LockHeld, SealsyncError
 from spark_loader import jvm
 from spark_loader.failure import describe, last_error_line
 from spark_loader.javacheck import check_java
+from spark_loader.mastercheck import check_masters
 from spark_loader.state import DRIVER_LOCK_FILE
 
 LOG_FILE = "spark-driver.log"
@@ -151,7 +152,8 @@ def create_session(
 ) -> Any:
     """A new SparkSession on ``master`` (``local[*]`` needs nothing but Java).
 
-    Raises JavaUnavailable (exit 69) first if there is no Java Spark can start with.
+    Raises JavaUnavailable (exit 69) first if there is no Java Spark can start with,
+    and SealsyncError if no standalone master of ``master`` can be reached at all.
 
     ``python``: the interpreter executors start for the TsFile reader; it must have
     pyarrow and tsfile. PySpark takes it from ``PYSPARK_PYTHON`` when the session
@@ -160,6 +162,7 @@ def create_session(
     from pyspark.sql import SparkSession
 
     check_java()  # else "Java gateway process exited before sending its port number"
+    check_masters(master)  # else a minute of retries before "All masters are unresponsive"
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     props = log_dir / LOG4J_FILE
