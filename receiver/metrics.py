@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from sealsync.config import format_endpoint
-from sealsync.errors import SealsyncError
+from sealsync.errors import SealsyncError, listen_error
 from sealsync.protocol import Verdict
 
 log = logging.getLogger(f"sealsync.{__name__}")
@@ -234,7 +234,9 @@ class MetricsServer:
             )
         except OSError as exc:
             where = format_endpoint(self.host, self.port)
-            raise SealsyncError(f"cannot serve metrics on {where}: {exc.strerror or exc}") from None
+            raise listen_error(
+                f"cannot serve metrics on {where}", "[receiver] metrics_listen", exc
+            ) from None
         host, port = self.address
         log.info("metrics on http://%s/metrics", format_endpoint(host, port))
         return self

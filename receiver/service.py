@@ -66,7 +66,7 @@ from receiver.schema import SchemaStore
 from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext, SessionLimits
 from receiver.storage import DirectoryStorage, Storage
 from sealsync.config import ReceiverConfig, format_endpoint
-from sealsync.errors import SealsyncError
+from sealsync.errors import SealsyncError, listen_error
 from sealsync.keepalive import ActivitySocket, Keepalive
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
@@ -377,8 +377,8 @@ class ReceiverService:
             listener.settimeout(_POLL)  # the accept loop checks for stop() between waits
             return listener
         except OSError as exc:
-            raise SealsyncError(
-                f"cannot listen on {self.config.listen}: {exc.strerror or exc}"
+            raise listen_error(
+                f"cannot listen on {self.config.listen}", "[receiver] listen", exc
             ) from None
 
     def stop(self) -> None:

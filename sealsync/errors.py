@@ -10,6 +10,7 @@ can tell a receiver that is down from a key it refuses or a full disk here.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections.abc import Iterator
@@ -131,3 +132,24 @@ def naming_os_errors(operation: str) -> Iterator[None]:
         if exc.filename is None:
             raise
         raise LocalIOError(describe_os_error(exc, operation)) from exc
+
+
+_LISTEN_FIXES = {
+    errno.EADDRINUSE: "address already in use (another program, or another receiver, listens "
+    "there): stop it, or change {key}",
+    errno.EADDRNOTAVAIL: "no interface of this host has that address: fix {key}",
+    errno.EACCES: "permission denied (a port below 1024 needs root or CAP_NET_BIND_SERVICE): "
+    "choose a port above 1023 in {key}",
+}
+
+
+def listen_error(what: str, key: str, exc: OSError) -> SealsyncError:
+    """``<what>: <reason and fix>`` for a listening socket that could not be opened.
+
+    The usual causes have one fix each, named with the config ``key`` that sets the
+    address; socket.create_server's own text ("while attempting to bind on address
+    ...") repeats the address, so the errno's is used instead.
+    """
+    fix = _LISTEN_FIXES.get(exc.errno or 0)
+    reason = fix.format(key=key) if fix else os.strerror(exc.errno) if exc.errno else str(exc)
+    return SealsyncError(f"{what}: {reason}")

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -160,6 +161,38 @@ def test_a_second_receiver_on_the_same_storage_exits_75_naming_the_pid(
 
 
 # ---------------------------------------------------------------- no silent folders
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        (
+            "127.0.0.1",  # the port is taken below
+            "address already in use (another program, or another receiver, listens there): "
+            "stop it, or change [receiver] listen",
+        ),
+        # TEST-NET-1 is on no interface here: bind refuses it, no packet is sent
+        ("192.0.2.1", "no interface of this host has that address: fix [receiver] listen"),
+    ],
+)
+def test_a_listen_address_it_cannot_take_is_one_line_with_the_fix(
+    dep: Deployment, host: str, reason: str
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        config = _config(dep, "taken.toml", listen=f'"{host}:{port}"')
+        result = subprocess.run(
+            [*SEALSYNC, "serve", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert (
+        result.stderr.splitlines()[-1]
+        == f"sealsync: error: cannot listen on {host}:{port}: {reason}"
+    )
+    assert "Traceback" not in result.stderr
 
 
 def test_serve_never_creates_a_missing_folder_unless_init(
