@@ -150,6 +150,6 @@ def listen_error(what: str, key: str, exc: OSError) -> SealsyncError:
     address; socket.create_server's own text ("while attempting to bind on address
     ...") repeats the address, so the errno's is used instead.
     """
-    fix = _LISTEN_FIXES.get(exc.errno or 0)
-    reason = fix.format(key=key) if fix else os.strerror(exc.errno) if exc.errno else str(exc)
-    return SealsyncError(f"{what}: {reason}")
+    if exc.errno in _LISTEN_FIXES:
+        return SealsyncError(f"{what}: {_LISTEN_FIXES[exc.errno].format(key=key)}")
+    return SealsyncError(f"{what}: {os.strerror(exc.errno) if exc.errno else exc}")
