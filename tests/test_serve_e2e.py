@@ -114,6 +114,13 @@ def _config(dep: Deployment, name: str, **changes: str) -> Path:
     return path
 
 
+def _serve_until_it_exits(config: Path) -> subprocess.CompletedProcess[str]:
+    """``sealsync serve`` with a config it must refuse: it exits on its own."""
+    return subprocess.run(
+        [*SEALSYNC, "serve", "--config", str(config)], capture_output=True, text=True, timeout=60
+    )
+
+
 # ---------------------------------------------------------------- one receiver per storage
 
 
@@ -124,12 +131,7 @@ def test_a_second_receiver_on_the_same_storage_exits_75_naming_the_pid(
     first.wait_for("listening on")
     # same folders, another port: the listen address is not what protects the storage
     other_port = _config(dep, "other.toml", listen=f'"127.0.0.1:{free_port()}"')
-    second = subprocess.run(
-        [*SEALSYNC, "serve", "--config", str(other_port)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    second = _serve_until_it_exits(other_port)
     assert second.returncode == EXIT_LOCKED
     assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
     assert f"another receiver (pid {first.proc.pid}) serves this storage" in second.stderr
@@ -141,9 +143,7 @@ def test_a_second_receiver_on_the_same_storage_exits_75_naming_the_pid(
     shared = _config(
         dep, "shared.toml", listen=f'"127.0.0.1:{free_port()}"', schema_dir=f'"{elsewhere}"'
     )
-    result = subprocess.run(
-        [*SEALSYNC, "serve", "--config", str(shared)], capture_output=True, text=True, timeout=60
-    )
+    result = _serve_until_it_exits(shared)
     assert result.returncode == EXIT_LOCKED
     assert str(dep.receiver_data / "sync-receiver" / "receiver.lock") in result.stderr
 
@@ -181,12 +181,7 @@ def test_a_listen_address_it_cannot_take_is_one_line_with_the_fix(
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         config = _config(dep, "taken.toml", listen=f'"{host}:{port}"')
-        result = subprocess.run(
-            [*SEALSYNC, "serve", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = _serve_until_it_exits(config)
     assert result.returncode == 1
     assert (
         result.stderr.splitlines()[-1]
@@ -200,9 +195,7 @@ def test_serve_never_creates_a_missing_folder_unless_init(
 ) -> None:
     typo = dep.root / "dc" / "dta"
     config = _config(dep, "typo.toml", data_dirs=f'["{typo}"]')
-    result = subprocess.run(
-        [*SEALSYNC, "serve", "--config", str(config)], capture_output=True, text=True, timeout=60
-    )
+    result = _serve_until_it_exits(config)
     assert result.returncode == EXIT_USAGE
     assert result.stderr == (
         f"sealsync: error: {config}: [receiver] data_dirs[0]: {typo} does not exist: "
