@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 
+from sealsync.config import parse_listen
 from sealsync.errors import SealsyncError
 
 PREFIX = "spark://"
@@ -24,13 +25,10 @@ def masters(url: str) -> list[tuple[str, int]] | None:
     """The (host, port) pairs of a ``spark://h1:p1,h2:p2`` URL; None if it is not one."""
     if not url.startswith(PREFIX):
         return None
-    found = []
-    for part in url[len(PREFIX) :].split(","):
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            return None
-        found.append((host.removeprefix("[").removesuffix("]"), int(port)))
-    return found
+    try:
+        return [parse_listen(part) for part in url[len(PREFIX) :].split(",")]
+    except ValueError:
+        return None
 
 
 def check_masters(url: str, timeout: float = PROBE_TIMEOUT) -> None:
