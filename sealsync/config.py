@@ -58,6 +58,20 @@ METADATA_KEY = "sealsync.config"
 
 # A host goes into a state folder name (<host>_<port>) and into log lines.
 _HOST_RE = re.compile(r"^[A-Za-z0-9._:%-]+$")
+
+
+def _is_host(host: str) -> bool:
+    """A host name or IP address the resolver takes: the allowed characters and, for a
+    name, no empty label and none longer than 63 (a typo'd ``a..b`` made the
+    resolver's IDNA step raise UnicodeError, an internal error, at connect time)."""
+    if not _HOST_RE.match(host):
+        return False
+    if ":" in host:
+        return True  # IPv6, whose form the caller checks
+    labels = host.removesuffix(".").split(".")  # one trailing dot: a fully qualified name
+    return len(host) <= 253 and all(0 < len(label) <= 63 for label in labels)
+
+
 _T = TypeVar("_T")
 _log = logging.getLogger("sealsync.config")
 
@@ -178,7 +192,7 @@ class Host(Reader):
 
     def read(self, table: _Table, key: str, value: object) -> str:
         host = Text().read(table, key, value)
-        if not _HOST_RE.match(host) or host.startswith("["):
+        if not _is_host(host) or host.startswith("["):
             raise table.error(key, f"not a host name or IP address (no brackets): {host!r}")
         return host
 
@@ -765,7 +779,7 @@ def parse_listen(value: str) -> tuple[str, int]:
             raise ValueError("must be host:port")
         if ":" in host:
             raise ValueError("write an IPv6 address as [address]:port")
-        if not _HOST_RE.match(host):
+        if not _is_host(host):
             raise ValueError(f"{host!r} is not a host name or IP address")
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"port must be between 1 and 65535, got {port_text!r}")

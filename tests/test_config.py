@@ -154,6 +154,10 @@ SENDER_ERRORS = [
     (_set("receiver", "host", ""), "[[receiver]] #1 host: must not be empty"),
     (_set("receiver", "host", "a/b"), "[[receiver]] #1 host: not a host name or IP address"),
     (_set("receiver", "host", "[::1]"), "[[receiver]] #1 host: not a host name or IP address"),
+    # names the resolver refuses (its IDNA step raised UnicodeError at connect time)
+    (_set("receiver", "host", "dc1..example"), "[[receiver]] #1 host: not a host name"),
+    (_set("receiver", "host", ".dc1"), "[[receiver]] #1 host: not a host name"),
+    (_set("receiver", "host", "x" * 64 + ".example"), "[[receiver]] #1 host: not a host name"),
     (_set("sender", "max_retries", 0), "[sender] max_retries: must be between 1 and 1000, got 0"),
     (_set("sender", "connect_timeout", 0), "[sender] connect_timeout: must be greater than 0"),
     (_set("sender", "chunk_size", 10), "[sender] chunk_size: must be between"),
@@ -311,6 +315,8 @@ def test_receiver_from_mapping_accepts_the_table_or_the_document(tmp_path: Path)
         ("localhost:65535", "localhost", 65535),
         ("[::]:22", "::", 22),
         ("[fe80::1%eth0]:22", "fe80::1%eth0", 22),
+        ("dc1.example.net.:5555", "dc1.example.net.", 5555),  # fully qualified
+        (f"{'x' * 63}.example:1", f"{'x' * 63}.example", 1),  # the longest label
     ],
 )
 def test_parse_listen(listen: str, host: str, port: int) -> None:
@@ -324,6 +330,7 @@ RECEIVER_ERRORS = [
     (_set("receiver", "listen", "[zz]:5555"), "[receiver] listen: 'zz' is not an IPv6 address"),
     (_set("receiver", "listen", "h:99999"), "[receiver] listen: port must be between 1 and 65535"),
     (_set("receiver", "listen", "h:0"), "[receiver] listen: port must be between 1 and 65535"),
+    (_set("receiver", "listen", "a..b:5555"), "[receiver] listen: 'a..b' is not a host name"),
     (_set("receiver", "listen", 5555), "[receiver] listen: must be a string, got an integer"),
     (_set("receiver", "allow", ["10.0.0.0/33"]), "[receiver] allow[0]: not a CIDR network"),
     (_set("receiver", "allow", ["10.0.0.1/8"]), "[receiver] allow[0]: not a CIDR network"),

@@ -32,6 +32,7 @@ def _closed_port() -> int:
         ("spark://:7077", None),
         ("spark://a/b:7077", None),
         ("spark://[h]:7077", None),
+        ("spark://a..b:7077", None),  # left to Spark: the resolver would raise UnicodeError
     ],
 )
 def test_masters_reads_standalone_urls_and_leaves_the_rest_to_spark(
