@@ -152,6 +152,8 @@ class DirectoryStorage:
         self.data_dirs = [Path(d) for d in data_dirs]
         self._resolved = [Path(os.path.realpath(d)) for d in self.data_dirs]
         self._local = threading.local()  # deferred_sync's state, per loader thread
+        self._noreplace = True
+        """False once a rename without replacing was declined (see ``_load_new``)."""
 
     def target(self, data_dir: Path, sender: str, name: str) -> Path:
         """Where ``sender``'s ``name`` lives in ``data_dir``."""
@@ -207,6 +209,8 @@ class DirectoryStorage:
         data_dir = self._data_dir_of(staged_folder)
         target = _target(data_dir, sender, name)
         target_folder = target.rpartition("/")[0]
+        if self._load_new(os.fspath(staged), target, staged_folder, target_folder, data_dir):
+            return
         # Each piece's presence is looked up once: this loader thread is the only one
         # that moves a sender's staged files.
         pieces = [
@@ -231,13 +235,66 @@ class DirectoryStorage:
                 continue
             self._move_in(src, dst, staged_folder, target_folder, data_dir)
 
-    def _move_in(self, src: str, dst: str, src_folder: str, folder: str, data_dir: Path) -> None:
-        """Move one piece into ``folder`` (its target's), made free of links."""
+    def _load_new(
+        self, staged: str, target: str, staged_folder: str, target_folder: str, data_dir: Path
+    ) -> bool:
+        """The usual load, a file not loaded before, in one rename per piece; False with
+        nothing moved when it is not that case, and ``load``'s lookups then decide.
+
+        Each piece moves only if its target name is free (``rename_noreplace``), so the
+        renames themselves find out what ``load`` would otherwise look up: a target
+        already there (a replay, a file loaded before), a staged piece gone (an earlier
+        attempt moved it), or a file system without the flag. Whatever moved is moved
+        back before returning False. Only inside ``deferred_sync``, whose folder fsyncs
+        make the renames durable.
+        """
+        defer = getattr(self._local, "defer", None)
+        if defer is None or not self._noreplace:
+            return False
+        self._checked(target_folder, data_dir)
+        moved: list[tuple[str, str]] = []
+        try:
+            for suffix in LOAD_ORDER:
+                src, dst = staged + suffix, target + suffix
+                try:
+                    if not durable.rename_noreplace(src, dst):
+                        self._noreplace = False
+                        break
+                except FileNotFoundError:
+                    if not suffix:
+                        break  # the data file: moved by an earlier attempt, or missing
+                    continue  # an optional sidecar never shipped
+                except FileExistsError:
+                    break
+                moved.append((src, dst))
+            else:
+                defer[target_folder] = None
+                defer[staged_folder] = None
+                return True
+        except BaseException:
+            self._undo(moved)
+            raise
+        self._undo(moved)
+        return False
+
+    @staticmethod
+    def _undo(moved: list[tuple[str, str]]) -> None:
+        """Move pieces back where ``_load_new`` took them from (a crash meanwhile leaves
+        a partly loaded file, which a replay finishes as any other)."""
+        for src, dst in reversed(moved):
+            os.rename(dst, src)
+
+    def _checked(self, folder: str, data_dir: Path) -> None:
+        """Make ``folder`` (a target's) free of links, once per ``deferred_sync`` block."""
         checked = getattr(self._local, "checked", None)
         if checked is None or folder not in checked:
             safe_dirs(data_dir, Path(folder))
             if checked is not None:
                 checked.add(folder)
+
+    def _move_in(self, src: str, dst: str, src_folder: str, folder: str, data_dir: Path) -> None:
+        """Move one piece into ``folder`` (its target's), made free of links."""
+        self._checked(folder, data_dir)
         defer = getattr(self._local, "defer", None)
         if defer is None:
             durable.rename(src, dst)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
@@ -369,3 +370,35 @@ def test_a_c_library_call_is_found_by_name_or_is_none() -> None:
     assert close is not None
     assert close(-1) == -1 and libc.errno() == errno.EBADF  # errno is the call's own
     assert libc.function("no_such_function_in_libc", []) is None
+
+
+def test_rename_noreplace_moves_only_onto_a_free_name(tmp_path: Path) -> None:
+    src, dst = tmp_path / "a", tmp_path / "b"
+    src.write_bytes(b"new")
+    assert durable.rename_noreplace(str(src), str(dst)) is True
+    assert dst.read_bytes() == b"new" and not src.exists()
+    src.write_bytes(b"newer")
+    with pytest.raises(FileExistsError):
+        durable.rename_noreplace(str(src), str(dst))
+    assert dst.read_bytes() == b"new" and src.read_bytes() == b"newer"  # both untouched
+    with pytest.raises(FileNotFoundError):
+        durable.rename_noreplace(str(tmp_path / "missing"), str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.ENOSYS])
+def test_rename_noreplace_declined_by_the_file_system_does_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # A file system without RENAME_NOREPLACE answers EINVAL: the caller is told to look
+    # before renaming, and nothing moved.
+    def declining(*args: object) -> int:
+        ctypes.set_errno(code)
+        return -1
+
+    monkeypatch.setattr(durable, "_RENAMEAT2", declining)
+    src = tmp_path / "a"
+    src.write_bytes(b"x")
+    assert durable.rename_noreplace(str(src), str(tmp_path / "b")) is False
+    assert src.exists() and not (tmp_path / "b").exists()
+    monkeypatch.setattr(durable, "_RENAMEAT2", None)  # a C library without renameat2
+    assert durable.rename_noreplace(str(src), str(tmp_path / "b")) is False

@@ -175,3 +175,51 @@ def test_defaults_declare_a_silent_link_dead_within_about_a_minute() -> None:
     assert (receiver["client_alive_interval"], receiver["client_alive_count_max"]) == (15.0, 3)
     assert sender["server_alive_interval"] * (sender["server_alive_count_max"] + 1) == 60.0
     assert sender["connect_timeout"] == 10.0 and sender["stall_timeout"] == 120.0
+
+
+class CountingSocket:
+    """A socket whose ``recv`` calls are counted (the kernel reads paramiko causes)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.calls: list[int] = []
+
+    def recv(self, n: int, *flags: int) -> bytes:
+        self.calls.append(n)
+        return self.sock.recv(n, *flags)
+
+
+def test_activity_socket_reads_ahead_yet_never_hands_out_more_than_asked(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    # paramiko reads a packet's header, then its body; what has already arrived of
+    # several packets is taken from the kernel in one read and handed out in the
+    # pieces asked for, every byte once and in order.
+    a, b = pair
+    counting = CountingSocket(a)
+    sock = ActivitySocket(counting)  # type: ignore[arg-type]
+    payload = bytes(range(256)) * 256  # 64 KiB: all of it fits in the kernel's buffer
+    b.sendall(payload)
+    got = bytearray()
+    asks = [16, 16_368, 16, 7, 100_000, 5]
+    while len(got) < len(payload):
+        n = asks[len(got) % len(asks)]
+        piece = sock.recv(n)
+        assert 0 < len(piece) <= n
+        got += piece
+    assert bytes(got) == payload
+    assert len(counting.calls) == 1  # without read-ahead: one per piece, a dozen here
+    b.sendall(b"tail")
+    assert sock.recv(2) == b"ta" and sock.recv(10) == b"il"
+    b.close()
+    assert sock.recv(10) == b""  # the peer's end of stream, as the socket says it
+
+
+def test_activity_socket_passes_recv_flags_through(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    a, b = pair
+    sock = ActivitySocket(a)
+    b.sendall(b"peek")
+    assert sock.recv(10, socket.MSG_PEEK) == b"peek"
+    assert sock.recv(10) == b"peek"  # the peek took nothing

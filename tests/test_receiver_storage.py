@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from pathlib import Path
 
@@ -10,8 +11,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from receiver_load_helpers import UUID_A, UUID_B, copy_file, files_under, stage
 
+from receiver import storage as storage_module
 from receiver.layout import SenderFolder, check_sender_uuid, sender_folders
-from receiver.storage import DirectoryStorage, StorageError
+from receiver.storage import DirectoryStorage, StorageError, make_dirs
 from sealsync.errors import BadName
 
 NAME = "sequence/root.sg1/0/100-1-0.tsfile"
@@ -342,3 +344,129 @@ def test_a_linked_data_dir_itself_is_the_operators_choice(tmp_path: Path) -> Non
     DirectoryStorage([linked]).load(UUID_A, NAME, staged)
 
     assert (real / "sequence" / "root.sg1" / "0" / UUID_A / "100-1-0.tsfile").exists()
+
+
+# ------------------------------------------------------------------ loads in one rename a piece
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def _prepare(case: str, data_dir: Path) -> Path:
+    """A staged ``NAME`` and what the storage already holds of it, as ``case`` says."""
+    storage = DirectoryStorage([data_dir])
+    folder = folder_a(data_dir)
+    target = storage.target(data_dir, UUID_A, NAME)
+    if case in ("identical", "different data", "different resource", "gained mods"):
+        staged = stage(folder, NAME, mods=b"old" if case == "gained mods" else None)
+        keep = data_dir.parent / f"keep-{data_dir.name}"
+        copy_file(staged, keep)
+        storage.load(UUID_A, NAME, staged)
+        if case == "different data":
+            return stage(folder, NAME, devices=["root.sg.other"], mods=b"m")
+        copy_file(keep, staged)
+        resource = b"another resource" if case == "different resource" else b"resource"
+        Path(f"{staged}.resource").write_bytes(resource)
+        if case == "gained mods":
+            Path(f"{staged}.mods").write_bytes(b"old plus new")
+        return staged
+    staged = stage(folder, NAME, mods=b"m" if case != "fresh" else None)
+    if case == "half moved":
+        make_dirs(target.parent)
+        staged.rename(target)
+    elif case == "stray resource":  # put there by another hand: no data file beside it
+        make_dirs(target.parent)
+        Path(f"{target}.resource").write_bytes(b"not ours")
+    elif case == "stray mods":
+        make_dirs(target.parent)
+        Path(f"{target}.mods").write_bytes(b"older")
+    elif case == "missing":
+        for piece in (staged, Path(f"{staged}.resource"), Path(f"{staged}.mods")):
+            piece.unlink()
+    return staged
+
+
+CASES = [
+    "fresh",
+    "fresh with mods",
+    "identical",
+    "half moved",
+    "different data",
+    "different resource",
+    "gained mods",
+    "stray resource",
+    "stray mods",
+    "missing",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_batch_load_ends_exactly_as_a_load_with_lookups_does(tmp_path: Path, case: str) -> None:
+    # Inside deferred_sync (the loader's batches) a load first tries one rename per piece
+    # that never replaces a target (_load_new) and leaves everything else to the load
+    # that looks each piece up first. Whatever the storage held, both must leave the
+    # same files with the same bytes and raise the same error, or none.
+    first = tmp_path / "first" / "data"
+    first.mkdir(parents=True)
+    staged_name = _prepare(case, first).relative_to(first)
+    outcomes = []
+    for batched in (False, True):
+        data_dir = tmp_path / f"batched-{batched}" / "data"
+        shutil.copytree(first, data_dir)  # the same bytes on both sides
+        storage = DirectoryStorage([data_dir])
+        error = None
+        try:
+            if batched:
+                with storage.deferred_sync():
+                    storage.load(UUID_A, NAME, data_dir / staged_name)
+            else:
+                storage.load(UUID_A, NAME, data_dir / staged_name)
+        except StorageError as exc:
+            error = str(exc).replace(str(data_dir), "<data dir>")
+        outcomes.append((error, _tree(data_dir)))
+    assert outcomes[0] == outcomes[1]
+    if case.startswith("fresh"):
+        assert outcomes[0][0] is None
+        assert [p for p in outcomes[0][1] if p.startswith("sequence/")]  # it did load
+
+
+def test_a_new_file_loads_by_renames_alone(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The usual case, a file never loaded, looks nothing up: the renames that refuse
+    # to replace find out that the targets are free.
+    staged = stage(folder_a(data_dir), NAME, mods=b"m")
+    storage = DirectoryStorage([data_dir])
+    looked: list[str] = []
+    monkeypatch.setattr(
+        storage_module.os.path, "exists", lambda p: looked.append(p) or Path(p).exists()
+    )
+    with storage.deferred_sync():
+        storage.load(UUID_A, NAME, staged)
+    assert looked == []
+    target = storage.target(data_dir, UUID_A, NAME)
+    assert sorted(files_under(target.parent)) == [
+        target.name,
+        f"{target.name}.mods",
+        f"{target.name}.resource",
+    ]
+
+
+def test_a_file_system_that_declines_the_rename_falls_back_for_good(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tried: list[str] = []
+
+    def declined(src: str, dst: str) -> bool:
+        tried.append(src)
+        return False
+
+    monkeypatch.setattr(storage_module.durable, "rename_noreplace", declined)
+    storage = DirectoryStorage([data_dir])
+    names = ["sequence/root.sg1/0/1-1-0.tsfile", "sequence/root.sg1/0/2-2-0.tsfile"]
+    with storage.deferred_sync():
+        for name in names:
+            storage.load(UUID_A, name, stage(folder_a(data_dir), name))
+    assert len(tried) == 1  # asked once; the second load went straight to lookups
+    assert storage.list(UUID_A) == set(names)
