@@ -57,10 +57,12 @@ from benchlib import (  # noqa: E402
     MiB,
     OpenSsh,
     Sealsync,
+    await_freed_inodes,
     disk_free,
     log,
     median,
     populate,
+    remove_tree,
     set_aside,
     settle,
     templates,
@@ -101,7 +103,7 @@ class Bench:
 
     def fresh(self, name: str) -> Path:
         folder = self.work / name
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder, self.work)
         folder.mkdir(parents=True)
         return folder
 
@@ -223,12 +225,13 @@ class Bench:
                 # process each (no interpreter lock shared)
                 for tool, shared in ((TWO_SHARED, True), (TWO, False)):
                     runs[tool] = run_least(tool, True, streams=2, shared=shared)
+            await_freed_inodes(self.work)
             log(f"{measure}: {count} files, {total / MiB:.1f} MiB; warm-up")
             for _ in range(self.args.warmup):
                 for run in runs.values():
                     run()
             times = self.alternate(self.args.reps, runs)
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root, self.work)
         s, r, f = (median(times[t]) for t in ("sealsync", "rsync", "rsync --fsync"))
         amount, unit = (total / MiB, "MiB/s") if measure == "bulk" else (count, "files/s")
         # CPU seconds per file (small) or per MiB (bulk), the measured repetitions only

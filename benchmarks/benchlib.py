@@ -343,15 +343,58 @@ def populate(
 def set_aside(path: Path, trash: Path) -> None:
     """Move ``path`` into ``trash`` (deleted once a measure is over) instead of deleting it.
 
-    This file system (ext4 without a journal) will not reuse an inode freed in the last
-    ~30 s, and finding a free one then costs a scan per file created: deleting the
-    last run's thousands of files right before the next run made every file creation
-    in it slower, for both tools. Real receivers do not delete what they just wrote.
+    Deleting the last run's thousands of files right before the next run made every
+    file creation in it slower (see :func:`remove_tree`). Real receivers do not delete
+    what they just wrote.
     """
     if not path.exists():
         return
     trash.mkdir(parents=True, exist_ok=True)
     os.rename(path, trash / f"{path.name}-{time.monotonic_ns()}")
+
+
+FREED_INODES_AGE = 361.0
+"""Seconds after which ext4 without a journal reuses a freed inode (see remove_tree)."""
+FREED_MANY = 1000
+"""Inodes freed at once from which remove_tree notes the time."""
+
+
+def remove_tree(path: Path, workdir: Path) -> None:
+    """``shutil.rmtree``, noting in ``workdir`` when it freed many inodes.
+
+    ext4 without a journal (this machine's root file system) will not reuse an inode
+    freed less than 60 s ago, or 360 s while its inode table block is still dirty,
+    and the creation of every new file scans past each such inode (``find_inode_bit``
+    and ``recently_deleted`` in a ``perf`` profile). Deleting a run's hundreds of
+    thousands of files made the files created in the next few minutes cost the
+    receiving side two to three times the CPU, at random for each tool depending on
+    which block groups its folders are in. :func:`await_freed_inodes` waits that out.
+    """
+    if not path.exists():
+        return
+    freed = sum(1 for _ in path.rglob("*"))
+    shutil.rmtree(path, ignore_errors=True)
+    if freed >= FREED_MANY:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / ".freed-inodes-at").write_text(f"{time.time()}\n")
+
+
+def await_freed_inodes(workdir: Path) -> None:
+    """Sleep until the inodes :func:`remove_tree` last freed in ``workdir`` are old
+    enough to be reused, so that no timed run pays for the scan past them. Deletions
+    by anything else (a test run) are not known here: do not run a benchmark within
+    six minutes of deleting many files on the same file system."""
+    try:
+        freed_at = float((workdir / ".freed-inodes-at").read_text())
+    except (OSError, ValueError):
+        return
+    left = freed_at + FREED_INODES_AGE - time.time()
+    if left > 0:
+        log(
+            f"waiting {left:.0f} s for the inodes freed by the last clean-up to age: this "
+            "file system scans past recently freed inodes at every file created"
+        )
+        time.sleep(left)
 
 
 def disk_free(path: Path) -> int:
