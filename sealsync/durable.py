@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import fcntl
 import os
 import re
@@ -232,13 +231,6 @@ def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         fsync_dir(Path(src).parent)
 
 
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
-_RENAMEAT2 = libc.function(
-    "renameat2", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-)
-
-
 def rename_noreplace(src: str, dst: str) -> bool:
     """Rename ``src`` to ``dst`` only if ``dst`` does not exist, in one system call,
     without persisting it; False, with nothing done, where the C library or the file
@@ -246,17 +238,9 @@ def rename_noreplace(src: str, dst: str) -> bool:
 
     The check and the rename are one step, so a caller learns that the target was
     free from the rename itself instead of a lookup before it. FileExistsError if
-    ``dst`` exists, FileNotFoundError if ``src`` does not, other OSErrors as
-    ``os.rename`` raises them.
+    ``dst`` exists, FileNotFoundError if ``src`` does not.
     """
-    if _RENAMEAT2 is None:
-        return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE):
-        code = libc.errno()
-        if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-            return False  # a file system (or kernel) without the flag
-        raise OSError(code, os.strerror(code), src, None, dst)
-    return True
+    return libc.renameat2(src, dst, libc.RENAME_NOREPLACE)
 
 
 class AppendLog:

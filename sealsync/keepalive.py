@@ -59,21 +59,25 @@ class ActivitySocket:
         self._clock = clock
         self.last_received = clock()
         """When the peer's last bytes arrived (or when the connection was made)."""
-        self._ahead = b""
-        self._at = 0
+        # One buffer for the connection's life: a fresh one per read would be pages
+        # the kernel must supply each time (bulk transfers lost to that).
+        self._ahead = bytearray(READ_AHEAD)
+        self._view = memoryview(self._ahead)
+        self._at = self._end = 0
 
     def recv(self, n: int, *flags: int) -> bytes:
-        if self._at < len(self._ahead):
-            data = self._ahead[self._at : self._at + n]
-            self._at += len(data)
+        if self._at < self._end:
+            take = min(n, self._end - self._at)
+            data = bytes(self._view[self._at : self._at + take])
+            self._at += take
             return data
         if flags:
             data = self._sock.recv(n, *flags)
         else:
-            data = self._sock.recv(max(n, READ_AHEAD))
-            if len(data) > n:
-                self._ahead, self._at = data, n
-                data = data[:n]
+            got = self._sock.recv_into(self._ahead)
+            take = min(n, got)
+            data = bytes(self._view[:take])
+            self._at, self._end = take, got
         if data:
             self.last_received = self._clock()
         return data

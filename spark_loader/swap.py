@@ -31,8 +31,6 @@ would see it emptied.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 import shutil
 import time
@@ -47,8 +45,6 @@ NO_EXCHANGE_ENV = "SEALSYNC_NO_RENAME_EXCHANGE"
 #: How long the old table is kept (under another name) after the swap, for readers
 #: that were listing it at that moment.
 GRACE_SECONDS = 5.0
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
 
 
 def build_path(table: Path) -> Path:
@@ -85,20 +81,7 @@ def _renameat2_exchange(a: Path, b: Path) -> bool:
     """Exchange two paths atomically; False if this system cannot (no error raised)."""
     if os.environ.get(NO_EXCHANGE_ENV) == "1":
         return False
-    # int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
-    #               unsigned int flags)
-    renameat2 = libc.function(
-        "renameat2", [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    )
-    if renameat2 is None:  # glibc < 2.28, or no libc symbol
-        return False
-    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
-    if result == 0:
-        return True
-    err = libc.errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False  # the kernel or the file system has no exchange
-    raise OSError(err, os.strerror(err), os.fspath(a), None, os.fspath(b))
+    return libc.renameat2(a, b, libc.RENAME_EXCHANGE)
 
 
 def swap_in(build: Path, table: Path, grace: float = GRACE_SECONDS) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sealsync import durable
+from sealsync import durable, libc
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -364,8 +364,6 @@ def test_a_c_library_call_is_found_by_name_or_is_none() -> None:
     # the one lookup syncfs and the loader's renameat2 go through
     import ctypes
 
-    from sealsync import libc
-
     close = libc.function("close", [ctypes.c_int])
     assert close is not None
     assert close(-1) == -1 and libc.errno() == errno.EBADF  # errno is the call's own
@@ -395,10 +393,10 @@ def test_rename_noreplace_declined_by_the_file_system_does_nothing(
         ctypes.set_errno(code)
         return -1
 
-    monkeypatch.setattr(durable, "_RENAMEAT2", declining)
+    monkeypatch.setattr(libc, "_RENAMEAT2", declining)
     src = tmp_path / "a"
     src.write_bytes(b"x")
     assert durable.rename_noreplace(str(src), str(tmp_path / "b")) is False
     assert src.exists() and not (tmp_path / "b").exists()
-    monkeypatch.setattr(durable, "_RENAMEAT2", None)  # a C library without renameat2
+    monkeypatch.setattr(libc, "_RENAMEAT2", None)  # a C library without renameat2
     assert durable.rename_noreplace(str(src), str(tmp_path / "b")) is False

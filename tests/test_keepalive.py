@@ -188,6 +188,10 @@ class CountingSocket:
         self.calls.append(n)
         return self.sock.recv(n, *flags)
 
+    def recv_into(self, buffer: bytearray) -> int:
+        self.calls.append(len(buffer))
+        return self.sock.recv_into(buffer)
+
 
 def test_activity_socket_reads_ahead_yet_never_hands_out_more_than_asked(
     pair: tuple[socket.socket, socket.socket],
