@@ -379,7 +379,7 @@ def remove_tree(path: Path, workdir: Path) -> None:
         (workdir / ".freed-inodes-at").write_text(f"{time.time()}\n")
 
 
-def await_freed_inodes(workdir: Path) -> None:
+def await_freed_inodes(workdir: Path, sleep: Callable[[float], None] = time.sleep) -> None:
     """Sleep until the inodes :func:`remove_tree` last freed in ``workdir`` are old
     enough to be reused, so that no timed run pays for the scan past them. Deletions
     by anything else (a test run) are not known here: do not run a benchmark within
@@ -394,7 +394,7 @@ def await_freed_inodes(workdir: Path) -> None:
             f"waiting {left:.0f} s for the inodes freed by the last clean-up to age: this "
             "file system scans past recently freed inodes at every file created"
         )
-        time.sleep(left)
+        sleep(left)
 
 
 def disk_free(path: Path) -> int:
