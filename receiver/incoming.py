@@ -1,13 +1,17 @@
-"""One file stream being received: temporaries, MD5 in the same pass, then staging.
+"""One file stream being received: written in place, MD5 in the same pass, then staging.
 
 A FILE_BEGIN announces the sizes of the data file, its ``.resource`` and its
 optional ``.mods``; the CHUNKs that follow carry those bytes back to back. They are
-written as they arrive into temporaries inside the sender folder's ``data/`` tree
-(same file system as the staged names, so staging is a rename) and hashed in the
-same pass, so a file is read from the wire once and never re-read for its MD5.
+written as they arrive and hashed in the same pass, so a file is read from the wire
+once and never re-read for its MD5.
 
-The data temporary keeps the data file's suffix: the format is chosen by name.
-Temporaries start with ``.incoming-``, which no data name can (names start with
+They are written at the names the file is staged under in the sender folder's
+``data/`` tree, created exclusively: a file there is staged by its name reaching
+``sync.log``, not by a rename, so staging renames nothing. Where a name is taken (a
+leftover, a copy already staged), the stream goes to temporaries in ``data/``
+instead, renamed over the names when staged; nothing is written into an entry that
+was there. Temporaries keep the data file's suffix (the format is chosen by name)
+and start with ``.incoming-``, which no data name can (names start with
 ``sequence/`` or ``unsequence/``), so leftovers of a crash are easy to sweep.
 """
 
@@ -67,26 +71,20 @@ class IncomingFile:
         token: str,
         writer: BackgroundWriter | None = None,
         resume: Partial | None = None,
+        staged: str | None = None,
     ) -> None:
         """``token`` is unique per stream in ``temp_dir`` (a sender's file ids may repeat);
         ``writer`` writes a large stream's chunks while the next ones are hashed;
         ``resume`` is the partial upload a FILE_BEGIN with ``offset`` continues: its
         data file is written in place from ``offset`` on, after its first ``offset``
-        bytes were read back into the MD5."""
+        bytes were read back into the MD5. ``staged``: where the file will be staged,
+        its folder made; the stream is written there directly when none of its pieces
+        is there yet (see :meth:`install`), else into temporaries."""
         self.begin = begin
         self.root = temp_dir
         self._writer = writer if begin.stream_size >= BACKGROUND_MIN else None
         self.write_error: OSError | None = None  # set by the writer thread
         self.resume = resume
-        # Paths as strings: this runs for every file on the session's thread, the
-        # round's serial path, where building Path objects was a third of its work.
-        if resume is not None:
-            self._data = os.fspath(resume.data)
-        else:
-            suffix = os.path.splitext(begin.name.rpartition("/")[2])[1]
-            self._data = os.path.join(temp_dir, f"{TEMP_PREFIX}{token}{suffix}")
-        self._resource = self._data + ".resource"
-        self._mods = self._data + ".mods"
         self.received = 0
         self.error: OSError | None = None
         self._md5 = hashlib.md5(usedforsecurity=False)
@@ -96,24 +94,61 @@ class IncomingFile:
         self._written: list[str] = []  # the temporaries opened, until installed
         # (end offset in the stream, fd index) for data, resource, mods
         self._parts: list[tuple[int, int]] = []
+        # Paths as strings: this runs for every file on the session's thread, the
+        # round's serial path, where building Path objects was a third of its work.
+        self.in_place = False
+        """Written at its staged names: staging it renames nothing."""
         try:
-            end = 0
-            for size, path in self._layout():
-                flags = os.O_WRONLY | os.O_CREAT
-                if path != self._data or resume is None:
-                    flags |= os.O_TRUNC
-                self._fds.append(os.open(path, flags, 0o644))
-                self._written.append(path)
-                end += size
-                self._parts.append((end, len(self._fds) - 1))
             if resume is not None:
+                self._name_pieces(os.fspath(resume.data))
+                self._open_pieces()
                 self._read_prefix(begin.offset)
+                return
+            if staged is not None:
+                self._name_pieces(staged)
+                self.in_place = self._open_pieces(exclusive=True)
+            if not self.in_place:
+                suffix = os.path.splitext(begin.name.rpartition("/")[2])[1]
+                self._name_pieces(os.path.join(temp_dir, f"{TEMP_PREFIX}{token}{suffix}"))
+                self._open_pieces()
         except OSError as exc:
             self._fail(exc)
 
+    def _name_pieces(self, data: str) -> None:
+        self._data = data
+        self._resource = data + ".resource"
+        self._mods = data + ".mods"
+
+    def _open_pieces(self, exclusive: bool = False) -> bool:
+        """Open (create) every piece; ``exclusive``: only where no entry is, else False
+        with nothing left open or created. Pieces already staged under these names (a
+        file sent again, a leftover) are never written into: their file may be in
+        ``sync.log`` and waiting to load."""
+        end = 0
+        for size, path in self._layout():
+            flags = os.O_WRONLY | os.O_CREAT
+            if exclusive:
+                flags |= os.O_EXCL
+            elif path != self._data or self.resume is None:
+                flags |= os.O_TRUNC
+            try:
+                fd = os.open(path, flags, 0o644)
+            except FileExistsError:
+                if not exclusive:
+                    raise
+                self.discard()
+                self._parts = []
+                return False
+            self._fds.append(fd)
+            self._written.append(path)
+            end += size
+            self._parts.append((end, len(self._fds) - 1))
+        return True
+
     @property
     def data_tmp(self) -> Path:
-        """The data file's temporary (a resumed partial's data file)."""
+        """Where the data file is written: its staged name, a temporary, or a resumed
+        partial's data file."""
         return Path(self._data)
 
     @property
@@ -222,7 +257,8 @@ class IncomingFile:
         self._close_fds()
 
     def install(self, target: Path) -> None:
-        """Rename the (fsynced) temporaries to ``target`` and its sidecars.
+        """Put the (fsynced) pieces at ``target`` and its sidecars' names: nothing to
+        move for a stream written there (``in_place``), else renames of temporaries.
 
         Sidecars first and the data file last: a staged data file is complete with
         its sidecars, and anything a crash leaves earlier is swept by recovery. The
@@ -230,11 +266,17 @@ class IncomingFile:
         persists the renames by fsyncing it.
         """
         staged = os.fspath(target)
+        if self.begin.mods_size < 0:
+            # A stale one, staged earlier. Even written in place: the data file and
+            # ``.resource`` were new here, but a ``.mods`` may outlive them (a clean-up
+            # that stopped half-way).
+            durable.unlink(staged + ".mods")
+        if self.in_place and staged == self._data:
+            self._written = []
+            return
         os.replace(self._resource, staged + ".resource")
         if self.begin.mods_size >= 0:
             os.replace(self._mods, staged + ".mods")
-        else:
-            durable.unlink(staged + ".mods")  # a stale one, staged earlier
         os.replace(self._data, staged)
         self._written = []  # nothing left for discard() to delete
         if self.resume is not None:  # its data is staged: the sidecar describes nothing now

@@ -17,10 +17,11 @@ vocabulary, same parser), always has this shape::
     sync tsfile end                    at ROUND_END
     sync end                           at ROUND_END, then ``sync.end`` is created
 
-A name is in ``sync.log`` only once its file is staged (fsynced and renamed into
-``data/``) and its ownership claimed; the loader gets it right after, and only then
-does the sender hear *verified*. Verdicts are sent in the order files arrived, and
-nothing is awaited from the sender between files, so the sender may pipeline.
+A name is in ``sync.log`` only once its file is staged (fsynced at its name in
+``data/``, where it was written or renamed to) and its ownership claimed; the loader
+gets it right after, and only then does the sender hear *verified*. Verdicts are sent
+in the order files arrived, and nothing is awaited from the sender between files, so
+the sender may pipeline.
 
 Complete files are committed in batches: those that arrived while the previous
 batch was being committed, flushed as soon as the sender's next bytes are not
@@ -49,6 +50,7 @@ import bisect
 import collections
 import itertools
 import logging
+import os
 import secrets
 import select
 import socket
@@ -69,6 +71,7 @@ from receiver.metrics import ReceiverMetrics
 from receiver.partials import DEFAULT_MAX_AGE, PartialStore
 from receiver.rounds import Busy, Rounds
 from receiver.schema import SchemaStore
+from receiver.storage import safe_dirs
 from receiver.writer import BackgroundWriter
 from sealsync import __version__, durable
 from sealsync.crashpoints import crash_point
@@ -267,8 +270,26 @@ class _Round:
         self.refused = 0  # any other verdict
         self.deleted = 0
         self.bytes = 0  # of every file stream received whole
+        self._folders: dict[str, bool] = {}  # staging folders made (True) or refused
         self.sync_log.start()
         crash_point("receiver.synclog.start")
+
+    def staging_path(self, name: str) -> str | None:
+        """Where ``name`` is staged, its folder made (checked and made once a round, and
+        checked again by every batch's staging), for its stream to be written there
+        directly; None if the folder cannot be made: the stream then goes to
+        temporaries, and staging says why."""
+        path = os.fspath(self.folder.staged(name))
+        parent = os.path.dirname(path)
+        made = self._folders.get(parent)
+        if made is None:
+            try:
+                safe_dirs(self.folder.data, Path(parent))
+                made = True
+            except OSError:
+                made = False
+            self._folders[parent] = made
+        return path if made else None
 
     def log_deleted(self, name: str) -> None:
         if self.deleted_done:
@@ -713,7 +734,8 @@ class Session:
             self._file = _Refused(msg, refusal)
             return
         token = f"{self._token}-{next(self._streams)}"
-        incoming = IncomingFile(msg, rnd.folder.data, token, self._writer, resume)
+        staged = rnd.staging_path(msg.name) if resume is None else None
+        incoming = IncomingFile(msg, rnd.folder.data, token, self._writer, resume, staged)
         self._reserved[id(incoming)] = size
         self._file = incoming
 

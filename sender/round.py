@@ -321,14 +321,14 @@ class _Run:
             with naming_os_errors("create"):
                 paths.folder.mkdir(parents=True, exist_ok=True)
             with naming_os_errors("link"):
-                names = take_snapshot(data_dir, paths.snapshot, selection.new)
+                placed = take_snapshot(data_dir, paths.snapshot, selection.new)
             with naming_os_errors("write"):
                 # before sync.log can name any of them (shipped_mods' docstring, point 1)
-                shipped_mods.record_snapshot(paths, names)
+                shipped_mods.record_snapshot(paths, [n for n, p in placed.items() if p.has_mods])
                 session.round(
                     index,
                     snapshot_dir=paths.snapshot,
-                    new=names,
+                    new=placed,
                     deleted=selection.deleted,
                     sync_log=paths.sync_log,
                     refusals=refusals,

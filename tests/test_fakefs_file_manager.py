@@ -88,8 +88,9 @@ def selection_now(paths: SenderPaths, *, dry_run_too: bool = True) -> Selection:
 def ship(paths: SenderPaths, chosen: Selection) -> list[str]:
     """A round whose receiver verified every new file and acknowledged every deletion."""
     paths.folder.mkdir(parents=True, exist_ok=True)
-    names = take_snapshot(DATA, paths.snapshot, chosen.new)
-    shipped_mods.record_snapshot(paths, names)
+    placed = take_snapshot(DATA, paths.snapshot, chosen.new)
+    names = list(placed)
+    shipped_mods.record_snapshot(paths, [n for n in names if placed[n].has_mods])
     with SyncLog(paths.sync_log) as log:
         log.start()
         log.deleted_start()
@@ -247,7 +248,7 @@ def test_a_file_removed_after_its_snapshot_still_ships_then_is_deleted(
     write(n)
     chosen = selection_now(paths)
     paths.folder.mkdir(parents=True)
-    assert take_snapshot(DATA, paths.snapshot, chosen.new) == [n]
+    assert list(take_snapshot(DATA, paths.snapshot, chosen.new)) == [n]
     delete(n)
     assert (paths.snapshot / n).read_bytes() == f"data of {n}".encode()
     with SyncLog(paths.sync_log) as log:

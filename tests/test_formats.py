@@ -24,12 +24,31 @@ def _expected() -> pa.Table:
     return expected_table(DEVICES, ROWS, start_ms=1_700_000_000_000, step_ms=10)
 
 
-@pytest.fixture(params=sorted(FORMATS))
-def written(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[object, Path]:
-    module = FORMATS[request.param]
+PIECES = "tsfile, its end read in pieces"
+
+
+@pytest.fixture(params=[*sorted(FORMATS), PIECES])
+def written(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[object, Path]:
+    if request.param == PIECES:
+        read_in_pieces(monkeypatch)
+    module = FORMATS["tsfile" if request.param == PIECES else request.param]
     path = tmp_path / f"f{module.SUFFIX}"
     module.write_arrow(path, _expected())
     return module, path
+
+
+def read_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TsFile framing check as for a file whose metadata is not in the one read it
+    makes of the file's end: the metadata and the index separator read on their own."""
+    monkeypatch.setattr(tsfile, "_END_READ", tsfile.TAIL_LEN)
+
+
+@pytest.fixture(params=["one read", "in pieces"])
+def end_reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.param == "in pieces":
+        read_in_pieces(monkeypatch)
 
 
 def _mutated(path: Path, data: bytes) -> Path:
@@ -209,6 +228,7 @@ def test_tail_missing_but_head_intact_is_rejected_by_magic(written: tuple[object
         module.inspect(bad)
 
 
+@pytest.mark.usefixtures("end_reads")
 def test_tsfile_middle_cut_with_tail_glued_back_never_reaches_native_reader(
     tmp_path: Path,
 ) -> None:
@@ -273,6 +293,7 @@ def test_metadata_length_pointing_outside_the_file_is_rejected(
     _assert_rejected(module, _mutated(path, bytes(data)))
 
 
+@pytest.mark.usefixtures("end_reads")
 def test_tsfile_meta_offset_not_at_separator_is_rejected(tmp_path: Path) -> None:
     """Garbage where the footer says the index starts: caught before the native reader."""
     path = tmp_path / "f.tsfile"

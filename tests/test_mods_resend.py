@@ -264,8 +264,8 @@ def crashed_round(tmp_path: Path, lines: list[str]) -> tuple[SenderPaths, dict]:
     old = {A: (2, 1), B: shipped_mods.mods_identity(f"{data / B}.mods"), E: (9, 9)}
     shipped_mods.write_identities(paths.shipped_mods, old)  # type: ignore[arg-type]
     append(Path(f"{data / A}.mods"), b"+grown")
-    names = take_snapshot(data, paths.snapshot, NEW)
-    shipped_mods.record_snapshot(paths, names)
+    placed = take_snapshot(data, paths.snapshot, NEW)
+    shipped_mods.record_snapshot(paths, [n for n, p in placed.items() if p.has_mods])
     durable.write_lines(paths.sync_log, lines)
     return paths, old
 
@@ -356,8 +356,8 @@ def test_snapshot_identities_are_the_originals_whether_linked_or_copied(
         paths = SenderPaths(data, "h" if link is None else "other", 1)
         paths.folder.mkdir(parents=True)
         kwargs = {} if link is None else {"link": link}
-        names = take_snapshot(data, paths.snapshot, [A, B], **kwargs)  # type: ignore[arg-type]
-        shipped_mods.record_snapshot(paths, names)
+        placed = take_snapshot(data, paths.snapshot, [A, B], **kwargs)  # type: ignore[arg-type]
+        shipped_mods.record_snapshot(paths, [n for n, p in placed.items() if p.has_mods])
         assert shipped_mods.read_identities(paths.snapshot_mods) == {A: original}
         # a copy is another inode but keeps size and mtime: no needless resend
         same = os.stat(paths.snapshot / f"{A}.mods").st_ino == os.stat(f"{data / A}.mods").st_ino

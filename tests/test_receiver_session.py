@@ -180,6 +180,31 @@ def test_round_logs_in_the_sender_vocabulary_and_loads_in_order(env: Env) -> Non
     assert sock.recv(1) == b""
 
 
+def test_a_rounds_files_are_written_where_they_are_staged(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No temporaries and no staging renames for the files of a round."""
+    installed: list[tuple[str, bool]] = []
+    real_install = IncomingFile.install
+
+    def install(self: IncomingFile, target: Path) -> None:
+        installed.append((self.begin.name, self.in_place))
+        real_install(self, target)
+
+    monkeypatch.setattr(IncomingFile, "install", install)
+    names = ["sequence/sg1/0/1-1-0.tsfile", "unsequence/sg1/0/2-1-0.tsfile"]
+    sock = env.connect()
+    hello(sock)
+    assert start_round(sock) == RoundReady("ready", "")
+    for i, name in enumerate(names):
+        offer(sock, i, name, data_file("root.sg1.d1"), b"res", b"mods" if i else None)
+    assert [verdict(sock)[2] for _ in names] == ["verified"] * 2
+    assert installed == [(name, True) for name in names]
+    for name in names:
+        wait_for(lambda n=name: env.loaded_path(UUID_A, n).exists())
+        assert env.loaded_path(UUID_A, name).read_bytes() == data_file("root.sg1.d1")
+
+
 def test_round_without_deletes_or_files_has_an_empty_tsfile_section(env: Env) -> None:
     env.storage.gate.clear()
     env.ctx.load_wait = 0.0
@@ -562,6 +587,70 @@ def test_a_file_staged_without_mods_removes_a_stale_staged_mods(tmp_path: Path) 
             assert stage_all([(inc, target)], ex) == [None]
     assert files_under(tmp_path) == {"staged/x.tsfile", "staged/x.tsfile.resource"}
     assert target.read_bytes() == b"DATA!"
+
+
+def test_a_stream_is_written_at_its_staged_names_when_they_are_free(tmp_path: Path) -> None:
+    # Staging then renames nothing: the pieces staged are the inodes written.
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "x.tsfile.mods").write_bytes(b"stale")  # a clean-up stopped half-way
+    target = staged / "x.tsfile"
+    inc = IncomingFile(
+        FileBegin(1, "sequence/sg/0/x.tsfile", 5, 3, -1), tmp_path, "t", None, None, str(target)
+    )
+    assert inc.in_place
+    inc.write(b"DATA!res")
+    inodes = {p.name: p.stat().st_ino for p in staged.iterdir()}
+    with ThreadPoolExecutor(2) as ex:
+        assert stage_all([(inc, target)], ex) == [None]
+    assert files_under(tmp_path) == {"staged/x.tsfile", "staged/x.tsfile.resource"}
+    assert {p.name: p.stat().st_ino for p in staged.iterdir()} == {
+        n: i for n, i in inodes.items() if not n.endswith(".mods")
+    }
+    assert target.read_bytes() == b"DATA!"
+    assert Path(f"{target}.resource").read_bytes() == b"res"
+
+
+@pytest.mark.parametrize("there", ["", ".resource", ".mods"])
+def test_a_stream_whose_staged_name_is_taken_goes_to_temporaries(
+    tmp_path: Path, there: str
+) -> None:
+    # A piece already staged under the name may be a file in sync.log waiting to load:
+    # nothing is written into it or removed, unless and until this stream is staged.
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    target = staged / "x.tsfile"
+    Path(f"{target}{there}").write_bytes(b"earlier")
+    begin = FileBegin(1, "sequence/sg/0/x.tsfile", 5, 3, 4)
+    bad = IncomingFile(begin, tmp_path, "bad", None, None, str(target))
+    assert not bad.in_place
+    assert bad.data_tmp.name == ".incoming-bad.tsfile"
+    bad.write(b"DATA!resMOD?")
+    bad.discard()  # say, an MD5 mismatch
+    assert files_under(tmp_path) == {f"staged/x.tsfile{there}"}
+    assert Path(f"{target}{there}").read_bytes() == b"earlier"
+    good = IncomingFile(begin, tmp_path, "good", None, None, str(target))
+    good.write(b"DATA!resMODS")
+    with ThreadPoolExecutor(2) as ex:
+        assert stage_all([(good, target)], ex) == [None]
+    assert [Path(f"{target}{s}").read_bytes() for s in ("", ".resource", ".mods")] == [
+        b"DATA!",
+        b"res",
+        b"MODS",
+    ]
+    assert files_under(tmp_path) == {f"staged/x.tsfile{s}" for s in ("", ".resource", ".mods")}
+
+
+def test_a_failed_stream_written_in_place_leaves_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "x.tsfile"
+    inc = IncomingFile(
+        FileBegin(1, "sequence/sg/0/x.tsfile", 5, 3, 4), tmp_path, "t", None, None, str(target)
+    )
+    assert inc.in_place
+    inc.write(b"DATA!res")  # cut short
+    assert inc.check(md5(b"DATA!resMODS")) is not None
+    inc.discard()
+    assert files_under(tmp_path) == set()
 
 
 @pytest.mark.parametrize("method", SYNC_METHODS)

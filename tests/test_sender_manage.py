@@ -36,7 +36,7 @@ def record_synced(paths: SenderPaths, sel: Selection) -> None:
     """A round in which the receiver acknowledged every deletion and verified every file."""
     paths.folder.mkdir(parents=True, exist_ok=True)
     linked = take_snapshot(paths.data_dir, paths.snapshot, sel.new)
-    assert linked == list(sel.new)
+    assert list(linked) == list(sel.new)
     with SyncLog(paths.sync_log) as log:
         log.start()
         log.deleted_start()

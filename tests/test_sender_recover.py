@@ -95,7 +95,7 @@ def start_round(paths: SenderPaths, log: bytes | None, first_round: bool) -> Non
     paths.folder.mkdir(parents=True)
     if not first_round:
         write_file_set(paths.last_local_files, SYNCED)
-    assert take_snapshot(paths.data_dir, paths.snapshot, NEW) == NEW
+    assert list(take_snapshot(paths.data_dir, paths.snapshot, NEW)) == NEW
     if log is not None:
         paths.sync_log.write_bytes(log)
 

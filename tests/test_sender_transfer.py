@@ -39,6 +39,7 @@ from sealsync.protocol import (
     receive,
     send,
 )
+from sender.manage.snapshot import Placed
 from sender.transfer.errors import ConnectionLost
 from sender.transfer.filestream import PACKET_PAYLOAD, open_snapshot_file, send_file
 from sender.transfer.refusals import Refusal, RefusalBook, read_refusals
@@ -82,7 +83,7 @@ class Harness:
         self.session.round(
             index,
             snapshot_dir=self.snapshot,
-            new=new,
+            new=placed(self.snapshot, new),
             deleted=list(deleted),
             sync_log=self.sync_log,
             refusals=self.refusals,
@@ -98,6 +99,21 @@ class Harness:
         self.session.close()
         self.sock.close()
         assert self.peer.error is None
+
+
+def placed(snapshot: Path, names: list[str]) -> dict[str, Placed]:
+    """What ``take_snapshot`` would say of files a test put in ``snapshot`` itself (a
+    piece missing counts as empty, a file missing as nothing: the send then fails)."""
+    out = {}
+    for name in names:
+        sizes = [
+            os.stat(f"{snapshot / name}{suffix}").st_size
+            if os.path.exists(f"{snapshot / name}{suffix}")
+            else -1
+            for suffix in ("", ".resource", ".mods")
+        ]
+        out[name] = Placed(max(sizes[0], 0), sum(max(n, 0) for n in sizes), sizes[2] >= 0)
+    return out
 
 
 def stream_of(root: Path, name: str) -> bytes:
@@ -341,7 +357,7 @@ def test_busy_round_is_a_note_not_a_crash(tmp_path: Path) -> None:
     h.session.round(
         1,
         snapshot_dir=h.snapshot,
-        new=[A],
+        new=placed(h.snapshot, [A]),
         deleted=[],
         sync_log=tmp_path / "sync1.log",
         refusals=h.refusals,
@@ -374,6 +390,30 @@ def test_file_missing_from_snapshot_fails_without_frames(tmp_path: Path) -> None
     assert [v for k, v in h.peer.frames if k == "FILE_BEGIN"] == [A]
     assert report.failed == {B: f"{B} missing from the snapshot"}
     assert report.shipped == [A]
+
+
+def test_a_mods_the_snapshot_was_not_made_with_is_not_looked_for(tmp_path: Path) -> None:
+    # The round opens only the pieces take_snapshot placed: a .mods the snapshot did
+    # not get from it (here, put there behind its back) is not looked up, nor sent.
+    write_data_file(tmp_path / "snapshot", A, b"D" * 100, b"res", b"mods")
+    opened = open_snapshot_file(tmp_path / "snapshot", A, mods=False)
+    opened.close()
+    assert (opened.stream_size, opened.mods_size) == (103, -1)
+    h = Harness(tmp_path, FakeReceiver())
+    h.session.hello(SENDER_UUID, "edge")
+    h.session.round(
+        0,
+        snapshot_dir=h.snapshot,
+        new={A: Placed(100, 103, False)},
+        deleted=[],
+        sync_log=h.sync_log,
+        refusals=h.refusals,
+        report=h.report,
+        own_uuid=SENDER_UUID,
+    )
+    h.finish()
+    assert h.report.shipped == [A]
+    assert h.peer.files[A] == b"D" * 100 + b"res"
 
 
 def test_dropped_connection_keeps_what_was_verified(tmp_path: Path) -> None:
@@ -440,7 +480,7 @@ def test_a_refusal_while_the_sender_streams_is_reported_with_the_receivers_reaso
         session.round(
             0,
             snapshot_dir=snapshot,
-            new=[A],
+            new=placed(snapshot, [A]),
             deleted=[],
             sync_log=tmp_path / "sync.log",
             refusals=RefusalBook(tmp_path / "refused.txt"),

@@ -10,7 +10,7 @@ import pytest
 from state_helpers import write_data_file
 
 from sealsync.errors import BadName
-from sender.manage.snapshot import hard_link, snapshot_path, take_snapshot
+from sender.manage.snapshot import Placed, hard_link, snapshot_path, take_snapshot
 
 A = "sequence/root.sg1/0/0/1-1-0.tsfile"
 B = "sequence/root.sg1/0/0/2-1-0.tsfile"
@@ -31,8 +31,17 @@ def test_links_share_the_inode_of_data_and_sidecars(dirs: tuple[Path, Path]) -> 
     data, snap = dirs
     write_data_file(data, A, mods=b"mods")
     write_data_file(data, C)
-    assert take_snapshot(data, snap, [C, A]) == [A, C]
+    placed = take_snapshot(data, snap, [C, A])
+    assert list(placed) == [A, C]
     assert entries(snap) == sorted([A, f"{A}.resource", f"{A}.mods", C, f"{C}.resource"])
+
+    def size(name: str) -> int:
+        return (data / name).stat().st_size
+
+    assert placed == {
+        A: Placed(size(A), size(A) + size(f"{A}.resource") + size(f"{A}.mods"), True),
+        C: Placed(size(C), size(C) + size(f"{C}.resource"), False),
+    }
     for name in (A, f"{A}.resource", f"{A}.mods", C, f"{C}.resource"):
         assert os.stat(snap / name).st_ino == os.stat(data / name).st_ino, name
     assert snapshot_path(snap, A) == str(snap / A)
@@ -51,7 +60,7 @@ def test_a_file_deleted_before_linking_is_dropped(dirs: tuple[Path, Path]) -> No
     data, snap = dirs
     write_data_file(data, A)
     write_data_file(data, B)
-    assert take_snapshot(data, snap, [A, B, C]) == [A, B]  # C vanished after selection
+    assert list(take_snapshot(data, snap, [A, B, C])) == [A, B]  # C vanished after selection
     assert entries(snap) == sorted([A, f"{A}.resource", B, f"{B}.resource"])
 
 
@@ -65,7 +74,7 @@ def test_a_vanishing_resource_drops_the_file(dirs: tuple[Path, Path]) -> None:
             os.unlink(src)  # a merge deletes the file between our two links
         hard_link(src, dst)
 
-    assert take_snapshot(data, snap, [A, B], link=link_racing_a_merge) == [B]
+    assert list(take_snapshot(data, snap, [A, B], link=link_racing_a_merge)) == [B]
     assert entries(snap) == sorted([B, f"{B}.resource"])
 
 
@@ -78,7 +87,9 @@ def test_a_vanishing_mods_keeps_the_file(dirs: tuple[Path, Path]) -> None:
             os.unlink(src)
         hard_link(src, dst)
 
-    assert take_snapshot(data, snap, [A], link=link_racing) == [A]
+    placed = take_snapshot(data, snap, [A], link=link_racing)
+    assert list(placed) == [A]
+    assert not placed[A].has_mods
     assert entries(snap) == sorted([A, f"{A}.resource"])
 
 
@@ -92,7 +103,7 @@ def test_cross_device_falls_back_to_copy_for_the_round(dirs: tuple[Path, Path]) 
         calls.append(src)
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
-    assert take_snapshot(data, snap, [A, B, C], link=link_other_fs) == [A, B, C]
+    assert list(take_snapshot(data, snap, [A, B, C], link=link_other_fs)) == [A, B, C]
     assert calls == [str(data / A)]  # one failed link, then copies for the rest
     copied = [A, f"{A}.resource", B, f"{B}.resource", f"{B}.mods", C, f"{C}.resource"]
     assert entries(snap) == sorted(copied)
@@ -128,7 +139,7 @@ def test_a_file_swapped_for_a_symlink_is_dropped(dirs: tuple[Path, Path], copy: 
             raise OSError(errno.EXDEV, "Invalid cross-device link")
         hard_link(src, dst)
 
-    assert take_snapshot(data, snap, [A, B], link=link) == [B]
+    assert list(take_snapshot(data, snap, [A, B], link=link)) == [B]
     assert entries(snap) == sorted([B, f"{B}.resource"])
 
 
@@ -136,9 +147,35 @@ def test_stale_entries_from_an_earlier_round_are_replaced(dirs: tuple[Path, Path
     data, snap = dirs
     write_data_file(data, A)
     (snap / A).parent.mkdir(parents=True)
-    (snap / A).write_bytes(b"stale")
-    assert take_snapshot(data, snap, [A]) == [A]
-    assert os.stat(snap / A).st_ino == os.stat(data / A).st_ino
+    for suffix in ("", ".resource", ".mods"):  # A has no .mods now: a stale one must go
+        (snap / f"{A}{suffix}").write_bytes(b"stale")
+    assert list(take_snapshot(data, snap, [A])) == [A]
+    assert entries(snap) == sorted([A, f"{A}.resource"])
+    for suffix in ("", ".resource"):
+        assert os.stat(snap / f"{A}{suffix}").st_ino == os.stat(data / f"{A}{suffix}").st_ino
+
+
+def test_a_copy_never_writes_through_a_stale_link_to_the_original(
+    dirs: tuple[Path, Path],
+) -> None:
+    """A stale snapshot entry may be a hard link to the very file about to be copied:
+    copying onto it would truncate the original before reading it."""
+    data, snap = dirs
+    write_data_file(data, A)
+    write_data_file(data, B, mods=b"mods")
+    originals = {n: (data / n).read_bytes() for n in (B, f"{B}.resource", f"{B}.mods")}
+    (snap / B).parent.mkdir(parents=True)
+    for name in originals:
+        os.link(data / name, snap / name)
+
+    def link_other_fs(src: str, dst: str) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    assert list(take_snapshot(data, snap, [A, B], link=link_other_fs)) == [A, B]
+    for name, content in originals.items():
+        assert (data / name).read_bytes() == content
+        assert (snap / name).read_bytes() == content
+        assert os.stat(snap / name).st_ino != os.stat(data / name).st_ino
 
 
 @pytest.mark.parametrize(

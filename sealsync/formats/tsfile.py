@@ -79,7 +79,6 @@ from sealsync.formats.common import (
     TIME_COLUMN,
     FileInfo,
     one_line,
-    read_head_tail,
     unreadable,
 )
 
@@ -232,17 +231,34 @@ def _check_footer(meta: bytes, meta_start: int, byte_at: Any) -> None:
             raise _Corrupt("index offset past the metadata")
 
 
+_END_READ = 64 << 10
+"""Bytes read from a file's end at once: the tail and, in most files, all the metadata
+and the index separator before it, so the framing check reads a file twice, not five
+times (it runs for every file received, in the format-check workers)."""
+
+
 def _check_frame(path: str | os.PathLike[str]) -> None:
     """Reject, without the native reader, anything that is not a whole TsFile."""
     try:
-        size, head, tail = read_head_tail(path, HEADER_LEN, TAIL_LEN)
+        with open(path, "rb", buffering=0) as f:
+            _check_frame_of(f.fileno(), path)
+    except _Corrupt as exc:
+        raise unreadable(path, KIND, f"metadata corrupt: {exc}") from None
     except OSError as exc:
         raise unreadable(path, KIND, one_line(exc)) from exc
+
+
+def _check_frame_of(fd: int, path: str | os.PathLike[str]) -> None:
+    size = os.fstat(fd).st_size
     if size < HEADER_LEN + TAIL_LEN:
         raise unreadable(path, KIND, f"only {size} bytes")
+    head = os.pread(fd, HEADER_LEN, 0)
+    end_at = max(size - _END_READ, 0)
+    end = os.pread(fd, size - end_at, end_at)
+    tail = end[-TAIL_LEN:]
     if head[: len(MAGIC)] != MAGIC:
         raise unreadable(path, KIND, "no TsFile magic at the head")
-    if tail[-len(MAGIC) :] != MAGIC:
+    if len(end) != size - end_at or tail[-len(MAGIC) :] != MAGIC:
         raise unreadable(path, KIND, "no TsFile magic at the tail (truncated?)")
     version = head[len(MAGIC)]
     if version not in KNOWN_VERSIONS:
@@ -253,21 +269,18 @@ def _check_frame(path: str | os.PathLike[str]) -> None:
         raise unreadable(path, KIND, f"metadata length {meta_len} does not fit the file")
     if version != 4:
         return
-    try:
-        with open(path, "rb") as f:
-            f.seek(meta_start)
-            meta = f.read(meta_len)
+    if meta_start >= end_at:
+        meta = end[meta_start - end_at : len(end) - TAIL_LEN]
+    else:
+        meta = os.pread(fd, meta_len, meta_start)
 
-            def byte_at(pos: int) -> int:
-                f.seek(pos)
-                got = f.read(1)
-                return got[0] if got else -1
+    def byte_at(pos: int) -> int:
+        if end_at <= pos < size:
+            return end[pos - end_at]
+        got = os.pread(fd, 1, pos)
+        return got[0] if got else -1
 
-            _check_footer(meta, meta_start, byte_at)
-    except _Corrupt as exc:
-        raise unreadable(path, KIND, f"metadata corrupt: {exc}") from None
-    except OSError as exc:
-        raise unreadable(path, KIND, one_line(exc)) from exc
+    _check_footer(meta, meta_start, byte_at)
 
 
 # --------------------------------------------------------------------------- reading

@@ -137,7 +137,8 @@ def write_identities(path: Path, entries: Mapping[str, ModsId]) -> None:
 
 def record_snapshot(paths: SenderPaths, names: Iterable[str]) -> None:
     """Write down the identity of each ``.mods`` in this round's snapshot (point 1 of the
-    module docstring); must run before the transfer can log any of ``names``."""
+    module docstring); ``names``: the files it holds one for. Must run before the
+    transfer can log any file of the round."""
     idents = current_identities(paths.snapshot, names)
     if idents:
         write_identities(paths.snapshot_mods, idents)

@@ -17,6 +17,7 @@ import shutil
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from sealsync import durable
 from sealsync.crashpoints import crash_point
@@ -53,24 +54,39 @@ def snapshot_path(snapshot_dir: str | os.PathLike[str], name: str) -> str:
     return os.path.join(snapshot_dir, name)
 
 
+class Placed(NamedTuple):
+    """A file as the snapshot holds it, seen as it was placed. The round needs these;
+    looking them up again cost a failing system call per file without a ``.mods``,
+    three times over, on the round's serial path."""
+
+    size: int
+    """The data file's."""
+    stream_size: int
+    """The data file's, its ``.resource``'s and its ``.mods``'s, as they are streamed."""
+    has_mods: bool
+
+
 def take_snapshot(
     data_dir: Path,
     snapshot_dir: Path,
     names: Iterable[str],
     *,
     link: LinkFunc = hard_link,
-) -> list[str]:
-    """Link each data file with its ``.resource`` and, if any, ``.mods``; the names linked.
+) -> dict[str, Placed]:
+    """Link each data file with its ``.resource`` and, if any, ``.mods``; the files
+    linked, by name, in name order.
 
     ``link`` is the placing function (a test injects one that fails with EXDEV). After
     the first EXDEV (the snapshot folder is on another file system), or EPERM/EMLINK,
     the rest of the round copies instead.
     """
-    placer = _Placer(link)
     base = os.fspath(data_dir)
     snap = os.fspath(snapshot_dir)
+    # recovery removed the last round's snapshot before this one: a folder still there
+    # is one whose removal was lost, and only then can an entry be stale
+    placer = _Placer(link, stale_possible=os.path.lexists(snap))
     made: set[str] = set()
-    linked = []
+    linked: dict[str, Placed] = {}
     for name in names:
         problem = data_name_problem(name)
         if problem is not None:
@@ -81,22 +97,25 @@ def take_snapshot(
         if folder not in made:
             os.makedirs(folder, exist_ok=True)
             made.add(folder)
-        if placer.place_file(src, dst):
-            linked.append(name)
+        placed = placer.place_file(src, dst)
+        if placed is not None:
+            linked[name] = placed
             crash_point("sender.snapshot.linked")
-    return sorted(linked)
+    return {name: linked[name] for name in sorted(linked)}
 
 
 class _Placer:
-    def __init__(self, link: LinkFunc) -> None:
+    def __init__(self, link: LinkFunc, stale_possible: bool = True) -> None:
         self._link = link
+        self._stale_possible = stale_possible
 
-    def place_file(self, src: str, dst: str) -> bool:
+    def place_file(self, src: str, dst: str) -> Placed | None:
         placed: list[str] = []
+        sizes: list[int] = []
         try:
             for suffix, required in (("", True), (".resource", True), (".mods", False)):
                 try:
-                    self._place(src + suffix, dst + suffix)
+                    sizes.append(self._place(src + suffix, dst + suffix))
                 except _Gone:
                     if required:
                         raise
@@ -105,25 +124,38 @@ class _Placer:
         except _Gone:
             for path in placed:
                 durable.unlink(path)
-            return False
-        return True
+            return None
+        return Placed(sizes[0], sum(sizes), len(sizes) > 2)
 
-    def _place(self, src: str, dst: str) -> None:
-        durable.unlink(dst)  # a stale entry from a round whose cleanup was lost
+    def _place(self, src: str, dst: str, stale_removed: bool = False) -> int:
+        """Place one piece; its size."""
+        # A stale entry (from a round whose clean-up was lost) goes only once the link
+        # says one is there: unlinking every name first cost a failed system call per
+        # piece of every file, on the round's serial path. A copy never writes into an
+        # existing entry: a stale one may be a link to the original itself.
+        if self._link is copy_file:
+            durable.unlink(dst)
         try:
             self._link(src, dst)
         except FileNotFoundError:
+            if self._stale_possible:
+                durable.unlink(dst)  # no stale sidecar may stand in for a missing one
             raise _Gone from None
+        except FileExistsError:
+            if stale_removed:  # made again meanwhile: not ours to remove twice
+                raise
+            durable.unlink(dst)
+            return self._place(src, dst, stale_removed=True)
         except OSError as exc:
             if exc.errno not in _NO_LINK or self._link is copy_file:
                 raise
             self._link = copy_file
-            self._place(src, dst)
-            return
+            return self._place(src, dst)
         try:
-            mode = os.lstat(dst).st_mode
+            st = os.lstat(dst)
         except FileNotFoundError:
             raise _Gone from None
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(st.st_mode):
             durable.unlink(dst)
             raise _Gone
+        return st.st_size

@@ -86,13 +86,20 @@ class OpenedFile:
             f.close()
 
 
-def open_snapshot_file(snapshot_dir: Path, name: str) -> OpenedFile:
-    """Open ``name`` with its ``.resource`` and, if present, ``.mods`` from the snapshot."""
+_PIECES = (("", True), (".resource", True), (".mods", False))
+"""Suffix, and whether the piece must be there."""
+
+
+def open_snapshot_file(snapshot_dir: Path, name: str, mods: bool = True) -> OpenedFile:
+    """Open ``name`` with its ``.resource`` and, if present, ``.mods`` from the snapshot;
+    ``mods=False``: the snapshot has no ``.mods`` for it (``Placed.has_mods``), so none
+    is looked for."""
     path = snapshot_path(snapshot_dir, name)
     opened: list[tuple[io.FileIO, int]] = []
     mtime = -1
+    pieces = _PIECES if mods else _PIECES[:2]
     try:
-        for suffix, required in (("", True), (".resource", True), (".mods", False)):
+        for suffix, required in pieces:
             try:
                 f = open(path + suffix, "rb", buffering=0)  # noqa: SIM115 - closed by OpenedFile
             except FileNotFoundError:

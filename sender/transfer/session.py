@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -63,7 +63,7 @@ from sealsync.protocol import (
     send,
 )
 from sealsync.synclog import SyncLog
-from sender.manage.snapshot import snapshot_path
+from sender.manage.snapshot import Placed, snapshot_path
 from sender.transfer.errors import ConnectionLost
 from sender.transfer.filestream import OpenedFile, Unsendable, open_snapshot_file, send_file
 from sender.transfer.reader import LINK_ERRORS, REPLY_TIMEOUT, FrameReader, lost
@@ -308,24 +308,25 @@ class SenderSession:
         index: int,
         *,
         snapshot_dir: Path,
-        new: Sequence[str],
+        new: Mapping[str, Placed],
         deleted: Sequence[str],
         sync_log: Path,
         refusals: RefusalBook,
         report: DirReport,
         own_uuid: str,
     ) -> None:
-        """One data dir's round: deletions, then files; ``report`` says what happened."""
+        """One data dir's round: deletions, then files; ``report`` says what happened.
+
+        ``new``: the files to send, as ``take_snapshot`` placed them in ``snapshot_dir``."""
         started, sent = time.monotonic(), self.stream.sent
         try:
             self._files_done = None
             if self._started != index:
                 self.start_round(index)
             self._started = None
-            known = {name: _sizes(snapshot_dir, name) for name in new}
             # asked before ROUND_READY is read (answered after a busy one too, empty):
             # its round trip overlaps ROUND_START's; a small-file round asks nothing
-            ask = any(data >= RESUME_MIN for _, data in known.values())
+            ask = any(placed.size >= RESUME_MIN for placed in new.values())
             if ask:
                 self.send(PartialsQuery())
             ready = self.receive(RoundReady)
@@ -336,8 +337,8 @@ class SenderSession:
                     "this data dir is retried on the next run"
                 )
                 return
-            to_send = self._owners_check(new, refusals, report, own_uuid)
-            total = sum(known[n][0] for n in to_send)
+            to_send = self._owners_check(list(new), refusals, report, own_uuid)
+            total = sum(new[n].stream_size for n in to_send)
             partials = {name: (size, mtime, head, n) for name, size, mtime, head, n in held}
             self.emit(
                 "dir_start", index=index, files=len(to_send), bytes=total, deleted=len(deleted)
@@ -351,6 +352,7 @@ class SenderSession:
                 verified = VerifiedLog(slog, sync_log)
                 try:
                     files = _Files(self, index, snapshot_dir, verified, refusals, report, total)
+                    files.without_mods = {n for n, placed in new.items() if not placed.has_mods}
                     files.partials = partials
                     files.run(to_send)
                 except BaseException:
@@ -462,21 +464,6 @@ def _send_timeout(stream: Stream) -> float | None:
     return float(timeout) if isinstance(timeout, int | float) else None
 
 
-def _sizes(snapshot_dir: Path, name: str) -> tuple[int, int]:
-    """The file's stream size (data file and sidecars) and its data file's size."""
-    base = snapshot_path(snapshot_dir, name)
-    total = data = 0
-    for suffix in ("", ".resource", ".mods"):
-        try:
-            size = os.stat(base + suffix).st_size
-        except OSError:
-            continue
-        total += size
-        if not suffix:
-            data = size
-    return total, data
-
-
 class _Files:
     """The file part of one round: a send queue, a window of files in flight, resends."""
 
@@ -505,6 +492,8 @@ class _Files:
         """The receiver's partial uploads (PARTIALS): name -> (size, mtime, head, held)."""
         self.resumed_bytes = 0
         """Bytes not sent because the receiver held them already."""
+        self.without_mods: set[str] = set()
+        """Names the snapshot holds no ``.mods`` for: none is looked for."""
 
     def run(self, names: Sequence[str]) -> None:
         todo = deque(names)
@@ -529,7 +518,7 @@ class _Files:
 
     def offer(self, name: str) -> None:
         try:
-            opened = open_snapshot_file(self.snapshot_dir, name)
+            opened = open_snapshot_file(self.snapshot_dir, name, mods=name not in self.without_mods)
         except Unsendable as exc:
             self.report.failed[name] = str(exc)
             self.s.emit("file", index=self.index, name=name, status="failed", reason=str(exc))
