@@ -94,10 +94,10 @@ class IncomingFile:
         self._written: list[str] = []  # the temporaries opened, until installed
         # (end offset in the stream, fd index) for data, resource, mods
         self._parts: list[tuple[int, int]] = []
-        # Paths as strings: this runs for every file on the session's thread, the
-        # round's serial path, where building Path objects was a third of its work.
         self.in_place = False
         """Written at its staged names: staging it renames nothing."""
+        # Paths as strings: this runs for every file on the session's thread, the
+        # round's serial path, where building Path objects was a third of its work.
         try:
             if resume is not None:
                 self._name_pieces(os.fspath(resume.data))

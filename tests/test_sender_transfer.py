@@ -184,6 +184,7 @@ def test_all_files_go_out_before_the_first_verdict(tmp_path: Path) -> None:
     names = [f"sequence/root.sg1/0/0/{i}-{i}-0.tsfile" for i in range(10)]
     h = Harness(tmp_path, FakeReceiver(hold=10), reply_timeout=3.0)
     make_files(h.snapshot, names)
+    streams = {n: stream_of(h.snapshot, n) for n in names}  # verified: gone once logged
     h.session.hello(SENDER_UUID, "edge")
     report = h.round(names)
     h.finish()
@@ -191,7 +192,7 @@ def test_all_files_go_out_before_the_first_verdict(tmp_path: Path) -> None:
     assert kinds.count("FILE_BEGIN") == 10
     assert report.shipped == names
     assert log_tsfiles(h.sync_log) == names
-    assert h.peer.files == {n: stream_of(h.snapshot, n) for n in names}
+    assert h.peer.files == streams
 
 
 def test_files_in_flight_never_exceed_pipeline_depth(tmp_path: Path) -> None:
@@ -225,6 +226,28 @@ def test_mismatch_is_resent_then_verified(tmp_path: Path) -> None:
     assert report.shipped == log_tsfiles(h.sync_log)
     assert report.failed == {}
     assert report.ok
+
+
+def test_verified_files_leave_the_snapshot_as_they_are_logged(tmp_path: Path) -> None:
+    """Only what is still to send (or to read devices from) stays for the clean-up."""
+
+    def policy(name: str, attempt: int, data: bytes) -> tuple[str, str]:
+        if name == C or (name == B and attempt == 1):  # B is read again for its resend
+            return Verdict.REFUSED if name == C else Verdict.MISMATCH, "no"
+        return Verdict.VERIFIED, ""
+
+    h = Harness(tmp_path, FakeReceiver(policy=policy))
+    make_files(h.snapshot, [A, B, C])
+    Path(f"{h.snapshot / B}.mods").write_bytes(b"mods")
+    h.session.hello(SENDER_UUID, "edge")
+    report = h.round([A, B, C])
+    h.finish()
+    assert h.peer.files[B].endswith(b"mods")
+    assert sorted(report.shipped) == [A, B]
+    left = sorted(
+        p.relative_to(h.snapshot).as_posix() for p in h.snapshot.rglob("*") if p.is_file()
+    )
+    assert left == [C, f"{C}.resource"]
 
 
 def test_mismatch_until_retries_run_out_leaves_the_file_unsynced(tmp_path: Path) -> None:

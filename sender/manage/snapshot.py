@@ -15,7 +15,7 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from pathlib import Path
 from typing import NamedTuple
 
@@ -102,6 +102,21 @@ def take_snapshot(
             linked[name] = placed
             crash_point("sender.snapshot.linked")
     return {name: linked[name] for name in sorted(linked)}
+
+
+def drop_from_snapshot(snapshot_dir: Path, names: Iterable[str], without_mods: Set[str]) -> None:
+    """Remove the links of files that need no more sending (verified, and logged so):
+    recovery's clean-up then has only the folders left to remove, so the round's end,
+    where nothing else runs, does not wait for an unlink per piece. Best effort: what
+    stays is removed by that clean-up."""
+    snap = os.fspath(snapshot_dir)
+    for name in names:
+        path = os.path.join(snap, name)
+        for suffix in ("", ".resource") if name in without_mods else ("", ".resource", ".mods"):
+            try:
+                os.unlink(path + suffix)
+            except OSError:
+                pass
 
 
 class _Placer:

@@ -63,7 +63,7 @@ from sealsync.protocol import (
     send,
 )
 from sealsync.synclog import SyncLog
-from sender.manage.snapshot import Placed, snapshot_path
+from sender.manage.snapshot import Placed, drop_from_snapshot, snapshot_path
 from sender.transfer.errors import ConnectionLost
 from sender.transfer.filestream import OpenedFile, Unsendable, open_snapshot_file, send_file
 from sender.transfer.reader import LINK_ERRORS, REPLY_TIMEOUT, FrameReader, lost
@@ -349,10 +349,15 @@ class SenderSession:
                 self._deletes(deleted, slog, report)
                 slog.tsfile_start()
                 crash_point("sender.synclog.tsfile_start")
-                verified = VerifiedLog(slog, sync_log)
+                without_mods = {n for n, placed in new.items() if not placed.has_mods}
+                verified = VerifiedLog(
+                    slog,
+                    sync_log,
+                    lambda names: drop_from_snapshot(snapshot_dir, names, without_mods),
+                )
                 try:
                     files = _Files(self, index, snapshot_dir, verified, refusals, report, total)
-                    files.without_mods = {n for n, placed in new.items() if not placed.has_mods}
+                    files.without_mods = without_mods
                     files.partials = partials
                     files.run(to_send)
                 except BaseException:

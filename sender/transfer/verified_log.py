@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from sealsync.crashpoints import crash_point
@@ -27,9 +28,14 @@ _STOP = object()
 class VerifiedLog:
     """Appends names to ``slog``'s tsfile section from a background thread."""
 
-    def __init__(self, slog: SyncLog, path: Path) -> None:
+    def __init__(
+        self, slog: SyncLog, path: Path, logged: Callable[[list[str]], None] | None = None
+    ) -> None:
+        """``logged``: called on this thread with each batch of names once it is on disk
+        (the round drops their snapshot links there, off its own serial path)."""
         self._slog = slog
         self._path = path
+        self._logged = logged
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._pending = 0
         self._cond = threading.Condition()
@@ -58,6 +64,8 @@ class VerifiedLog:
                     if self._error is None:
                         self._slog.tsfile_many(batch)
                         crash_point("sender.synclog.tsfile")
+                        if self._logged is not None:
+                            self._logged(batch)
                 except BaseException as exc:  # reported to the round at its next call
                     self._error = exc
                 with self._cond:
