@@ -688,7 +688,7 @@ class SenderConfig:
     max_retries: int = field(default=5, metadata=setting(Integer(1, 1000)))
     connect_timeout: float = field(default=10.0, metadata=setting(Number(0, 3600)))
     chunk_size: int = field(default=262144, metadata=setting(Integer(1024, 16 * 1024 * 1024)))
-    pipeline_depth: int = field(default=256, metadata=setting(Integer(1, 4096)))
+    pipeline_depth: int = field(default=1024, metadata=setting(Integer(1, 4096)))
     #: Bytes/s each receiver's round may send (0: no cap); a [[receiver]] may set its own.
     bwlimit: int = field(default=0, metadata=setting(Rate()))
     #: Seconds without a byte from the receiver before a keepalive asks for one.

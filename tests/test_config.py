@@ -73,7 +73,7 @@ def test_sender_loads_with_defaults_and_relative_paths(tmp_path: Path) -> None:
         max_retries=5,
         connect_timeout=10.0,
         chunk_size=262144,
-        pipeline_depth=256,
+        pipeline_depth=1024,
         source=str(path),
     )
     assert config.receiver("dc1") == config.receivers[0]

@@ -169,7 +169,7 @@ class SenderSession:
         stream: Stream,
         *,
         chunk_size: int = 262144,
-        pipeline_depth: int = 256,
+        pipeline_depth: int = 1024,
         max_retries: int = 5,
         progress: Progress | None = None,
         reply_timeout: float = REPLY_TIMEOUT,
