@@ -125,7 +125,7 @@ log = logging.getLogger(f"sealsync.{__name__}")
 
 DEFAULT_LOAD_WAIT = 10.0
 MAX_BATCH = 64
-"""Files committed together while more stream in; the sender's default pipeline (256)
+"""Files committed together while more stream in; the sender's default pipeline (1,024)
 holds several batches, so it sends the next ones while this one commits. Each batch
 costs a few syncs (its files', its folders', ``sync.log``'s, the loader's) whatever
 its size: 64 small files a batch moved more per second than 32, and 128 no more than
@@ -279,7 +279,7 @@ class _Round:
         checked again by every batch's staging), for its stream to be written there
         directly; None if the folder cannot be made: the stream then goes to
         temporaries, and staging says why."""
-        path = os.fspath(self.folder.staged(name))
+        path = self.folder.staged_name(name)
         parent = os.path.dirname(path)
         made = self._folders.get(parent)
         if made is None:

@@ -321,7 +321,12 @@ class _Run:
             with naming_os_errors("create"):
                 paths.folder.mkdir(parents=True, exist_ok=True)
             with naming_os_errors("link"):
-                placed = take_snapshot(data_dir, paths.snapshot, selection.new)
+                placed = take_snapshot(
+                    data_dir,
+                    paths.snapshot,
+                    selection.new,
+                    with_mods=None if found is None else found.with_mods,
+                )
             with naming_os_errors("write"):
                 # before sync.log can name any of them (shipped_mods' docstring, point 1)
                 shipped_mods.record_snapshot(paths, [n for n, p in placed.items() if p.has_mods])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -44,6 +45,7 @@ def test_sender_folder_paths(data_dir: Path) -> None:
         root / "data",
     )
     assert folder.staged(NAME) == root / "data" / "sequence" / "root.sg1" / "0" / "100-1-0.tsfile"
+    assert folder.staged_name(NAME) == os.fspath(folder.staged(NAME))
 
 
 def test_sender_folder_ipv6_has_no_colons(data_dir: Path) -> None:
@@ -57,6 +59,8 @@ def test_sender_folder_ipv6_has_no_colons(data_dir: Path) -> None:
 def test_staged_rejects_bad_names(data_dir: Path, name: str) -> None:
     with pytest.raises(BadName):
         folder_a(data_dir).staged(name)
+    with pytest.raises(BadName):
+        folder_a(data_dir).staged_name(name)
 
 
 @pytest.mark.parametrize(

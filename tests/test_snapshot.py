@@ -47,6 +47,24 @@ def test_links_share_the_inode_of_data_and_sidecars(dirs: tuple[Path, Path]) -> 
     assert snapshot_path(snap, A) == str(snap / A)
 
 
+def test_a_mods_the_scan_did_not_see_is_left_to_the_next_round(dirs: tuple[Path, Path]) -> None:
+    """Only the scan's ``with_mods`` are linked with their ``.mods``: B's appeared after
+    the scan, so B goes without it now, and the next round ships it as a changed one."""
+    data, snap = dirs
+    write_data_file(data, A, mods=b"mods")
+    write_data_file(data, B, mods=b"late mods")
+    placed = take_snapshot(data, snap, [A, B], with_mods={A})
+    assert (placed[A].has_mods, placed[B].has_mods) == (True, False)
+    assert (
+        placed[B].stream_size
+        == (data / B).stat().st_size + Path(f"{data / B}.resource").stat().st_size
+    )
+    assert entries(snap) == sorted([A, f"{A}.resource", f"{A}.mods", B, f"{B}.resource"])
+    # without the scan's word, every file's .mods is looked for
+    again = take_snapshot(data, snap.with_name("again"), [A, B])
+    assert (again[A].has_mods, again[B].has_mods) == (True, True)
+
+
 def test_snapshot_survives_the_original_being_deleted(dirs: tuple[Path, Path]) -> None:
     data, snap = dirs
     write_data_file(data, A)

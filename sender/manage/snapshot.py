@@ -71,10 +71,16 @@ def take_snapshot(
     snapshot_dir: Path,
     names: Iterable[str],
     *,
+    with_mods: Set[str] | None = None,
     link: LinkFunc = hard_link,
 ) -> dict[str, Placed]:
     """Link each data file with its ``.resource`` and, if any, ``.mods``; the files
     linked, by name, in name order.
+
+    ``with_mods``: the names the scan saw a ``.mods`` for (None: look for one at every
+    file). A ``.mods`` is looked for only there: the link that finds none is a failed
+    system call per file on the round's serial path. One that appears after the scan
+    is shipped by the next round, as a ``.mods`` that changed (docs/design.md §3.7).
 
     ``link`` is the placing function (a test injects one that fails with EXDEV). After
     the first EXDEV (the snapshot folder is on another file system), or EPERM/EMLINK,
@@ -97,7 +103,7 @@ def take_snapshot(
         if folder not in made:
             os.makedirs(folder, exist_ok=True)
             made.add(folder)
-        placed = placer.place_file(src, dst)
+        placed = placer.place_file(src, dst, with_mods is None or name in with_mods)
         if placed is not None:
             linked[name] = placed
             crash_point("sender.snapshot.linked")
@@ -119,16 +125,21 @@ def drop_from_snapshot(snapshot_dir: Path, names: Iterable[str], without_mods: S
                 pass
 
 
+_WITH_MODS = (("", True), (".resource", True), (".mods", False))
+"""Each piece, and whether the file leaves the round without it."""
+_WITHOUT_MODS = _WITH_MODS[:2]
+
+
 class _Placer:
     def __init__(self, link: LinkFunc, stale_possible: bool = True) -> None:
         self._link = link
         self._stale_possible = stale_possible
 
-    def place_file(self, src: str, dst: str) -> Placed | None:
+    def place_file(self, src: str, dst: str, mods: bool = True) -> Placed | None:
         placed: list[str] = []
         sizes: list[int] = []
         try:
-            for suffix, required in (("", True), (".resource", True), (".mods", False)):
+            for suffix, required in _WITH_MODS if mods else _WITHOUT_MODS:
                 try:
                     sizes.append(self._place(src + suffix, dst + suffix))
                 except _Gone:
