@@ -124,12 +124,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(f"sealsync.{__name__}")
 
 DEFAULT_LOAD_WAIT = 10.0
-MAX_BATCH = 64
+MAX_BATCH = 128
 """Files committed together while more stream in; the sender's default pipeline (1,024)
 holds several batches, so it sends the next ones while this one commits. Each batch
 costs a few syncs (its files', its folders', ``sync.log``'s, the loader's) whatever
-its size: 64 small files a batch moved more per second than 32, and 128 no more than
-64 (docs/performance.md, "Session 11")."""
+its size: 64 small files a batch moved more per second than 32 (docs/performance.md,
+"Session 11"), and with 1,024 files in flight 128 more than 64 ("Session 16")."""
 MAX_BATCH_BYTES = 16 << 20
 """...or as soon as this many bytes arrived: a large file's fsync then runs while the
 next file streams in, instead of all of them at the end of the round."""
@@ -139,10 +139,11 @@ COMMIT_THREADS = 2
 check, the disk's fsyncs), and with one at a time the commit thread was the round's
 serial path; the second batch checks and stages while the first logs, and names
 still reach ``sync.log`` and the loader in arrival order."""
-MAX_ARRIVED = 4 * MAX_BATCH
+MAX_ARRIVED = 2 * MAX_BATCH
 """Complete streams waiting for a verdict before the next FILE_BEGIN waits for their
 commit: each holds descriptors and temporaries, and a sender that never reads its
-verdicts must not pile them up without end."""
+verdicts must not pile them up without end. Two batches: the 256 streams it was with
+four batches of 64, so the descriptors ``receiver.openfiles`` asks for stay as they were."""
 ERROR_REPLY_TIMEOUT = 5.0
 """Longest wait to send a closing ERROR: a peer that reads nothing must not hold it."""
 
