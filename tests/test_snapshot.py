@@ -10,6 +10,7 @@ import pytest
 from state_helpers import write_data_file
 
 from sealsync.errors import BadName
+from sender.manage import shipped_mods
 from sender.manage.snapshot import Placed, hard_link, snapshot_path, take_snapshot
 
 A = "sequence/root.sg1/0/0/1-1-0.tsfile"
@@ -60,6 +61,9 @@ def test_a_mods_the_scan_did_not_see_is_left_to_the_next_round(dirs: tuple[Path,
         == (data / B).stat().st_size + Path(f"{data / B}.resource").stat().st_size
     )
     assert entries(snap) == sorted([A, f"{A}.resource", f"{A}.mods", B, f"{B}.resource"])
+    # B shipped with no .mods recorded: the next round finds its .mods changed
+    shipped = shipped_mods.current_identities(data, {A})
+    assert shipped_mods.changed(shipped_mods.current_identities(data, {A, B}), shipped) == {B}
     # without the scan's word, every file's .mods is looked for
     again = take_snapshot(data, snap.with_name("again"), [A, B])
     assert (again[A].has_mods, again[B].has_mods) == (True, True)
