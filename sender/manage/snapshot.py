@@ -43,6 +43,15 @@ class _Gone(Exception):
     """The source vanished or is not a regular file: the file leaves this round."""
 
 
+_PIECES = (("", True), (".resource", True), (".mods", False))
+
+
+def pieces(mods: bool = True) -> tuple[tuple[str, bool], ...]:
+    """A file's pieces in the snapshot: each suffix, and whether the file cannot go
+    without it. ``mods=False``: the file has no ``.mods`` here, so none is looked for."""
+    return _PIECES if mods else _PIECES[:2]
+
+
 def snapshot_path(snapshot_dir: str | os.PathLike[str], name: str) -> str:
     """Where ``take_snapshot`` put the data file ``name``.
 
@@ -118,16 +127,11 @@ def drop_from_snapshot(snapshot_dir: Path, names: Iterable[str], without_mods: S
     snap = os.fspath(snapshot_dir)
     for name in names:
         path = os.path.join(snap, name)
-        for suffix in ("", ".resource") if name in without_mods else ("", ".resource", ".mods"):
+        for suffix, _ in pieces(name not in without_mods):
             try:
                 os.unlink(path + suffix)
             except OSError:
                 pass
-
-
-_WITH_MODS = (("", True), (".resource", True), (".mods", False))
-"""Each piece, and whether the file leaves the round without it."""
-_WITHOUT_MODS = _WITH_MODS[:2]
 
 
 class _Placer:
@@ -139,7 +143,7 @@ class _Placer:
         placed: list[str] = []
         sizes: list[int] = []
         try:
-            for suffix, required in _WITH_MODS if mods else _WITHOUT_MODS:
+            for suffix, required in pieces(mods):
                 try:
                     sizes.append(self._place(src + suffix, dst + suffix))
                 except _Gone:

@@ -35,7 +35,7 @@ from sealsync.protocol import (
     encode,
     send,
 )
-from sender.manage.snapshot import snapshot_path
+from sender.manage.snapshot import pieces, snapshot_path
 
 BROKEN_MD5 = "0" * 32
 """Sent when a file changed under us mid-stream: the receiver answers mismatch, we resend."""
@@ -86,10 +86,6 @@ class OpenedFile:
             f.close()
 
 
-_PIECES = (("", True), (".resource", True), (".mods", False))
-"""Suffix, and whether the piece must be there."""
-
-
 def open_snapshot_file(snapshot_dir: Path, name: str, mods: bool = True) -> OpenedFile:
     """Open ``name`` with its ``.resource`` and, if present, ``.mods`` from the snapshot;
     ``mods=False``: the snapshot has no ``.mods`` for it (``Placed.has_mods``), so none
@@ -97,9 +93,8 @@ def open_snapshot_file(snapshot_dir: Path, name: str, mods: bool = True) -> Open
     path = snapshot_path(snapshot_dir, name)
     opened: list[tuple[io.FileIO, int]] = []
     mtime = -1
-    pieces = _PIECES if mods else _PIECES[:2]
     try:
-        for suffix, required in pieces:
+        for suffix, required in pieces(mods):
             try:
                 f = open(path + suffix, "rb", buffering=0)  # noqa: SIM115 - closed by OpenedFile
             except FileNotFoundError:
