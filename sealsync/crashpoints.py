@@ -10,8 +10,11 @@ named point: a real ``kill -9``, with no cleanup, no ``finally`` and no flush. T
 test then restarts the crashed side and checks that a rerun converges.
 ``SEALSYNC_CRASH_TRACE=<file>`` appends the name of every point reached, one a line,
 so a test can prove each declared point is really on a path a round takes.
+``SEALSYNC_STOP_AT`` takes the same spec and SIGSTOPs the process there instead, so
+a test can kill either side while a round is frozen mid-way, however quickly the
+round would otherwise be over.
 
-Production never sets either variable. Both are read once, at import: with neither
+Production never sets any of them. They are read once, at import: with none
 set, :func:`crash_point` is one test of a module constant.
 
 Every name the code uses is declared here (``SENDER_POINTS``, ``RECEIVER_POINTS``),
@@ -28,6 +31,7 @@ import threading
 
 ENV_AT = "SEALSYNC_CRASH_AT"
 ENV_TRACE = "SEALSYNC_CRASH_TRACE"
+ENV_STOP = "SEALSYNC_STOP_AT"
 
 SENDER_POINTS = frozenset(
     {
@@ -98,7 +102,7 @@ RECOVERY_POINTS = frozenset(
 POINTS = SENDER_POINTS | RECEIVER_POINTS
 
 
-def parse_spec(spec: str) -> dict[str, int]:
+def parse_spec(spec: str, env: str = ENV_AT) -> dict[str, int]:
     """``point[:nth][,...]`` -> {point: nth}; ValueError for an unknown point or bad nth."""
     targets: dict[str, int] = {}
     for item in spec.split(","):
@@ -107,17 +111,18 @@ def parse_spec(spec: str) -> dict[str, int]:
             continue
         name, _, nth = item.partition(":")
         if name not in POINTS:
-            raise ValueError(f"{ENV_AT}: unknown crash point {name!r}")
+            raise ValueError(f"{env}: unknown crash point {name!r}")
         count = int(nth) if nth else 1
         if count < 1:
-            raise ValueError(f"{ENV_AT}: {item!r}: nth must be 1 or more")
+            raise ValueError(f"{env}: {item!r}: nth must be 1 or more")
         targets[name] = count
     return targets
 
 
 _TARGETS = parse_spec(os.environ.get(ENV_AT, ""))
+_STOPS = parse_spec(os.environ.get(ENV_STOP, ""), ENV_STOP)
 _TRACE = os.environ.get(ENV_TRACE) or None
-ACTIVE = bool(_TARGETS) or _TRACE is not None
+ACTIVE = bool(_TARGETS) or bool(_STOPS) or _TRACE is not None
 """False in production: :func:`crash_point` returns at once."""
 
 _hits: dict[str, int] = {}
@@ -145,3 +150,5 @@ def _reached(name: str) -> None:
                 os.close(fd)
         if _TARGETS.get(name) == count:
             os.kill(os.getpid(), signal.SIGKILL)
+        if _STOPS.get(name) == count:
+            os.kill(os.getpid(), signal.SIGSTOP)

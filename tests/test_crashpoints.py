@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,7 @@ def test_spec_refuses_unknown_points_and_bad_counts(spec: str) -> None:
 
 
 def test_unset_environment_makes_every_point_a_no_op() -> None:
-    assert crashpoints.ACTIVE is False  # the test run itself sets neither variable
+    assert crashpoints.ACTIVE is False  # the test run itself sets none of the variables
     crash_point("sender.file.sent")
     crash_point("not even declared")  # not checked: production pays one constant test
 
@@ -70,6 +72,40 @@ def test_the_nth_hit_kills_the_process_with_sigkill(tmp_path: Path) -> None:
     assert trace.read_text().split() == ["sender.file.sent", "receiver.staged"] * 2 + [
         "sender.file.sent"
     ]
+
+
+@pytest.mark.slow
+def test_the_nth_hit_of_a_stop_point_freezes_the_process_until_continued() -> None:
+    script = (
+        "from sealsync.crashpoints import crash_point\n"
+        "for i in range(1, 4):\n"
+        "    crash_point('sender.file.sent')\n"
+        "    print(i, flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**_base_env(), "SEALSYNC_STOP_AT": "sender.file.sent:2"},
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "1\n"
+        deadline = time.monotonic() + 30
+        while _state(proc.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(proc.pid) == "T"  # stopped at the second hit, before printing 2
+        proc.send_signal(signal.SIGCONT)
+        assert proc.stdout.read() == "2\n3\n"
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2]
 
 
 @pytest.mark.slow
@@ -105,6 +141,8 @@ def test_registry_is_exactly_the_points_the_code_uses() -> None:
 
 
 def _base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEALSYNC_CRASH")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SEALSYNC_CRASH", "SEALSYNC_STOP"))
+    }
     env["PYTHONPATH"] = str(ROOT)
     return env

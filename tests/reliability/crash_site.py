@@ -29,6 +29,7 @@ def clean_env() -> dict[str, str]:
     env = env_with()
     env.pop("SEALSYNC_CRASH_AT", None)
     env.pop("SEALSYNC_CRASH_TRACE", None)
+    env.pop("SEALSYNC_STOP_AT", None)
     return env
 
 

@@ -31,7 +31,7 @@ from deploy_helpers import SEALSYNC, Deployment, Sender, make_deployment
 from reliability.crash_site import RERUNS, clean_env
 from reliability.figures import record
 
-from sealsync.crashpoints import ENV_TRACE
+from sealsync.crashpoints import ENV_STOP, ENV_TRACE
 from sealsync.simulator import EdgeInstance
 
 pytestmark = pytest.mark.slow  # sealsync serve and send as processes
@@ -47,12 +47,11 @@ MIN_MID_ROUND = 2
 connecting, in recovery, or after the transfer, which count as well)."""
 DELAY = (0.05, 1.6)
 """Seconds from starting ``send`` to the kill: before, during and after connecting."""
-ANCHORED = 0.5
-"""Share of kills timed from the start of the transfer rather than of the process, so
-that enough of them land mid-round however slow the machine is today."""
-ANCHORED_DELAY = (0.0, 0.1)
-"""A later round's 20-60 new files take about a tenth of a second to transfer now: a
-later kill lands after ``sync end``."""
+FROZEN = 0.5
+"""Share of kills made while the sender is frozen (``SEALSYNC_STOP_AT``) at a random
+point of its round, so that enough land mid-round however fast rounds are today."""
+FREEZE_POINTS = ("sender.snapshot.linked", "sender.file.sent")
+"""Points reached once per new file, at which a round may be frozen."""
 GROUPS = 6
 
 
@@ -88,22 +87,26 @@ class Edge:
             self.edge.delete(rel, i)
 
 
-def _wait_for(trace: Path, point: str, proc: subprocess.Popen[str], timeout: float = 20) -> None:
+def _wait_frozen(proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Until the process has stopped itself at its freeze point, or exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        if trace.exists() and point in trace.read_text().split():
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+        if stat[stat.rfind(")") + 2] == "T":
             return
         time.sleep(0.005)
 
 
 def _phase(trace: Path) -> str:
-    """Where the sender was when the kill came, from its crash-point trace."""
-    seen = set(trace.read_text().split()) if trace.exists() else set()
-    if "sender.synclog.end" in seen:
-        return "after the transfer"
-    if "sender.synclog.start" in seen or "sender.snapshot.linked" in seen:
-        return "mid-round"
-    return "before the transfer"
+    """Where the sender was when the kill came: its latest round's crash-point trace
+    (one ``send`` may run a round per data dir)."""
+    phase = "before the transfer"
+    for point in trace.read_text().split() if trace.exists() else ():
+        if point in ("sender.snapshot.linked", "sender.synclog.start"):
+            phase = "mid-round"
+        elif point == "sender.synclog.end":
+            phase = "after the transfer"
+    return phase
 
 
 def _children(pid: int) -> list[int]:
@@ -199,20 +202,28 @@ def _run(tmp_path: Path, seed: int) -> None:
                 edge.delete(rng.randrange(10, 40))
                 edge.add(rng.randrange(20, 60))
             side = rng.choice(("sender", "receiver"))
-            delay = rng.uniform(*DELAY)
             trace = tmp_path / f"send-{attempts}.trace"
+            env = clean_env() | {ENV_TRACE: str(trace)}
+            frozen = rng.random() < FROZEN
+            if frozen:  # at the nth new file of this round: 20 or more (FILES at first)
+                point = f"{rng.choice(FREEZE_POINTS)}:{rng.randint(1, 20)}"
+                env[ENV_STOP] = point
+                moment = f"frozen at {point}"
+            else:
+                delay = rng.uniform(*DELAY)
+                moment = f"after {delay:.2f} s"
             proc = subprocess.Popen(
                 [*SEALSYNC, "send", "--config", str(a.config)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
-                env=clean_env() | {ENV_TRACE: str(trace)},
+                env=env,
                 text=True,
             )
-            if rng.random() < ANCHORED:  # from the moment the transfer began
-                _wait_for(trace, "sender.synclog.start", proc)
-                delay = rng.uniform(*ANCHORED_DELAY)
-            time.sleep(delay)
+            if frozen:
+                _wait_frozen(proc)
+            else:
+                time.sleep(delay)
             phase = _phase(trace)
             if side == "sender":
                 proc.send_signal(signal.SIGKILL)
@@ -225,6 +236,7 @@ def _run(tmp_path: Path, seed: int) -> None:
                 assert dep.stop_receiver(signal.SIGKILL) == -9
                 killed = True
                 dep.start_receiver(env=clean_env())
+                proc.send_signal(signal.SIGCONT)  # no-op unless frozen
                 _, stderr = proc.communicate(timeout=120)  # may ride through the restart
                 assert proc.returncode in (0, 1), (proc.returncode, stderr)
                 assert "Traceback" not in stderr, stderr
@@ -233,7 +245,7 @@ def _run(tmp_path: Path, seed: int) -> None:
             if killed:
                 kills += 1
                 mid_round += phase == "mid-round"
-                print(f"kill {kills}: {side} after {delay:.2f} s, {phase}, {runs} rerun(s)")
+                print(f"kill {kills}: {side} {moment}, {phase}, {runs} rerun(s)")
                 record(
                     "kill -9",
                     kills=1,
@@ -242,7 +254,7 @@ def _run(tmp_path: Path, seed: int) -> None:
                     reruns=runs,
                     side=side,
                     mid_round=int(phase == "mid-round"),
-                    delay=round(delay, 3),
+                    moment=moment,
                     files=len(a.sealed_hashes()),
                 )
         assert kills >= MIN_KILLS, f"only {kills} kills landed in {attempts} rounds"
