@@ -47,9 +47,9 @@ MIN_MID_ROUND = 2
 connecting, in recovery, or after the transfer, which count as well)."""
 DELAY = (0.05, 1.6)
 """Seconds from starting ``send`` to the kill: before, during and after connecting."""
-FROZEN = 0.5
-"""Share of kills made while the sender is frozen (``SEALSYNC_STOP_AT``) at a random
-point of its round, so that enough land mid-round however fast rounds are today."""
+FROZEN_EVERY = 2
+"""Every second round is killed while the sender is frozen (``SEALSYNC_STOP_AT``) at a
+random new file, so that enough kills land mid-round however fast rounds are today."""
 FREEZE_POINTS = ("sender.snapshot.linked", "sender.file.sent")
 """Points reached once per new file, at which a round may be frozen."""
 GROUPS = 6
@@ -204,7 +204,7 @@ def _run(tmp_path: Path, seed: int) -> None:
             side = rng.choice(("sender", "receiver"))
             trace = tmp_path / f"send-{attempts}.trace"
             env = clean_env() | {ENV_TRACE: str(trace)}
-            frozen = rng.random() < FROZEN
+            frozen = attempts % FROZEN_EVERY == 0
             if frozen:  # at the nth new file of this round: 20 or more (FILES at first)
                 point = f"{rng.choice(FREEZE_POINTS)}:{rng.randint(1, 20)}"
                 env[ENV_STOP] = point
