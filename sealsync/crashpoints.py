@@ -112,10 +112,9 @@ def parse_spec(spec: str, env: str = ENV_AT) -> dict[str, int]:
         name, _, nth = item.partition(":")
         if name not in POINTS:
             raise ValueError(f"{env}: unknown crash point {name!r}")
-        count = int(nth) if nth else 1
-        if count < 1:
+        if nth and not (nth.isdigit() and int(nth) >= 1):
             raise ValueError(f"{env}: {item!r}: nth must be 1 or more")
-        targets[name] = count
+        targets[name] = int(nth or 1)
     return targets
 
 

@@ -15,6 +15,7 @@ import pytest
 import sealsync
 from sealsync import crashpoints
 from sealsync.crashpoints import (
+    ENV_STOP,
     POINTS,
     RECEIVER_POINTS,
     RECOVERY_POINTS,
@@ -39,8 +40,10 @@ def test_spec_parses_points_counts_and_lists() -> None:
 
 @pytest.mark.parametrize("spec", ["sender.nowhere", "sender.file.sent:0", "receiver.staged:x"])
 def test_spec_refuses_unknown_points_and_bad_counts(spec: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^SEALSYNC_CRASH_AT: "):
         parse_spec(spec)
+    with pytest.raises(ValueError, match="^SEALSYNC_STOP_AT: "):  # names the variable read
+        parse_spec(spec, ENV_STOP)
 
 
 def test_unset_environment_makes_every_point_a_no_op() -> None:
