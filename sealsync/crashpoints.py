@@ -32,6 +32,8 @@ import threading
 ENV_AT = "SEALSYNC_CRASH_AT"
 ENV_TRACE = "SEALSYNC_CRASH_TRACE"
 ENV_STOP = "SEALSYNC_STOP_AT"
+ENV_NAMES = (ENV_AT, ENV_TRACE, ENV_STOP)
+"""Every variable of the switch: what a test clears to run a process as production."""
 
 SENDER_POINTS = frozenset(
     {

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_helpers import state
 
 import sealsync
 from sealsync import crashpoints
@@ -95,20 +96,15 @@ def test_the_nth_hit_of_a_stop_point_freezes_the_process_until_continued() -> No
         assert proc.stdout is not None
         assert proc.stdout.readline() == "1\n"
         deadline = time.monotonic() + 30
-        while _state(proc.pid) != "T" and time.monotonic() < deadline:
+        while state(proc.pid) != "T" and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert _state(proc.pid) == "T"  # stopped at the second hit, before printing 2
+        assert state(proc.pid) == "T"  # stopped at the second hit, before printing 2
         proc.send_signal(signal.SIGCONT)
         assert proc.stdout.read() == "2\n3\n"
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
         proc.wait()
-
-
-def _state(pid: int) -> str:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rfind(")") + 2]
 
 
 @pytest.mark.slow

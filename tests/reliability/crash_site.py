@@ -13,6 +13,8 @@ from pathlib import Path, PurePosixPath
 
 from deploy_helpers import Deployment, Sender, env_with, make_deployment, populate
 
+from sealsync.crashpoints import ENV_NAMES
+
 RERUNS = 4
 """Runs of ``send`` allowed to converge after a crash (a sender killed a moment ago may
 still hold its receiver-side round for a few milliseconds: that run is told *busy*)."""
@@ -26,11 +28,7 @@ def crash_env(point: str, trace: Path | None = None) -> dict[str, str]:
 
 
 def clean_env() -> dict[str, str]:
-    env = env_with()
-    env.pop("SEALSYNC_CRASH_AT", None)
-    env.pop("SEALSYNC_CRASH_TRACE", None)
-    env.pop("SEALSYNC_STOP_AT", None)
-    return env
+    return {k: v for k, v in env_with().items() if k not in ENV_NAMES}
 
 
 class Site:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import SEALSYNC, Deployment, Sender, make_deployment
+from proc_helpers import alive, stat_fields, state
 from reliability.crash_site import RERUNS, clean_env
 from reliability.figures import record
 
@@ -91,8 +92,7 @@ def _wait_frozen(proc: subprocess.Popen[str], timeout: float = 60) -> None:
     """Until the process has stopped itself at its freeze point, or exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        stat = Path(f"/proc/{proc.pid}/stat").read_text()
-        if stat[stat.rfind(")") + 2] == "T":
+        if state(proc.pid) == "T":
             return
         time.sleep(0.005)
 
@@ -113,14 +113,9 @@ def _children(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (from /proc), deepest last."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        parents[int(entry.name)] = int(fields[1])
+        fields = stat_fields(int(entry.name)) if entry.name.isdigit() else None
+        if fields:
+            parents[int(entry.name)] = int(fields[1])
     found, todo = [], [pid]
     while todo:
         here = todo.pop()
@@ -128,14 +123,6 @@ def _children(pid: int) -> list[int]:
         found.extend(kids)
         todo.extend(kids)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
 def _converge(sender: Sender) -> int:
@@ -262,9 +249,9 @@ def _run(tmp_path: Path, seed: int) -> None:
     finally:
         dep.stop_receiver()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in orphans):
+    while time.monotonic() < deadline and any(alive(p) for p in orphans):
         time.sleep(0.1)
-    left = [p for p in orphans if _alive(p)]
+    left = [p for p in orphans if alive(p)]
     for pid in left:  # do not leak them into the rest of the run
         os.kill(pid, signal.SIGKILL)
     assert left == [], "processes of killed receivers still alive"
