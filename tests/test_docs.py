@@ -4,13 +4,20 @@ Code, tests and docs cite the design as ``docs/design.md §N`` or ``§N.M``; a c
 must name a heading of ``docs/design.md`` (a renumbered or deleted section would leave
 comments pointing at nothing). The README's module map lists every module of the four
 packages under its package's line, so a module added without a line fails here.
+The command list and the exit codes of §7 match the CLI's commands and ``EXIT_CODES``.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+import tomllib
 from collections import defaultdict
 from pathlib import Path
+
+import click
+
+from sealsync.errors import EXIT_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
@@ -159,3 +166,40 @@ def test_module_map_lists_no_module_that_is_gone() -> None:
         if not (ROOT / folder / f"{stem}.py").is_file()
     )
     assert not stale, f"README.md's module map lists modules that do not exist: {stale}"
+
+
+def _design_section(number: str) -> str:
+    """The text of ``## N.`` in docs/design.md, up to the next top-level section."""
+    text = DESIGN.read_text("utf-8")
+    start = re.search(rf"^## {re.escape(number)}\. ", text, re.MULTILINE)
+    assert start is not None, f"docs/design.md has no section {number}"
+    end = re.search(r"^## \d", text[start.end() :], re.MULTILINE)
+    return text[start.end() : start.end() + end.start() if end else len(text)]
+
+
+def _cli_group() -> click.Group:
+    """The click group behind the ``sealsync`` console script, wherever the CLI lives:
+    the module ``[project.scripts]`` names is imported and its group taken."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["scripts"]
+    module = importlib.import_module(scripts["sealsync"].split(":", 1)[0])
+    groups = [v for v in vars(module).values() if isinstance(v, click.Group)]
+    assert len(groups) == 1, f"{module.__name__} should define one click group: {groups}"
+    return groups[0]
+
+
+def test_design_lists_every_command_of_the_cli() -> None:
+    section = _design_section("7")
+    listing = re.search(r"Its commands[^:]*:(.*?)\n\n", section, re.DOTALL)
+    assert listing is not None, "docs/design.md §7 lost its 'Its commands ...:' sentence"
+    listed = re.findall(r"`([a-z-]+)`", listing.group(1))
+    commands = _cli_group().commands
+    assert sorted(listed) == sorted(commands), (
+        f"docs/design.md §7 lists {sorted(listed)}; the CLI has {sorted(commands)}"
+    )
+
+
+def test_design_lists_every_exit_code() -> None:
+    codes = [int(c) for c in re.findall(r"^- (\d+) ", _design_section("7"), re.MULTILINE)]
+    assert codes == sorted(EXIT_CODES), (
+        f"docs/design.md §7 lists exit codes {codes}; EXIT_CODES has {sorted(EXIT_CODES)}"
+    )
