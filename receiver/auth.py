@@ -72,7 +72,7 @@ def is_allowed(ip: IPAddress, allow: Iterable[IPNetwork]) -> bool:
 # --- authorized_keys -----------------------------------------------------------------
 
 
-def parse_authorized_keys(text: str, source: str = "authorized_keys") -> set[bytes]:
+def lenient_authorized_keys(text: str, source: str = "authorized_keys") -> set[bytes]:
     """The key blobs of an OpenSSH ``authorized_keys`` text, bad lines skipped.
 
     A line is ``type base64 [comment]``. Options (``from=``, ``command=``...) are not
@@ -126,7 +126,7 @@ class AuthorizedKeys:
                     text = self.path.read_text(encoding="utf-8", errors="replace")
                 except OSError as exc:
                     return self._refuse(f"cannot read ({exc.strerror or exc})")
-                self._blobs = frozenset(parse_authorized_keys(text, str(self.path)))
+                self._blobs = frozenset(lenient_authorized_keys(text, str(self.path)))
                 self._stamp = stamp
                 self._refused = ""
                 log.info("%s: %d authorized keys", self.path, len(self._blobs))

@@ -54,7 +54,7 @@ def sweep_temporaries(folder: Path) -> int:
     return count
 
 
-def describe_os_error(exc: OSError, what: str = "the file") -> str:
+def store_failure_reason(exc: OSError, what: str = "the file") -> str:
     """The reason a sender sees when the receiver could not store ``what``."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"receiver disk full: {exc.strerror or exc}"

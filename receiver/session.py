@@ -62,7 +62,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, cast
 
 from receiver.auth import KeyLimit, Retired, SenderKeys
-from receiver.incoming import Fsyncs, IncomingFile, describe_os_error, stage_all
+from receiver.incoming import Fsyncs, IncomingFile, stage_all, store_failure_reason
 from receiver.layout import SenderFolder, SyncLog
 from receiver.limits import ByteLedger, Quota, SlotCounter, StallWindow
 from receiver.load.loader import Loader, LoaderClosed
@@ -410,7 +410,7 @@ class Session:
             log.info("%s: the receiver is stopping; the round stays for recovery", who)
             self._send_error(ErrorCode.BUSY, "receiver stopping, retry later")
         except OSError as exc:  # the receiver's disk, outside a file (a file gets a verdict)
-            reason = describe_os_error(exc, "its state")
+            reason = store_failure_reason(exc, "its state")
             log.warning("%s: %s", who, printable(reason))
             self._send_error(ErrorCode.IO, reason)
         except Exception as exc:
@@ -836,7 +836,7 @@ class Session:
         self._require_round().bytes += incoming.received
         self.ctx.metrics.received(incoming.received)
         if incoming.error is not None:
-            item.verdict(Verdict.REFUSED, describe_os_error(incoming.error))
+            item.verdict(Verdict.REFUSED, store_failure_reason(incoming.error))
         else:
             problem = incoming.check(msg.md5)
             if problem is not None:
@@ -935,7 +935,7 @@ class Session:
                 if error is None:
                     staged.append(item)
                 else:
-                    item.verdict(Verdict.REFUSED, describe_os_error(error))
+                    item.verdict(Verdict.REFUSED, store_failure_reason(error))
             if earlier is not None:
                 earlier.result()
             if staged:
@@ -944,7 +944,7 @@ class Session:
                     rnd.log_tsfiles([item.name for item in staged])
                 except OSError as exc:  # staged but not logged: recovery sweeps them
                     for item in staged:
-                        item.verdict(Verdict.REFUSED, describe_os_error(exc))
+                        item.verdict(Verdict.REFUSED, store_failure_reason(exc))
                     staged = []
             quota = self.ctx.limits.quota
             for item in staged:

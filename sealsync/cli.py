@@ -51,6 +51,7 @@ from sealsync.errors import (
     interrupt_exit_code,
     raise_terminated,
 )
+from sealsync.printable import single_line
 
 if TYPE_CHECKING:
     from sender.attempt import AttemptResult, SendRun
@@ -89,7 +90,7 @@ class SealsyncGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except SealsyncError as e:
-            raise Failure(f"error: {_one_line(str(e))}", e.exit_code) from e
+            raise Failure(f"error: {single_line(str(e))}", e.exit_code) from e
         except KeyboardInterrupt as e:
             raise Failure(_interrupted_line(e), interrupt_exit_code(e)) from None
         except BrokenPipeError:
@@ -109,7 +110,7 @@ def _internal(ctx: click.Context, e: Exception) -> Failure:
     if verbose:
         traceback.print_exc(file=sys.stderr)
     hint = "" if verbose else " (run with -v for the traceback)"
-    return Failure(f"internal error: {type(e).__name__}: {_one_line(str(e))}{hint}", EXIT_FAILURE)
+    return Failure(f"internal error: {type(e).__name__}: {single_line(str(e))}{hint}", EXIT_FAILURE)
 
 
 def _interrupted_line(e: KeyboardInterrupt) -> str:
@@ -155,10 +156,6 @@ def _handle_sigterm(ctx: click.Context) -> None:
         return  # only the main thread may set handlers (and receives them)
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split()) if "\n" in text or "\r" in text else text
 
 
 def _silence_stdout() -> None:
@@ -299,7 +296,7 @@ def send(
         receivers = _receivers(config, receiver_name)
     except SealsyncError as e:
         if as_json:
-            _echo_json(_send_document(None, [_one_line(str(e))], e.exit_code))
+            _echo_json(_send_document(None, [single_line(str(e))], e.exit_code))
         raise
     if dry_run:
         from sender.attempt import check_data_dirs
@@ -320,7 +317,7 @@ def send(
         errors.extend(_show_attempt(result, opts, as_json, many=len(receivers) > 1))
 
     run = send_all(config, receivers, progress_for=progress_for, each=each, reconcile=reconcile)
-    late = [_one_line(str(run.preflight))] if run.preflight is not None else []
+    late = [single_line(str(run.preflight))] if run.preflight is not None else []
     late += [run.metrics_error] if run.metrics_error is not None else []
     for line in late:
         click.echo(f"sealsync: error: {line}", err=True)

@@ -42,7 +42,7 @@ def _access(bits: int) -> str:
     return " and ".join(verbs) if verbs else "use"
 
 
-def private_key_problem(path: str | os.PathLike[str], mode: int | None = None) -> str | None:
+def private_mode_problem(path: str | os.PathLike[str], mode: int | None = None) -> str | None:
     """Why ``path`` is not fit to be a private key (group or others may touch it), or None.
 
     ``mode``: the permission bits if the caller has them already (from its own stat).

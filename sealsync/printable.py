@@ -32,3 +32,9 @@ _TABLE = {
 def printable(text: object) -> str:
     """``text`` (any object, as ``str()`` gives it) with control characters escaped."""
     return str(text).translate(_TABLE)
+
+
+def single_line(text: str) -> str:
+    """``text`` with its line breaks and runs of white space folded into single spaces,
+    so that an error message from elsewhere stays one line of a log or a terminal."""
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text

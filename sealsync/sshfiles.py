@@ -141,7 +141,7 @@ def private_key_problem(path: Path) -> str | None:
             f"a public key, not a private one: name the private key instead{hint}; "
             "the .pub line is what the other end trusts"
         )
-    return permissions.private_key_problem(path, mode)
+    return permissions.private_mode_problem(path, mode)
 
 
 def read_trust_file(path: Path) -> str:

@@ -30,6 +30,7 @@ from sealsync.errors import (
     describe_os_error,
     interrupt_exit_code,
 )
+from sealsync.printable import single_line
 from sealsync.protocol import ProtocolError
 from sender.manage.history import (
     BUSY,
@@ -268,7 +269,7 @@ def _attempt(
     if isinstance(error, KeyboardInterrupt):
         return replace(attempt, outcome=INTERRUPTED, kind=None, error=_interrupt_text(error))
     if isinstance(error, LockHeld):
-        return replace(attempt, outcome=BUSY, kind=error.kind, error=_one_line(str(error)))
+        return replace(attempt, outcome=BUSY, kind=error.kind, error=single_line(str(error)))
     if error is not None:
         kind, text = failure_of(error)
         return replace(attempt, outcome=FAILED, kind=kind, error=text)
@@ -282,12 +283,12 @@ def failure_of(error: BaseException) -> tuple[str, str]:
     """(kind, one line) of an error that ended an attempt."""
     if isinstance(error, ProtocolError):
         kind = "receiver" if str(error).startswith("receiver: ") else "protocol"
-        return kind, _one_line(str(error))
+        return kind, single_line(str(error))
     if isinstance(error, SealsyncError):
-        return error.kind, _one_line(str(error))
+        return error.kind, single_line(str(error))
     if isinstance(error, OSError) and error.filename is not None:
         return LocalIOError.kind, describe_os_error(error, "access")
-    return INTERNAL, _one_line(f"internal error: {type(error).__name__}: {error}")
+    return INTERNAL, single_line(f"internal error: {type(error).__name__}: {error}")
 
 
 def _interrupt_text(exc: KeyboardInterrupt) -> str:
@@ -319,8 +320,4 @@ def incomplete_reason(report: RoundReport) -> str:
     if not problems:
         return "the round did not finish"
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return _one_line(problems[0]) + more
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+    return single_line(problems[0]) + more

@@ -15,7 +15,7 @@ from receiver.auth import (
     AuthorizedKeys,
     SenderKeys,
     is_allowed,
-    parse_authorized_keys,
+    lenient_authorized_keys,
     parse_sender_keys,
     peer_address,
 )
@@ -88,7 +88,7 @@ def test_parse_authorized_keys_takes_plain_lines_and_skips_the_rest(
             "   " + c + "   ",
         ]
     )
-    assert parse_authorized_keys(text) == {blob(a), blob(c)}
+    assert lenient_authorized_keys(text) == {blob(a), blob(c)}
 
 
 def test_authorized_keys_reload_when_the_file_changes(tmp_path: Path, pubs: dict[str, str]) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from config_helpers import make_receiver, make_sender, receiver_doc, sender_doc, write_config
 
-from receiver.auth import AuthorizedKeys, parse_authorized_keys
+from receiver.auth import AuthorizedKeys, lenient_authorized_keys
 from sealsync import permissions, sshfiles
 from sealsync.config import load_receiver_config, load_sender_config
 from sealsync.errors import EXIT_USAGE, ConfigError
@@ -41,7 +41,7 @@ def _file(path: Path, text: str, mode: int) -> Path:
 
 @pytest.mark.parametrize("mode", [0o600, 0o400, 0o700])
 def test_a_private_key_its_owner_alone_may_touch_is_fine(tmp_path: Path, mode: int) -> None:
-    assert permissions.private_key_problem(_file(tmp_path / "key", "k", mode)) is None
+    assert permissions.private_mode_problem(_file(tmp_path / "key", "k", mode)) is None
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_a_private_key_others_may_touch_is_refused_with_the_fix(
     tmp_path: Path, mode: int, says: str
 ) -> None:
     path = _file(tmp_path / "my keys" / "edge", "k", mode)
-    problem = permissions.private_key_problem(path)
+    problem = permissions.private_mode_problem(path)
     assert problem is not None and problem.startswith(says)
     assert problem.endswith(f"run chmod 600 '{path}'")  # quoted: the space in the folder
 
@@ -254,7 +254,7 @@ def test_the_running_receiver_skips_a_bad_line_with_a_warning(
     pub: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="sealsync"):
-        blobs = parse_authorized_keys(f"junk\n{pub}\n", "/etc/ak")
+        blobs = lenient_authorized_keys(f"junk\n{pub}\n", "/etc/ak")
     assert blobs == {base64.b64decode(pub.split()[1])}
     assert "/etc/ak:1: skipped: not a public key line" in caplog.text
 
