@@ -128,9 +128,8 @@ def dir_state(data_dir: Path, last_local_files: Path, cache: Path | None = None)
 def preview(config: SenderConfig, receiver: ReceiverEndpoint) -> list[Findings]:
     """``send --reconcile --dry-run``: ask the receiver and compare, changing nothing
     here (no lock, no state, no scan cache) and nothing there."""
-    from sender.manage.identity import sender_uuid, uuid_path
+    from sender.manage.identity import hostname, sender_uuid, uuid_path
     from sender.manage.layout import SenderPaths
-    from sender.round import hostname
     from sender.transfer.client import connect_receiver
     from sender.transfer.session import SenderSession
 

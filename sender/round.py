@@ -19,7 +19,6 @@ process is interrupted while rounds to several receivers run on their own thread
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from sealsync.protocol import PROTOCOL_VERSION, Hello, Stream, encode
 from sender.fleet import Cancel
 from sender.manage import idle_mark, shipped_mods
 from sender.manage.history import write_round_record
-from sender.manage.identity import sender_uuid
+from sender.manage.identity import hostname, sender_uuid
 from sender.manage.layout import SchemaPaths, SenderPaths
 from sender.manage.scan import scan
 from sender.manage.selection import Selection, select
@@ -163,11 +162,6 @@ def _greeting(own_uuid: str) -> Connector:
         return connect_receiver(config, receiver, greeting=hello)
 
     return connector
-
-
-def hostname() -> str:
-    name = "".join(ch for ch in socket.gethostname() if ch.isprintable())
-    return name.encode("utf-8")[:200].decode("utf-8", "ignore")
 
 
 class _Run:

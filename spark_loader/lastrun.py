@@ -22,21 +22,12 @@ from typing import Any
 from sealsync import durable
 from sealsync.config import LoaderConfig
 from sealsync.errors import LocalIOError, SealsyncError, describe_os_error
+from spark_loader.metrics import write_loader_metrics
+from spark_loader.outcomes import FAILED, INTERRUPTED, OK, OUTCOMES
 from spark_loader.report import LoadReport
 from spark_loader.state import load_state
 
 LAST_RUN_FILE = "last_run.json"
-OK, FAILED, INTERRUPTED = "ok", "failed", "interrupted"
-OUTCOMES = (OK, FAILED, INTERRUPTED)
-#: Failure kinds counted from the start (at 0), so the first of each is an increase.
-FAILURE_KINDS = (
-    "skipped_files",  # the run ran, some files could not be ingested (exit 1)
-    "missing_folder",  # a data dir or sender folder gone empty: nothing removed
-    "java",  # no Java Spark can start with
-    "local",  # this machine's files: permission, space
-    "error",  # any other expected failure (Spark could not start...)
-    "internal",  # a bug: a traceback
-)
 #: The report's figures a run records (``LoadReport`` attributes).
 FIGURES = (
     "ingested",
@@ -159,6 +150,4 @@ def record_run(
     except OSError as err:
         raise LocalIOError(describe_os_error(err, "write the loader's last run record")) from err
     if config.metrics_textfile is not None:
-        from spark_loader.metrics import write_loader_metrics  # it reads this module
-
         write_loader_metrics(config.metrics_textfile, doc)

@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from sealsync.metrics import as_number as _number
 from sealsync.metrics import snapshot_registry, write_textfile
-from spark_loader.lastrun import FAILURE_KINDS, OK, OUTCOMES
+from spark_loader.outcomes import FAILURE_KINDS, OK, OUTCOMES
 
 PREFIX = "sealsync_loader_"
 

@@ -1,4 +1,5 @@
-"""The sender's UUID: its identity, and its ownership of devices on every receiver.
+"""The sender's UUID: its identity, and its ownership of devices on every receiver;
+and the host name its HELLO gives, for the receiver's logs.
 
 Regenerating it would make a sender a stranger to the receivers that know it (its
 devices would then conflict with itself), so the file is created exactly once and a
@@ -8,6 +9,7 @@ damaged file stops the sender with a clear message instead of being replaced.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from pathlib import Path
 
@@ -64,3 +66,10 @@ def _read(path: Path) -> str:
             f"the sender UUID file {path} is corrupt (not a UUID); restore it from a backup "
             "(a new UUID would make this sender a stranger to its receivers)"
         ) from None
+
+
+def hostname() -> str:
+    """This machine's name as the HELLO carries it: printable, at most 200 bytes (a name
+    for the receiver's logs, never an identity: the UUID is that)."""
+    name = "".join(ch for ch in socket.gethostname() if ch.isprintable())
+    return name.encode("utf-8")[:200].decode("utf-8", "ignore")
