@@ -14,12 +14,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from sealsync.errors import BadName
-from sealsync.names import check_data_name
+from sealsync.names import RECEIVER_FOLDER, check_data_name, check_sender_uuid
 from sealsync.synclog import SyncLog, SyncLogState, parse_sync_log, read_sync_log
 
 __all__ = [
@@ -34,25 +33,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(f"sealsync.{__name__}")
-
-RECEIVER_FOLDER = "sync-receiver"
-
-
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-"""Exactly the strings ``str(uuid.UUID(...))`` gives: a test holds the two to agree."""
-
-
-def check_sender_uuid(value: str) -> str:
-    """``value`` if it is a canonical lowercase UUID string, else BadName.
-
-    The UUID names folders and keys ownership, so two spellings of one UUID
-    (upper case, braces, no dashes) must never become two senders. Checked by
-    pattern, not by parsing: it runs several times for every file received.
-    """
-    if not isinstance(value, str) or not _CANONICAL_UUID.fullmatch(value):
-        shown = str(value)[:80].encode("unicode_escape").decode("ascii")
-        raise BadName(f"sender uuid is not a canonical lowercase uuid: {shown}")
-    return value
 
 
 def _folder_ip(ip: str) -> str:

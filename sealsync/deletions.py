@@ -33,6 +33,7 @@ from pathlib import Path
 
 from sealsync import durable
 from sealsync.errors import BadName
+from sealsync.names import RECEIVER_FOLDER, check_sender_uuid
 
 PREFIX = "deleted_"
 SUFFIX = ".log"
@@ -50,22 +51,13 @@ class Deleted:
 
 
 def _receiver_folder(data_dir: Path) -> Path:
-    """``<data dir>/sync-receiver`` (imported here: the shared package imports no role
-    at module level)."""
-    from receiver.layout import RECEIVER_FOLDER
-
+    """``<data dir>/sync-receiver``."""
     return Path(data_dir) / RECEIVER_FOLDER
-
-
-def _canonical(sender: str) -> str:
-    from receiver.layout import check_sender_uuid
-
-    return check_sender_uuid(sender)
 
 
 def log_path(data_dir: Path, sender: str) -> Path:
     """Where the deletions of ``sender``'s files in ``data_dir`` are logged."""
-    return _receiver_folder(data_dir) / f"{PREFIX}{_canonical(sender)}{SUFFIX}"
+    return _receiver_folder(data_dir) / f"{PREFIX}{check_sender_uuid(sender)}{SUFFIX}"
 
 
 def is_log_name(name: str) -> bool:
@@ -121,7 +113,7 @@ def read(data_dirs: Iterable[Path]) -> set[Deleted]:
                 continue
             sender = name[len(PREFIX) : -len(SUFFIX)]
             try:
-                _canonical(sender)
+                check_sender_uuid(sender)
             except BadName:
                 continue
             for line in durable.read_lines(folder / name):

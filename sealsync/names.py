@@ -18,6 +18,9 @@ DATA_ROOTS = ("sequence", "unsequence")
 DATA_SUFFIXES = (".tsfile", ".parquet")
 RESOURCE_SUFFIX, MODS_SUFFIX = ".resource", ".mods"
 SIDECAR_SUFFIXES = (RESOURCE_SUFFIX, MODS_SUFFIX)
+#: The receiver's folder in each of its data dirs: rounds in flight, deletion logs
+#: (``deletions``), the lock; the loader reads the deletion logs there too.
+RECEIVER_FOLDER = "sync-receiver"
 
 
 def check_relative(name: str) -> str:
@@ -100,3 +103,20 @@ def require_data_name(name: str) -> str:
     if problem is not None:
         raise BadName(problem)
     return name
+
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""Exactly the strings ``str(uuid.UUID(...))`` gives: a test holds the two to agree."""
+
+
+def check_sender_uuid(value: str) -> str:
+    """``value`` if it is a canonical lowercase UUID string, else BadName.
+
+    The UUID names folders and keys ownership, so two spellings of one UUID
+    (upper case, braces, no dashes) must never become two senders. Checked by
+    pattern, not by parsing: it runs several times for every file received.
+    """
+    if not isinstance(value, str) or not _CANONICAL_UUID.fullmatch(value):
+        shown = str(value)[:80].encode("unicode_escape").decode("ascii")
+        raise BadName(f"sender uuid is not a canonical lowercase uuid: {shown}")
+    return value

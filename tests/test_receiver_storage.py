@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from receiver_load_helpers import UUID_A, UUID_B, copy_file, files_under, stage
 
 from receiver import storage as storage_module
-from receiver.layout import SenderFolder, check_sender_uuid, sender_folders
+from receiver.layout import SenderFolder, sender_folders
 from receiver.storage import DirectoryStorage, StorageError, make_dirs
 from sealsync.errors import BadName
+from sealsync.names import check_sender_uuid
 
 NAME = "sequence/root.sg1/0/100-1-0.tsfile"
 

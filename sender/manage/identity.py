@@ -28,7 +28,7 @@ def sender_uuid(schema_dir: Path) -> str:
     """This sender's UUID in canonical form (lowercase, dashed), created on first use.
 
     One spelling only: the receiver names folders and keys ownership by this string,
-    so it refuses any other spelling (``receiver.layout.check_sender_uuid``).
+    so it refuses any other spelling (``sealsync.names.check_sender_uuid``).
     """
     path = uuid_path(schema_dir)
     if not os.path.lexists(path):
