@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import resource
 
-from receiver.session import MAX_ARRIVED
+from receiver.commit import MAX_ARRIVED
 
 log = logging.getLogger(f"sealsync.{__name__}")
 

@@ -63,7 +63,8 @@ from receiver.partials import PARTIAL_FOLDER
 from receiver.recover.replay import recover_all
 from receiver.rounds import Rounds
 from receiver.schema import SchemaStore
-from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext, SessionLimits
+from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext
+from receiver.session_limits import SessionLimits
 from receiver.storage import DirectoryStorage, Storage
 from sealsync.config import ReceiverConfig, format_endpoint
 from sealsync.errors import SealsyncError, listen_error

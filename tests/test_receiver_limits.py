@@ -39,7 +39,7 @@ from receiver.limits import (
     Startup,
     source_of,
 )
-from receiver.session import SessionLimits
+from receiver.session_limits import SessionLimits
 from sealsync.config import ReceiverConfig
 from sealsync.errors import ConfigError
 from sealsync.protocol import (

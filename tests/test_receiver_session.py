@@ -23,12 +23,14 @@ from receiver_service_helpers import md5, send_file
 from reliability.session_env import FP_A, FP_B, PEER, SessionEnv, data_file, fake_inspect, hello
 from state_helpers import sync_log_lines
 
+from receiver import commit as commit_module
 from receiver import incoming as incoming_module
-from receiver import session as session_module
+from receiver import round_state as round_module
+from receiver.channel import clean_text
+from receiver.commit import MAX_BATCH
 from receiver.incoming import Fsyncs, IncomingFile, stage_all
 from receiver.inspect_pool import _inspect_each
 from receiver.recover.replay import recover_all
-from receiver.session import MAX_BATCH, clean_text
 from sealsync import durable
 from sealsync.durable import FSYNC, SYNC_METHODS, SYNCFS
 from sealsync.protocol import (
@@ -875,11 +877,11 @@ def test_a_later_batch_is_logged_after_an_earlier_one_that_commits_slowly(
     # Two batches commit at once: the second, checked quickly, waits for the first
     # (its check held up) before its names reach sync.log and the loader, so both keep
     # the order the files arrived in, and so do the verdicts.
-    monkeypatch.setattr(session_module, "MAX_BATCH", 2)
+    monkeypatch.setattr(commit_module, "MAX_BATCH", 2)
     calls: list[int] = []
     second_checked = threading.Event()
     logging = threading.Event()  # a batch's names are about to reach sync.log
-    log_tsfiles = session_module._Round.log_tsfiles
+    log_tsfiles = round_module.RoundState.log_tsfiles
 
     def log_recorded(self: object, names: list[str]) -> None:
         logging.set()
@@ -894,7 +896,7 @@ def test_a_later_batch_is_logged_after_an_earlier_one_that_commits_slowly(
             second_checked.set()
         return [fake_inspect(path) for path in paths]
 
-    monkeypatch.setattr(session_module._Round, "log_tsfiles", log_recorded)
+    monkeypatch.setattr(round_module.RoundState, "log_tsfiles", log_recorded)
 
     loaded: list[str] = []
     load = env.storage.load
@@ -949,17 +951,17 @@ def test_a_batch_closes_at_its_byte_bound_while_files_stream_in(
     bodies = [data_file("root.d", body=str(i).encode()) for i in range(12)]
     stream = len(bodies[0]) + len(b"res")
     assert all(len(b) + len(b"res") == stream for b in bodies[:10])
-    monkeypatch.setattr(session_module, "MAX_BATCH_BYTES", 3 * stream)
+    monkeypatch.setattr(commit_module, "MAX_BATCH_BYTES", 3 * stream)
     sizes: list[int] = []
-    commit = session_module.Session._commit
+    commit = commit_module.BatchCommitter.commit
 
     def recorded(
-        self: session_module.Session, batch: list, rnd: object, earlier: object = None
+        self: commit_module.BatchCommitter, batch: list, rnd: object, earlier: object = None
     ) -> None:
         sizes.append(len(batch))
         commit(self, batch, rnd, earlier)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(session_module.Session, "_commit", recorded)
+    monkeypatch.setattr(commit_module.BatchCommitter, "commit", recorded)
     names, verdicts = offer_at_once(env, bodies[:10])
     assert verdicts == [(i, name, "verified") for i, name in enumerate(names)]
     assert sum(sizes) == len(names)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate
 
-from receiver.session import clean_text
+from receiver.channel import clean_text
 from sealsync.printable import printable
 from sealsync.status import render
 

@@ -33,7 +33,7 @@ from deploy_helpers import Deployment, Sender, make_deployment, populate
 from reliability.faultproxy import DOWN, DROP, FLIP, STALL, UP, Fault, FaultProxy
 from reliability.figures import record
 
-from receiver.session import MAX_BATCH
+from receiver.commit import MAX_BATCH
 from sealsync.config import SenderConfig, load_sender_config
 from sealsync.protocol import HEADER, Kind
 from sender import round as round_module

@@ -1,0 +1,186 @@
+"""What one sender may hold through its sessions, and one session's share of it.
+
+The counters are the service's and shared by every session (``receiver.limits``);
+:class:`SessionAdmission` is one session's side of them: the session slot it holds
+for its sender's UUID, and the bytes each of its unfinished uploads reserved, so that
+whatever way a session ends it gives back exactly what it took.
+
+* sessions per UUID, taken at HELLO (ERROR ``busy`` beyond ``max_sessions_per_sender``);
+* bytes of unfinished uploads, reserved at each FILE_BEGIN by the announced size: a
+  file that does not fit is refused (read and dropped, never written) and offered
+  again next round;
+* bytes stored, against the sender's quota: past it the session ends with ERROR
+  ``quota``, since nothing more can be stored until files are deleted or the quota
+  is raised.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from receiver.limits import ByteLedger, Quota, SlotCounter
+from receiver.partials import PartialStore
+from sealsync.protocol import ErrorCode, ProtocolError
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+
+@dataclass
+class SessionLimits:
+    """What one sender may hold (``receiver.limits``); the defaults limit nothing."""
+
+    sender_sessions: SlotCounter = field(default_factory=lambda: SlotCounter(None))
+    """Sessions per sender UUID (``max_sessions_per_sender``)."""
+    partial: ByteLedger = field(default_factory=lambda: ByteLedger(None))
+    """Bytes of unfinished uploads per sender UUID (``max_partial_bytes``)."""
+    quota: Quota | None = None
+    """Bytes stored per sender UUID (``sender_quota_bytes``), None: no quota."""
+    stall_timeout: float | None = None
+    """A frame or file stream with less than ``min_transfer_rate`` bytes a second over
+    this many seconds has stalled; None: only the channel's idle timeout applies."""
+    min_transfer_rate: int = 1
+
+
+class SessionAdmission:
+    """One session's holdings against its sender's limits.
+
+    ``flush`` commits and answers the session's complete streams and says whether
+    there were any: staged files are no longer unfinished uploads, and stored ones
+    count against the quota, so a stream that does not fit is admitted again after it.
+    """
+
+    def __init__(self, limits: SessionLimits, flush: Callable[[], bool]) -> None:
+        self.limits = limits
+        self.uuid = ""
+        self._flush = flush
+        self._slot = False  # holds one of limits.sender_sessions for self.uuid
+        self._reserved: dict[int, int] = {}  # id(stream) -> bytes held in limits.partial
+
+    # --- sessions per sender ---------------------------------------------------------
+
+    def open_session(self, uuid: str, peer_ip: str) -> None:
+        """Take one of ``uuid``'s session slots, or end the session with ERROR ``busy``."""
+        sessions = self.limits.sender_sessions
+        if not sessions.acquire(uuid):
+            log.warning(
+                "refused: sender %s from %s already has %d sessions open",
+                uuid,
+                peer_ip,
+                sessions.count(uuid),
+            )
+            raise ProtocolError(
+                f"receiver busy: sender {uuid} already has {sessions.limit} sessions open "
+                "(max_sessions_per_sender), retry later",
+                code=ErrorCode.BUSY,
+            )
+        self._slot = True
+        self.uuid = uuid
+
+    def close_session(self) -> None:
+        """Give the session slot back (once)."""
+        if self._slot:
+            self.limits.sender_sessions.release(self.uuid)
+            self._slot = False
+
+    # --- the quota -------------------------------------------------------------------
+
+    def round_started(self) -> None:
+        """Measure what the sender stores, once per sender, here rather than mid-stream."""
+        if self.limits.quota is not None:
+            self.limits.quota.used(self.uuid)
+
+    def stored(self, size: int) -> None:
+        """A file of ``size`` bytes was stored for the sender."""
+        if self.limits.quota is not None:
+            self.limits.quota.add(self.uuid, size)
+
+    def _over_quota(self, size: int) -> int | None:
+        quota = self.limits.quota
+        assert quota is not None
+        return quota.over(self.uuid, self.limits.partial.held(self.uuid) + size)
+
+    # --- unfinished uploads ----------------------------------------------------------
+
+    def admit(
+        self, size: int, store: PartialStore | None, resuming: str | None = None
+    ) -> str | None:
+        """Reserve ``size`` bytes of unfinished uploads for this sender, or say why not.
+
+        Over ``max_partial_bytes`` the file is refused (its bytes are read and dropped,
+        nothing is written) and the sender offers it again next round; over the
+        sender's storage quota the session ends with ERROR ``quota``: nothing more can
+        be stored until files are deleted or the quota is raised. ``resuming``: the
+        name of the partial upload this stream resumes, which ``store`` keeps.
+        """
+        limits = self.limits
+        partial = limits.partial
+        if partial.limit is not None and size > partial.limit:
+            return (
+                f"a file of {size} bytes is larger than the receiver takes in one upload "
+                f"(max_partial_bytes = {partial.limit})"
+            )
+        if limits.quota is not None and self._over_quota(size) is not None:
+            self._flush()  # what already arrived is answered (and counted) first
+            used = self._over_quota(size)
+            if used is not None:
+                raise ProtocolError(
+                    f"sender {self.uuid} holds {used} bytes on the receiver; a file of "
+                    f"{size} bytes would exceed its quota of {limits.quota.limit} bytes "
+                    "(sender_quota_bytes); nothing more is stored until files are deleted "
+                    "or the quota is raised",
+                    code=ErrorCode.QUOTA,
+                )
+        if partial.reserve(self.uuid, size):
+            if resuming is not None:
+                self._make_room(store, resuming)
+            return None
+        if self._flush():  # staged files are no longer unfinished uploads
+            if partial.reserve(self.uuid, size):
+                if resuming is not None:
+                    self._make_room(store, resuming)
+                return None
+        return (
+            f"the receiver already holds {partial.held(self.uuid)} bytes of unfinished "
+            f"uploads from this sender; a file of {size} bytes would exceed "
+            f"max_partial_bytes = {partial.limit}"
+        )
+
+    def _make_room(self, store: PartialStore | None, resuming: str) -> None:
+        """Kept partial uploads count against ``max_partial_bytes``: the oldest go
+        (never the one being resumed) when the streams in flight need their room."""
+        partial = self.limits.partial
+        if partial.limit is None or store is None:
+            return
+        kept = [p for p in store.list() if p.name != resuming]
+        total = sum(p.held for p in kept)
+        while kept and partial.held(self.uuid) + total > partial.limit:
+            oldest = kept.pop()
+            log.info(
+                "sender %s: dropping the partial upload of %s for room", self.uuid, oldest.name
+            )
+            store.forget(oldest.name)
+            total -= oldest.held
+
+    def may_keep(self, store: PartialStore, name: str, held: int) -> bool:
+        """True if ``held`` bytes of ``name`` may be kept to resume from:
+        ``max_partial_bytes`` covers kept partial uploads too."""
+        limit = self.limits.partial.limit
+        return limit is None or store.total(exclude=name) + held <= limit
+
+    def hold(self, stream: object, size: int) -> None:
+        """``stream`` holds the ``size`` bytes :meth:`admit` reserved, until released."""
+        self._reserved[id(stream)] = size
+
+    def release(self, stream: object) -> None:
+        """Give back what ``stream`` held of this sender's unfinished-upload bytes."""
+        size = self._reserved.pop(id(stream), None)
+        if size is not None:
+            self.limits.partial.release(self.uuid, size)
+
+    def release_all(self) -> None:
+        """Whatever path a stream took, nothing stays held once the session ends."""
+        for size in self._reserved.values():
+            self.limits.partial.release(self.uuid, size)
+        self._reserved.clear()
