@@ -15,6 +15,7 @@ from typing import Any
 from receiver.auth import RETIRED, KeyLimit, SenderBinding, SenderKeys
 from receiver.layout import check_sender_uuid
 from receiver.load.owners import DeviceOwners
+from receiver.status import receiver_status
 from receiver.storage import DirectoryStorage
 from sealsync import sshfiles
 from sealsync.config import ReceiverConfig
@@ -25,8 +26,6 @@ from sealsync.keys import fingerprint
 def sender_rows(config: ReceiverConfig) -> list[dict[str, Any]]:
     """Each known sender: key fingerprint (or ``retired``), last address and round,
     devices owned and data files held in the storage."""
-    from sealsync.status import receiver_status
-
     storage = DirectoryStorage(list(config.data_dirs))
     rows: list[dict[str, Any]] = receiver_status(config)["senders"]
     for row in rows:

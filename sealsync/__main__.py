@@ -2,6 +2,6 @@
 
 import sys
 
-from sealsync.cli import main
+from sealsync.app.cli import main
 
 sys.exit(main())

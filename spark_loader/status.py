@@ -9,20 +9,14 @@ lists (whose rows leave only on evidence, :mod:`.removals`).
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Any
 
 from sealsync.config import LoaderConfig
+from sealsync.units import iso_time
 from spark_loader import lastrun
 from spark_loader.discovery import discover
 from spark_loader.state import load_state
-
-
-def _when(ts: object) -> str | None:
-    if isinstance(ts, bool) or not isinstance(ts, int | float):
-        return None
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
 
 
 def loader_status(config: LoaderConfig) -> dict[str, Any]:
@@ -38,7 +32,7 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
         "table_path": str(config.table_path),
         "state_dir": str(config.state_dir),
         "last_run": None,
-        "last_success": _when(last.get("last_success")) if last else None,
+        "last_success": iso_time(last.get("last_success")) if last else None,
         "quarantined": sorted(lastrun.quarantined(state_dir)),
         "pending": {
             "new_files": len(listed - recorded.keys()),
@@ -51,8 +45,8 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
     }
     if last is not None:
         doc["last_run"] = {
-            "started": _when(last.get("start")),
-            "ended": _when(last.get("end")),
+            "started": iso_time(last.get("start")),
+            "ended": iso_time(last.get("end")),
             "outcome": last.get("outcome"),
             "kind": last.get("kind"),
             "error": last.get("error"),
@@ -61,7 +55,7 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
     return doc
 
 
-def render(doc: dict[str, Any]) -> list[str]:
+def render_loader(doc: dict[str, Any]) -> list[str]:
     """Human lines for a loader status document (the caller escapes control characters)."""
     lines = [f"loader table {doc['table_path']} (state in {doc['state_dir']})"]
     run = doc["last_run"]

@@ -23,8 +23,8 @@ from config_helpers import (
 )
 from filelock import FileLock, Timeout
 
-import sealsync.cli
-from sealsync.cli import cli, main
+import sealsync.app.send
+from sealsync.app.cli import cli, main
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import EXIT_CODES, SealsyncError
 from sender.manage.layout import SenderPaths
@@ -220,7 +220,7 @@ def test_internal_error_is_one_line_traceback_only_with_v(
     def boom(path: Path) -> None:
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(sealsync.cli, "load_sender_config", boom)
+    monkeypatch.setattr(sealsync.app.send, "load_sender_config", boom)
     code, out, err = run(capsys, "send", "--config", "x.toml")
     assert (code, out) == (1, "")
     assert err == (
@@ -238,7 +238,7 @@ def test_keyboard_interrupt_is_130_one_line(
     def interrupted(path: Path) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sealsync.cli, "load_sender_config", interrupted)
+    monkeypatch.setattr(sealsync.app.send, "load_sender_config", interrupted)
     assert run(capsys, "send", "--config", "x.toml") == (130, "", "sealsync: interrupted\n")
 
 

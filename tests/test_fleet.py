@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from sender_transfer_helpers import FAKE_RECEIVER, SocketConnection, fake_round_config
 
+from sealsync.app.output import TerminalProgress
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import SealsyncError
-from sealsync.output import TerminalProgress
 from sealsync.protocol import HEADER, Kind
 from sender.fleet import Cancel, Lane, SharedLine, run_fleet
 from sender.round import run_round

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import sealsync.keys
-from sealsync.cli import cli
+from sealsync.app.cli import cli
 from sealsync.errors import SealsyncError
 from sealsync.keys import fingerprint, generate_keypair
 

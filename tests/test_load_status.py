@@ -90,7 +90,7 @@ def test_a_run_with_nothing_to_do_and_a_failed_one_are_both_recorded(tmp_path: P
 def test_status_of_a_loader_never_run(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from sealsync.cli import cli
+    from sealsync.app.cli import cli
 
     _, recv = two_senders(tmp_path)
     result = CliRunner().invoke(cli, ["status", "--config", str(_toml(tmp_path, recv))])

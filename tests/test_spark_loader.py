@@ -590,7 +590,7 @@ def test_load_command_prints_its_summary_once(tmp_path: Path, spark: Any) -> Non
     """`sealsync load` in a terminal: progress on stderr, the summary once on stdout."""
     from click.testing import CliRunner
 
-    from sealsync.cli import cli
+    from sealsync.app.cli import cli
 
     _, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)

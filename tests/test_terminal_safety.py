@@ -17,8 +17,8 @@ import pytest
 from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate
 
 from receiver.channel import clean_text
+from sealsync.app.status import render
 from sealsync.printable import printable
-from sealsync.status import render
 
 ESC = "\x1b"
 DEVICE = "root.sg.\x1b[31mred"

@@ -12,10 +12,10 @@ from config_helpers import make_sender, sender_doc, write_sealed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sealsync.cli import main
+from sealsync.app.cli import main
+from sealsync.app.output import format_rate, round_summary
 from sealsync.config import MIN_RATE, load_sender_config, parse_rate
 from sealsync.errors import ConfigError
-from sealsync.output import format_rate, round_summary
 from sender.transfer.report import DirReport, RoundReport
 from sender.transfer.throttle import (
     BURST_SECONDS,

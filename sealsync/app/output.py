@@ -13,15 +13,9 @@ import sys
 import time
 from typing import Any, TextIO
 
+from sealsync.units import human_bytes
+
 MIB = 1024 * 1024
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover - loop always returns
 
 
 def format_rate(rate: int) -> str:

@@ -1,0 +1,48 @@
+"""``sealsync check`` of a receiver config: the host key loads, authorized_keys grants
+someone, the folders are there. Nothing is created and nothing listens."""
+
+from __future__ import annotations
+
+from receiver.incoming import sync_method_in_effect
+from receiver.service import load_host_key
+from sealsync.config import ReceiverConfig
+from sealsync.errors import ConfigError, SealsyncError
+from sealsync.findings import Finding, plural, problem, sound, writable_dir
+from sealsync.keys import fingerprint
+from sealsync.sshfiles import read_authorized_keys
+
+
+def check_receiver(config: ReceiverConfig) -> list[Finding]:
+    """The host key loads, authorized_keys grants someone, the folders are there."""
+    try:
+        key = load_host_key(config.host_key)
+    except SealsyncError as exc:
+        raise ConfigError(f"{config.source}: [receiver] host_key: {exc}") from None
+    blobs = read_authorized_keys(config.authorized_keys)
+    allow = ", ".join(str(n) for n in config.allow) or "nobody"
+    out = [
+        sound(
+            f"receiver config {config.source}: listen {config.listen}, "
+            f"{plural(len(config.data_dirs), 'data dir')}, allow {allow}"
+        ),
+        sound(f"host key {config.host_key}: {key.get_name()} {fingerprint(key)}"),
+        sound(f"authorized_keys {config.authorized_keys}: {plural(len(blobs), 'key')}")
+        if blobs
+        else problem(
+            f"authorized_keys {config.authorized_keys} holds no key: no sender can log in "
+            "(append each sender's .pub line)"
+        ),
+    ]
+    if not config.allow:
+        out.append(problem("allow is empty: every connection is refused"))
+    out.append(
+        writable_dir(
+            "schema_dir", config.schema_dir, "the receiver keeps senders' keys and owners there"
+        )
+    )
+    out.extend(
+        writable_dir("data dir", d, "the receiver stores what senders ship there")
+        for d in config.data_dirs
+    )
+    out.append(sound(f"sync_method {sync_method_in_effect(config.sync_method)}"))
+    return out

@@ -1,0 +1,283 @@
+"""The commands besides ``send``: ``serve``, ``load``, ``status``, ``check``,
+``owners``, ``senders``, ``keygen`` and ``demo``.
+
+Each parses its options, loads its config and hands the work to its role, importing
+that role inside the command: ``sealsync --help`` and a sender's round never import
+the receiver or Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sealsync.app.check import check_config
+from sealsync.app.options import CONFIG_PATH, Options
+from sealsync.app.status import render, status_of
+from sealsync.config import load_any, load_loader_config, load_receiver_config
+from sealsync.errors import EXIT_FAILURE
+from sealsync.printable import printable
+
+
+@click.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
+@click.option("--init", is_flag=True, help="Create the schema dir and data dirs if missing.")
+@click.pass_obj
+def serve(opts: Options, config_path: Path, init: bool) -> None:
+    """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly.
+
+    The schema dir and data dirs must exist (a typo or an unmounted disk is an error,
+    exit 2); --init creates the missing ones, for a receiver's first start. One
+    receiver per storage: another one on the same folders exits 75, naming its pid.
+    Logs go to stderr (and log_file) with timestamps, at INFO (-v: DEBUG).
+    """
+    from receiver.serve import serve as serve_until_stopped
+    from receiver.serve import server_logging
+
+    with server_logging(opts.verbose, opts.quiet):
+        config = load_receiver_config(config_path, init=init)
+        code = serve_until_stopped(config)
+    raise click.exceptions.Exit(code)
+
+
+@click.command(short_help="Run one Spark ingest of the loaded files.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Loader TOML.")
+@click.option("--master", metavar="URL", help="Spark master (default: the config's, local[*]).")
+@click.option("--full", is_flag=True, help="Rebuild the table from scratch.")
+@click.option(
+    "--prune-missing",
+    is_flag=True,
+    help="Also remove the rows of files missing without a logged deletion.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def load(
+    opts: Options,
+    config_path: Path,
+    master: str | None,
+    full: bool,
+    prune_missing: bool,
+    as_json: bool,
+) -> None:
+    """One Spark ingest run: every file loaded on the receiver goes into the table at
+    table_path exactly once; files the receiver deleted or replaced take their rows
+    out. A file missing without a logged deletion keeps its rows (a warning line);
+    a data dir or sender folder gone empty stops the run, nothing removed (exit 1);
+    --prune-missing removes them. --full builds the new table beside the old one and
+    swaps it in. A file that cannot be read is reported and retried next run (exit 1)."""
+    from spark_loader import run_load
+
+    config = load_loader_config(config_path)
+    chatty = not (as_json or opts.quiet)
+    report = run_load(
+        config,
+        master=master,
+        full=full,
+        prune_missing=prune_missing,
+        verbose=opts.verbose > 0,
+        progress=(lambda text: click.echo(f"load: {text}", err=True)) if chatty else None,
+    )
+    for name, why in sorted(report.skipped.items()):
+        click.echo(f"sealsync: skipped {name}: {why}", err=True)
+    warning = report.warning()
+    if warning is not None:
+        click.echo(f"sealsync: {printable(warning)}", err=True)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    elif not opts.quiet:
+        click.echo(report.summary())
+    if not report.ok:
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+@click.command(short_help="Show the sync state of a sender or receiver.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Any sealsync TOML.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(config_path: Path, as_json: bool) -> None:
+    """Sender: per receiver and data dir, the last round, files synced, pending new and
+    deleted files, refused files and why. Receiver: known senders (UUID, key
+    fingerprint, last address, last round), devices per owner, rounds in flight and
+    files waiting to load. Loader: the last run however it ended, the last success,
+    files pending, the table's totals. Read-only: safe while rounds run."""
+    doc = status_of(load_any(config_path))
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        for line in render(doc):
+            click.echo(line)
+
+
+@click.command(short_help="Check a config end to end; change nothing.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Any sealsync TOML.")
+def check(config_path: Path) -> None:
+    """Check a sender, receiver or loader config end to end, like `sshd -t` or `nginx -t`:
+    the config parses, its files exist with safe modes, keys load, trust files parse,
+    data dirs look like an instance (sender), exist (receiver) or hold files (loader),
+    and each receiver of a sender answers and accepts its key (the connection stops
+    once the sealsync subsystem is open). Changes nothing: no folder, state or lock.
+
+    One line per finding, `ok: ...` or `problem: ...`. Exit 0 all sound, 1 a problem
+    found, 2 the config cannot be used (one error line)."""
+    findings = check_config(config_path)
+    for finding in findings:
+        click.echo(finding.line())
+    if not all(f.ok for f in findings):
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+@click.command(short_help="List device owners, or release devices.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.argument("action", required=False, type=click.Choice(["release"]))
+@click.argument("devices", nargs=-1, metavar="[DEVICE]...")
+def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[str, ...]) -> None:
+    """List devices by owner; `owners --config R.toml release DEVICE...` frees devices so
+    that another sender may claim them (for an edge node replaced by a new one). Safe
+    while the receiver runs: ownership changes go through the same file lock."""
+    from receiver.load.owners import DeviceOwners
+
+    if action == "release" and not devices:
+        raise click.UsageError("release needs at least one DEVICE")
+    if action is None and devices:
+        raise click.UsageError("devices are only taken by: owners release DEVICE...")
+    config = load_receiver_config(config_path)
+    with DeviceOwners(config.schema_dir) as book:
+        if action == "release":
+            released = book.release(devices)
+            unknown = sorted(set(devices) - set(released))
+            if as_json:
+                click.echo(json.dumps({"released": released, "not_owned": unknown}, indent=2))
+                return
+            for device in released:  # device ids come from senders' files: escaped
+                click.echo(f"released {printable(device)}")
+            for device in unknown:
+                click.echo(f"not owned: {printable(device)}")
+            return
+        by_owner = book.by_owner()
+    if as_json:
+        click.echo(json.dumps({"owners": by_owner}, indent=2))
+        return
+    if not by_owner:
+        click.echo("no device has an owner yet")
+    for owner, owned in sorted(by_owner.items()):
+        click.echo(f"{printable(owner)} ({len(owned)} devices)")
+        for device in sorted(owned):
+            click.echo(f"  {printable(device)}")
+
+
+@click.command(short_help="List senders and their keys; re-key or retire one.")
+@click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="rekey: the sender's new public key (.pub), already in authorized_keys.",
+)
+@click.option("--release-devices", is_flag=True, help="remove: also free the devices it owns.")
+@click.argument("action", required=False, type=click.Choice(["rekey", "remove"]))
+@click.argument("uuid", required=False)
+def senders(
+    config_path: Path,
+    as_json: bool,
+    key_path: Path | None,
+    release_devices: bool,
+    action: str | None,
+    uuid: str | None,
+) -> None:
+    """List sender UUIDs with their key fingerprints, last round and files;
+    `senders rekey UUID --key NEW.pub` binds a sender to its new key in one write (the
+    UUID is never free for another key to claim); `senders remove UUID` retires an edge
+    for good (no key may act as it again; its files stay). Safe while the receiver runs."""
+    from receiver.senders import rekey, retire, sender_rows
+
+    if action is not None and uuid is None:
+        raise click.UsageError(f"{action} needs the sender's UUID")
+    if action is None and uuid is not None:
+        raise click.UsageError("a UUID is only taken by: senders rekey UUID / senders remove UUID")
+    if (key_path is not None) != (action == "rekey"):
+        raise click.UsageError("--key goes with rekey, and rekey needs --key NEW.pub")
+    if release_devices and action != "remove":
+        raise click.UsageError("--release-devices goes with remove")
+    config = load_receiver_config(config_path)
+    if action == "rekey":
+        assert uuid is not None and key_path is not None
+        fp, old = rekey(config, uuid, key_path)
+        was = f" (was {old.fingerprint})" if old is not None else " (a new sender)"
+        doc: dict[str, Any] = {"uuid": uuid, "key_fingerprint": fp, "was": old and old.fingerprint}
+        click.echo(json.dumps(doc, indent=2) if as_json else f"{uuid} now bound to {fp}{was}")
+        return
+    if action == "remove":
+        assert uuid is not None
+        old_binding, released = retire(config, uuid, release_devices)
+        if as_json:
+            doc = {"uuid": uuid, "retired": True, "was": old_binding.fingerprint}
+            click.echo(json.dumps({**doc, "released_devices": released}, indent=2))
+            return
+        click.echo(f"{uuid} retired (was {old_binding.fingerprint}); its files stay")
+        if release_devices:
+            click.echo(f"released {len(released)} devices")
+        return
+    rows = sender_rows(config)
+    if as_json:
+        click.echo(json.dumps({"senders": rows}, indent=2))
+        return
+    if not rows:
+        click.echo("no sender has connected yet")
+    for row in rows:
+        click.echo(
+            f"{row['uuid']}  {row['key_fingerprint']}  last round {row['last_round']}  "
+            f"from {printable(row['last_address'])}  {row['files']} files  "
+            f"{row['devices_owned']} devices"
+        )
+
+
+@click.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing key.")
+@click.option(
+    "--comment", default=None, help="Comment of the public key (default: sealsync@<host>)."
+)
+def keygen(path: Path, force: bool, comment: str | None) -> None:
+    """Write an Ed25519 private key at PATH (mode 0600) and its public key at PATH.pub,
+    both in OpenSSH format; print the public key line."""
+    from sealsync.keys import fingerprint, generate_keypair, public_path
+
+    if comment is None:
+        comment = f"sealsync@{socket.gethostname()}"
+    line = generate_keypair(path, comment=comment, force=force)
+    click.echo(line)
+    click.echo(f"private key: {path}")
+    click.echo(f"public key:  {public_path(path)}")
+    click.echo(f"fingerprint: {fingerprint(line)}")
+
+
+@click.command(short_help="Run the whole pipeline on this machine.")
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("sealsync-demo"),
+    show_default=True,
+    help="Work folder (an earlier demo's folder is replaced).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_obj
+def demo(opts: Options, workdir: Path, as_json: bool) -> None:
+    """The whole pipeline on this machine: keys and trust files, an edge instance that
+    writes and seals TsFiles, a receiver (`sealsync serve`) on a free loopback port, a
+    sender round, a merge and a .mods deletion, a second round, the Spark loader on
+    local[*], and a summary checked against the edge's files. Exit 1 if they disagree."""
+    from sealsync.app.demo import print_summary, run_demo
+
+    quiet = as_json or opts.quiet
+    summary = run_demo(workdir, echo=(lambda _line: None) if quiet else click.echo)
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        print_summary(summary, echo=click.echo)
+    if not summary.ok:
+        raise click.exceptions.Exit(EXIT_FAILURE)

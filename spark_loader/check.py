@@ -1,0 +1,56 @@
+"""``sealsync check`` of a loader config: the receiver's data dirs hold something, the
+table and the state can be written. No Spark is started."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sealsync.config import LoaderConfig
+from sealsync.findings import Finding, data_roots, problem, sound
+
+
+def check_loader(config: LoaderConfig) -> list[Finding]:
+    """The receiver's data dirs hold something, the table and state can be written."""
+    out = [
+        sound(f"loader config {config.source}: table {config.table_path}, master {config.master}")
+    ]
+    out.extend(_receiver_data_dir(d) for d in config.receiver_data_dirs)
+    out.append(_creatable("table_path", config.table_path))
+    out.append(_creatable("state_dir", config.state_dir))
+    return out
+
+
+def _receiver_data_dir(folder: Path) -> Finding:
+    try:
+        empty = not any(folder.iterdir())
+    except OSError as exc:
+        return problem(f"receiver data dir {folder}: cannot list it: {exc.strerror or exc}")
+    if empty:
+        return problem(
+            f"receiver data dir {folder} is empty (a typo, or a disk not mounted?): "
+            "the loader would find no file in it"
+        )
+    roots = data_roots(folder)
+    if not roots:
+        return problem(
+            f"receiver data dir {folder} holds neither sequence/ nor unsequence/: "
+            "name a folder of the receiver's data_dirs"
+        )
+    return sound(f"receiver data dir {folder} holds {' and '.join(roots)}")
+
+
+def _creatable(what: str, path: Path) -> Finding:
+    """A folder the loader writes: present and writable, or creatable by its first run."""
+    if path.exists():
+        if not path.is_dir():
+            return problem(f"{what} {path} is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            return problem(f"{what} {path} is not writable by this user")
+        return sound(f"{what} {path} exists and is writable")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return problem(f"{what} {path} cannot be created: {parent} is not writable by this user")
+    return sound(f"{what} {path} does not exist yet: the first load creates it")
