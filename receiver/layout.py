@@ -1,9 +1,9 @@
 """Where the receiver keeps a sender's round in flight (docs/design.md §2.3, §4.2).
 
 One folder per sender and receiver data dir, ``<data dir>/sync-receiver/<ip>_<uuid>/``,
-named as in the seed so that an operator who knows the original tool finds it. All
-path building for it lives here so that no other module joins these paths by hand,
-and every name reaches a path only through ``names.check_data_name``.
+named as IoTDB's old sync tool named it, so that an operator who knows that tool finds
+it. All path building for it lives here so that no other module joins these paths by
+hand, and every name reaches a path only through ``names.check_data_name``.
 
 The ``sync.log`` code is shared with the sender (same lines, same parser); this is the
 one module on the receiver side that imports it, so moving it touches one line.

@@ -1,9 +1,9 @@
 """Writes of large received files on a thread of their own.
 
-Receiving a large file, the session thread hashed each chunk and then wrote it: the
-two ran one after the other, although both release the GIL, and copying into the
-page cache costs about as much as MD5 (docs/performance.md). Here the session
-hashes while this thread writes the previous chunks.
+Hashing a chunk and then writing it on one thread would run the two one after the
+other, although both release the GIL, and copying into the page cache costs about as
+much as MD5 (docs/performance.md). So the session thread hashes while this thread
+writes the previous chunks.
 
 Writes of one file go out in order (one thread, one queue). A write error is kept
 for the file and reported by :meth:`BackgroundWriter.wait_for`; the file's

@@ -4,7 +4,7 @@
 (new) by the receiver, and recovery acts on it whatever else happened. So a line is on
 disk before the round moves on, a name can never forge a marker line (names are
 validated before writing and cannot contain a newline), and reading tolerates a log
-cut anywhere by a crash. The vocabulary is the seed's::
+cut anywhere by a crash. The vocabulary is IoTDB's old sync tool's::
 
     sync start
     sync deleted file names start

@@ -1,7 +1,7 @@
 """The sender's recovery over every prefix of a ``sync.log`` and every mix of state files.
 
-The model is the seed's nine steps (docs/design.md §3.2, ``sender/recover/recovery.py``)
-stated as plain set arithmetic: ``current_local_files.txt`` without
+The model is IoTDB's old sync tool's nine steps (docs/design.md §3.2,
+``sender/recover/recovery.py``) stated as plain set arithmetic: ``current_local_files.txt`` without
 ``last_local_files.txt`` is the cleaned-up set; otherwise a stale ``current`` is dropped
 and ``sync.log`` (its complete lines, names counting only inside their section)
 turns ``last`` into ``(last - acknowledged deleted) | verified new``; afterwards only

@@ -248,7 +248,7 @@ def test_uuid_creation_never_replaces_one_that_appeared_meanwhile(tmp_path: Path
 
 def test_uuid_in_another_spelling_is_read_not_rewritten(tmp_path: Path) -> None:
     (tmp_path / "sync").mkdir()
-    # the seed's spelling (32 hex digits), as the original tool wrote it
+    # IoTDB's old sync tool's spelling (32 hex digits), as that tool wrote it
     (tmp_path / "sync" / "uuid.txt").write_text("A45B6E63EB434AAD891264B5C08D448E")
     assert sender_uuid(tmp_path) == "a45b6e63-eb43-4aad-8912-64b5c08d448e"
     assert (tmp_path / "sync" / "uuid.txt").read_text() == "A45B6E63EB434AAD891264B5C08D448E"

@@ -1,8 +1,8 @@
 """Where the sender keeps its state (docs/design.md §2.2).
 
-The folder names are the seed's (``<host>_<port>``) so that an operator who knows the
-original tool finds everything where they expect it; all path building lives here so
-that no other module joins state paths by hand.
+The folder names are those of IoTDB's old sync tool (``<host>_<port>``), so that an
+operator who knows that tool finds everything where they expect it; all path building
+lives here so that no other module joins state paths by hand.
 """
 
 from __future__ import annotations

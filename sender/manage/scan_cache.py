@@ -1,14 +1,14 @@
 """Folder listings remembered between rounds, so that an idle round lists nothing.
 
-Listing 100,000 files (200,000 entries with their ``X.resource``) took 0.2-0.6 s here,
-most of an idle round. A folder's entries cannot change without its modification
-and change times changing, so a folder whose ``(st_dev, st_ino, st_mtime_ns,
-st_ctime_ns)`` is what it was last round still holds what it held then: one
-``lstat`` replaces its listing. What selection needs of a folder is only names
+Listing every folder is most of an idle round's time when a data dir holds many files
+(docs/performance.md, "Figures behind choices in the code"). A folder's entries cannot
+change without its modification and change times changing, so a folder whose ``(st_dev,
+st_ino, st_mtime_ns, st_ctime_ns)`` is what it was last round still holds what it held
+then: one ``lstat`` replaces its listing. What selection needs of a folder is only names
 (sub-folders, data files, which of them are sealed, which sealed ones have an
 ``X.mods``), never file contents, so that is all a listing keeps, data names already
-relative to the data dir. (An append to an ``X.mods`` leaves its folder unchanged;
-that is why selection ``stat``-s those files itself, :mod:`.shipped_mods`.)
+relative to the data dir. (An append to an ``X.mods`` leaves its folder unchanged; that
+is why selection ``stat``-s those files itself, :mod:`.shipped_mods`.)
 
 Timestamps are coarse (a few ms, or a second or two on some file systems): two
 changes within one tick leave the same mtime. So a listing is only kept when its

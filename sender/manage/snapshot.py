@@ -1,8 +1,8 @@
 """Hard links of a round's new files, so that a merge or TTL cannot break the round.
 
-(docs/design.md §3.4; seed 001.) A file that vanished before it was linked is dropped
-from the round (the next scan decides its fate). The snapshot is disposable: recovery
-deletes it after any crash, so the links are not fsynced.
+(docs/design.md §3.4, as in IoTDB's old sync tool.) A file that vanished before it was
+linked is dropped from the round (the next scan decides its fate). The snapshot is
+disposable: recovery deletes it after any crash, so the links are not fsynced.
 
 Only regular files are placed: a link is made to the directory entry itself (never
 following a symbolic link) and checked after it is made, so a file swapped for a

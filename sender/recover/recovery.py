@@ -1,4 +1,4 @@
-"""The sender's recovery, the seed's algorithm step by step (docs/design.md §3.2).
+"""The sender's recovery, IoTDB's old sync tool's algorithm step by step (docs/design.md §3.2).
 
 It is also the clean-up after a successful round: one code path for both means the
 path that runs after a crash is the one every round exercises. Each step is

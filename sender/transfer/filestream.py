@@ -189,7 +189,7 @@ for the packet's own fields)."""
 def packet_aligned(chunk: int) -> int:
     """A chunk payload whose CHUNK frame fills whole SSH packets.
 
-    A 256 KiB payload sent after its 5-byte header went out as six packets: the
+    Sent after its 5-byte header, a 256 KiB payload would go out as six packets: the
     header alone, four full ones and a 261-byte tail. Every packet costs paramiko's
     per-packet work on both ends, as much for 5 bytes as for 64 KiB; four full ones
     carry the same bytes.
@@ -201,15 +201,15 @@ def packet_aligned(chunk: int) -> int:
 class _ReadAhead:
     """A file's chunks, read and hashed on a thread while the caller sends earlier ones.
 
-    Reading, MD5 and sending used to take turns on one thread, which was the
-    bottleneck of a large transfer (docs/performance.md); all three
-    release the GIL for their C work, so they overlap. ``SLOTS`` buffers circulate:
+    Reading, MD5 and sending taking turns on one thread would bound a large transfer
+    by their sum (docs/performance.md); all three release the GIL for their C work,
+    so on threads of their own they overlap. ``SLOTS`` buffers circulate:
     one is refilled only after the chunk it held was sent.
 
     A resumed stream (``skip`` bytes held by the receiver) is hashed by a thread of
     its own, from byte 0 with ``pread``, while this one reads the rest for sending:
-    the first byte goes out at once instead of after the MD5 of the whole prefix
-    (0.4 s for 200 MiB, all of it link time lost).
+    the first byte goes out at once instead of after the MD5 of the whole prefix,
+    which would be link time lost.
     """
 
     SLOTS = 4

@@ -1,9 +1,10 @@
 """Verified names into ``sync.log`` on a thread of their own (group commit).
 
-Measured on the 2-core test machine: with an fsync per verdict batch on the sending
-thread, 2000 small files spent 2.1 s of 3.3 s in fsync while nothing was sent. Here
-the fsyncs run beside the sending, and every name that arrives during one fsync goes
-into the next, so a fast receiver costs a handful of fsyncs per window.
+An fsync per verdict batch on the sending thread would leave the link idle while the log
+flushes, and with small files that is most of a round (docs/performance.md, "Figures
+behind choices in the code"). Here the fsyncs run beside the sending, and every name
+that arrives during one fsync goes into the next, so a fast receiver costs a handful of
+fsyncs per window.
 
 Logging a verified name late is always safe: until its line is on disk the file
 simply counts as unsynced (a crash resends it, the receiver takes it idempotently).
