@@ -1,0 +1,102 @@
+"""The receiver's file: one ``[receiver]`` table (also built from a mapping by a host)."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sealsync.config.checks import need_authorized_keys, need_private_key, need_storage_dir
+from sealsync.config.document import load_file, role_values
+from sealsync.config.schema import (
+    MAPPING_SOURCE,
+    Choice,
+    Integer,
+    ListenAddress,
+    Networks,
+    Number,
+    PathList,
+    PathValue,
+    Startups,
+    not_a_key,
+    setting,
+)
+from sealsync.config.values import IPNetwork, MaxStartups, format_endpoint
+from sealsync.durable import SYNC_METHODS, SYNCFS
+
+DEFAULT_ALLOW = ("127.0.0.0/8", "::1/128")
+
+
+def _default_allow() -> list[IPNetwork]:
+    return [ipaddress.ip_network(n) for n in DEFAULT_ALLOW]
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    listen_host: str = field(metadata=setting(ListenAddress(), key="listen", part=0))
+    listen_port: int = field(metadata=setting(ListenAddress(), key="listen", part=1))
+    host_key: Path = field(metadata=setting(PathValue(check=need_private_key)))
+    authorized_keys: Path = field(metadata=setting(PathValue(check=need_authorized_keys)))
+    schema_dir: Path = field(metadata=setting(PathValue(check=need_storage_dir, create=True)))
+    data_dirs: list[Path] = field(metadata=setting(PathList(check=need_storage_dir, create=True)))
+    allow: list[IPNetwork] = field(default_factory=_default_allow, metadata=setting(Networks()))
+    max_sessions: int = field(default=16, metadata=setting(Integer(1, 10000)))
+    idle_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
+    login_grace_time: float = field(default=20.0, metadata=setting(Number(0, 3600)))
+    max_startups: MaxStartups = field(default=MaxStartups(10, 30, 60), metadata=setting(Startups()))
+    per_source_max_startups: int = field(default=8, metadata=setting(Integer(1, 10000)))
+    per_source_penalty_max: int = field(default=600, metadata=setting(Integer(0, 86400)))
+    max_sessions_per_key: int = field(default=2, metadata=setting(Integer(1, 10000)))
+    max_sessions_per_sender: int = field(default=2, metadata=setting(Integer(1, 10000)))
+    max_uuids_per_key: int = field(default=1, metadata=setting(Integer(1, 1_000_000)))
+    stall_timeout: float = field(default=30.0, metadata=setting(Number(0, 86400)))
+    min_transfer_rate: int = field(default=1024, metadata=setting(Integer(1, 1 << 30)))
+    max_partial_bytes: int = field(default=8 << 30, metadata=setting(Integer(1 << 20, 1 << 50)))
+    #: Seconds a partial upload (a large file's stream cut mid-way) is kept to resume from.
+    partial_max_age: float = field(default=86400.0, metadata=setting(Number(0, 365 * 86400)))
+    sender_quota_bytes: int = field(default=0, metadata=setting(Integer(0, 1 << 60)))
+    #: How a batch of received files is made durable: "syncfs" (one call per batch,
+    #: where the kernel reports its errors) or "fsync" (file by file).
+    sync_method: str = field(default=SYNCFS, metadata=setting(Choice(SYNC_METHODS)))
+    #: ``host:port`` of the Prometheus ``/metrics`` endpoint (receiver/metrics.py).
+    metrics_listen: tuple[str, int] | None = field(default=None, metadata=setting(ListenAddress()))
+    #: Log lines appended here too (``sealsync serve`` only; a host logs its own way).
+    log_file: Path | None = field(default=None, metadata=setting(PathValue()))
+    #: Seconds without a byte from a sender before a keepalive asks for one.
+    client_alive_interval: float = field(default=15.0, metadata=setting(Number(0, 3600)))
+    #: Unanswered keepalive intervals after which the connection is closed.
+    client_alive_count_max: int = field(default=3, metadata=setting(Integer(1, 100)))
+    source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
+
+    @property
+    def listen(self) -> str:
+        return format_endpoint(self.listen_host, self.listen_port)
+
+    @classmethod
+    def from_mapping(
+        cls,
+        d: Mapping[str, Any],
+        base_dir: Path,
+        source: str = MAPPING_SOURCE,
+        *,
+        create: bool = True,
+        init: bool = False,
+    ) -> ReceiverConfig:
+        """Build from ``{"receiver": {...}}`` or from the ``[receiver]`` table's keys alone.
+
+        ``schema_dir`` and the data dirs must exist; ``init`` creates the missing ones
+        (``sealsync serve --init``, a receiver's first start). Never silently: a typo or
+        an unmounted disk would otherwise become an empty folder the files go to.
+        ``create=False`` (``sealsync check``) changes nothing and leaves the folders'
+        existence to the caller's own findings.
+        """
+        values = role_values(cls, "receiver", d, base_dir, source, create, init)
+        return cls(**values, source=source)
+
+
+def load_receiver_config(path: str | os.PathLike[str], *, init: bool = False) -> ReceiverConfig:
+    return load_file(path, functools.partial(ReceiverConfig.from_mapping, init=init))
