@@ -1,0 +1,125 @@
+"""The protocol's terms both sides share: its version, the SSH transport, the bounds on
+every frame and field, the frame kinds, the ERROR codes and the verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum, StrEnum
+
+from sealsync.errors import SealsyncError
+
+PROTOCOL_VERSION = 1
+SUBSYSTEM = "sealsync"
+
+# The SSH transport both ends set up (docs/design.md §5.1): an 8 MiB window and
+# 64 KiB packets keep a loopback or LAN link full; AES-GCM first (hardware AES, and
+# the MAC comes with the cipher).
+SSH_WINDOW_SIZE = 8 * 1024 * 1024
+SSH_MAX_PACKET_SIZE = 64 * 1024
+SSH_PREFERRED_CIPHERS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "aes128-ctr",
+    "aes256-ctr",
+)
+
+
+def preferred_ciphers(available: Sequence[str]) -> tuple[str, ...]:
+    """The transport's ciphers, ours first in our order; none it lacks is added."""
+    first = tuple(c for c in SSH_PREFERRED_CIPHERS if c in available)
+    return first + tuple(c for c in available if c not in first)
+
+
+MAX_CONTROL_PAYLOAD = 256 * 1024
+MAX_CHUNK_PAYLOAD = 1024 * 1024
+MAX_SCHEMA_PAYLOAD = 1024 * 1024
+MAX_FILE_SIZE = 1 << 40
+MAX_SIDECAR_SIZE = 1 << 30
+MAX_TEXT = 1024
+MAX_DEVICES_PER_QUERY = 4096
+MAX_DATA_DIRS = 1024
+MAX_FILE_ID = 1 << 53
+MAX_INVENTORY_PAGE = 1000
+"""Entries per INVENTORY page: at the longest names a page stays under the control
+payload limit."""
+RESUME_MIN = 4 << 20
+"""Data files at least this large may resume inside the file (docs/design.md §3.5):
+their FILE_BEGIN carries ``mtime``, the receiver keeps what a cut stream left of them,
+and a round with one asks PARTIALS_QUERY. Smaller files take none of this."""
+PARTIAL_HEAD = 256 * 1024
+"""A partial upload's identity includes the MD5 of the data file's first this many
+bytes (all of it when shorter), so a different file under the same name, size and
+mtime never resumes onto old bytes."""
+MAX_PARTIALS = 1000
+"""Entries in one PARTIALS answer (the newest, if a sender had more)."""
+MAX_MTIME_NS = (1 << 63) - 1
+"""The largest ``mtime`` a FILE_BEGIN carries: nanoseconds in a signed 64-bit count."""
+
+
+class ErrorCode(StrEnum):
+    """The codes an ``ERROR`` frame carries: these and no others (docs/protocol.md,
+    "Error codes"; ``tests/test_error_codes.py`` holds the code and the table to it)."""
+
+    VERSION = "version"  # the HELLO's protocol version is not the receiver's
+    AUTH = "auth"  # the UUID is bound to another key, retired, or over max_uuids_per_key
+    BUSY = "busy"  # a session cap is reached, or the receiver is stopping; retry later
+    PROTOCOL = "protocol"  # a frame that does not decode or validate
+    BAD_NAME = "bad-name"  # a file name outside the rules of docs/design.md §1.3
+    BAD_DEVICE = "bad-device"  # an OWNERS_QUERY device id out of bounds
+    UNEXPECTED = "unexpected"  # a valid frame at a point where it is not expected
+    SCHEMA_GAP = "schema-gap"  # a SCHEMA chunk that does not continue the receiver's copy
+    TIMEOUT = "timeout"  # idle or stalled longer than the receiver allows
+    QUOTA = "quota"  # a file would take the sender over sender_quota_bytes
+    IO = "io"  # the receiver could not write its own state (disk full, permissions)
+    INTERNAL = "internal"  # a receiver bug; its log has the traceback
+    CLOSED = "closed"  # never sent: the code of a connection the peer closed
+
+
+ERROR_CODES = frozenset(ErrorCode)
+
+
+class ProtocolError(SealsyncError):
+    """A frame that is malformed, out of bounds, or not expected at this point."""
+
+    def __init__(self, message: str, code: str = ErrorCode.PROTOCOL) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Kind(IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    SCHEMA = 3
+    SCHEMA_ACK = 4
+    ROUND_START = 5
+    ROUND_READY = 6
+    OWNERS_QUERY = 7
+    OWNERS = 8
+    DELETE = 9
+    DELETE_ACK = 10
+    FILE_BEGIN = 11
+    CHUNK = 12
+    FILE_END = 13
+    VERDICT = 14
+    ROUND_END = 15
+    ROUND_DONE = 16
+    ERROR = 17
+    BYE = 18
+    INVENTORY_QUERY = 19
+    INVENTORY = 20
+    PARTIALS_QUERY = 21
+    PARTIALS = 22
+
+
+class Verdict:
+    """The outcomes of one offered file."""
+
+    VERIFIED = "verified"  # stored, logged, handed to the loader
+    MISMATCH = "mismatch"  # MD5 or size wrong: the sender resends
+    CONFLICT = "conflict"  # a device belongs to another sender
+    REFUSED = "refused"  # not a valid data file, or the receiver could not store it
+
+
+VERDICTS = frozenset({Verdict.VERIFIED, Verdict.MISMATCH, Verdict.CONFLICT, Verdict.REFUSED})
+ROUND_STATUSES = frozenset({"ready", "busy"})
