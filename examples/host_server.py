@@ -3,10 +3,12 @@
     python examples/host_server.py --config receiver.toml --store ./host-store [--init]
 
 The receiver runs *inside* the host (here: this script), as it would inside a
-database server. The host decides where loaded files live and how it registers them
-by implementing the three storage callbacks; this one keeps every sender's files in
-``<store>/<sender uuid>/<relative name>`` and a catalogue ``<store>/catalogue.json``
-(sender -> names) that stands for the database's own file registry.
+database server, and the host imports it only from the ``receiver`` package (its
+docstring is the plugin's reference). The host decides where loaded files live and
+how it registers them by implementing ``receiver.Storage``; this one keeps every
+sender's files in ``<store>/<sender uuid>/<relative name>`` and a catalogue
+``<store>/catalogue.json`` (sender -> names) that stands for the database's own file
+registry.
 
 Because the receiver reads untrusted files in worker processes (forkserver), the
 embedding program must guard its entry point with ``if __name__ == "__main__":``.
@@ -24,16 +26,10 @@ import threading
 from pathlib import Path
 
 try:
-    from receiver.inventory import recorded_md5
-    from receiver.service import ReceiverService
-    from receiver.storage import StorageError
-    from sealsync.config import load_receiver_config
+    from receiver import ReceiverService, StorageError, load_receiver_config, recorded_md5
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from receiver.inventory import recorded_md5
-    from receiver.service import ReceiverService
-    from receiver.storage import StorageError
-    from sealsync.config import load_receiver_config
+    from receiver import ReceiverService, StorageError, load_receiver_config, recorded_md5
 
 SIDECARS = (".mods", ".resource")
 

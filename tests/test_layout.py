@@ -363,3 +363,17 @@ def test_a_wheel_carries_the_four_packages_and_the_jar(tmp_path: Path) -> None:
     assert "spark_loader/jars/sealsync-spark.jar" in names
     assert "sealsync/app/cli.py" in names
     assert "sender/manage/selection.py" in names and "receiver/recover/replay.py" in names
+
+
+def test_a_host_imports_the_receiver_plugin_from_its_package_alone() -> None:
+    """``receiver/__init__.py`` is the plugin's surface: each name it promises resolves,
+    and the example host imports nothing else of the project."""
+    import receiver
+
+    for name in receiver.__all__:
+        assert getattr(receiver, name) is not None, name
+    example = ROOT / "examples" / "host_server.py"
+    project = {i.target for i in imports_of(example)} - {"__future__.annotations"}
+    ours = {t for t in project if t.split(".")[0] in PACKAGES}
+    assert ours and {t.rpartition(".")[0] for t in ours} == {"receiver"}
+    assert all(t.split(".")[0] in sys.stdlib_module_names for t in project - ours), project
