@@ -12,7 +12,7 @@ import tsfile as native
 
 from sealsync import formats
 from sealsync.errors import FormatError
-from sealsync.formats import FileInfo, parquet, tsfile
+from sealsync.formats import FileInfo, parquet, tsfile, tsfile_meta
 from sealsync.simulator import expected_table
 
 DEVICES = ["root.sg1.d2", "root.sg1.d1", "root.sg2.x.d3"]
@@ -24,7 +24,7 @@ def _expected() -> pa.Table:
     return expected_table(DEVICES, ROWS, start_ms=1_700_000_000_000, step_ms=10)
 
 
-PIECES = "tsfile, its end read in pieces"
+PIECES = "tsfile, mapped"
 
 
 @pytest.fixture(params=[*sorted(FORMATS), PIECES])
@@ -40,14 +40,14 @@ def written(
 
 
 def read_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The TsFile framing check as for a file whose metadata is not in the one read it
-    makes of the file's end: the metadata and the index separator read on their own."""
-    monkeypatch.setattr(tsfile, "_END_READ", tsfile.TAIL_LEN)
+    """The TsFile metadata check as for a large file: mapped, its metadata copied out,
+    not the whole file read at once."""
+    monkeypatch.setattr(tsfile_meta, "_SMALL_FILE", 0)
 
 
-@pytest.fixture(params=["one read", "in pieces"])
+@pytest.fixture(params=["read whole", "mapped"])
 def end_reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.param == "in pieces":
+    if request.param == "mapped":
         read_in_pieces(monkeypatch)
 
 
@@ -232,8 +232,8 @@ def test_tail_missing_but_head_intact_is_rejected_by_magic(written: tuple[object
 def test_tsfile_middle_cut_with_tail_glued_back_never_reaches_native_reader(
     tmp_path: Path,
 ) -> None:
-    """Such files made the C++ reader segfault; the Python footer check must catch
-    every one of them (only ``_check_frame`` runs here: no native code at all)."""
+    """Such files made the C++ reader segfault; the Python metadata check must catch
+    every one of them (only ``tsfile_meta`` runs here: no native code at all)."""
     path = tmp_path / "f.tsfile"
     tsfile.write_arrow(path, _expected())
     data = path.read_bytes()
@@ -242,7 +242,7 @@ def test_tsfile_middle_cut_with_tail_glued_back_never_reaches_native_reader(
         for cut in range(7, len(data) - tail_len, 11):
             bad.write_bytes(data[:cut] + data[-tail_len:])
             with pytest.raises(FormatError):
-                tsfile._check_frame(bad)
+                tsfile_meta.read(bad)
 
 
 # --------------------------------------------------------------------------- corruption
@@ -303,7 +303,7 @@ def test_tsfile_meta_offset_not_at_separator_is_rejected(tmp_path: Path) -> None
     meta_offset = None
     for pos in range(start, len(data) - 10 - 8):  # find the i64 that points at the separator
         (value,) = struct.unpack(">q", data[pos : pos + 8])
-        if 7 <= value < start and data[value] == tsfile.SEPARATOR_MARKER and pos > start + 8:
+        if 7 <= value < start and data[value] == tsfile_meta.SEPARATOR and pos > start + 8:
             meta_offset = value
     assert meta_offset is not None
     corrupt = bytearray(data)

@@ -1,69 +1,32 @@
-"""Apache TsFile data files, read and written with the ``tsfile`` package (2.5).
+"""Apache TsFile data files: the receiver's check, reading and writing.
 
-What the package offers, as learned from the installed 2.5 wheel:
+The check that a received file is whole, and the devices it holds, come from the
+file's own metadata, walked in Python (:mod:`sealsync.formats.tsfile_meta`) for the
+formats every IoTDB release from 0.12 on writes (3 and 4). Data is read and written
+with the ``tsfile`` package, whose C++ reader reads format 4 only; a format-3 file is
+refused here with that reason, not read wrong.
 
-* **Writing, tree model** — ``TsFileWriter(path)``, ``register_timeseries(device,
-  TimeseriesSchema(name, TSDataType))`` per measurement, then one ``Tablet`` per
-  device (``tablet.set_table_name(device)``; ``write_tablet``). ``None`` in a
-  tablet column is a missing point. Assigning ``tablet.timestamp_list`` and
-  ``tablet.data_list[i]`` whole is far faster than ``add_value_by_index``.
-  This is the model sealsync writes (:func:`write_arrow`, the simulator): devices
-  like ``root.sg1.d1``, measurements like ``s1``.
-* **Writing, table model** — ``TsFileTableWriter`` with a ``TableSchema``; the
-  device id is the table name plus the tag values (``DeviceID.path`` renders it
-  dotted, a null tag as ``null``: ``trains.L2.null``). sealsync reads such files
-  but never writes them.
-* **Devices** — ``TsFileReader.get_all_devices()`` lists ``DeviceID(path, ...)``
-  from the file's metadata index, for both models; ``path`` is the device.
-* **Model** — ``get_all_table_schemas()`` is empty for a tree-model file.
-* **Data, tree** — per series, column-wise: ``prepare_series(locator,
-  trust_index=True)`` on the locator a series' ``TimeseriesMetadata`` carries
-  (``get_timeseries_metadata(None)``: layout, value and time metadata offsets and
-  lengths), then ``query_prepared`` and ``read_arrow_record_batch()`` until
-  ``None``: ``time`` plus the typed values (TIMESTAMP as ``timestamp[ns]`` over the
-  stored millisecond number). The locator tuple is (index identity, file id, file
-  size, fingerprint, locator id, flags, layout, value offset, value length, time
-  offset, time length); identity, file id, fingerprint and locator id only matter
-  to the package's own dataset index, and ``trust_index`` skips its file
-  generation check, not the bounds checks. A device's rows are then the union of
-  its series' timestamps, merged here (:func:`_device_columns`).
-  Per device, row-wise: ``query_timeseries(device, measurements, t0, t1)``
-  returns ``time`` plus one column per measurement (named
-  ``<device>.<measurement>``), one row per timestamp at which any of them has a
-  point (nulls elsewhere); ``read_data_frame(n)`` turns up to ``n`` rows into
-  pandas, which turns NaN into null, rounds INT64/TIMESTAMP values past 2**53
-  through a double, and cuts BLOB values at the first NUL byte. Only the
-  fallback (:func:`_device_rows`) still reads this way. ``read_arrow_batch``
-  refuses (invalid argument) the results of ``query_timeseries``,
-  ``query_tree_by_row`` and ``query_table_on_tree``: only table queries and
-  prepared series produce Arrow.
-* **Data, table** — ``query_table(table, columns, batch_size=N)`` then
-  ``read_arrow_batch()`` until ``None``; first column is the time.
-* **Row counts** — per-measurement statistics hold a count, but a device's rows
-  are the *union* of its measurements' timestamps, which metadata cannot give
-  exactly. So :func:`row_count` scans the data; that also proves every chunk
-  decodes, which the receiver wants of an untrusted file anyway.
+The C++ reader trusts what it reads: a bad length in a file's metadata can become a
+wild pointer. So no file reaches it before the metadata check has passed, and even
+then flipped bytes in pages can crash it or make it loop (TsFile has no checksums),
+so untrusted files are read in worker processes killed on a timeout
+(``receiver.inspect_pool``).
 
-Robustness: the C++ reader trusts what it reads. A file cut in the middle with
-its tail glued back on made ``get_all_devices()`` segfault, so before the native
-reader sees a file we check, in Python: head magic and version, tail magic, the
-metadata length, and (version 4) the whole top of the metadata up to
-``meta_offset`` (table -> device index map, table schemas, every length, every
-offset in order inside the index region, ``meta_offset`` on the index
-separator). Fuzzing 7 kinds of file: ~1000 truncations and ~800 flipped footer
-bytes gave no crash, and all but 2 truncations were rejected up front. But
-flipped bytes *before* the footer, in the measurement index or in data pages,
-still crash the reader (SIGSEGV, SIGABRT from heap corruption) or make it loop
-forever, in ~2-4% of cases. So untrusted files must be read in a worker
-process that is killed on a timeout (``receiver.inspect_pool``).
-Flips that decode fine go unnoticed (TsFile has no checksums); MD5 on transfer
-covers those.
+How the package is used, where its API is not obvious: writing goes one ``Tablet``
+per device, whole columns assigned at once (far faster than ``add_value_by_index``).
+A tree-model file is read column-wise, series by series, from the locator each
+``TimeseriesMetadata`` carries (``prepare_series``/``query_prepared``), and a device's
+rows are then the union of its series' timestamps (:func:`_device_columns`); the
+row-wise ``query_timeseries`` (through pandas, which turns NaN into null, rounds int64
+through a double and cuts BLOB values at a NUL byte) serves only what that cannot
+read (:func:`_device_rows`). A table-model file is read per table with
+``query_table`` into Arrow. Row counts scan the data: a device's rows are the union
+of its series' timestamps, which statistics cannot give.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -73,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sealsync.errors import FormatError
+from sealsync.formats import tsfile_meta
 from sealsync.formats.common import (
     DEVICE_COLUMN,
     RESERVED_COLUMNS,
@@ -85,202 +49,12 @@ from sealsync.formats.common import (
 _T = TypeVar("_T")
 
 SUFFIX = ".tsfile"
-KIND = "TsFile"
-MAGIC = b"TsFile"
-HEADER_LEN = len(MAGIC) + 1  # magic + version byte
-TAIL_LEN = 4 + len(MAGIC)  # int32 metadata length + magic
-KNOWN_VERSIONS = (3, 4)
-SEPARATOR_MARKER = 0x02
-_DEVICE_NODE_TYPES = (0, 1)  # INTERNAL_DEVICE, LEAF_DEVICE
-_DATA_TYPES = (0, 1, 2, 3, 4, 5, 8, 9, 10, 11)  # BOOLEAN .. STRING, no VECTOR
-_COLUMN_CATEGORIES = (0, 1, 2, 3)  # TAG, FIELD, ATTRIBUTE, TIME
+KIND = tsfile_meta.KIND
+#: The format versions the ``tsfile`` package reads data of.
+NATIVE_VERSIONS = (4,)
 _BATCH_ROWS = 65536
 _T_MIN = -(2**63)
 _T_MAX = 2**63 - 1
-
-
-class _Corrupt(Exception):
-    """The footer does not parse; internal, always turned into FormatError."""
-
-
-# --------------------------------------------------------------------------- framing
-
-
-class _Cursor:
-    """Reads the TsFile serialisation primitives with bounds checks."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def remaining(self) -> int:
-        return len(self.data) - self.pos
-
-    def u8(self) -> int:
-        if self.pos >= len(self.data):
-            raise _Corrupt("metadata ends early")
-        value = self.data[self.pos]
-        self.pos += 1
-        return value
-
-    def var_uint(self) -> int:
-        # Same loop as the C++ reader (including its 0x0F stop quirk).
-        value, shift = 0, 0
-        byte = self.u8()
-        while byte != 0x0F and byte & 0x80:
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if shift > 28:
-                raise _Corrupt("varint too long")
-            byte = self.u8()
-        return (value | (byte << shift)) & 0xFFFFFFFF
-
-    def var_int(self) -> int:
-        raw = self.var_uint()
-        value = raw >> 1
-        return ~value if raw & 1 else value
-
-    def var_str(self, nullable: bool = False) -> str | None:
-        length = self.var_int()
-        if length == -1 and nullable:
-            return None
-        if length < 0 or length > self.remaining():
-            raise _Corrupt("string length out of range")
-        raw = self.data[self.pos : self.pos + length]
-        self.pos += length
-        return raw.decode("utf-8", errors="replace")
-
-    def i64(self) -> int:
-        if self.remaining() < 8:
-            raise _Corrupt("metadata ends early")
-        value: int
-        (value,) = struct.unpack_from(">q", self.data, self.pos)
-        self.pos += 8
-        return value
-
-    def i32(self) -> int:
-        if self.remaining() < 4:
-            raise _Corrupt("metadata ends early")
-        value: int
-        (value,) = struct.unpack_from(">i", self.data, self.pos)
-        self.pos += 4
-        return value
-
-    def i32_str(self) -> str:
-        length = self.i32()
-        if length < 0 or length > self.remaining():
-            raise _Corrupt("string length out of range")
-        raw = self.data[self.pos : self.pos + length]
-        self.pos += length
-        return raw.decode("utf-8", errors="replace")
-
-    def count(self) -> int:
-        """An element count: each element takes at least one byte, so bound it."""
-        n = self.var_uint()
-        if n > self.remaining():
-            raise _Corrupt("element count larger than the metadata")
-        return n
-
-
-def _check_footer(meta: bytes, meta_start: int, byte_at: Any) -> None:
-    """Walk a version-4 TsFileMeta up to ``meta_offset``; check every length and offset.
-
-    Layout (tsfile C++ ``TsFileMeta::deserialize_from``): table name -> device
-    index node; table name -> table schema; ``meta_offset``; bloom filter;
-    properties. The native reader does not stop on a short read here, which is
-    how a bad length becomes a wild pointer, so each one is bounded first.
-    """
-    cur = _Cursor(meta)
-    nodes: list[list[int]] = []  # per top node: child offsets then its end offset
-    for _ in range(cur.count()):  # table name -> device index node
-        cur.var_str()
-        offsets = []
-        for _ in range(cur.count()):
-            for _ in range(cur.count()):  # device id segments
-                cur.var_str(nullable=True)
-            offsets.append(cur.i64())
-        offsets.append(cur.i64())  # end offset
-        if cur.u8() not in _DEVICE_NODE_TYPES:
-            raise _Corrupt("bad index node type")
-        nodes.append(offsets)
-    for _ in range(cur.count()):  # table name -> table schema
-        cur.var_str()
-        for _ in range(cur.count()):  # columns: measurement schema + category
-            cur.i32_str()
-            if cur.u8() not in _DATA_TYPES:
-                raise _Corrupt("bad column data type")
-            cur.u8()  # encoding
-            cur.u8()  # compression
-            props = cur.i32()
-            if not 0 <= props <= cur.remaining():
-                raise _Corrupt("bad column property count")
-            for _ in range(2 * props):
-                cur.i32_str()
-            if cur.i32() not in _COLUMN_CATEGORIES:
-                raise _Corrupt("bad column category")
-    meta_offset = cur.i64()
-    if not HEADER_LEN <= meta_offset < meta_start:
-        raise _Corrupt("meta offset outside the file body")
-    if byte_at(meta_offset) != SEPARATOR_MARKER:
-        raise _Corrupt("meta offset does not point at the index separator")
-    for offsets in nodes:  # children live after the separator, in file order
-        bounds = [meta_offset, *offsets]
-        if not all(a < b for a, b in zip(bounds, bounds[1:], strict=False)):
-            raise _Corrupt("index offsets out of order or before the index")
-        if offsets[-1] > meta_start:
-            raise _Corrupt("index offset past the metadata")
-
-
-_END_READ = 64 << 10
-"""Bytes read from a file's end at once: the tail and, in most files, all the metadata
-and the index separator before it, so the framing check reads a file twice, not five
-times (it runs for every file received, in the format-check workers)."""
-
-
-def _check_frame(path: str | os.PathLike[str]) -> None:
-    """Reject, without the native reader, anything that is not a whole TsFile."""
-    try:
-        with open(path, "rb", buffering=0) as f:
-            _check_frame_of(f.fileno(), path)
-    except _Corrupt as exc:
-        raise unreadable(path, KIND, f"metadata corrupt: {exc}") from None
-    except OSError as exc:
-        raise unreadable(path, KIND, one_line(exc)) from exc
-
-
-def _check_frame_of(fd: int, path: str | os.PathLike[str]) -> None:
-    size = os.fstat(fd).st_size
-    if size < HEADER_LEN + TAIL_LEN:
-        raise unreadable(path, KIND, f"only {size} bytes")
-    head = os.pread(fd, HEADER_LEN, 0)
-    end_at = max(size - _END_READ, 0)
-    end = os.pread(fd, size - end_at, end_at)
-    tail = end[-TAIL_LEN:]
-    if head[: len(MAGIC)] != MAGIC:
-        raise unreadable(path, KIND, "no TsFile magic at the head")
-    if len(end) != size - end_at or tail[-len(MAGIC) :] != MAGIC:
-        raise unreadable(path, KIND, "no TsFile magic at the tail (truncated?)")
-    version = head[len(MAGIC)]
-    if version not in KNOWN_VERSIONS:
-        raise unreadable(path, KIND, f"unknown version byte {version}")
-    (meta_len,) = struct.unpack(">i", tail[:4])
-    meta_start = size - TAIL_LEN - meta_len
-    if meta_len <= 0 or meta_start < HEADER_LEN:
-        raise unreadable(path, KIND, f"metadata length {meta_len} does not fit the file")
-    if version != 4:
-        return
-    if meta_start >= end_at:
-        meta = end[meta_start - end_at : len(end) - TAIL_LEN]
-    else:
-        meta = os.pread(fd, meta_len, meta_start)
-
-    def byte_at(pos: int) -> int:
-        if end_at <= pos < size:
-            return end[pos - end_at]
-        got = os.pread(fd, 1, pos)
-        return got[0] if got else -1
-
-    _check_footer(meta, meta_start, byte_at)
 
 
 # --------------------------------------------------------------------------- reading
@@ -295,8 +69,13 @@ def _native_module() -> Any:
 
 
 def _reader(path: str | os.PathLike[str]) -> Any:
-    """A native reader, opened only once the framing checks pass."""
-    _check_frame(path)
+    """A native reader, opened only once the whole metadata check has passed."""
+    summary = tsfile_meta.read(path)
+    if summary.version not in NATIVE_VERSIONS:
+        raise FormatError(
+            f"{os.fspath(path)}: TsFile format version {summary.version} is complete but "
+            "its data cannot be read here: the Python tsfile package reads format 4 only"
+        )
     try:
         return _native_module().TsFileReader(os.fspath(path))
     except Exception as exc:  # the native reader raises many unrelated types
@@ -572,11 +351,9 @@ def _read(reader: Any, path: str | os.PathLike[str]) -> pa.Table:
 
 
 def is_complete(path: str | os.PathLike[str]) -> bool:
-    """Magic at head and tail, a sane footer, and metadata the native reader can read."""
+    """Magic at head and tail and whole, consistent metadata (format 3 or 4)."""
     try:
-        _native(
-            path, "reading metadata", lambda r: (r.get_all_devices(), r.get_timeseries_metadata())
-        )
+        tsfile_meta.read(path)
     except FormatError:
         return False
     return True
@@ -584,7 +361,7 @@ def is_complete(path: str | os.PathLike[str]) -> bool:
 
 def devices(path: str | os.PathLike[str]) -> list[str]:
     """Sorted distinct devices, from the file's metadata index only."""
-    return _native(path, "listing devices", _device_list)
+    return list(tsfile_meta.read(path).devices)
 
 
 def row_count(path: str | os.PathLike[str]) -> int:
@@ -604,19 +381,13 @@ def inspect(path: str | os.PathLike[str]) -> FileInfo:
 
 
 def verify(path: str | os.PathLike[str]) -> FileInfo:
-    """The receiver's check (docs/design.md §1.3): whole framing, readable metadata, devices.
+    """The receiver's check (docs/design.md §1.3): the whole metadata, and the devices.
 
     Rows are not counted (``rows == -1``): that decodes every chunk, orders of
-    magnitude slower than this check (docs/performance.md), and the transfer's MD5
-    already proves the bytes are the sender's sealed file.
+    magnitude slower than this check, and the transfer's MD5 already proves the bytes
+    are the sender's sealed file.
     """
-
-    def run(reader: Any) -> FileInfo:
-        found = _device_list(reader)
-        reader.get_timeseries_metadata()
-        return FileInfo(devices=tuple(found), rows=-1)
-
-    return _native(path, "reading metadata", run)
+    return FileInfo(devices=tsfile_meta.read(path).devices, rows=-1)
 
 
 def to_arrow(path: str | os.PathLike[str]) -> pa.Table:

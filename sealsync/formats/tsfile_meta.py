@@ -1,0 +1,612 @@
+"""The TsFile on-disk metadata, read and checked in Python: format versions 3 and 4.
+
+Why: before the receiver accepts a file it must know that the file is a whole TsFile
+and which devices it holds (the ownership rule), for files of every IoTDB release
+from 0.12 on. The file's own metadata answers both, and walking all of it proves the
+file complete and consistent without decoding a page. The ``tsfile`` package's C++
+reader cannot serve here: it reads format 4 only, and it trusts what it reads (a bad
+length becomes a wild pointer), while received files are untrusted. This module
+reads the layouts as apache/tsfile's Java reader does (``TsFileSequenceReader`` and
+its format-3 deserializers; IoTDB 0.12/0.13's ``tsfile`` module writes format 3)::
+
+    "TsFile" <version>                         head: one byte 3 or 4
+    chunk groups                               data region: chunk headers and pages
+    0x02                                       separator, at ``meta_offset``
+    TimeseriesMetadata lists, index nodes      index region
+    TsFileMetadata                             ``meta_len`` bytes
+    <meta_len: int32> "TsFile"                 tail
+
+``TsFileMetadata`` holds the root of the index tree (format 3), or one root per
+table plus the table schemas (format 4), then ``meta_offset``, a bloom filter and
+(format 4) properties. The tree's device nodes lead to each device's measurement
+nodes, whose leaves lead to ``TimeseriesMetadata`` lists; each ``TimeseriesMetadata``
+lists its chunks' offsets. A device id is one string in format 3 and a list of
+segments in format 4 (rendered joined by dots, a null segment as ``null``).
+
+What is checked: magic at both ends, the version, every length and count against
+the bytes that hold it, every node's type for its level, every child offset inside
+the index region and in order, every entry's key equal to the first key below it,
+the nodes and ``TimeseriesMetadata`` lists tiling the index region exactly, every
+statistics block of its data type, and every chunk header at its offset: marker,
+measurement name, data type, encoding and compression codes, its data inside the
+data region, no two chunks overlapping. Hostile input costs at most a walk of the
+file's metadata: no recursion, no allocation larger than the file, every count
+bounded by the bytes left. What is not checked: page contents (TsFile has no
+checksums; the transfer's MD5 covers flipped bytes that still parse).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+from sealsync.errors import FormatError
+from sealsync.formats.common import one_line, unreadable
+
+KIND = "TsFile"
+MAGIC = b"TsFile"
+HEAD_LEN = len(MAGIC) + 1  # magic + version byte
+TAIL_LEN = 4 + len(MAGIC)  # int32 metadata length + magic
+VERSIONS = (3, 4)
+SEPARATOR = 0x02
+
+#: Version strings of the formats before 3 (six ASCII digits after the magic), and
+#: the IoTDB releases that write them; ``TSFileConfig`` of IoTDB 0.9 to 0.13.
+OLD_VERSIONS = {b"000001": (1, "IoTDB 0.9"), b"000002": (2, "IoTDB 0.10–0.11")}
+#: What IoTDB 0.8 wrote instead of magic and version.
+V08_HEAD = b"TsFilev0.8.0"
+
+# MetadataIndexNodeType
+INTERNAL_DEVICE, LEAF_DEVICE, INTERNAL_MEASUREMENT, LEAF_MEASUREMENT = 0, 1, 2, 3
+
+# TSDataType codes that may appear in a file (7 is UNKNOWN, never written)
+BOOLEAN, INT32, INT64, FLOAT, DOUBLE, TEXT, VECTOR = 0, 1, 2, 3, 4, 5, 6
+TIMESTAMP, DATE, BLOB, STRING = 8, 9, 10, 11
+DATA_TYPES = frozenset((0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11))
+#: TSEncoding codes (PLAIN .. RLBE).
+ENCODINGS = frozenset(range(14))
+#: CompressionType codes a writer can produce: UNCOMPRESSED, SNAPPY, GZIP, LZ4, ZSTD, LZMA2.
+COMPRESSIONS = frozenset((0, 1, 2, 7, 8, 9))
+#: ColumnCategory of a format-4 table schema: TAG, FIELD, ATTRIBUTE, TIME.
+COLUMN_CATEGORIES = frozenset(range(4))
+
+#: Bytes of a statistics block after its count, start and end time, per data type
+#: (variable for TEXT and STRING: int32-length binaries, 2 and 4 of them).
+_STAT_FIXED = {
+    BOOLEAN: 1 + 1 + 8,  # first, last, sum
+    INT32: 4 * 4 + 8,  # min, max, first, last, sum (int64)
+    DATE: 4 * 4 + 8,
+    INT64: 4 * 8 + 8,  # min, max, first, last, sum (double)
+    TIMESTAMP: 4 * 8 + 8,
+    FLOAT: 4 * 4 + 8,
+    DOUBLE: 5 * 8,
+    VECTOR: 0,  # the time column of an aligned device: times only
+    BLOB: 0,
+}
+_STAT_BINARIES = {TEXT: 2, STRING: 4}
+
+# Chunk header markers (MetaMarker): one or more pages, with the aligned-column masks.
+_CHUNK_KINDS = (0x01, 0x05)
+TIME_MASK, VALUE_MASK = 0x80, 0x40
+_MASKS = (0, TIME_MASK, VALUE_MASK)
+
+#: Longest walk of index nodes from a root to a leaf: a real tree of degree 256 is a
+#: few levels deep even for millions of devices and series.
+MAX_DEPTH = 32
+
+DeviceKey = bytes | tuple[bytes | None, ...]
+"""A device id as stored: one string (format 3) or its segments, None for null (4)."""
+_Entry = tuple[DeviceKey, int]  # an index entry: key (device id or measurement), offset
+_Node = tuple[list[_Entry], int, int]  # MetadataIndexNode: entries, end offset, type
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+_SMALL_FILE = 4 << 20
+"""Files up to this size are read whole at once; larger ones are mapped, so that only
+the pages holding chunk headers and metadata are read."""
+
+
+class Corrupt(Exception):
+    """The bytes contradict the format; the message says where. Internal: the file's
+    entry points turn it into one FormatError line."""
+
+
+class OldVersion(Exception):
+    """A TsFile of a format before 3; the message names the format and its writers."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the metadata says about a file that passed every check."""
+
+    version: int
+    devices: tuple[str, ...]  # sorted, distinct
+    series: int  # TimeseriesMetadata entries, an aligned device's time column included
+    chunks: int
+
+
+# --------------------------------------------------------------------------- primitives
+
+
+class _Cursor:
+    """Bounded reads of TsFile's serialisation primitives from ``data[pos:end]``.
+
+    Offsets are the file's: ``base`` is the file offset of ``data[0]``.
+    """
+
+    __slots__ = ("base", "data", "end", "pos")
+
+    def __init__(self, data: bytes, base: int, start: int, end: int) -> None:
+        self.data = data
+        self.base = base
+        self.pos = start - base
+        self.end = end - base
+
+    def at(self) -> int:
+        return self.base + self.pos
+
+    def left(self) -> int:
+        return self.end - self.pos
+
+    def u8(self) -> int:
+        pos = self.pos
+        if pos >= self.end:
+            raise Corrupt(f"ends early at {self.base + pos}")
+        self.pos = pos + 1
+        return self.data[pos]
+
+    def uvar(self) -> int:
+        """An unsigned varint of at most 32 bits (ReadWriteForEncodingUtils)."""
+        data, pos, end = self.data, self.pos, self.end
+        value = shift = 0
+        while True:
+            if pos >= end:
+                raise Corrupt(f"ends early at {self.base + pos}")
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                break
+            shift += 7
+            if shift > 28:
+                raise Corrupt(f"varint longer than 5 bytes at {self.base + pos}")
+        self.pos = pos
+        if value > 0xFFFFFFFF:
+            raise Corrupt(f"varint over 32 bits at {self.base + pos}")
+        return value
+
+    def var(self) -> int:
+        """A zig-zag varint: string lengths, where -1 means null."""
+        raw = self.uvar()
+        return ~(raw >> 1) if raw & 1 else raw >> 1
+
+    def count(self, min_size: int) -> int:
+        """An element count, each element at least ``min_size`` bytes: so bounded."""
+        n = self.uvar()
+        if n * min_size > self.left():
+            raise Corrupt(f"count {n} larger than its bytes at {self.at()}")
+        return n
+
+    def raw(self, n: int) -> bytes:
+        if n < 0 or n > self.end - self.pos:
+            raise Corrupt(f"length {n} out of range at {self.at()}")
+        pos = self.pos
+        self.pos = pos + n
+        return self.data[pos : pos + n]
+
+    def skip(self, n: int) -> None:
+        if n < 0 or n > self.end - self.pos:
+            raise Corrupt(f"length {n} out of range at {self.at()}")
+        self.pos += n
+
+    def var_bytes(self) -> bytes:
+        """A string with a zig-zag varint length (``ReadWriteIOUtils.readVarIntString``)."""
+        return self.raw(self.var())
+
+    def var_bytes_or_none(self) -> bytes | None:
+        """The same, where length -1 stands for null."""
+        n = self.var()
+        return None if n == -1 else self.raw(n)
+
+    def i32(self) -> int:
+        pos = self.pos
+        if self.end - pos < 4:
+            raise Corrupt(f"ends early at {self.base + pos}")
+        self.pos = pos + 4
+        value: int = _I32.unpack_from(self.data, pos)[0]
+        return value
+
+    def i64(self) -> int:
+        pos = self.pos
+        if self.end - pos < 8:
+            raise Corrupt(f"ends early at {self.base + pos}")
+        self.pos = pos + 8
+        value: int = _I64.unpack_from(self.data, pos)[0]
+        return value
+
+    def i32_bytes_or_none(self) -> bytes | None:
+        """A string with an int32 length, -1 for null (``ReadWriteIOUtils.readString``)."""
+        n = self.i32()
+        return None if n == -1 else self.raw(n)
+
+    def statistics(self, data_type: int) -> None:
+        """Skip one statistics block (``Statistics.deserialize``), bounds checked."""
+        self.uvar()  # count
+        self.skip(16)  # start and end time
+        fixed = _STAT_FIXED.get(data_type)
+        if fixed is not None:
+            self.skip(fixed)
+            return
+        for _ in range(_STAT_BINARIES[data_type]):
+            self.raw(self.i32())
+
+
+def _text(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Corrupt(f"{what} is not UTF-8") from None
+
+
+# --------------------------------------------------------------------------- the walk
+
+
+@dataclass
+class _Region:
+    """A region of the index to parse: a node, or a list of TimeseriesMetadata."""
+
+    start: int
+    end: int
+    kind: int  # the parent's node type: what the region holds
+    key: DeviceKey  # the parent's entry for it: the first key the region holds
+    device: int  # index into _Walk.device_ids, -1 above the leaf device level
+    depth: int
+
+
+class _Walk:
+    """One file's metadata walked and checked; the result is :meth:`summary`."""
+
+    def __init__(self, version: int, file: bytes | mmap.mmap) -> None:
+        self.version = version
+        self.file = file  # the whole file
+        self.data = b""  # what is being parsed: the whole file, or a copy of a part
+        self.base = 0  # the file offset of data[0]
+        self.meta_offset = 0
+        self.index_start = 0
+        self.index_end = 0
+        self.regions: list[tuple[int, int]] = []
+        self.device_ids: list[DeviceKey] = []
+        self.chunk_spans: list[tuple[int, int]] = []
+        self.aligned: set[int] = set()  # devices with a time column
+        self.series = 0
+        self.parsed = 0  # bytes of index regions walked: bounds the walk to the file
+
+    # ----------------------------------------------------------------- TsFileMetadata
+
+    def file_metadata(self, meta_start: int, meta_end: int) -> list[_Region]:
+        """Parse ``TsFileMetadata``; return the regions its root nodes point at."""
+        self._load(meta_start, meta_end)
+        cur = _Cursor(self.data, self.base, meta_start, meta_end)
+        roots: list[tuple[_Node, bytes | None]] = []
+        if self.version == 3:
+            roots.append((self._node_body(cur, device_level=True), None))
+        else:
+            for _ in range(cur.count(11)):  # table name -> root device node
+                table = cur.var_bytes()
+                roots.append((self._node_body(cur, device_level=True), table))
+            for _ in range(cur.count(2)):  # table name -> table schema
+                cur.var_bytes()
+                self._table_schema(cur)
+        self.meta_offset = cur.i64()
+        if cur.left():
+            self._bloom_filter(cur)
+        if self.version == 4 and cur.left():
+            count = cur.var()  # properties: key, value (a zig-zag varint count)
+            if not 0 <= 2 * count <= cur.left():
+                raise Corrupt(f"bad property count {count}")
+            for _ in range(count):
+                cur.var_bytes_or_none()
+                cur.var_bytes_or_none()
+        if cur.left():
+            raise Corrupt(f"{cur.left()} bytes left over after the file metadata")
+        if not HEAD_LEN <= self.meta_offset < meta_start:
+            raise Corrupt(f"meta offset {self.meta_offset} outside the file body")
+        self.index_start = self.meta_offset + 1
+        self.index_end = meta_start
+        self._load(self.index_start, meta_start)
+        pending = []
+        for (entries, end_offset, node_type), table_name in roots:
+            if node_type not in (INTERNAL_DEVICE, LEAF_DEVICE):
+                raise Corrupt(f"root index node of type {node_type}, not a device node")
+            if table_name is not None and entries:
+                first = entries[0][0]
+                if not isinstance(first, tuple) or first[0] != table_name:
+                    raise Corrupt("the index of a table starts with another table's device")
+            pending.extend(self._children(entries, end_offset, node_type, -1, 0))
+        return pending
+
+    @staticmethod
+    def _table_schema(cur: _Cursor) -> None:
+        for _ in range(cur.count(12)):  # columns: MeasurementSchema + category
+            cur.i32_bytes_or_none()
+            if cur.u8() not in DATA_TYPES:
+                raise Corrupt(f"bad column data type at {cur.at() - 1}")
+            if cur.u8() not in ENCODINGS:
+                raise Corrupt(f"bad column encoding at {cur.at() - 1}")
+            if cur.u8() not in COMPRESSIONS:
+                raise Corrupt(f"bad column compression at {cur.at() - 1}")
+            props = cur.i32()  # a key and a value each, int32 lengths
+            if not 0 <= props * 8 <= cur.left():
+                raise Corrupt(f"bad column property count at {cur.at() - 4}")
+            for _ in range(2 * props):
+                cur.i32_bytes_or_none()
+            if cur.i32() not in COLUMN_CATEGORIES:
+                raise Corrupt(f"bad column category at {cur.at() - 4}")
+
+    def _load(self, start: int, end: int) -> None:
+        """Make ``data`` hold the file's bytes ``[start, end)``: a copy out of a mapped
+        file (indexing bytes is faster than indexing a map), the file itself if read."""
+        if isinstance(self.file, bytes):
+            self.data, self.base = self.file, 0
+        else:
+            self.data, self.base = self.file[start:end], start
+
+    def _bloom_filter(self, cur: _Cursor) -> None:
+        """Its bytes, then its size and hash count (format 4: only if it has bytes)."""
+        size = cur.uvar()
+        cur.skip(size)
+        if size or self.version == 3:
+            cur.uvar()
+            cur.uvar()
+
+    # ------------------------------------------------------------------ index nodes
+
+    def _device_id(self, cur: _Cursor) -> DeviceKey:
+        """Format 3: ``PlainDeviceID``, one string; 4: ``StringArrayDeviceID``."""
+        if self.version == 3:
+            return cur.var_bytes()
+        n = cur.count(1)
+        if n == 0:
+            return (b"",)
+        return tuple(cur.var_bytes_or_none() for _ in range(n))
+
+    def _node_body(self, cur: _Cursor, device_level: bool) -> _Node:
+        """``MetadataIndexNode``: entries (device id or measurement name, offset), end
+        offset, node type."""
+        entries: list[_Entry] = []
+        for _ in range(cur.count(9)):
+            key = self._device_id(cur) if device_level else cur.var_bytes()
+            entries.append((key, cur.i64()))
+        end_offset = cur.i64()
+        return entries, end_offset, cur.u8()
+
+    def _children(
+        self,
+        entries: list[_Entry],
+        end_offset: int,
+        node_type: int,
+        device: int,
+        depth: int,
+    ) -> list[_Region]:
+        """The regions a node's entries point at: each runs to the next entry's offset,
+        the last to the node's end offset."""
+        regions = []
+        bounds = [offset for _, offset in entries] + [end_offset]
+        for i, (key, offset) in enumerate(entries):
+            dev = device
+            if node_type == LEAF_DEVICE:
+                dev = len(self.device_ids)
+                self.device_ids.append(key)
+            regions.append(_Region(offset, bounds[i + 1], node_type, key, dev, depth + 1))
+        self._check_bounds(bounds)
+        return regions
+
+    def _check_bounds(self, bounds: list[int]) -> None:
+        if len(bounds) < 2:
+            return
+        if bounds[0] < self.index_start or bounds[-1] > self.index_end:
+            raise Corrupt("index offset outside the index region")
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            if a >= b:
+                raise Corrupt("index offsets out of order")
+
+    def walk(self, pending: list[_Region]) -> None:
+        stack = pending[::-1]
+        while stack:
+            region = stack.pop()
+            self.regions.append((region.start, region.end))
+            self.parsed += region.end - region.start
+            if self.parsed > self.index_end - self.index_start:
+                raise Corrupt("index regions overlap")
+            if region.kind == LEAF_MEASUREMENT:
+                self._series_list(region)
+                continue
+            if region.depth > MAX_DEPTH:
+                raise Corrupt("index tree deeper than any writer makes it")
+            cur = _Cursor(self.data, self.base, region.start, region.end)
+            device_level = region.kind == INTERNAL_DEVICE
+            entries, end_offset, node_type = self._node_body(cur, device_level)
+            if cur.left():
+                raise Corrupt(f"index node at {region.start} shorter than its region")
+            allowed = (
+                (INTERNAL_DEVICE, LEAF_DEVICE)
+                if device_level
+                else (INTERNAL_MEASUREMENT, LEAF_MEASUREMENT)
+            )
+            if node_type not in allowed:
+                raise Corrupt(f"index node at {region.start} of type {node_type} at that level")
+            if not entries:
+                raise Corrupt(f"empty index node at {region.start}")
+            if region.kind != LEAF_DEVICE and entries[0][0] != region.key:
+                raise Corrupt(f"index node at {region.start} does not start with its key")
+            children = self._children(entries, end_offset, node_type, region.device, region.depth)
+            stack.extend(reversed(children))
+
+    # ----------------------------------------------------------- TimeseriesMetadata
+
+    def _series_list(self, region: _Region) -> None:
+        """A run of ``TimeseriesMetadata`` filling the region, and every chunk they list."""
+        cur = _Cursor(self.data, self.base, region.start, region.end)
+        first = True
+        while cur.left():
+            kind = cur.u8()
+            name = cur.var_bytes()
+            if first and name != region.key:
+                raise Corrupt(f"series at {region.start} does not match its index entry")
+            first = False
+            data_type = cur.u8()
+            mask = self._chunk_mask(kind, data_type, region.device, cur.at())
+            size = cur.uvar()
+            cur.statistics(data_type)
+            if size > cur.left():
+                raise Corrupt(f"chunk list of series at {cur.at()} longer than its region")
+            chunks = _Cursor(self.data, self.base, cur.at(), cur.at() + size)
+            cur.skip(size)
+            per_chunk_stats = kind & 0x3F
+            while chunks.left():
+                offset = chunks.i64()
+                if per_chunk_stats:
+                    chunks.statistics(data_type)
+                self._chunk_header(offset, name, data_type, mask)
+            self.series += 1
+
+    def _chunk_mask(self, kind: int, data_type: int, device: int, at: int) -> int:
+        """The aligned-column mask the series' chunk headers must carry.
+
+        The time column of an aligned device has data type VECTOR; the Java writer also
+        marks it, and its value columns, in the series' kind byte, the C++ writer does
+        not. So a device whose series list holds a VECTOR column is aligned, and the
+        chunk headers (which every writer marks) must agree.
+        """
+        mask = kind & 0xC0
+        if kind & 0x3F not in (0, 1) or mask not in _MASKS:
+            raise Corrupt(f"bad series kind {kind} at {at}")
+        if data_type not in DATA_TYPES:
+            raise Corrupt(f"bad series data type {data_type} at {at}")
+        if data_type == VECTOR:
+            if mask == VALUE_MASK:
+                raise Corrupt(f"value column of data type VECTOR at {at}")
+            self.aligned.add(device)
+            return TIME_MASK
+        if mask == TIME_MASK:
+            raise Corrupt(f"time column of data type {data_type} at {at}")
+        return VALUE_MASK if mask or device in self.aligned else 0
+
+    def _chunk_header(self, offset: int, name: bytes, data_type: int, mask: int) -> None:
+        """The chunk header a ChunkMetadata points at, and its data inside the data region."""
+        limit = self.meta_offset
+        if not HEAD_LEN <= offset < limit:
+            raise Corrupt(f"chunk offset {offset} outside the data region")
+        window = 14 + len(name)  # marker, name length, name, data size, three codes
+        cur = _Cursor(self.file[offset : min(offset + window, limit)], offset, offset, limit)
+        cur.end = min(cur.end, len(cur.data))
+        marker = cur.u8()
+        if marker & 0x3F not in _CHUNK_KINDS or marker & 0xC0 != mask:
+            raise Corrupt(f"no chunk header at {offset} (marker {marker})")
+        if cur.var_bytes() != name:
+            raise Corrupt(f"chunk at {offset} is not of the series that lists it")
+        size = cur.uvar()
+        if cur.u8() != data_type:
+            raise Corrupt(f"chunk at {offset} of another data type than its series")
+        if cur.u8() not in COMPRESSIONS:
+            raise Corrupt(f"chunk at {offset} has an unknown compression")
+        if cur.u8() not in ENCODINGS:
+            raise Corrupt(f"chunk at {offset} has an unknown encoding")
+        end = cur.at() + size
+        if end > limit:
+            raise Corrupt(f"chunk at {offset} runs past the data region")
+        self.chunk_spans.append((offset, end))
+
+    # ----------------------------------------------------------------- the result
+
+    def finish(self) -> Summary:
+        self.regions.sort()
+        at = self.index_start
+        for start, end in self.regions:
+            if start != at:
+                raise Corrupt("index regions overlap or leave a gap")
+            at = end
+        if at != self.index_end:
+            raise Corrupt("index regions do not reach the file metadata")
+        self.chunk_spans.sort()
+        for (_, end), (start, _) in zip(self.chunk_spans, self.chunk_spans[1:], strict=False):
+            if start < end:
+                raise Corrupt(f"chunks overlap at {start}")
+        if len(set(self.device_ids)) != len(self.device_ids):
+            raise Corrupt("a device is listed twice")
+        names = {self._device_name(d) for d in self.device_ids}
+        return Summary(self.version, tuple(sorted(names)), self.series, len(self.chunk_spans))
+
+    @staticmethod
+    def _device_name(device: DeviceKey) -> str:
+        if isinstance(device, bytes):
+            return _text(device, "device id")
+        return ".".join("null" if s is None else _text(s, "device id") for s in device)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def parse(file: bytes | mmap.mmap) -> Summary:
+    """Check a whole file's bytes; :class:`Corrupt` or :class:`OldVersion` if wrong."""
+    size = len(file)
+    head = file[: len(V08_HEAD)]
+    if head[: len(MAGIC)] != MAGIC:
+        raise Corrupt("no TsFile magic at the head" if size else "empty file")
+    _check_version(head)
+    if size < HEAD_LEN + TAIL_LEN or file[size - len(MAGIC) :] != MAGIC:
+        raise Corrupt("no TsFile magic at the tail (truncated?)")
+    (meta_len,) = _I32.unpack_from(file, size - TAIL_LEN)
+    meta_start = size - TAIL_LEN - meta_len
+    if meta_len <= 0 or meta_start <= HEAD_LEN:
+        raise Corrupt(f"metadata length {meta_len} does not fit the file")
+    walk = _Walk(head[len(MAGIC)], file)
+    try:
+        pending = walk.file_metadata(meta_start, size - TAIL_LEN)
+        if file[walk.meta_offset] != SEPARATOR:
+            raise Corrupt("meta offset does not point at the index separator")
+        walk.walk(pending)
+        return walk.finish()
+    except Corrupt as exc:
+        raise Corrupt(f"metadata corrupt: {exc}") from None
+
+
+def _check_version(head: bytes) -> None:
+    if head == V08_HEAD:
+        raise OldVersion(
+            "TsFile format of IoTDB 0.8 is not supported; upgrade the data through "
+            "IoTDB 0.10 and then 0.12 or 0.13, which rewrite it as format 3"
+        )
+    old = OLD_VERSIONS.get(head[len(MAGIC) : len(MAGIC) + 6])
+    if old is not None:
+        number, writers = old
+        then = "" if number == 2 else "IoTDB 0.10 or 0.11 (to format 2) and then "
+        raise OldVersion(
+            f"TsFile format version {number} (written by {writers}) is not supported; "
+            f"upgrade the data with {then}IoTDB 0.12 or 0.13 (started on the old data "
+            "directories, it rewrites such files as format 3), then send the new files"
+        )
+    version = head[len(MAGIC)] if len(head) > len(MAGIC) else -1
+    if version not in VERSIONS:
+        raise Corrupt(f"unknown TsFile version byte {version}")
+
+
+def read(path: str | os.PathLike[str]) -> Summary:
+    """Check a TsFile's whole metadata; FormatError naming the file and the cause."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            if size <= _SMALL_FILE:
+                return parse(os.pread(fd, size, 0))
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+                return parse(mapped)
+    except Corrupt as exc:
+        raise unreadable(path, KIND, str(exc)) from None
+    except OldVersion as exc:
+        raise FormatError(f"{os.fspath(path)}: {exc}") from None
+    except OSError as exc:
+        raise unreadable(path, KIND, one_line(exc)) from exc
