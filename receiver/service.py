@@ -11,10 +11,11 @@
 3. sets ``TCP_NODELAY`` (paramiko never does; without it a verdict per file waits
    for Nagle + delayed ACK, a few dozen files a second instead of hundreds,
    docs/design.md §5.1);
-4. runs a paramiko server ``Transport`` announcing ``SSH-2.0-sealsync`` (no library
-   name or version for a scanner to match), with the host key, AES-GCM first, an
-   8 MiB window and 64 KiB packets (the measured best), public-key auth only, at most
-   ``MAX_AUTH_TRIES`` keys tried per connection, and keepalives (``client_alive_*``,
+4. runs a paramiko server ``Transport`` (:mod:`receiver.ssh_server`) announcing
+   ``SSH-2.0-sealsync`` (no library name or version for a scanner to match), with the
+   host key, AES-GCM first, a window and packets large enough to keep a LAN link full,
+   public-key auth only, at most ``MAX_AUTH_TRIES`` keys tried per connection, and
+   keepalives (``client_alive_*``,
    :mod:`sealsync.keepalive`) that close it once the sender has gone silent, so a
    dead link frees its session;
 5. gives it ``login_grace_time`` from accept to open the ``sealsync`` subsystem on one
@@ -32,9 +33,7 @@ unfinished rounds (``recover_all``) before accepting anything, and serves
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import socket
 import threading
 import time
@@ -43,41 +42,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import paramiko
-from paramiko.common import (
-    AUTH_FAILED,
-    AUTH_SUCCESSFUL,
-    OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED,
-    OPEN_SUCCEEDED,
-)
 
-from receiver import chunk_pipe
 from receiver.auth import AuthorizedKeys, SenderKeys, is_allowed, peer_address
-from receiver.incoming import TEMP_PREFIX, sync_method_in_effect
+from receiver.incoming import sync_method_in_effect
 from receiver.inspect_pool import InspectPool, verify_in_worker
-from receiver.layout import RECEIVER_FOLDER
-from receiver.limits import Admission, ByteLedger, Outcome, Quota, SlotCounter, Startup
+from receiver.limits import Admission, Outcome, SlotCounter, Startup
 from receiver.load.owners import DeviceOwners
 from receiver.lock import StorageLock
 from receiver.metrics import MetricsServer, ReceiverMetrics
-from receiver.partials import PARTIAL_FOLDER
 from receiver.recover.replay import recover_all
 from receiver.rounds import Rounds
 from receiver.schema import SchemaStore
 from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext
-from receiver.session_limits import SessionLimits
+from receiver.session_limits import limits_for
+from receiver.ssh_server import POLL, SshServer, server_transport, wait_for_subsystem
 from receiver.storage import DirectoryStorage, Storage
 from sealsync.config import ReceiverConfig, format_endpoint
 from sealsync.errors import SealsyncError, listen_error
 from sealsync.keepalive import ActivitySocket, Keepalive
-from sealsync.keys import fingerprint
 from sealsync.protocol import (
-    SSH_MAX_PACKET_SIZE,
-    SSH_WINDOW_SIZE,
     SUBSYSTEM,
     Error,
     ErrorCode,
     channel_stream,
-    preferred_ciphers,
     receive,
     send,
 )
@@ -88,33 +75,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(f"sealsync.{__name__}")
 
 BUSY_REPLY_TIMEOUT = 5.0
-MAX_AUTH_TRIES = 6
-"""Keys one connection may try (OpenSSH's ``MaxAuthTries``); more and it is closed."""
-SSH_VERSION = "SSH-2.0-sealsync"
-"""The version line the server announces: names the protocol, not the library."""
 STOP_JOIN_TIMEOUT = 5.0
-_POLL = 0.2
-
-
-SSH_LOG = "sealsync.receiver.ssh"
-
-
-class _PeerGone(logging.Filter):
-    """paramiko logs any failure of one connection (a peer's abrupt disconnect, a port
-    probe that never sends a banner, a failed handshake) as ERROR lines with a
-    traceback, and every connection's handshake at INFO; for a server that is routine
-    (a sender killed by cron, a health check, a port scanner) and says nothing about
-    the service, which logs each connection's outcome itself. So all of it is
-    demoted to DEBUG: visible with ``-v``, out of the way otherwise. The logger let
-    the record through at its original level, so the demoted level is checked here."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.DEBUG:
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
-
-
-logging.getLogger(SSH_LOG).addFilter(_PeerGone())
 
 
 def load_host_key(path: Path) -> paramiko.PKey:
@@ -125,87 +86,6 @@ def load_host_key(path: Path) -> paramiko.PKey:
         raise SealsyncError(f"host key {path} does not exist") from None
     except (OSError, ValueError, paramiko.SSHException) as exc:
         raise SealsyncError(f"cannot load host key {path}: {exc}") from None
-
-
-class _SshServer(paramiko.ServerInterface):
-    """Policy for one connection: public keys only, one session, one subsystem."""
-
-    def __init__(
-        self,
-        authorized: AuthorizedKeys,
-        peer_ip: str,
-        metrics: ReceiverMetrics,
-        admission: Admission | None = None,
-        startup: Startup | None = None,
-    ) -> None:
-        self.authorized = authorized
-        self.peer_ip = peer_ip
-        self.metrics = metrics
-        self.admission = admission
-        self.startup = startup
-        self.key_fingerprint = ""
-        self.authenticated = False
-        self.auth_failures = 0
-        self.channel_opened = False
-        self.handler: _Handler | None = None
-        self.started = threading.Event()
-
-    def get_allowed_auths(self, username: str) -> str:
-        return "publickey"
-
-    def check_auth_none(self, username: str) -> int:
-        return AUTH_FAILED
-
-    def check_auth_password(self, username: str, password: str) -> int:
-        return AUTH_FAILED
-
-    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        if self.auth_failures >= MAX_AUTH_TRIES:
-            return AUTH_FAILED  # the connection thread closes it
-        if self.authorized.allows(key.asbytes()):
-            self.key_fingerprint = fingerprint(key)
-            self.authenticated = True
-            if self.admission is not None and self.startup is not None:
-                self.admission.authenticated(self.startup)
-            return AUTH_SUCCESSFUL
-        self.auth_failures += 1
-        log.warning("%s: public key %s not authorized", self.peer_ip, fingerprint(key))
-        self.metrics.refused("key")
-        return AUTH_FAILED
-
-    def check_channel_request(self, kind: str, chanid: int) -> int:
-        if kind == "session" and not self.channel_opened:
-            self.channel_opened = True
-            return OPEN_SUCCEEDED
-        return OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
-
-    def check_channel_subsystem_request(self, channel: paramiko.Channel, name: str) -> bool:
-        if name != SUBSYSTEM or self.handler is not None:
-            return False
-        chunk_pipe.install(channel)  # before the session thread can start reading
-        return bool(super().check_channel_subsystem_request(channel, name))
-
-    def attach(self, handler: _Handler) -> None:
-        self.handler = handler
-
-
-class _Handler(paramiko.SubsystemHandler):
-    """The ``sealsync`` subsystem of one channel: runs the session on its own thread."""
-
-    def __init__(
-        self, channel: paramiko.Channel, name: str, server: _SshServer, service: ReceiverService
-    ) -> None:
-        super().__init__(channel, name, server)
-        self.daemon = True
-        self.name = f"sealsync-session-{server.peer_ip}"
-        self.service = service
-        server.attach(self)
-
-    def start_subsystem(self, name: str, transport: paramiko.Transport, channel: Any) -> None:
-        server = self.get_server()
-        assert isinstance(server, _SshServer)
-        server.started.set()  # the thread runs: the connection thread may join it now
-        self.service._run_session(channel, server)
 
 
 class ReceiverService:
@@ -239,7 +119,8 @@ class ReceiverService:
             [("schema", config.schema_dir), *(("data", d) for d in config.data_dirs)]
         )
         self._metrics_server: MetricsServer | None = None
-        limits = self._session_limits(config)  # before any worker starts: it may refuse
+        # before any worker starts: it may refuse
+        limits = limits_for(config, self.storage)
         self._pool: InspectPool | None = None
         inspect_many = None
         if inspect is None:
@@ -280,41 +161,6 @@ class ReceiverService:
         self._connections: dict[threading.Thread, paramiko.Transport | None] = {}
         self._sessions = 0
         self._state = "new"  # new -> running -> stopped
-
-    def _session_limits(self, config: ReceiverConfig) -> SessionLimits:
-        quota = None
-        if config.sender_quota_bytes:
-            if getattr(self.storage, "usage", None) is None:
-                raise SealsyncError(
-                    "sender_quota_bytes needs a storage that can measure a sender's files "
-                    "(a usage(sender) method, as DirectoryStorage has)"
-                )
-            quota = Quota(config.sender_quota_bytes, self._stored_bytes)
-        return SessionLimits(
-            sender_sessions=SlotCounter(config.max_sessions_per_sender),
-            partial=ByteLedger(config.max_partial_bytes),
-            quota=quota,
-            # inside a frame the receiver never waits longer than between frames
-            stall_timeout=min(config.stall_timeout, config.idle_timeout),
-            min_transfer_rate=config.min_transfer_rate,
-        )
-
-    def _stored_bytes(self, uuid: str) -> int:
-        """What ``uuid`` holds here: its loaded files, and staged ones waiting to load."""
-        total = int(self.storage.usage(uuid))  # type: ignore[attr-defined]
-        for data_dir in self.config.data_dirs:
-            for folder in (Path(data_dir) / RECEIVER_FOLDER).glob(f"*_{uuid}"):
-                for here, _dirs, files in itertools.chain(
-                    os.walk(folder / "data"), os.walk(folder / PARTIAL_FOLDER)
-                ):
-                    for name in files:
-                        if name.startswith(TEMP_PREFIX):
-                            continue  # unfinished uploads: counted by max_partial_bytes
-                        try:
-                            total += os.lstat(os.path.join(here, name)).st_size
-                        except OSError:
-                            pass  # loaded or removed meanwhile
-        return total
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -375,7 +221,7 @@ class ReceiverService:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
             family = infos[0][0]
             listener = socket.create_server((host, port), family=family, backlog=64)
-            listener.settimeout(_POLL)  # the accept loop checks for stop() between waits
+            listener.settimeout(POLL)  # the accept loop checks for stop() between waits
             return listener
         except OSError as exc:
             raise listen_error(
@@ -436,7 +282,7 @@ class ReceiverService:
             except OSError:
                 if self._state == "running":
                     log.exception("accept failed")
-                    time.sleep(_POLL)
+                    time.sleep(POLL)
                     continue
                 return
             try:
@@ -488,23 +334,25 @@ class ReceiverService:
     ) -> None:
         me = threading.current_thread()
         transport: paramiko.Transport | None = None
-        server: _SshServer | None = None
+        server: SshServer | None = None
         keepalive: Keepalive | None = None
         outcome = Outcome.NO_AUTH
         try:
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             watched = ActivitySocket(sock)
-            transport = self._make_transport(watched)
-            server = _SshServer(self._authorized, peer_ip, self.metrics, self.admission, startup)
+            assert self._host_key is not None
+            grace = self.config.login_grace_time
+            transport = server_transport(watched, self._host_key, grace, self._run_session)
+            server = SshServer(self._authorized, peer_ip, self.metrics, self.admission, startup)
             with self._lock:
                 if self._state != "running":
                     return
                 self._connections[me] = transport
             transport.start_server(event=threading.Event(), server=server)  # returns at once
             keepalive = self._keepalive(transport, watched, peer_ip)
-            outcome = self._wait_for_subsystem(
-                transport, server, accepted + self.config.login_grace_time
+            outcome = wait_for_subsystem(
+                transport, server, accepted + grace, lambda: self._state == "running"
             )
             if not server.started.is_set():
                 if outcome is Outcome.GRACE_EXCEEDED or (
@@ -522,7 +370,7 @@ class ReceiverService:
             assert server.handler is not None
             server.handler.join()
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            # A port probe, a scanner, a sender killed mid-handshake: routine (see _PeerGone).
+            # A port probe, a scanner, a sender killed mid-handshake: routine (receiver.ssh_server).
             log.debug("%s: connection ended: %s", peer_ip, exc or type(exc).__name__)
         except Exception:
             log.exception("%s: connection failed", peer_ip)
@@ -560,41 +408,7 @@ class ReceiverService:
             log=log,
         ).start()
 
-    def _make_transport(self, sock: ActivitySocket) -> paramiko.Transport:
-        transport = paramiko.Transport(
-            sock,  # type: ignore[arg-type]  # socket-like, as paramiko allows
-            default_window_size=SSH_WINDOW_SIZE,
-            default_max_packet_size=SSH_MAX_PACKET_SIZE,
-        )
-        options = transport.get_security_options()
-        options.ciphers = preferred_ciphers(options.ciphers)
-        assert self._host_key is not None
-        transport.set_log_channel(SSH_LOG)  # under sealsync's logger, with _PeerGone
-        transport.local_version = SSH_VERSION
-        transport.add_server_key(self._host_key)
-        transport.set_subsystem_handler(SUBSYSTEM, _Handler, self)
-        grace = self.config.login_grace_time  # the connection thread enforces it exactly
-        transport.banner_timeout = grace
-        transport.handshake_timeout = grace
-        transport.auth_timeout = grace
-        return transport
-
-    def _wait_for_subsystem(
-        self, transport: paramiko.Transport, server: _SshServer, deadline: float
-    ) -> Outcome:
-        """Wait until ``deadline`` for auth, a channel and the subsystem; how it went."""
-        while not server.started.wait(_POLL):
-            if server.auth_failures >= MAX_AUTH_TRIES:
-                return Outcome.AUTH_FAILED
-            if not transport.is_active() or self._state != "running":
-                break
-            if time.monotonic() >= deadline:
-                return Outcome.AUTHENTICATED if server.authenticated else Outcome.GRACE_EXCEEDED
-        if server.authenticated or server.started.is_set():
-            return Outcome.AUTHENTICATED
-        return Outcome.AUTH_FAILED if server.auth_failures else Outcome.NO_AUTH
-
-    def _run_session(self, channel: paramiko.Channel, server: _SshServer) -> None:
+    def _run_session(self, channel: paramiko.Channel, server: SshServer) -> None:
         """Runs on the subsystem's thread; never raises."""
         fp = server.key_fingerprint
         refusal = None

@@ -49,7 +49,6 @@ from sealsync import __version__, durable
 from sealsync.crashpoints import crash_point
 from sealsync.durable import SYNCFS
 from sealsync.errors import FormatError, SealsyncError
-from sealsync.units import human_bytes
 from sealsync.printable import printable
 from sealsync.protocol import (
     MAX_FILE_SIZE,
@@ -84,6 +83,7 @@ from sealsync.protocol import (
     Welcome,
     encode,
 )
+from sealsync.units import human_bytes
 
 if TYPE_CHECKING:
     from sealsync.formats import FileInfo

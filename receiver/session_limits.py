@@ -16,12 +16,20 @@ whatever way a session ends it gives back exactly what it took.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from receiver.incoming import TEMP_PREFIX
+from receiver.layout import RECEIVER_FOLDER
 from receiver.limits import ByteLedger, Quota, SlotCounter
-from receiver.partials import PartialStore
+from receiver.partials import PARTIAL_FOLDER, PartialStore
+from receiver.storage import Storage
+from sealsync.config import ReceiverConfig
+from sealsync.errors import SealsyncError
 from sealsync.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger(f"sealsync.{__name__}")
@@ -41,6 +49,48 @@ class SessionLimits:
     """A frame or file stream with less than ``min_transfer_rate`` bytes a second over
     this many seconds has stalled; None: only the channel's idle timeout applies."""
     min_transfer_rate: int = 1
+
+
+def limits_for(config: ReceiverConfig, storage: Storage) -> SessionLimits:
+    """The limits ``config`` sets, counted over ``storage``; SealsyncError if it sets a
+    quota that ``storage`` cannot measure."""
+    quota = None
+    if config.sender_quota_bytes:
+        usage = getattr(storage, "usage", None)
+        if usage is None:
+            raise SealsyncError(
+                "sender_quota_bytes needs a storage that can measure a sender's files "
+                "(a usage(sender) method, as DirectoryStorage has)"
+            )
+        data_dirs = list(config.data_dirs)
+        quota = Quota(config.sender_quota_bytes, lambda uuid: stored_bytes(usage, data_dirs, uuid))
+    return SessionLimits(
+        sender_sessions=SlotCounter(config.max_sessions_per_sender),
+        partial=ByteLedger(config.max_partial_bytes),
+        quota=quota,
+        # inside a frame the receiver never waits longer than between frames
+        stall_timeout=min(config.stall_timeout, config.idle_timeout),
+        min_transfer_rate=config.min_transfer_rate,
+    )
+
+
+def stored_bytes(usage: Callable[[str], int], data_dirs: Sequence[Path], uuid: str) -> int:
+    """What ``uuid`` holds here: its loaded files (``usage``, the storage's count), and
+    staged ones waiting to load."""
+    total = int(usage(uuid))
+    for data_dir in data_dirs:
+        for folder in (Path(data_dir) / RECEIVER_FOLDER).glob(f"*_{uuid}"):
+            for here, _dirs, files in itertools.chain(
+                os.walk(folder / "data"), os.walk(folder / PARTIAL_FOLDER)
+            ):
+                for name in files:
+                    if name.startswith(TEMP_PREFIX):
+                        continue  # unfinished uploads: counted by max_partial_bytes
+                    try:
+                        total += os.lstat(os.path.join(here, name)).st_size
+                    except OSError:
+                        pass  # loaded or removed meanwhile
+    return total
 
 
 class SessionAdmission:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from receiver.lock import LOCK_NAME, ReceiverLocked, StorageLock, holder
 from receiver.metrics import REFUSALS, MetricsServer, ReceiverMetrics
 from receiver.serve import IsoFormatter
-from receiver.service import SSH_LOG
+from receiver.ssh_server import SSH_LOG
 from sealsync.errors import EXIT_LOCKED, SealsyncError
 
 
