@@ -1,11 +1,12 @@
-"""One ``sealsync send`` run: an attempt per receiver, each recorded however it ends.
+"""One send (one ``sealsync send`` process): an attempt per receiver, each recorded
+however it ends (the words are docs/design.md §1.1's).
 
-An attempt is the lock, then the round (:mod:`sender.round`). It ends one of four
+An attempt is the lock, then one round per data dir (:mod:`sender.round`). It ends one of four
 ways (:mod:`sender.manage.history`): *ok*; *failed* (the receiver down or refusing,
 a file here that cannot be written, a round that left files unsynced); *busy*
 (another sender holds the lock); *interrupted* (Ctrl-C or SIGTERM — the round's own
-clean-up has run by then, as it does on any error, so the next run recovers). Every
-one is appended to the receiver's history before the run moves on, and after the
+clean-up has run by then, as it does on any error, so the next send recovers). Every
+one is appended to the receiver's history before the send moves on, and after the
 last one the metrics textfile is rewritten from the histories.
 
 Nothing here prints: the CLI words what the results say.
@@ -93,7 +94,7 @@ class AttemptResult:
 
 
 @dataclass
-class SendRun:
+class SendResult:
     """Every attempt of one ``sealsync send``, in receiver order."""
 
     results: list[AttemptResult] = field(default_factory=list)
@@ -115,7 +116,7 @@ class SendRun:
 
     @property
     def exit_code(self) -> int:
-        """The run's exit code: an interruption's; else the one code all failures share,
+        """The send's exit code: an interruption's; else the one code all failures share,
         or 1 when they differ; 1 when nothing failed but a record could not be written."""
         if self.interrupted is not None:
             return interrupt_exit_code(self.interrupted)
@@ -146,7 +147,7 @@ def send_all(
     ),
     each: Callable[[AttemptResult], None] = lambda r: None,
     reconcile: bool = False,
-) -> SendRun:
+) -> SendResult:
     """An attempt per receiver, all at once (:mod:`sender.fleet`), then the metrics.
 
     ``progress_for(receiver, stream)`` makes a round's progress display, drawing on
@@ -156,11 +157,11 @@ def send_all(
     """
     from sender.fleet import Lane, run_fleet
 
-    run = SendRun()
+    sent = SendResult()
     try:
         check_data_dirs(config)
     except ConfigError as exc:
-        run.preflight = exc
+        sent.preflight = exc
     done: dict[int, AttemptResult] = {}
     index = {id(r): i for i, r in enumerate(receivers)}
 
@@ -169,7 +170,7 @@ def send_all(
             config,
             lane.receiver,
             progress=progress_for(lane.receiver, lane.progress),
-            preflight=run.preflight,
+            preflight=sent.preflight,
             cancel=lane.cancel,
             reconcile=reconcile,
         )
@@ -179,9 +180,9 @@ def send_all(
     try:
         run_fleet(receivers, one)
     except KeyboardInterrupt as exc:
-        run.interruption = exc
-    run.results = [done[i] for i in sorted(done)]
-    for result in run.results:
+        sent.interruption = exc
+    sent.results = [done[i] for i in sorted(done)]
+    for result in sent.results:
         each(result)
     if config.metrics_textfile is not None:
         from sender.metrics import write_sender_metrics
@@ -189,8 +190,8 @@ def send_all(
         try:
             write_sender_metrics(config)
         except LocalIOError as exc:
-            run.metrics_error = str(exc)
-    return run
+            sent.metrics_error = str(exc)
+    return sent
 
 
 def run_attempt(
@@ -209,7 +210,7 @@ def run_attempt(
     said what it has to say.
     """
     from sender.lock import receiver_lock
-    from sender.round import run_round
+    from sender.round import sync_to_receiver
 
     start = time.time()
     report: RoundReport | None = None
@@ -219,7 +220,7 @@ def run_attempt(
             raise preflight
         with receiver_lock(config.schema_dir, receiver.host, receiver.port):
             report = new_report(receiver.name, receiver.address, config.data_dirs)
-            report = run_round(
+            report = sync_to_receiver(
                 config,
                 receiver,
                 progress=progress,

@@ -1,24 +1,25 @@
-"""Rounds to several receivers at once: one thread per ``[[receiver]]``.
+"""Attempts at several receivers at once, one thread per ``[[receiver]]``: a send's
+fleet (docs/design.md §1.1).
 
-Each receiver's round keeps what it has when it runs alone — its own lock, snapshot,
+Each receiver's attempt keeps what it has when it runs alone — its own lock, snapshot,
 state folder, connection and bandwidth cap — so running them side by side changes
-nothing in any of them, and a slow or dead receiver delays only its own round: the
+nothing in any of them, and a slow or dead receiver delays only its own attempt: the
 others finish and record their state while it waits out its timeouts and retries.
 
-What the rounds of one process do share is handled here:
+What the attempts of one process do share is handled here:
 
-- **progress**: one terminal line shows every running round; each round's
+- **progress**: one terminal line shows every running attempt; each attempt's
   ``TerminalProgress`` writes into its own part of it (:class:`SharedLine`);
-- **output**: outcomes come back in config order once every round is done, so the
+- **output**: outcomes come back in config order once every attempt is done, so the
   summary lines keep a stable order whatever finished first;
 - **signals**: Python runs signal handlers, and so raises ``KeyboardInterrupt``, on
   the main thread only. The main thread waits here; interrupted, it cancels every
-  round (no new attempt, its connection closed so a blocked read or write returns
+  attempt (no new connection, its connection closed so a blocked read or write returns
   at once), gives them a moment to unwind through their clean-up, and re-raises;
 - **crash points** are counted under a lock, and a crash kills the whole process, as
   any crash does; logging is thread-safe.
 
-A round to a single receiver runs on the calling thread, exactly as it always has.
+An attempt at a single receiver runs on the calling thread, exactly as it always has.
 """
 
 from __future__ import annotations
@@ -37,19 +38,19 @@ from sealsync.errors import SealsyncError
 T = TypeVar("T")
 
 UNWIND_SECONDS = 10.0
-"""How long an interrupted fleet waits for its rounds to clean up before it exits."""
+"""How long an interrupted fleet waits for its attempts to clean up before it exits."""
 _POLL = 0.2
 SEPARATOR = "  |  "
 
 
 class Cancel:
-    """Ends a round from another thread: no new attempt, and the open connection closed,
+    """Ends an attempt from another thread: no new connection, and the open connection closed,
     so that a read or write blocked on it returns at once."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.reason: BaseException | None = None
-        """What cancelled the round (the main thread's interruption), if anything did."""
+        """What cancelled the attempt (the main thread's interruption), if anything did."""
         self._lock = threading.Lock()
         self._closers: list[Callable[[], None]] = []
 
@@ -68,7 +69,7 @@ class Cancel:
 
     @contextmanager
     def closing(self, close: Callable[[], None]) -> Iterator[None]:
-        """Calls ``close`` if the round is cancelled while the body runs (or already was)."""
+        """Calls ``close`` if the attempt is cancelled while the body runs (or already was)."""
         with self._lock:
             self._closers.append(close)
             cancelled = self.event.is_set()
@@ -90,17 +91,17 @@ def _quietly(close: Callable[[], None]) -> None:
 
 @dataclass
 class Lane:
-    """What one receiver's round gets from the fleet."""
+    """What one receiver's attempt gets from the fleet."""
 
     receiver: ReceiverEndpoint
     cancel: Cancel = field(default_factory=Cancel)
     progress: TextIO | None = None
-    """Where its progress line goes (None: stderr, as for a round on its own)."""
+    """Where its progress line goes (None: stderr, as for an attempt on its own)."""
 
 
 @dataclass
 class Outcome(Generic[T]):
-    """One receiver's result, or the expected failure that ended its round."""
+    """One receiver's result, or the expected failure that ended its attempt."""
 
     receiver: ReceiverEndpoint
     result: T | None = None
@@ -116,8 +117,8 @@ def run_fleet(
 ) -> list[Outcome[T]]:
     """``run_one(lane)`` for every receiver, concurrently; outcomes in ``receivers`` order.
 
-    A SealsyncError ends only its own receiver's round (its outcome carries it); any
-    other exception is a bug and is raised here once every round has ended.
+    A SealsyncError ends only its own receiver's attempt (its outcome carries it); any
+    other exception is a bug and is raised here once every attempt has ended.
     ``stream`` is the terminal the shared progress line is drawn on (default stderr).
     """
     if len(receivers) == 1:
@@ -130,7 +131,7 @@ def run_fleet(
     lanes = [Lane(r, progress=line.slot(i)) for i, r in enumerate(receivers)]
     outcomes: list[Outcome[T]] = [Outcome(r) for r in receivers]
     bugs: list[BaseException | None] = [None] * len(lanes)
-    # Ended rounds are told by events, not Thread.join: a join that a signal interrupts
+    # Ended attempts are told by events, not Thread.join: a join that a signal interrupts
     # marks its thread as stopped on Python 3.11, and the unwinding wait would skip it.
     done = [threading.Event() for _ in lanes]
 
@@ -145,7 +146,7 @@ def run_fleet(
             done[i].set()
 
     for i, r in enumerate(receivers):
-        name = f"sealsync-round-{r.name}"
+        name = f"sealsync-attempt-{r.name}"
         threading.Thread(target=work, args=(i,), name=name, daemon=True).start()
     try:
         for ended in done:
@@ -210,7 +211,7 @@ class SharedLine:
 
 
 class _Slot:
-    """The file-like object one round's progress display writes to."""
+    """The file-like object one attempt's progress display writes to."""
 
     def __init__(self, line: SharedLine, key: int) -> None:
         self._line = line

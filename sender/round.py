@@ -1,20 +1,21 @@
-"""One sender run against one receiver: recover → connect → schema → per data dir
-select → snapshot → transfer → clean up (docs/design.md §3.1).
+"""One attempt's work at one receiver: recover → connect → schema → one round per data
+dir (select → snapshot → transfer → clean up), docs/design.md §3.1. In the words of
+docs/design.md §1.1, an attempt holds one or more connections, each carrying rounds.
 
 Recovery runs first (docs/design.md §9.1): the diff must start from what the last round
 really achieved. Clean-up after a data dir *is* recovery (``recover(paths)``), so the
 path a crash takes is the path every round takes.
 
 A connection that drops mid-round is retried (tenacity, ``max_retries`` connections):
-each attempt recovers again, which folds what ``sync.log`` recorded into
+each new connection recovers again, which folds what ``sync.log`` recorded into
 ``last_local_files.txt``, and redoes select/snapshot/transfer for what is left; data
 dirs already finished are not touched again. A connection that cannot be made at
-all on the first attempt, a refused key or an unknown host key are not retried:
+all on the first try, a refused key or an unknown host key are not retried:
 they would fail the same way.
 
-The caller (``sealsync send``) holds the receiver's ``sync.lock`` around this. A
-``Cancel`` lets another thread end the round early (``sender.fleet`` does, when the
-process is interrupted while rounds to several receivers run on their own threads).
+The caller (:mod:`sender.attempt`) holds the receiver's ``sync.lock`` around this. A
+``Cancel`` lets another thread end the attempt early (``sender.fleet`` does, when the
+process is interrupted while attempts at several receivers run on their own threads).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from sender.transfer.schema_pos import read_position
 from sender.transfer.session import Progress, SenderSession
 from sender.transfer.throttle import TokenBucket
 
-__all__ = ["DirReport", "RoundReport", "new_report", "run_round"]
+__all__ = ["DirReport", "RoundReport", "new_report", "sync_to_receiver"]
 
 ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_exponential(multiplier=0.2, max=5.0)
 """Backoff between connections after a dropped one."""
@@ -65,7 +66,7 @@ class OpenConnection(Protocol):
 Connector = Callable[[SenderConfig, ReceiverEndpoint], OpenConnection]
 
 
-def run_round(
+def sync_to_receiver(
     config: SenderConfig,
     receiver: ReceiverEndpoint,
     *,
@@ -77,22 +78,22 @@ def run_round(
 ) -> RoundReport:
     """Sync every data dir of ``config`` to ``receiver``; the report says what happened.
 
-    Raises SealsyncError for what stops the whole run (unreachable, untrusted or
+    Raises SealsyncError for what stops the whole attempt (unreachable, untrusted or
     refusing receiver, protocol error); a data dir that could not finish (receiver
     busy, connection lost for good) is a note in the report and ``ok`` is False.
     ``connector`` replaces the SSH connection (tests). ``report`` (from
-    :func:`~sender.transfer.report.new_report`) is filled in as the round goes, so a
-    caller whose round raised or was interrupted still knows what it did until then.
-    Once ``cancel`` is set the round makes no new attempt and its data dirs that did
+    :func:`~sender.transfer.report.new_report`) is filled in as the attempt goes, so a
+    caller whose attempt raised or was interrupted still knows what it did until then.
+    Once ``cancel`` is set no new connection is made, and the data dirs that did
     not finish say "interrupted". ``reconcile`` first compares the receiver's
     inventory with this sender's state (:mod:`sender.reconcile`) and ships again or
     deletes what differs.
 
     ``progress(event, **fields)`` is called on this thread with: ``connected``
-    (receiver, attempt), ``retry`` (attempt, reason), ``schema`` (position, size),
-    ``dir_start`` (index, files, bytes, deleted), ``bytes`` (index, sent, total) after
-    every chunk, ``file`` (index, name, status, reason) for each answer, ``dir_end``
-    (index, shipped, failed, refused).
+    (receiver, attempt: the connection's number), ``retry`` (attempt, reason),
+    ``schema`` (position, size), ``dir_start`` (index, files, bytes, deleted),
+    ``bytes`` (index, sent, total) after every chunk, ``file`` (index, name, status,
+    reason) for each answer, ``dir_end`` (index, shipped, failed, refused).
     """
     started = time.monotonic()
     if report is None:
@@ -100,24 +101,24 @@ def run_round(
     report.bwlimit = config.bwlimit_for(receiver)
     own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
     cancel = cancel or Cancel()
-    run = _Run(
+    state = _Attempt(
         config, receiver, report, own_uuid, connector or _greeting(own_uuid), progress, cancel
     )
-    run.reconcile = reconcile
+    state.reconcile = reconcile
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(config.max_retries)
         | tenacity.stop_when_event_set(cancel.event),
         wait=ROUND_WAIT,
         sleep=_until(cancel),
         retry=_retryable,
-        before_sleep=run.before_sleep,
+        before_sleep=state.before_sleep,
         reraise=True,
     )
     try:
-        for attempt in retrying:
-            with attempt:
-                report.attempts = attempt.retry_state.attempt_number
-                run.attempt()
+        for connection in retrying:  # tenacity's attempts are connections here
+            with connection:
+                report.attempts = connection.retry_state.attempt_number
+                state.connection()
     except (ConnectionLost, Unreachable) as exc:
         if report.attempts <= 1 and isinstance(exc, Unreachable) and not cancel.is_set:
             raise
@@ -126,7 +127,7 @@ def run_round(
                 d.note = (
                     "interrupted"
                     if cancel.is_set
-                    else f"connection lost, gave up after {report.attempts} attempts: {exc}"
+                    else f"connection lost, gave up after {_connections(report.attempts)}: {exc}"
                 )
     finally:
         report.seconds = time.monotonic() - started
@@ -136,8 +137,12 @@ def run_round(
     return report
 
 
+def _connections(n: int) -> str:
+    return "1 connection" if n == 1 else f"{n} connections"
+
+
 def _until(cancel: Cancel) -> Callable[[float], None]:
-    """tenacity's sleep between attempts, cut short by a cancel."""
+    """tenacity's sleep between connections, cut short by a cancel."""
 
     def sleep(seconds: float) -> None:
         cancel.event.wait(seconds)
@@ -164,7 +169,10 @@ def _greeting(own_uuid: str) -> Connector:
     return connector
 
 
-class _Run:
+class _Attempt:
+    """One attempt at one receiver: its connections one after another, and in each
+    the rounds of the data dirs not finished yet."""
+
     def __init__(
         self,
         config: SenderConfig,
@@ -182,11 +190,11 @@ class _Run:
         self.connector = connector
         self.progress = progress
         self.cancel = cancel
-        # one bucket for the whole round: its attempts and data dirs share the cap
+        # one bucket for the whole attempt: its connections and data dirs share the cap
         self.bucket = TokenBucket(report.bwlimit) if report.bwlimit else None
         self.reconcile = False
         self.findings: list[Findings] | None = None
-        """This attempt's reconcile findings per data dir (asked again at each attempt:
+        """This attempt's reconcile findings per data dir (asked again at each connection:
         what an earlier one shipped is held by then)."""
 
     def emit(self, event: str, **fields: object) -> None:
@@ -197,7 +205,8 @@ class _Run:
         exc = state.outcome.exception() if state.outcome is not None else None
         self.emit("retry", attempt=state.attempt_number, reason=str(exc))
 
-    def attempt(self) -> None:
+    def connection(self) -> None:
+        """One connection: recover, connect, then :meth:`_session`."""
         config, receiver = self.config, self.receiver
         with naming_os_errors("recover the sender state at"):
             recover_all(config.data_dirs, receiver.host, receiver.port)
@@ -240,7 +249,7 @@ class _Run:
                 self.findings = self._compare(session)
             todo = [
                 i for i, d in enumerate(self.report.dirs) if not d.complete and d.note is None
-            ]  # the others finished (or were told busy) in an earlier attempt
+            ]  # the others finished (or were told busy) over an earlier connection
             for i in todo:
                 # the last round's ROUND_END takes the BYE along: no round trip of its own
                 session.closing = i == todo[-1]
@@ -259,7 +268,7 @@ class _Run:
                 dirs.append(dir_state(Path(data_dir), paths.last_local_files, paths.scan_cache))
         findings = compare(held, dirs, self.receiver.name)
         for d, found in zip(self.report.dirs, findings, strict=True):
-            if d.reconcile is None:  # what the first attempt found is what there was
+            if d.reconcile is None:  # what the first connection found is what there was
                 d.reconcile = found.to_dict()
         return findings
 

@@ -41,7 +41,7 @@ from sealsync.protocol import (
     receive,
     send,
 )
-from sender.round import run_round
+from sender.round import sync_to_receiver
 from sender.transfer.report import RoundReport
 
 SENDER_UUID_HEX = "0123456789abcdef0123456789abcdef"
@@ -208,7 +208,7 @@ def _summary(msg: object) -> tuple[str, object]:
 
 
 class SocketConnection:
-    """What ``run_round``'s connector returns, over one end of a socketpair."""
+    """What ``sync_to_receiver``'s connector returns, over one end of a socketpair."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -265,7 +265,7 @@ def round_with_fake(
         threads.append(thread)
         return conn
 
-    report = run_round(config, FAKE_RECEIVER, connector=connector)
+    report = sync_to_receiver(config, FAKE_RECEIVER, connector=connector)
     for t in threads:
         t.join(5)
     assert peer.error is None

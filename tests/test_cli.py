@@ -255,10 +255,10 @@ class FakeRound:
 
     def module(self) -> types.ModuleType:
         module = types.ModuleType("sender.round")
-        module.run_round = self.run_round  # type: ignore[attr-defined]
+        module.sync_to_receiver = self.sync_to_receiver  # type: ignore[attr-defined]
         return module
 
-    def run_round(
+    def sync_to_receiver(
         self,
         config: SenderConfig,
         receiver: ReceiverEndpoint,
@@ -335,7 +335,7 @@ def test_a_bug_in_a_round_is_recorded_and_one_line(
         raise RuntimeError("boom")
 
     module = fake.module()
-    module.run_round = broken  # type: ignore[attr-defined]
+    module.sync_to_receiver = broken  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sender.round", module)
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path), "--json")

@@ -1,6 +1,6 @@
 """Rounds to several receivers side by side (``sender.fleet``): outcomes in config order,
 failures kept to their receiver, an interrupt that cancels every round, one shared
-progress line, and a cancelled ``run_round``. Real receivers, one of them dead, are in
+progress line, and a cancelled ``sync_to_receiver``. Real receivers, one of them dead, are in
 ``tests/reliability/test_several_receivers.py``."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import SealsyncError
 from sealsync.protocol import HEADER, Kind
 from sender.fleet import Cancel, Lane, SharedLine, run_fleet
-from sender.round import run_round
+from sender.round import sync_to_receiver
 
 DC = [ReceiverEndpoint(f"dc{i}", "127.0.0.1", 5555 + i) for i in range(3)]
 
@@ -151,7 +151,7 @@ def test_cancel_closes_the_open_connection_and_stops_the_retries(tmp_path: Path)
     timer = threading.Timer(0.3, cancel.set)
     timer.start()
     began = time.monotonic()
-    report = run_round(config, FAKE_RECEIVER, connector=silent, cancel=cancel)
+    report = sync_to_receiver(config, FAKE_RECEIVER, connector=silent, cancel=cancel)
     took = time.monotonic() - began
 
     assert took < 3.0  # not the 120 s stall timeout, not max_retries more attempts

@@ -1,6 +1,6 @@
 """An idle round takes the short way (scan cache + idle mark) and a change never does.
 
-``run_round`` against the scripted receiver: after a round with nothing to do, the
+``sync_to_receiver`` against the scripted receiver: after a round with nothing to do, the
 next one must not even read ``last_local_files.txt``; a new, a deleted or a newly
 sealed file must still be seen on the very next round.
 """

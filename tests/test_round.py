@@ -1,4 +1,4 @@
-"""``run_round``: recovery first, select → snapshot → transfer → clean-up, retries.
+"""``sync_to_receiver``: recovery first, select → snapshot → transfer → clean-up, retries.
 
 The first tests run against the scripted receiver over a socketpair (exact frames);
 the end-to-end test at the bottom runs the real receiver service over SSH.
@@ -20,7 +20,7 @@ from sender import round as round_mod
 from sender.manage.history import read_round_record
 from sender.manage.layout import SchemaPaths, SenderPaths
 from sender.manage.state import read_file_set
-from sender.round import run_round
+from sender.round import sync_to_receiver
 from sender.transfer.errors import Unreachable
 from sender.transfer.refusals import read_refusals, refused_path
 
@@ -124,7 +124,7 @@ def test_round_ships_everything_then_nothing(tmp_path: Path) -> None:
     schema.schema_log.write_bytes(b"CREATE DATABASE root.sg1\n")
     peers = Peers(FakeReceiver(), FakeReceiver())
 
-    report = run_round(config, RECEIVER, connector=peers)
+    report = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     first = peers.used[0]
     assert frame_kinds(first.frames)[:3] == ["HELLO", "SCHEMA", "ROUND_START"]
@@ -144,7 +144,7 @@ def test_round_ships_everything_then_nothing(tmp_path: Path) -> None:
     assert as_json["dirs"][0]["shipped"] == [A, B, U]
     assert as_json["dirs"][1]["shipped_bytes"] == len(stream(d1, P))
 
-    again = run_round(config, RECEIVER, connector=peers)
+    again = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     assert peers.used[1].frames == [("HELLO", peers.used[0].frames[0][1]), ("BYE", None)]
     assert again.ok and again.shipped_files == 0 and again.schema_bytes == 0
@@ -156,11 +156,11 @@ def test_deleted_file_is_sent_as_delete(tmp_path: Path) -> None:
     d0 = config.data_dirs[0]
     put(d0, A, B)
     peers = Peers(FakeReceiver(), FakeReceiver())
-    run_round(config, RECEIVER, connector=peers)
+    sync_to_receiver(config, RECEIVER, connector=peers)
     for suffix in ("", ".resource"):
         (d0 / f"{A}{suffix}").unlink()
     put(d0, C)
-    report = run_round(config, RECEIVER, connector=peers)
+    report = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     second = peers.used[1]
     assert [(k, v) for k, v in second.frames if k in ("DELETE", "FILE_BEGIN")] == [
@@ -178,10 +178,10 @@ def test_file_gaining_mods_is_not_deleted(tmp_path: Path) -> None:
     d0 = config.data_dirs[0]
     put(d0, A)
     peers = Peers(FakeReceiver(), FakeReceiver(), FakeReceiver())
-    run_round(config, RECEIVER, connector=peers)
+    sync_to_receiver(config, RECEIVER, connector=peers)
     (d0 / f"{A}.mods").write_bytes(b"deletion")
-    report = run_round(config, RECEIVER, connector=peers)
-    again = run_round(config, RECEIVER, connector=peers)
+    report = sync_to_receiver(config, RECEIVER, connector=peers)
+    again = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     second, third = peers.used[1], peers.used[2]
     assert [(k, v) for k, v in second.frames if k in ("DELETE", "FILE_BEGIN")] == [
@@ -202,7 +202,7 @@ def test_recovery_runs_before_the_diff(tmp_path: Path) -> None:
     paths.snapshot.mkdir(parents=True)
     write_lines(paths.sync_log, ["sync start", "sync tsfile start", A])
     peers = Peers(FakeReceiver())
-    report = run_round(config, RECEIVER, connector=peers)
+    report = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     assert begins(peers.used[0]) == [B]
     assert report.dirs[0].shipped == [B]
@@ -219,7 +219,7 @@ def test_dropped_connection_is_retried_without_resending_verified_files(
     put(d1, P)
     events: list[tuple[str, dict]] = []
     peers = Peers(FakeReceiver(drop_after_files=2), FakeReceiver())
-    report = run_round(
+    report = sync_to_receiver(
         config, RECEIVER, connector=peers, progress=lambda e, **f: events.append((e, f))
     )
     peers.join()
@@ -240,12 +240,12 @@ def test_gives_up_after_max_retries(tmp_path: Path) -> None:
     d0 = config.data_dirs[0]
     put(d0, A, B, C)
     peers = Peers(FakeReceiver(drop_after_files=1), FakeReceiver(drop_after_files=1))
-    report = run_round(config, RECEIVER, connector=peers)
+    report = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     assert len(peers.used) == 2
     assert report.attempts == 2 and not report.ok
     note = report.dirs[0].note
-    assert note is not None and note.startswith("connection lost, gave up after 2 attempts: ")
+    assert note is not None and note.startswith("connection lost, gave up after 2 connections: ")
     assert read_file_set(SenderPaths(d0, "127.0.0.1", 5555).last_local_files) == set()
     assert_round_cleaned_up(config)
 
@@ -259,7 +259,7 @@ def test_unreachable_on_first_connection_is_not_retried(tmp_path: Path) -> None:
         raise Unreachable("cannot connect to receiver 127.0.0.1:5555: Connection refused")
 
     with pytest.raises(Unreachable, match="Connection refused"):
-        run_round(config, RECEIVER, connector=connector)
+        sync_to_receiver(config, RECEIVER, connector=connector)
     assert calls == [RECEIVER]
 
 
@@ -269,7 +269,7 @@ def test_busy_data_dir_makes_the_run_fail_but_others_go_on(tmp_path: Path) -> No
     put(d0, A)
     put(d1, P)
     peers = Peers(FakeReceiver(busy={0}))
-    report = run_round(config, RECEIVER, connector=peers)
+    report = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     assert begins(peers.used[0]) == [P]
     assert not report.ok
@@ -297,11 +297,11 @@ def test_conflict_is_remembered_across_runs(
 
     owned = {"root.sg1.d1": other}
     peers = Peers(FakeReceiver(policy=policy), FakeReceiver(owners=owned), FakeReceiver(owners={}))
-    first = run_round(config, RECEIVER, connector=peers)
-    second = run_round(config, RECEIVER, connector=peers)
+    first = sync_to_receiver(config, RECEIVER, connector=peers)
+    second = sync_to_receiver(config, RECEIVER, connector=peers)
     paths = SenderPaths(d0, "127.0.0.1", 5555)
     assert list(read_refusals(refused_path(paths))) == [B]
-    third = run_round(config, RECEIVER, connector=peers)
+    third = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
 
     assert not first.ok and first.dirs[0].refused == {
@@ -322,7 +322,9 @@ def test_progress_reports_bytes(tmp_path: Path) -> None:
     put(d0, A, B)
     events: list[tuple[str, dict]] = []
     peers = Peers(FakeReceiver())
-    run_round(config, RECEIVER, connector=peers, progress=lambda e, **f: events.append((e, f)))
+    sync_to_receiver(
+        config, RECEIVER, connector=peers, progress=lambda e, **f: events.append((e, f))
+    )
     peers.join()
     total = len(stream(d0, A)) + len(stream(d0, B))
     starts = [f for e, f in events if e == "dir_start"]
@@ -335,7 +337,7 @@ def test_progress_reports_bytes(tmp_path: Path) -> None:
 def test_nothing_to_do_creates_no_state(tmp_path: Path) -> None:
     config = make_config(tmp_path, dirs=1)
     peers = Peers(FakeReceiver())
-    report = run_round(config, RECEIVER, connector=peers)
+    report = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     assert report.ok
     folder = SenderPaths(config.data_dirs[0], RECEIVER.host, RECEIVER.port).folder
@@ -466,7 +468,7 @@ def test_end_to_end_over_ssh(tmp_path: Path) -> None:
         big = edge.path(names[2])
         assert big.stat().st_size > 2 * config.chunk_size
 
-        report = run_round(config, site.endpoint)
+        report = sync_to_receiver(config, site.endpoint)
         assert report.ok, report.to_dict()
         assert [sorted(d.shipped) for d in report.dirs] == [sorted(names[:4]), sorted(names[4:])]
         assert [d.loaded for d in report.dirs] == [True, True]
@@ -478,7 +480,7 @@ def test_end_to_end_over_ssh(tmp_path: Path) -> None:
         edge.seal(unsealed)
         edge.delete(names[1])
         merged = edge.merge([names[4], names[5]], "root.sg4", 0, data_dir=1)
-        second = run_round(config, site.endpoint)
+        second = sync_to_receiver(config, site.endpoint)
         assert second.ok, second.to_dict()
         assert [d.shipped for d in second.dirs] == [[unsealed], [merged]]
         assert [d.deleted for d in second.dirs] == [[names[1]], sorted(names[4:])]
@@ -486,7 +488,7 @@ def test_end_to_end_over_ssh(tmp_path: Path) -> None:
         for gone, i in ((names[1], 0), (names[4], 1), (names[5], 1)):
             assert not site.landed(_uuid_of(config), i, gone).exists()
 
-        third = run_round(config, site.endpoint)
+        third = sync_to_receiver(config, site.endpoint)
         assert third.ok and third.shipped_files == 0 and third.schema_bytes == 0
         assert_round_cleaned_up(config)
     finally:
@@ -515,9 +517,9 @@ def test_conflict_end_to_end(tmp_path: Path) -> None:
         fine = edge_b.write_file("root.sg2", 0, devices=["root.sg2.d1"], rows_per_device=5)
         config_a, config_b = site.sender(edge_a, "edge_a"), site.sender(edge_b, "edge_b")
         uuid_a = _uuid_of(config_a)
-        assert run_round(config_a, site.endpoint).ok
+        assert sync_to_receiver(config_a, site.endpoint).ok
 
-        first = run_round(config_b, site.endpoint)
+        first = sync_to_receiver(config_b, site.endpoint)
         assert not first.ok
         assert first.dirs[0].shipped == [fine]
         assert first.dirs[0].refused == {
@@ -529,7 +531,7 @@ def test_conflict_end_to_end(tmp_path: Path) -> None:
         assert remembered[clash].devices == ("root.sg1.d1", "root.sg1.d9")
         assert read_file_set(paths.last_local_files) == {fine}
 
-        second = run_round(config_b, site.endpoint)
+        second = sync_to_receiver(config_b, site.endpoint)
         assert second.dirs[0].shipped == []
         assert second.dirs[0].refused == {
             clash: f"conflict: device root.sg1.d1 owned by sender {uuid_a} on the receiver; "
@@ -537,7 +539,7 @@ def test_conflict_end_to_end(tmp_path: Path) -> None:
         }
 
         assert DeviceOwners(site.config.schema_dir).release(["root.sg1.d1"]) == ["root.sg1.d1"]
-        third = run_round(config_b, site.endpoint)
+        third = sync_to_receiver(config_b, site.endpoint)
         assert third.ok, third.to_dict()
         assert third.dirs[0].shipped == [clash]
         assert not refused_path(paths).exists()
@@ -581,7 +583,7 @@ def test_round_trips_overlap_the_senders_own_work(
 
     monkeypatch.setattr(round_mod, "take_snapshot", take_snapshot)
     peers = Peers(FakeReceiver(on_frame=probe))
-    report = run_round(config, RECEIVER, connector=peers)
+    report = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
     assert report.ok
     assert asked_first == [True, True]

@@ -29,7 +29,7 @@ from sealsync.errors import (
 )
 from sealsync.metrics import snapshot_registry, write_textfile
 from sealsync.protocol import ProtocolError
-from sender.attempt import AttemptResult, SendRun, failure_of
+from sender.attempt import AttemptResult, SendResult, failure_of
 from sender.manage.history import (
     FAILED,
     OK,
@@ -260,13 +260,13 @@ def _result(code: int, error: BaseException | None = None) -> AttemptResult:
 
 
 def test_exit_code_of_a_run() -> None:
-    assert SendRun([_result(0), _result(0)]).exit_code == 0
-    assert SendRun([_result(EXIT_LOCKED), _result(0)]).exit_code == EXIT_LOCKED
-    assert SendRun([_result(EXIT_LOCKED), _result(1)]).exit_code == 1
-    assert SendRun([_result(EXIT_USAGE), _result(EXIT_USAGE)]).exit_code == EXIT_USAGE
-    stopped = SendRun([_result(1), _result(EXIT_TERMINATED, Terminated())])
+    assert SendResult([_result(0), _result(0)]).exit_code == 0
+    assert SendResult([_result(EXIT_LOCKED), _result(0)]).exit_code == EXIT_LOCKED
+    assert SendResult([_result(EXIT_LOCKED), _result(1)]).exit_code == 1
+    assert SendResult([_result(EXIT_USAGE), _result(EXIT_USAGE)]).exit_code == EXIT_USAGE
+    stopped = SendResult([_result(1), _result(EXIT_TERMINATED, Terminated())])
     assert stopped.exit_code == EXIT_TERMINATED
-    assert SendRun([_result(0)], metrics_error="cannot write").exit_code == 1
+    assert SendResult([_result(0)], metrics_error="cannot write").exit_code == 1
     assert LockHeld("x").exit_code == EXIT_LOCKED
 
 

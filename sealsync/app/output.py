@@ -29,7 +29,7 @@ def _eta(seconds: float) -> str:
 
 
 class TerminalProgress:
-    """A one-line progress display for ``run_round``'s ``progress`` callback.
+    """A one-line progress display for ``sync_to_receiver``'s ``progress`` callback.
 
     Draws only when ``stream`` is a terminal (and not quiet), at most ten times a
     second, and erases itself when a data dir ends so summaries print on a clean line.

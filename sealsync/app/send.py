@@ -28,7 +28,7 @@ from sealsync.errors import EXIT_USAGE, SealsyncError
 from sealsync.printable import single_line
 
 if TYPE_CHECKING:
-    from sender.attempt import AttemptResult, SendRun
+    from sender.attempt import AttemptResult, SendResult
 
 
 def _receivers(config: SenderConfig, name: str | None) -> list[ReceiverEndpoint]:
@@ -49,7 +49,7 @@ def _rate_option(ctx: click.Context, param: click.Parameter, value: str | None) 
         raise SealsyncError(f"--bwlimit: {e}", EXIT_USAGE) from None
 
 
-@click.command(short_help="Run one round to every (or one) receiver.")
+@click.command(short_help="Ship new files and deletions to every (or one) receiver.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Sender TOML.")
 @click.option("--receiver", "receiver_name", metavar="NAME", help="Only this receiver.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing, take no lock.")
@@ -75,15 +75,16 @@ def send(
     bwlimit: int | None,
     reconcile: bool,
 ) -> None:
-    """Run one round to every receiver of the config (or only --receiver NAME).
+    """One attempt at every receiver of the config (or only --receiver NAME).
 
-    A round takes the receiver's lock without waiting (exit 75 if another sender
-    holds it), recovers from a crashed round, then ships new files and deletions.
+    An attempt takes the receiver's lock without waiting (exit 75 if another sender
+    holds it), recovers from a crashed round, then ships new files and deletions,
+    one round per data dir.
 
     Every attempt, however it ends (failed, interrupted, refused by the lock), is
     added to the receiver's history: `sealsync status` shows the last attempt and
-    the last success, and with metrics_textfile set the run rewrites that file for
-    Prometheus. A round that ships and deletes nothing prints nothing on stdout
+    the last success, and with metrics_textfile set the send rewrites that file for
+    Prometheus. An attempt that ships and deletes nothing prints nothing on stdout
     (cron mails nothing; -v prints its summary). --json prints one document in
     every case, errors included. A data dir that holds neither sequence/ nor
     unsequence/ is a configuration error (exit 2).
@@ -128,22 +129,22 @@ def send(
     def each(result: AttemptResult) -> None:
         errors.extend(_show_attempt(result, opts, as_json, many=len(receivers) > 1))
 
-    run = send_all(config, receivers, progress_for=progress_for, each=each, reconcile=reconcile)
-    late = [single_line(str(run.preflight))] if run.preflight is not None else []
-    late += [run.metrics_error] if run.metrics_error is not None else []
+    sent = send_all(config, receivers, progress_for=progress_for, each=each, reconcile=reconcile)
+    late = [single_line(str(sent.preflight))] if sent.preflight is not None else []
+    late += [sent.metrics_error] if sent.metrics_error is not None else []
     for line in late:
         click.echo(f"sealsync: error: {line}", err=True)
     errors += late
     if as_json:
-        echo_json(_send_document(run, errors, run.exit_code))
-    if run.interrupted is not None:  # the group words it
-        raise run.interrupted
-    for result in run.results:  # a bug: the group words it
+        echo_json(_send_document(sent, errors, sent.exit_code))
+    if sent.interrupted is not None:  # the group words it
+        raise sent.interrupted
+    for result in sent.results:  # a bug: the group words it
         if result.attempt.kind == INTERNAL:
             assert result.error is not None
             raise result.error
-    if run.exit_code:
-        raise click.exceptions.Exit(run.exit_code)
+    if sent.exit_code:
+        raise click.exceptions.Exit(sent.exit_code)
 
 
 def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: bool) -> list[str]:
@@ -174,9 +175,9 @@ def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: boo
     return lines
 
 
-def _send_document(run: SendRun | None, errors: list[str], exit_code: int) -> dict[str, Any]:
+def _send_document(sent: SendResult | None, errors: list[str], exit_code: int) -> dict[str, Any]:
     """The one JSON document ``send --json`` prints, whatever happened."""
-    results = run.results if run is not None else []
+    results = sent.results if sent is not None else []
     return {
         "ok": exit_code == 0,
         "exit_code": exit_code,

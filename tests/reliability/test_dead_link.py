@@ -42,7 +42,7 @@ from sealsync.formats.common import FileInfo
 from sealsync.protocol import Welcome
 from sender.manage.layout import SenderPaths
 from sender.manage.state import read_file_set
-from sender.round import RoundReport, run_round
+from sender.round import RoundReport, sync_to_receiver
 
 pytestmark = pytest.mark.slow
 
@@ -145,7 +145,7 @@ def test_link_going_silent_mid_file_is_declared_dead_and_the_round_retries(site:
     retries = Retries()
 
     started = time.monotonic()
-    report = run_round(site.config, site.config.receivers[0], progress=retries)
+    report = sync_to_receiver(site.config, site.config.receivers[0], progress=retries)
 
     assert report.ok and report.attempts == 2, json.dumps(report.to_dict(), indent=1)
     assert sorted(report.dirs[0].shipped) == sorted(names)
@@ -176,7 +176,7 @@ def test_link_that_stays_dead_is_a_clean_failure_then_converges(site: Site) -> N
     address = f"127.0.0.1:{site.proxy.port}"
     assert result.stderr.startswith(f"sealsync: dc: {site.sender.edge.data_dirs[0]}: ")
     assert (
-        "connection lost, gave up after 3 attempts: SSH handshake with receiver "
+        "connection lost, gave up after 3 connections: SSH handshake with receiver "
         f"{address} failed: timed out after 3 s"
     ) in result.stderr
     doc = json.loads(result.stdout)
@@ -253,13 +253,15 @@ def test_receiver_that_stops_answering_is_a_stall_not_a_dead_link(tmp_path: Path
     with service:
         try:
             started = time.monotonic()
-            report: RoundReport = run_round(config, config.receivers[0])
+            report: RoundReport = sync_to_receiver(config, config.receivers[0])
             seconds = time.monotonic() - started
         finally:
             release.set()
     note = report.dirs[0].note or ""
     assert not report.ok and report.attempts == 1
-    assert note == "connection lost, gave up after 1 attempts: no answer from the receiver for 4 s"
+    assert (
+        note == "connection lost, gave up after 1 connections: no answer from the receiver for 4 s"
+    )
     assert 4.0 <= seconds < 15 and seconds > DEAD_AFTER  # keepalives kept the link alive
     assert not set(names) & read_file_set(
         SenderPaths(sender.edge.data_dirs[0], "127.0.0.1", dep.port).last_local_files

@@ -11,7 +11,7 @@ Every case must end in a clean retry (the round reconnects and finishes: exact s
 by content hash on the receiver, no round state left on either side) or a clean
 failure (``sealsync send`` exits 1 with one line on stderr and no traceback), after
 which the next run converges. The phase a fault hit is checked, not assumed: rounds
-run in process (``run_round``, real SSH through the proxy) record the progress events
+run in process (``sync_to_receiver``, real SSH through the proxy) record the progress events
 that came before the reconnect.
 
 A flipped byte on the wire never reaches the protocol: SSH's MAC rejects the packet
@@ -39,7 +39,7 @@ from sealsync.protocol import HEADER, Kind
 from sender import round as round_module
 from sender.manage.layout import SenderPaths
 from sender.manage.state import read_file_set
-from sender.round import RoundReport, run_round
+from sender.round import RoundReport, sync_to_receiver
 from sender.transfer.client import connect_receiver
 from sender.transfer.session import SenderSession
 
@@ -190,7 +190,7 @@ def new_batch(net: Net, big: int = 2, small: int = 30, schema_bytes: int = 0) ->
 def run_in_process(net: Net) -> tuple[RoundReport, Events, float]:
     events = Events()
     started = time.monotonic()
-    report = run_round(net.config, net.config.receivers[0], progress=events)
+    report = sync_to_receiver(net.config, net.config.receivers[0], progress=events)
     return report, events, time.monotonic() - started
 
 
@@ -383,7 +383,7 @@ def test_link_failing_on_every_attempt_leaves_files_for_the_next_run(net: Net) -
 
     assert code == 1
     line = assert_one_line(stderr)
-    assert "connection lost, gave up after 3 attempts" in line, line
+    assert "connection lost, gave up after 3 connections" in line, line
     assert doc is not None and doc["receivers"][0]["attempts"] == net.config.max_retries
     assert net.proxy.pending_plans == 0
     assert not set(batch.names) & set(net.dep.loaded_hashes(net.sender))
@@ -486,7 +486,7 @@ def test_md5_mismatch_is_resent_and_succeeds(net: Net, caplog: pytest.LogCapture
 
     caplog.set_level("INFO", logger="sealsync.sender.transfer.session")
     first = net.proxy.count()
-    report = run_round(net.config, net.config.receivers[0], connector=Conn)
+    report = sync_to_receiver(net.config, net.config.receivers[0], connector=Conn)
 
     assert net.proxy.fired_since(first) == []
     assert report.ok and report.attempts == 1, report.to_dict()
