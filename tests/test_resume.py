@@ -313,8 +313,8 @@ def test_expired_partials_are_swept_at_round_start(env: Env) -> None:
 
 def test_sender_resumes_only_the_same_file(tmp_path: Path) -> None:
     """Size, mtime and the first chunk's digest must all match the receiver's partial."""
+    from sender.transfer.files import RoundFiles
     from sender.transfer.filestream import open_snapshot_file
-    from sender.transfer.session import _Files
 
     data = big()
     path = tmp_path / NAME
@@ -325,7 +325,7 @@ def test_sender_resumes_only_the_same_file(tmp_path: Path) -> None:
     head = md5(data[:PARTIAL_HEAD])
 
     def offset(entry: tuple[int, int, str, int]) -> int:
-        files = _Files.__new__(_Files)
+        files = RoundFiles.__new__(RoundFiles)
         files.partials = {NAME: entry}
         files.resumed_bytes = 0
         opened = open_snapshot_file(tmp_path, NAME)

@@ -282,9 +282,9 @@ def test_busy_data_dir_makes_the_run_fail_but_others_go_on(tmp_path: Path) -> No
 def test_conflict_is_remembered_across_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sender.transfer import session as session_mod
+    from sender.transfer import files as files_mod
 
-    monkeypatch.setattr(session_mod, "_devices", lambda path, inspect: ("root.sg1.d1",))
+    monkeypatch.setattr(files_mod, "_devices", lambda path, inspect: ("root.sg1.d1",))
     config = make_config(tmp_path, dirs=1)
     d0 = config.data_dirs[0]
     put(d0, A, B)

@@ -41,11 +41,12 @@ from sealsync.protocol import (
 )
 from sender.manage.snapshot import Placed
 from sender.transfer.errors import ConnectionLost
+from sender.transfer.files import backoff
 from sender.transfer.filestream import PACKET_PAYLOAD, open_snapshot_file, send_file
 from sender.transfer.refusals import Refusal, RefusalBook, read_refusals
 from sender.transfer.report import DirReport
 from sender.transfer.schema_pos import read_position, write_position
-from sender.transfer.session import SenderSession, backoff
+from sender.transfer.session import SenderSession
 
 A = "sequence/root.sg1/0/0/1-1-0.tsfile"
 B = "sequence/root.sg1/0/0/2-2-0.tsfile"
