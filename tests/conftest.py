@@ -28,6 +28,7 @@ if _TESTS not in sys.path:
 
 if TYPE_CHECKING:
     from deploy_helpers import Deployment
+    from iotdb_server import IoTDBServer
 
 
 class _HeavyUse:
@@ -154,3 +155,21 @@ def start_deployment(tmp_path: Path) -> Iterator[Callable[..., Deployment]]:
     yield start
     for dep in reversed(started):
         dep.stop_receiver()
+
+
+@pytest.fixture
+def iotdb_server(tmp_path: Path) -> Iterator[Callable[[str], IoTDBServer]]:
+    """Starts a real IoTDB release, ``iotdb_server("2.0.1-beta")``, under ``tmp_path``
+    (see ``tests/iotdb_server.py``); every server it started is stopped after the test."""
+    from iotdb_server import RELEASES, IoTDBServer
+
+    started: list[IoTDBServer] = []
+
+    def start(version: str) -> IoTDBServer:
+        server = IoTDBServer(RELEASES[version], tmp_path / f"iotdb-{version}-{len(started)}")
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in reversed(started):
+        server.stop()
