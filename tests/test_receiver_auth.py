@@ -70,7 +70,7 @@ def test_empty_allow_list_allows_nobody() -> None:
 # --- authorized_keys -------------------------------------------------------------------------
 
 
-def test_parse_authorized_keys_takes_plain_lines_and_skips_the_rest(
+def test_lenient_authorized_keys_takes_plain_lines_and_skips_the_rest(
     pubs: dict[str, str],
 ) -> None:
     a, b, c = pubs["a"], pubs["b"], pubs["c"]
