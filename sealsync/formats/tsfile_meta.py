@@ -420,7 +420,7 @@ class _Walk:
             self.regions.append((region.start, region.end))
             self.parsed += region.end - region.start
             if self.parsed > self.index_end - self.index_start:
-                raise Corrupt("index regions overlap")
+                raise Corrupt("index regions reached more than once")
             if region.kind == LEAF_MEASUREMENT:
                 self._series_list(region)
                 continue
@@ -575,23 +575,30 @@ def parse(file: bytes | mmap.mmap) -> Summary:
 
 
 def _check_version(head: bytes) -> None:
+    """Refuse the formats before 3 by name; anything else but 3 and 4 as unknown."""
     if head == V08_HEAD:
-        raise OldVersion(
-            "TsFile format of IoTDB 0.8 is not supported; upgrade the data through "
-            "IoTDB 0.10 and then 0.12 or 0.13, which rewrite it as format 3"
-        )
+        raise OldVersion(_old_format("TsFile format of IoTDB 0.8", 0))
     old = OLD_VERSIONS.get(head[len(MAGIC) : len(MAGIC) + 6])
     if old is not None:
         number, writers = old
-        then = "" if number == 2 else "IoTDB 0.10 or 0.11 (to format 2) and then "
         raise OldVersion(
-            f"TsFile format version {number} (written by {writers}) is not supported; "
-            f"upgrade the data with {then}IoTDB 0.12 or 0.13 (started on the old data "
-            "directories, it rewrites such files as format 3), then send the new files"
+            _old_format(f"TsFile format version {number} (written by {writers})", number)
         )
     version = head[len(MAGIC)] if len(head) > len(MAGIC) else -1
     if version not in VERSIONS:
         raise Corrupt(f"unknown TsFile version byte {version}")
+
+
+def _old_format(what: str, number: int) -> str:
+    """What to do with a file of a format before 3: each IoTDB release upgrades the data
+    files of the one or two before it when started on their data directories."""
+    steps = ["IoTDB 0.9 (to format 1)", "IoTDB 0.10 or 0.11 (to format 2)"][number:]
+    then = "".join(f"{step}, then " for step in steps)
+    return (
+        f"{what} is not supported; upgrade the data with {then}IoTDB 0.12 or 0.13, which "
+        "rewrite such files as format 3 when started on the old data directories, and send "
+        "the upgraded files"
+    )
 
 
 def read(path: str | os.PathLike[str]) -> Summary:
