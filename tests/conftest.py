@@ -126,6 +126,16 @@ def _quick_run_does_not_flush(
         monkeypatch.setattr(os, "fdatasync", _no_flush)
 
 
+@pytest.fixture(scope="session")
+def tsfile_corpus() -> list[Any]:
+    """The TsFiles IoTDB's own Java writers generate, each with the Java reader's answer
+    (``tsfile_corpus.Entry``); built by Maven on first use, then cached. Tests using it
+    are ``slow``."""
+    import tsfile_corpus
+
+    return list(tsfile_corpus.corpus())
+
+
 @pytest.fixture
 def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
     """Trust folder listings and identities at once.

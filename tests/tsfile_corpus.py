@@ -1,0 +1,371 @@
+"""TsFiles written by IoTDB's own Java writers, with the Java reader's answer for each.
+
+The files are generated, not checked in: three small Maven projects under
+``tests/tsfile_fixtures/`` (one per TsFile library line IoTDB has shipped: 0.13, 1.3 and
+TsFile 2.x) write them, read each back with the same library's ``TsFileSequenceReader`` and
+write every point it reads beside the file. This module builds those projects, runs them
+and caches the result under ``~/.cache/sealsync/tsfile-corpus/<hash of the generators>/``,
+so a change to a generator builds a new corpus and an unchanged one is reused. Only Java
+17, Maven and the network to Maven Central are needed; the first build takes about a
+minute, later runs none.
+
+``tests/tsfile_fixtures/README.md`` documents the layout, the manifest and the JSON form of
+the expected points. ``python tests/tsfile_corpus.py`` builds and prints the corpus folder
+(``python -m tests.tsfile_corpus`` too where no installed package is named ``tests``;
+apache-iotdb installs one); ``--bench ROWS`` writes two large files (v3 and v4) for the
+benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+FIXTURES = Path(__file__).resolve().parent / "tsfile_fixtures"
+# One Maven project per writer line, in the order they are built.
+LINES = ("iotdb-0.13", "iotdb-1.3", "tsfile-2")
+# Raised when what this module writes into a corpus folder changes (not the generators,
+# whose text is hashed anyway), so an older cached corpus is not reused.
+LAYOUT = 1
+MAVEN_TIMEOUT = 900
+GENERATE_TIMEOUT = 600
+
+EXIT_BUILD_FAILED = 3
+EXIT_NO_TOOL = 4
+
+
+class CorpusBuildError(RuntimeError):
+    """A generator could not be built or run; the message names the step and the fix."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One generated TsFile and what the manifest says about it."""
+
+    path: Path
+    expected: Path
+    case: str
+    line: str
+    library: str
+    format_version: int
+    model: str
+    covers: tuple[str, ...]
+    devices: tuple[str, ...]
+    points: int
+    reads_as_written: bool
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point as the Java reader reads it, in file order."""
+
+    device: str
+    segments: tuple[str | None, ...] | None
+    measurement: str
+    type: str
+    time: int
+    value: Any
+    chunk: int
+    aligned: bool
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sealsync" / "tsfile-corpus"
+
+
+def _sources() -> Iterator[Path]:
+    for path in sorted(FIXTURES.rglob("*")):
+        rel = path.relative_to(FIXTURES)
+        if path.is_file() and "target" not in rel.parts and path.suffix != ".md":
+            yield path
+
+
+def source_hash() -> str:
+    """Hash of every generator source and pom (symlinks read through), and of LAYOUT."""
+    h = hashlib.sha256(f"layout {LAYOUT}\n".encode())
+    for path in _sources():
+        h.update(str(path.relative_to(FIXTURES)).encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _tool(name: str, hint: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise CorpusBuildError(f"{name} not found on PATH: {hint}")
+    return found
+
+
+def _run(cmd: list[str], cwd: Path, timeout: int, what: str, log: Path) -> None:
+    with log.open("wb") as out:
+        try:
+            proc = subprocess.run(
+                cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise CorpusBuildError(f"{what} took over {timeout} s; see {log}") from None
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-12:]
+        raise CorpusBuildError(
+            f"{what} failed (exit {proc.returncode}); see {log}:\n  " + "\n  ".join(tail)
+        )
+
+
+def _compile(line: str, build: Path) -> tuple[Path, str]:
+    """Copies one generator project (symlinks resolved) into ``build`` and compiles it with
+    Maven; returns the project folder and the run class path."""
+    mvn = _tool("mvn", "install Maven 3 (apt-get install maven) and Java 17")
+    project = build / line
+    shutil.copytree(FIXTURES / line, project, symlinks=False)
+    _run(
+        [mvn, "-B", "-q", "-Dstyle.color=never", "compile"],
+        project,
+        MAVEN_TIMEOUT,
+        f"building the {line} generator with Maven (needs Maven Central or ~/.m2)",
+        build / f"{line}.maven.log",
+    )
+    deps = (project / "target" / "classpath.txt").read_text().strip()
+    return project, os.pathsep.join([str(project / "target" / "classes"), deps])
+
+
+def _generate(line: str, classpath: str, args: list[str], build: Path) -> None:
+    java = _tool("java", "install Java 17 (apt-get install openjdk-17-jdk-headless)")
+    _run(
+        [java, "-cp", classpath, "Generate", *args],
+        build,
+        GENERATE_TIMEOUT,
+        f"running the {line} generator",
+        build / f"{line}.generate.log",
+    )
+
+
+def _merge_manifests(out: Path) -> None:
+    lines: dict[str, Any] = {}
+    files: list[Any] = []
+    for line in LINES:
+        m = json.loads((out / line / "manifest.json").read_text(encoding="utf-8"))
+        files.extend(m.pop("files"))
+        lines[line] = m
+    merged = {"layout": LAYOUT, "generators": source_hash(), "lines": lines, "files": files}
+    text = json.dumps(merged, indent=1, ensure_ascii=False) + "\n"
+    (out / "manifest.json").write_text(text, encoding="utf-8")
+
+
+def _build_into(out: Path) -> None:
+    """Compiles the three generators and runs them into the empty folder ``out``; keeps the
+    compiled generators in ``out/_build`` for ``--bench``."""
+    build = out / "_build"
+    build.mkdir(parents=True)
+    for line in LINES:
+        _, classpath = _compile(line, build)
+        (build / f"{line}.classpath").write_text(classpath)
+        _generate(line, classpath, [str(out)], build)
+    _merge_manifests(out)
+
+
+def build(root: Path | None = None) -> Path:
+    """The corpus folder for the current generators, built first if not cached yet.
+
+    Built in a temporary folder beside the cache entry and renamed into place, so a
+    cached corpus is always complete; a lock keeps two test runs from building it twice.
+    """
+    root = root or cache_root()
+    final = root / source_hash()
+    if (final / "manifest.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(final) + ".lock"):
+        if (final / "manifest.json").is_file():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", suffix=".tmp", dir=root))
+        try:
+            _build_into(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def corpus(folder: Path | None = None) -> list[Entry]:
+    """Every generated file (built if needed), in manifest order."""
+    folder = folder or build()
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    return [
+        Entry(
+            path=folder / f["file"],
+            expected=folder / f["expected"],
+            case=f["case"],
+            line=f["line"],
+            library=f["library"],
+            format_version=int(f["format_version"]),
+            model=f["model"],
+            covers=tuple(f["covers"]),
+            devices=tuple(f["devices"]),
+            points=int(f["points"]),
+            reads_as_written=bool(f["reads_as_written"]),
+        )
+        for f in manifest["files"]
+    ]
+
+
+def manifest(folder: Path | None = None) -> dict[str, Any]:
+    folder = folder or build()
+    result: dict[str, Any] = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    return result
+
+
+_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def decode_value(type_: str, value: Any) -> Any:
+    """A value of the JSON form (README.md) as Python holds it: bool, int (INT32, INT64,
+    TIMESTAMP), float (FLOAT widened exactly, DOUBLE), str (TEXT, STRING), bytes (BLOB),
+    datetime.date (DATE)."""
+    if type_ in ("FLOAT", "DOUBLE"):
+        return _SPECIAL_FLOATS[value] if isinstance(value, str) else float(value)
+    if type_ in ("TEXT", "STRING"):
+        return bytes.fromhex(value).decode("utf-8")
+    if type_ == "BLOB":
+        return bytes.fromhex(value)
+    if type_ == "DATE":
+        return dt.date.fromisoformat(value)
+    if type_ == "BOOLEAN":
+        if not isinstance(value, bool):
+            raise ValueError(f"BOOLEAN value {value!r} is not true or false")
+        return value
+    if type_ in ("INT32", "INT64", "TIMESTAMP"):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{type_} value {value!r} is not an integer")
+        return value
+    raise ValueError(f"unknown data type {type_!r}")
+
+
+def expected_points(entry: Entry) -> list[Point]:
+    """Every point the Java reader reads from the file, in its order: per device, per
+    series, every chunk in file order (so a repeated (series, time) appears once per
+    chunk that holds it). Nulls of aligned rows are not points."""
+    points = []
+    with entry.expected.open(encoding="utf-8") as f:
+        for line in f:
+            p = json.loads(line)
+            seg = p.get("segments")
+            points.append(
+                Point(
+                    device=p["device"],
+                    segments=None if seg is None else tuple(seg),
+                    measurement=p["measurement"],
+                    type=p["type"],
+                    time=p["time"],
+                    value=decode_value(p["type"], p["value"]),
+                    chunk=p["chunk"],
+                    aligned=p["aligned"],
+                )
+            )
+    return points
+
+
+def expected_rows(entry: Entry) -> dict[tuple[str, int], dict[str, Any]]:
+    """The file as IoTDB answers a query on it: for a repeated (device, measurement, time)
+    the point of the later chunk (higher chunk offset; later in the chunk on a tie) wins,
+    and a null never overrides a value. Rows are keyed by (device, time) and hold only the
+    measurements with a value, so a row whose every measurement is null is absent."""
+    best: dict[tuple[str, str, int], tuple[int, int, Any]] = {}
+    for i, p in enumerate(expected_points(entry)):
+        key = (p.device, p.measurement, p.time)
+        rank = (p.chunk, i)
+        old = best.get(key)
+        if old is None or rank > old[:2]:
+            best[key] = (p.chunk, i, p.value)
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for (device, measurement, time), (_, _, value) in sorted(best.items()):
+        rows.setdefault((device, time), {})[measurement] = value
+    return rows
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Equality for expected values: NaN equals NaN, and -0.0 differs from 0.0."""
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return type(a) is type(b) and bool(a == b)
+
+
+def format_version_of(path: Path) -> int:
+    """The version byte after the ``TsFile`` magic (3 or 4; 0x30 begins the old ``00000x``)."""
+    with path.open("rb") as f:
+        head = f.read(7)
+    if len(head) < 7 or head[:6] != b"TsFile":
+        raise ValueError(f"{path} does not start with the TsFile magic")
+    return head[6]
+
+
+def bench(rows: int, out: Path | None = None) -> list[Path]:
+    """Writes a v3 file (the IoTDB 1.3 line) and a v4 tree file (TsFile 2.x) of about
+    ``rows`` rows each: four non-aligned devices of INT64, DOUBLE, FLOAT, INT32 and BOOLEAN
+    series, the library's default encodings and compressor."""
+    folder = build()
+    out = out or folder / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for line, version in (("iotdb-1.3", 3), ("tsfile-2", 4)):
+        target = out / f"bench-v{version}-{line}-{rows}.tsfile"
+        if not target.exists():
+            classpath = (folder / "_build" / f"{line}.classpath").read_text()
+            tmp = target.with_name(target.name + ".tmp")
+            tmp.unlink(missing_ok=True)
+            _generate(line, classpath, ["--bench", str(rows), str(tmp)], out)
+            tmp.rename(target)
+        made.append(target)
+    return made
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python tests/tsfile_corpus.py",
+        description="Build the TsFile corpus written by IoTDB's own writers; print its folder.",
+    )
+    parser.add_argument("--out", type=Path, help="build into this new folder, not the cache")
+    parser.add_argument(
+        "--bench", type=int, metavar="ROWS", help="also write a v3 and a v4 file of ROWS rows"
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.out is not None and args.bench is None:
+            if args.out.exists() and any(args.out.iterdir()):
+                print(f"error: {args.out} is not empty: name a new folder", file=sys.stderr)
+                return 2
+            _build_into(args.out)
+            print(args.out)
+            return 0
+        folder = build()
+        print(folder)
+        if args.bench is not None:
+            for path in bench(args.bench, args.out):
+                print(path)
+    except CorpusBuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_NO_TOOL if "not found on PATH" in str(e) else EXIT_BUILD_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,424 @@
+import java.io.File;
+import java.nio.charset.StandardCharsets;
+import java.time.LocalDate;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Map;
+import org.apache.iotdb.tsfile.common.conf.TSFileConfig;
+import org.apache.iotdb.tsfile.common.conf.TSFileDescriptor;
+import org.apache.iotdb.tsfile.file.metadata.enums.TSDataType;
+import org.apache.iotdb.tsfile.file.metadata.AlignedChunkMetadata;
+import org.apache.iotdb.tsfile.file.metadata.ChunkMetadata;
+import org.apache.iotdb.tsfile.file.metadata.IChunkMetadata;
+import org.apache.iotdb.tsfile.read.common.Path;
+import org.apache.iotdb.tsfile.write.schema.IMeasurementSchema;
+import org.apache.iotdb.tsfile.file.metadata.TimeseriesMetadata;
+import org.apache.iotdb.tsfile.file.metadata.enums.CompressionType;
+import org.apache.iotdb.tsfile.file.metadata.enums.TSEncoding;
+import org.apache.iotdb.tsfile.read.TsFileDeviceIterator;
+import org.apache.iotdb.tsfile.read.TsFileSequenceReader;
+import org.apache.iotdb.tsfile.read.common.BatchData;
+import org.apache.iotdb.tsfile.read.common.Chunk;
+import org.apache.iotdb.tsfile.read.reader.chunk.AlignedChunkReader;
+import org.apache.iotdb.tsfile.read.reader.chunk.ChunkReader;
+import org.apache.iotdb.tsfile.utils.Binary;
+import org.apache.iotdb.tsfile.utils.BitMap;
+import org.apache.iotdb.tsfile.utils.Pair;
+import org.apache.iotdb.tsfile.utils.TsPrimitiveType;
+import org.apache.iotdb.tsfile.write.TsFileWriter;
+import org.apache.iotdb.tsfile.write.chunk.AlignedChunkWriterImpl;
+import org.apache.iotdb.tsfile.write.chunk.ChunkWriterImpl;
+import org.apache.iotdb.tsfile.write.writer.TsFileIOWriter;
+import org.apache.iotdb.tsfile.write.record.TSRecord;
+import org.apache.iotdb.tsfile.write.record.Tablet;
+import org.apache.iotdb.tsfile.write.record.datapoint.BooleanDataPoint;
+import org.apache.iotdb.tsfile.write.record.datapoint.DataPoint;
+import org.apache.iotdb.tsfile.write.record.datapoint.DoubleDataPoint;
+import org.apache.iotdb.tsfile.write.record.datapoint.FloatDataPoint;
+import org.apache.iotdb.tsfile.write.record.datapoint.IntDataPoint;
+import org.apache.iotdb.tsfile.write.record.datapoint.LongDataPoint;
+import org.apache.iotdb.tsfile.write.record.datapoint.StringDataPoint;
+import org.apache.iotdb.tsfile.write.schema.MeasurementSchema;
+
+/**
+ * The corpus as IoTDB 0.13 writes it: org.apache.iotdb:tsfile 0.13.x, IoTDB's own TsFile module
+ * of that release (format v3, tree model, six data types).
+ */
+public final class Generate implements Corpus.Lib {
+  private final TSFileConfig conf = TSFileDescriptor.getInstance().getConfig();
+  private final int defaultPoints = conf.getMaxNumberOfPointsInPage();
+  private final int defaultBytes = conf.getPageSizeInByte();
+
+  public static void main(String[] args) throws Exception {
+    Corpus.main(new Generate(), args);
+  }
+
+  @Override
+  public String line() {
+    return "iotdb-0.13";
+  }
+
+  @Override
+  public String library() {
+    return Corpus.mavenVersion("org.apache.iotdb", "tsfile");
+  }
+
+  @Override
+  public List<String> types() {
+    return Arrays.asList("BOOLEAN", "INT32", "INT64", "FLOAT", "DOUBLE", "TEXT");
+  }
+
+  @Override
+  public List<String> encodings() {
+    List<String> out = new ArrayList<>();
+    for (TSEncoding e : TSEncoding.values()) {
+      out.add(e.name());
+    }
+    return out;
+  }
+
+  @Override
+  public List<String> compressors() {
+    List<String> out = new ArrayList<>();
+    for (CompressionType c : CompressionType.values()) {
+      out.add(c.name());
+    }
+    return out;
+  }
+
+  @Override
+  public String defaultEncoding(String type) {
+    return defaults(type);
+  }
+
+  static String defaults(String type) {
+    switch (type) {
+      case "BOOLEAN":
+        return "RLE";
+      case "INT32":
+      case "INT64":
+        return "RLE";
+      case "FLOAT":
+      case "DOUBLE":
+        return "GORILLA";
+      default:
+        return "PLAIN";
+    }
+  }
+
+  @Override
+  public boolean hasTableModel() {
+    return false;
+  }
+
+  @Override
+  public void configure(int maxPointsInPage, int pageSizeInByte) {
+    conf.setMaxNumberOfPointsInPage(maxPointsInPage);
+    conf.setPageSizeInByte(pageSizeInByte);
+  }
+
+  @Override
+  public void configureDefaults() {
+    configure(defaultPoints, defaultBytes);
+  }
+
+  static MeasurementSchema schema(Corpus.Col c) {
+    TSDataType t = TSDataType.valueOf(c.type);
+    if (c.compressor == null) {
+      return new MeasurementSchema(c.name, t, TSEncoding.valueOf(c.encoding));
+    }
+    return new MeasurementSchema(c.name, t, TSEncoding.valueOf(c.encoding),
+        CompressionType.valueOf(c.compressor));
+  }
+
+  static List<MeasurementSchema> schemas(List<Corpus.Col> cols) {
+    List<MeasurementSchema> out = new ArrayList<>();
+    for (Corpus.Col c : cols) {
+      out.add(schema(c));
+    }
+    return out;
+  }
+
+  static DataPoint point(Corpus.Col c, Object v) {
+    switch (c.type) {
+      case "BOOLEAN":
+        return new BooleanDataPoint(c.name, (Boolean) v);
+      case "INT32":
+        return new IntDataPoint(c.name, (Integer) v);
+      case "INT64":
+      case "TIMESTAMP":
+        return new LongDataPoint(c.name, (Long) v);
+      case "FLOAT":
+        return new FloatDataPoint(c.name, (Float) v);
+      case "DOUBLE":
+        return new DoubleDataPoint(c.name, (Double) v);
+      case "DATE":
+        return new IntDataPoint(c.name, Corpus.dateInt((LocalDate) v));
+      default:
+        return new StringDataPoint(c.name, binary(v));
+    }
+  }
+
+  static Binary binary(Object v) {
+    return new Binary(v instanceof byte[] ? (byte[]) v
+        : ((String) v).getBytes(StandardCharsets.UTF_8));
+  }
+
+  static void put(Tablet t, int row, int col, String type, Object v) {
+    if (v == null) {
+      t.bitMaps[col].mark(row);
+      return;
+    }
+    t.bitMaps[col].unmark(row);
+    Object a = t.values[col];
+    if (a instanceof boolean[]) {
+      ((boolean[]) a)[row] = (Boolean) v;
+    } else if (a instanceof int[]) {
+      ((int[]) a)[row] = v instanceof LocalDate ? Corpus.dateInt((LocalDate) v) : (Integer) v;
+    } else if (a instanceof long[]) {
+      ((long[]) a)[row] = (Long) v;
+    } else if (a instanceof float[]) {
+      ((float[]) a)[row] = (Float) v;
+    } else if (a instanceof double[]) {
+      ((double[]) a)[row] = (Double) v;
+    } else if (a instanceof LocalDate[]) {
+      ((LocalDate[]) a)[row] = (LocalDate) v;
+    } else {
+      ((Binary[]) a)[row] = binary(v);
+    }
+  }
+
+  @Override
+  public Corpus.W open(File file) throws Exception {
+    TsFileWriter w = new TsFileWriter(file);
+    return new Corpus.W() {
+      @Override
+      public void register(String device, List<Corpus.Col> cols, boolean aligned)
+          throws Exception {
+        if (aligned) {
+          w.registerAlignedTimeseries(new Path(device), schemas(cols));
+        } else {
+          for (Corpus.Col c : cols) {
+            w.registerTimeseries(new Path(device), schema(c));
+          }
+        }
+      }
+
+      @Override
+      public void write(String device, boolean aligned, List<Corpus.Col> cols, long[] times,
+          Object[][] rows) throws Exception {
+        if (!aligned) {
+          for (int r = 0; r < times.length; r++) {
+            TSRecord rec = new TSRecord(times[r], device);
+            for (int c = 0; c < cols.size(); c++) {
+              if (rows[r][c] != null) {
+                rec.addTuple(point(cols.get(c), rows[r][c]));
+              }
+            }
+            w.write(rec);
+          }
+          return;
+        }
+        Tablet t = new Tablet(device, schemas(cols), times.length);
+        t.initBitMaps();
+        for (int r = 0; r < times.length; r++) {
+          t.addTimestamp(r, times[r]);
+          for (int c = 0; c < cols.size(); c++) {
+            put(t, r, c, cols.get(c).type, rows[r][c]);
+          }
+        }
+        t.rowSize = times.length;
+        w.writeAligned(t);
+      }
+
+      @Override
+      public void registerTable(String table, List<String> tags, List<Corpus.Col> fields) {
+        throw new UnsupportedOperationException("no table model before TsFile 2");
+      }
+
+      @Override
+      public void writeTable(String table, List<String> tags, List<Corpus.Col> fields,
+          long[] times, Object[][] rows) {
+        throw new UnsupportedOperationException("no table model before TsFile 2");
+      }
+
+      @Override
+      public void writeRaw(String device, boolean aligned, List<Corpus.Col> cols, long[] times,
+          Object[][] rows) throws Exception {
+        raw(w.getIOWriter(), device, aligned, cols, times, rows);
+      }
+
+      @Override
+      public void writeRawTable(String table, List<String> tagValues, List<Corpus.Col> fields,
+          long[] times, Object[][] rows) {
+        throw new UnsupportedOperationException("no table model before TsFile 2");
+      }
+
+      @Override
+      public void flush() throws Exception {
+        w.flushAllChunkGroups();
+      }
+
+      @Override
+      public void close() throws Exception {
+        w.close();
+      }
+    };
+  }
+
+  static void raw(TsFileIOWriter io, String device, boolean aligned, List<Corpus.Col> cols,
+      long[] times, Object[][] rows) throws Exception {
+    io.startChunkGroup(device);
+    if (aligned) {
+      AlignedChunkWriterImpl aw = new AlignedChunkWriterImpl(new ArrayList<IMeasurementSchema>(schemas(cols)));
+      for (int r = 0; r < times.length; r++) {
+        for (int c = 0; c < cols.size(); c++) {
+          Object v = rows[r][c];
+          boolean n = v == null;
+          long t = times[r];
+          switch (cols.get(c).type) {
+            case "BOOLEAN":
+              aw.write(t, !n && (Boolean) v, n);
+              break;
+            case "INT32":
+              aw.write(t, n ? 0 : (Integer) v, n);
+              break;
+            case "DATE":
+              aw.write(t, n ? 0 : Corpus.dateInt((LocalDate) v), n);
+              break;
+            case "INT64":
+            case "TIMESTAMP":
+              aw.write(t, n ? 0L : (Long) v, n);
+              break;
+            case "FLOAT":
+              aw.write(t, n ? 0f : (Float) v, n);
+              break;
+            case "DOUBLE":
+              aw.write(t, n ? 0.0 : (Double) v, n);
+              break;
+            default:
+              aw.write(t, n ? new Binary(new byte[0]) : binary(v), n);
+          }
+        }
+        aw.write(times[r]);
+      }
+      aw.writeToFileWriter(io);
+    } else {
+      for (int c = 0; c < cols.size(); c++) {
+        ChunkWriterImpl cw = new ChunkWriterImpl(schema(cols.get(c)));
+        for (int r = 0; r < times.length; r++) {
+          Object v = rows[r][c];
+          long t = times[r];
+          if (v == null) {
+            continue;
+          }
+          switch (cols.get(c).type) {
+            case "BOOLEAN":
+              cw.write(t, (boolean) (Boolean) v);
+              break;
+            case "INT32":
+              cw.write(t, (int) (Integer) v);
+              break;
+            case "DATE":
+              cw.write(t, (int) Corpus.dateInt((LocalDate) v));
+              break;
+            case "INT64":
+            case "TIMESTAMP":
+              cw.write(t, (long) (Long) v);
+              break;
+            case "FLOAT":
+              cw.write(t, (float) (Float) v);
+              break;
+            case "DOUBLE":
+              cw.write(t, (double) (Double) v);
+              break;
+            default:
+              cw.write(t, binary(v));
+          }
+        }
+        cw.writeToFileWriter(io);
+      }
+    }
+    io.endChunkGroup();
+  }
+
+  static Object value(String type, Object v) {
+    if (v instanceof TsPrimitiveType) {
+      v = ((TsPrimitiveType) v).getValue();
+    }
+    if (v instanceof Binary) {
+      return ((Binary) v).getValues();
+    }
+    if (type.equals("DATE") && v instanceof Integer) {
+      return Corpus.intDate((Integer) v);
+    }
+    return v;
+  }
+
+  @Override
+  public void readBack(File file, Corpus.Sink sink) throws Exception {
+    try (TsFileSequenceReader r = new TsFileSequenceReader(file.getPath())) {
+      List<Pair<String, Boolean>> devices = new ArrayList<>();
+      TsFileDeviceIterator it = r.getAllDevicesIteratorWithIsAligned();
+      while (it.hasNext()) {
+        devices.add(it.next());
+      }
+      Map<String, List<TimeseriesMetadata>> all = r.getAllTimeseriesMetadata(true);
+      for (Pair<String, Boolean> dv : devices) {
+        String dev = dv.left;
+        String name = dev;
+        List<String> seg = null;
+        if (dv.right) {
+          for (AlignedChunkMetadata acm : r.getAlignedChunkMetadata(dev)) {
+            IChunkMetadata tcm = acm.getTimeChunkMetadata();
+            Chunk tc = r.readMemChunk((ChunkMetadata) tcm);
+            List<Chunk> vcs = new ArrayList<>();
+            List<String> ms = new ArrayList<>();
+            List<String> ts = new ArrayList<>();
+            for (IChunkMetadata v : acm.getValueChunkMetadataList()) {
+              if (v == null) {
+                continue;
+              }
+              vcs.add(r.readMemChunk((ChunkMetadata) v));
+              ms.add(v.getMeasurementUid());
+              ts.add(v.getDataType().name());
+            }
+            AlignedChunkReader cr = new AlignedChunkReader(tc, vcs, null);
+            while (cr.hasNextSatisfiedPage()) {
+              BatchData bd = cr.nextPageData();
+              while (bd.hasCurrent()) {
+                TsPrimitiveType[] vals = bd.getVector();
+                for (int j = 0; j < ms.size(); j++) {
+                  if (vals[j] != null) {
+                    sink.point(name, seg, ms.get(j), ts.get(j), bd.currentTime(),
+                        value(ts.get(j), vals[j]), tcm.getOffsetOfChunkHeader(), true);
+                  }
+                }
+                bd.next();
+              }
+            }
+          }
+        } else {
+          for (TimeseriesMetadata tm : all.get(dev)) {
+            List<IChunkMetadata> cms = new ArrayList<>(tm.getChunkMetadataList());
+            cms.sort(Comparator.comparingLong(IChunkMetadata::getOffsetOfChunkHeader));
+            for (IChunkMetadata cm : cms) {
+              String type = cm.getDataType().name();
+              ChunkReader cr = new ChunkReader(r.readMemChunk((ChunkMetadata) cm), null);
+              while (cr.hasNextSatisfiedPage()) {
+                BatchData bd = cr.nextPageData();
+                while (bd.hasCurrent()) {
+                  sink.point(name, seg, tm.getMeasurementId(), type, bd.currentTime(),
+                      value(type, bd.currentValue()), cm.getOffsetOfChunkHeader(), false);
+                  bd.next();
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
