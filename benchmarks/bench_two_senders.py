@@ -40,7 +40,6 @@ from benchlib import (  # noqa: E402
     GROUP,
     SEALSYNC,
     KiB,
-    Sealsync,
     at_least_one,
     compile_bytecode,
     exit_status,
@@ -49,6 +48,7 @@ from benchlib import (  # noqa: E402
     settle,
     templates,
 )
+from benchprocs import Sealsync  # noqa: E402
 
 from sealsync.keys import generate_keypair  # noqa: E402
 

@@ -55,8 +55,6 @@ from benchlib import (  # noqa: E402
     GiB,
     KiB,
     MiB,
-    OpenSsh,
-    Sealsync,
     await_freed_inodes,
     disk_free,
     log,
@@ -68,6 +66,7 @@ from benchlib import (  # noqa: E402
     templates,
     timed,
 )
+from benchprocs import OpenSsh, Sealsync  # noqa: E402
 
 MEASURES = ("bulk", "small", "idle", "memory", "startup")
 TWO_SHARED = "least work, every check, 2 streams, one receiver"

@@ -40,8 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402
     KiB,
     MiB,
-    OpenSsh,
-    Sealsync,
     compile_bytecode,
     ensure_tools,
     log,
@@ -52,6 +50,7 @@ from benchlib import (  # noqa: E402
     templates,
     timed,
 )
+from benchprocs import OpenSsh, Sealsync  # noqa: E402
 from wanlink import Link  # noqa: E402
 
 RTT = 0.040

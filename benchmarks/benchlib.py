@@ -2,22 +2,22 @@
 
 Everything runs on this machine over loopback, as real processes, the way an operator
 runs them: ``sealsync serve`` and ``sealsync send`` from the project's interpreter, and
-``rsync -a`` over an OpenSSH ``sshd`` this module starts on a free loopback port with
-its own host and client keys (and stops by PID). Missing ``rsync`` / ``sshd`` are
-installed with apt-get.
+``rsync -a`` over an OpenSSH ``sshd`` on a free loopback port with its own host and
+client keys, started and stopped by PID. Missing ``rsync`` / ``sshd`` are installed
+with apt-get.
 
 Data files are real TsFiles written with the ``tsfile`` package (random doubles,
-8 measurements, so they compress like real sensor data); writing one is slow
-(~25 MiB/s), so a few distinct templates per size are written once into a cache and
-copied under new names. Every file gets a small ``X.resource`` so it counts as sealed.
+8 measurements, so they compress like real sensor data); writing one is slow, so a
+few distinct templates per size are written once into a cache and copied under new
+names. Every file gets a small ``X.resource`` so it counts as sealed.
 
-These are measurements, not tests: nothing here asserts a speed.
+The two servers a benchmark runs (``sshd`` for rsync, ``sealsync serve``) are in
+benchprocs.py. These are measurements, not tests: nothing here asserts a speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,8 +218,8 @@ def write_tsfile(
 ) -> None:
     """A real tree-model TsFile of about ``size`` bytes.
 
-    Random doubles in 8 measurements (~25 MiB/s to write), or with ``text`` one string
-    measurement of 1 KiB random hex values (~120 MiB/s: for the multi-GiB file, whose
+    Random doubles in 8 measurements, or with ``text`` one string measurement of 1 KiB
+    random hex values (several times faster to write: for the multi-GiB file, whose
     content only has to be a valid TsFile).
     """
     import numpy as np
@@ -400,216 +400,3 @@ def await_freed_inodes(workdir: Path, sleep: Callable[[float], None] = time.slee
 def disk_free(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
-
-
-# --------------------------------------------------------------------------- OpenSSH + rsync
-
-
-@dataclass
-class OpenSsh:
-    """Our own ``sshd`` on loopback with its own keys; ``rsync_cmd`` builds rsync calls."""
-
-    root: Path
-    cipher: str | None = CIPHER
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> OpenSsh:
-        self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o700)
-        for name in ("host_ed25519", "client_ed25519"):
-            key = self.root / name
-            if not key.exists():
-                subprocess.run(
-                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
-                )
-        shutil.copyfile(self.root / "client_ed25519.pub", self.root / "authorized_keys")
-        os.chmod(self.root / "authorized_keys", 0o600)
-        self.port = free_port()
-        config = self.root / "sshd_config"
-        config.write_text(
-            f"Port {self.port}\nListenAddress 127.0.0.1\n"
-            f"HostKey {self.root / 'host_ed25519'}\n"
-            f"AuthorizedKeysFile {self.root / 'authorized_keys'}\n"
-            f"PidFile {self.root / 'sshd.pid'}\n"
-            "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "PubkeyAuthentication yes\nPermitRootLogin prohibit-password\n"
-            "UsePAM no\nStrictModes no\nUseDNS no\nX11Forwarding no\n"
-            "Subsystem sftp internal-sftp\n"
-        )
-        pub = (self.root / "host_ed25519.pub").read_text().split()
-        (self.root / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}\n")
-        Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation folder
-        self.proc = subprocess.Popen(
-            [SSHD, "-D", "-f", str(config), "-E", str(self.root / "sshd.log")],
-            stdin=subprocess.DEVNULL,
-        )
-        wait_port(self.port, self.proc, "sshd")
-        log(f"sshd (pid {self.proc.pid}) on 127.0.0.1:{self.port}")
-        return self
-
-    def stop(self) -> None:
-        stop_pid(self.proc)
-        self.proc = None
-
-    def ssh_command(self) -> str:
-        parts = [
-            "ssh",
-            "-p",
-            str(self.port),
-            "-i",
-            str(self.root / "client_ed25519"),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            f"UserKnownHostsFile={self.root / 'known_hosts'}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "LogLevel=ERROR",
-        ]
-        if self.cipher:
-            parts += ["-c", self.cipher]
-        return " ".join(parts)
-
-    def rsync_cmd(self, src: Path, dst: Path) -> list[str]:
-        user = os.environ.get("USER") or __import__("pwd").getpwuid(os.getuid()).pw_name
-        return ["rsync", "-a", "-e", self.ssh_command(), f"{src}/", f"{user}@127.0.0.1:{dst}/"]
-
-    def __enter__(self) -> OpenSsh:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-# --------------------------------------------------------------------------- sealsync
-
-
-@dataclass
-class Sealsync:
-    """One receiver (``sealsync serve``) and one sender config, with their own keys."""
-
-    root: Path
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    sender_config: Path = field(init=False)
-    edge_data: Path = field(init=False)
-    edge_schema: Path = field(init=False)
-    recv_data: Path = field(init=False)
-    recv_schema: Path = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.edge_data = self.root / "edge" / "data"
-        self.edge_schema = self.root / "edge" / "schema"
-        self.recv_data = self.root / "dc" / "data"
-        self.recv_schema = self.root / "dc" / "schema"
-
-    def setup(self) -> Sealsync:
-        from sealsync.keys import generate_keypair
-
-        keys = self.root / "keys"
-        keys.mkdir(parents=True, exist_ok=True)
-        for d in (self.edge_data, self.edge_schema, self.recv_data, self.recv_schema):
-            d.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        if not (keys / "host").exists():
-            generate_keypair(keys / "host", comment="bench-receiver")
-        if not (keys / "edge").exists():
-            generate_keypair(keys / "edge", comment="bench-edge")
-        kind, b64 = (keys / "host.pub").read_text().split()[:2]
-        (keys / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {kind} {b64}\n")
-        shutil.copyfile(keys / "edge.pub", keys / "authorized_keys")
-        self.sender_config = self.root / "sender.toml"
-        self.sender_config.write_text(self.sender_toml(self.edge_data, self.edge_schema, "edge"))
-        (self.root / "receiver.toml").write_text(
-            f'[receiver]\nlisten = "127.0.0.1:{self.port}"\nhost_key = "{keys / "host"}"\n'
-            f'authorized_keys = "{keys / "authorized_keys"}"\nallow = ["127.0.0.0/8"]\n'
-            f'schema_dir = "{self.recv_schema}"\ndata_dirs = ["{self.recv_data}"]\n'
-        )
-        return self
-
-    def sender_toml(self, data: Path, schema: Path, key: str) -> str:
-        """A sender's config for this receiver: its data and schema dirs, and the name of
-        its key in the keys folder."""
-        keys = self.root / "keys"
-        return (
-            f'[sender]\nschema_dir = "{schema}"\ndata_dirs = ["{data}"]\n'
-            f'identity = "{keys / key}"\nknown_hosts = "{keys / "known_hosts"}"\n\n'
-            f'[[receiver]]\nname = "dc"\nhost = "127.0.0.1"\nport = {self.port}\n'
-        )
-
-    def start(self) -> None:
-        log_file = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - the process keeps it
-        self.proc = subprocess.Popen(
-            [*SEALSYNC, "serve", "--config", str(self.root / "receiver.toml")],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=ROOT,
-        )
-        log_file.close()
-        wait_port(self.port, self.proc, "sealsync serve")
-        log(f"sealsync serve (pid {self.proc.pid}) on 127.0.0.1:{self.port}")
-
-    def stop(self) -> None:
-        stop_pid(self.proc)
-        self.proc = None
-
-    def send_cmd(self) -> list[str]:
-        return [*SEALSYNC, "-q", "send", "--config", str(self.sender_config)]
-
-    def send(self, expect_files: int | None = None, poll_rss: bool = False) -> Run:
-        """One ``sealsync send``; a round that did not ship (and load) every file is an error."""
-        run = timed(
-            [*SEALSYNC, "send", "--json", "--config", str(self.sender_config)], poll_rss=poll_rss
-        )
-        doc = json.loads(run.stdout)
-        receiver = doc["receivers"][0]
-        if not doc["ok"] or not all(d["loaded"] or not d["shipped"] for d in receiver["dirs"]):
-            raise RuntimeError(f"sealsync round not ok: {run.stdout[-3000:]}")
-        if expect_files is not None and receiver["shipped_files"] != expect_files:
-            raise RuntimeError(
-                f"sealsync shipped {receiver['shipped_files']} files, expected {expect_files}"
-            )
-        return run
-
-    def sender_state(self) -> Path:
-        from sender.manage.layout import SenderPaths
-
-        return SenderPaths(self.edge_data, "127.0.0.1", self.port).folder
-
-    def forget_sent(self, trash: Path | None = None) -> None:
-        """Make every sealed file new again: drop the sender's state and what the
-        receiver loaded (the receiver keeps running, as a host server would).
-
-        With ``trash``, the receiver's files are moved there instead of deleted: see
-        :func:`set_aside`."""
-        shutil.rmtree(self.edge_data / "sync-sender", ignore_errors=True)
-        for root in ("sequence", "unsequence", "sync-receiver"):
-            if trash is not None:
-                set_aside(self.recv_data / root, trash)
-            else:
-                shutil.rmtree(self.recv_data / root, ignore_errors=True)
-
-    def mark_synced(self, names: list[str]) -> None:
-        """Write the state a finished round leaves: every name in ``last_local_files``."""
-        from sender.manage.layout import SenderPaths
-        from sender.manage.state import write_file_set
-
-        paths = SenderPaths(self.edge_data, "127.0.0.1", self.port)
-        paths.folder.mkdir(parents=True, exist_ok=True)
-        write_file_set(paths.last_local_files, names)
-
-    def loaded_count(self) -> int:
-        return sum(1 for _ in (self.recv_data / "sequence").rglob("*.tsfile"))
-
-    def __enter__(self) -> Sealsync:
-        self.setup()
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
