@@ -251,10 +251,46 @@ def _text(raw: bytes, what: str) -> str:
         raise Corrupt(f"{what} is not UTF-8") from None
 
 
+def _uvar(data: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint of at most 5 bytes at ``data[pos]``: (value, next position).
+    IndexError past the end of ``data``."""
+    byte = data[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    value, shift = byte & 0x7F, 7
+    while True:
+        pos += 1
+        byte = data[pos]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if value > 0xFFFFFFFF:
+                raise Corrupt(f"varint over 32 bits before {pos}")
+            return value, pos + 1
+        shift += 7
+        if shift > 28:
+            raise Corrupt(f"varint longer than 5 bytes before {pos}")
+
+
+def _skip_statistics(data: bytes, pos: int, data_type: int) -> int:
+    """The position after a statistics block (``Statistics.deserialize``) at ``pos``:
+    count, start and end time, then what the data type keeps. IndexError or
+    struct.error past the end of ``data``; the caller bounds the result."""
+    pos = _uvar(data, pos)[1] + 16
+    fixed = _STAT_FIXED.get(data_type)
+    if fixed is not None:
+        return pos + fixed
+    for _ in range(_STAT_BINARIES[data_type]):
+        (length,) = _I32.unpack_from(data, pos)
+        if length < 0:
+            raise Corrupt(f"negative length in statistics at {pos}")
+        pos += 4 + length
+    return pos
+
+
 # --------------------------------------------------------------------------- the walk
 
 
-@dataclass
+@dataclass(slots=True)
 class _Region:
     """A region of the index to parse: a node, or a list of TimeseriesMetadata."""
 
@@ -448,30 +484,51 @@ class _Walk:
     # ----------------------------------------------------------- TimeseriesMetadata
 
     def _series_list(self, region: _Region) -> None:
-        """A run of ``TimeseriesMetadata`` filling the region, and every chunk they list."""
-        cur = _Cursor(self.data, self.base, region.start, region.end)
-        first = True
-        while cur.left():
-            kind = cur.u8()
-            name = cur.var_bytes()
-            if first and name != region.key:
-                raise Corrupt(f"series at {region.start} does not match its index entry")
-            first = False
-            data_type = cur.u8()
-            mask = self._chunk_mask(kind, data_type, region.device, cur.at())
-            size = cur.uvar()
-            cur.statistics(data_type)
-            if size > cur.left():
-                raise Corrupt(f"chunk list of series at {cur.at()} longer than its region")
-            chunks = _Cursor(self.data, self.base, cur.at(), cur.at() + size)
-            cur.skip(size)
-            per_chunk_stats = kind & 0x3F
-            while chunks.left():
-                offset = chunks.i64()
-                if per_chunk_stats:
-                    chunks.statistics(data_type)
-                self._chunk_header(offset, name, data_type, mask)
-            self.series += 1
+        """A run of ``TimeseriesMetadata`` filling the region, and every chunk they list.
+
+        The hot loop of the walk (one pass per series and per chunk), so it reads the
+        bytes inline instead of through :class:`_Cursor`: values read past the region
+        (``data`` may hold more) are never used, because every position is compared
+        with the region's end before what was read there is acted on.
+        """
+        data, base = self.data, self.base
+        pos, end = region.start - base, region.end - base
+        expected_name: bytes | None = region.key if isinstance(region.key, bytes) else None
+        try:
+            while pos < end:
+                kind = data[pos]
+                field_start = pos + 1
+                length, pos = _uvar(data, field_start)
+                length = ~(length >> 1) if length & 1 else length >> 1
+                if not 0 <= length <= end - pos:
+                    raise Corrupt(f"bad measurement name length at {base + field_start}")
+                name = data[pos : pos + length]
+                pos += length
+                if expected_name is not None and name != expected_name:
+                    raise Corrupt(f"series at {region.start} does not match its index entry")
+                expected_name = None
+                encoded_name = data[field_start:pos]  # as a chunk header holds it too
+                data_type = data[pos]
+                mask = self._chunk_mask(kind, data_type, region.device, base + pos)
+                size, pos = _uvar(data, pos + 1)
+                pos = _skip_statistics(data, pos, data_type)
+                chunks_end = pos + size
+                if chunks_end > end:
+                    raise Corrupt(f"series at {base + field_start - 1} overruns its region")
+                per_chunk_stats = kind & 0x3F
+                while pos < chunks_end:
+                    (offset,) = _I64.unpack_from(data, pos)
+                    pos += 8
+                    if per_chunk_stats:
+                        pos = _skip_statistics(data, pos, data_type)
+                    if pos > chunks_end:
+                        break
+                    self._chunk_header(offset, encoded_name, data_type, mask)
+                if pos != chunks_end:
+                    raise Corrupt(f"chunk list at {base + chunks_end - size} not of its size")
+                self.series += 1
+        except (IndexError, struct.error):
+            raise Corrupt(f"series list at {region.start} ends early") from None
 
     def _chunk_mask(self, kind: int, data_type: int, device: int, at: int) -> int:
         """The aligned-column mask the series' chunk headers must carry.
@@ -495,27 +552,34 @@ class _Walk:
             raise Corrupt(f"time column of data type {data_type} at {at}")
         return VALUE_MASK if mask or device in self.aligned else 0
 
-    def _chunk_header(self, offset: int, name: bytes, data_type: int, mask: int) -> None:
-        """The chunk header a ChunkMetadata points at, and its data inside the data region."""
+    def _chunk_header(self, offset: int, encoded_name: bytes, data_type: int, mask: int) -> None:
+        """The chunk header a ChunkMetadata points at (``ChunkHeader``): marker, name,
+        data size, data type, compression, encoding; its data inside the data region."""
         limit = self.meta_offset
         if not HEAD_LEN <= offset < limit:
             raise Corrupt(f"chunk offset {offset} outside the data region")
-        window = 14 + len(name)  # marker, name length, name, data size, three codes
-        cur = _Cursor(self.file[offset : min(offset + window, limit)], offset, offset, limit)
-        cur.end = min(cur.end, len(cur.data))
-        marker = cur.u8()
+        # marker, the name as the series holds it, a data size of up to 5 bytes, 3 codes
+        head = self.file[offset : min(offset + len(encoded_name) + 9, limit)]
+        marker = head[0]
         if marker & 0x3F not in _CHUNK_KINDS or marker & 0xC0 != mask:
             raise Corrupt(f"no chunk header at {offset} (marker {marker})")
-        if cur.var_bytes() != name:
+        pos = 1 + len(encoded_name)
+        if head[1:pos] != encoded_name:
             raise Corrupt(f"chunk at {offset} is not of the series that lists it")
-        size = cur.uvar()
-        if cur.u8() != data_type:
+        try:
+            size, pos = _uvar(head, pos)
+            codes = head[pos : pos + 3]
+            if len(codes) < 3:
+                raise IndexError
+        except IndexError:
+            raise Corrupt(f"chunk header at {offset} runs past the data region") from None
+        if codes[0] != data_type:
             raise Corrupt(f"chunk at {offset} of another data type than its series")
-        if cur.u8() not in COMPRESSIONS:
+        if codes[1] not in COMPRESSIONS:
             raise Corrupt(f"chunk at {offset} has an unknown compression")
-        if cur.u8() not in ENCODINGS:
+        if codes[2] not in ENCODINGS:
             raise Corrupt(f"chunk at {offset} has an unknown encoding")
-        end = cur.at() + size
+        end = offset + pos + 3 + size
         if end > limit:
             raise Corrupt(f"chunk at {offset} runs past the data region")
         self.chunk_spans.append((offset, end))
