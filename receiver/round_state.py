@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from receiver.layout import SenderFolder, SyncLog
-from receiver.load.loader import Loader
+from receiver.load.loader import FolderLoader
 from receiver.storage import safe_dirs
 from sealsync.crashpoints import crash_point
 from sealsync.protocol import ErrorCode, ProtocolError
@@ -33,7 +33,7 @@ class RoundState:
     """The state of one round in flight on one sender folder: its counters, its
     staging folders, and its ``sync.log`` written in the order the module describes."""
 
-    def __init__(self, folder: SenderFolder, loader: Loader) -> None:
+    def __init__(self, folder: SenderFolder, loader: FolderLoader) -> None:
         self.folder = folder
         self.loader = loader
         self.sync_log = SyncLog(folder.sync_log)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from receiver.incoming import sweep_temporaries
 from receiver.layout import SenderFolder
-from receiver.load.loader import Loader
+from receiver.load.loader import FolderLoader
 from receiver.load.owners import DeviceOwners
 from receiver.recover.replay import recover_folder
 from receiver.storage import Storage, refuse_links
@@ -44,11 +44,11 @@ class Rounds:
         self.inspect = inspect
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
-        self._loaders: dict[SenderFolder, Loader] = {}
+        self._loaders: dict[SenderFolder, FolderLoader] = {}
         self._active: set[SenderFolder] = set()
         self._closed = False
 
-    def begin(self, folder: SenderFolder, wait: float = 0.0) -> Loader:
+    def begin(self, folder: SenderFolder, wait: float = 0.0) -> FolderLoader:
         """Claim ``folder`` for a round and return its loader; Busy if it is not free.
 
         Up to ``wait`` seconds go to the end of the folder's last round, if its session
@@ -74,7 +74,7 @@ class Rounds:
             self.end(folder)
             raise
 
-    def _prepare(self, folder: SenderFolder, wait: float) -> Loader:
+    def _prepare(self, folder: SenderFolder, wait: float) -> FolderLoader:
         refuse_links(folder.data_dir, folder.data)  # before recovery or a write touches it
         with self._lock:
             loader = self._loaders.get(folder)
@@ -93,7 +93,7 @@ class Rounds:
         folder.data.mkdir(parents=True, exist_ok=True)
         sweep_temporaries(folder.data)
         if loader is None:
-            loader = Loader(folder, self.storage, self.owners, self.inspect)
+            loader = FolderLoader(folder, self.storage, self.owners, self.inspect)
             with self._lock:
                 if self._closed:
                     loader.close()
@@ -101,7 +101,7 @@ class Rounds:
                 self._loaders[folder] = loader
         return loader
 
-    def loader(self, folder: SenderFolder) -> Loader | None:
+    def loader(self, folder: SenderFolder) -> FolderLoader | None:
         """The folder's loader, if one was created (for status and tests)."""
         with self._lock:
             return self._loaders.get(folder)

@@ -36,7 +36,7 @@ from receiver.commit import Arrived, BatchCommitter, CommitPipeline
 from receiver.incoming import IncomingFile, store_failure_reason
 from receiver.layout import SenderFolder
 from receiver.limits import StallWindow
-from receiver.load.loader import LoaderClosed
+from receiver.load.loader import FolderLoaderClosed
 from receiver.load.owners import DeviceOwners
 from receiver.metrics import ReceiverMetrics
 from receiver.partials import DEFAULT_MAX_AGE, PartialStore
@@ -216,7 +216,7 @@ class Session:
         except TimeoutError:  # socket.timeout: the channel's idle timeout
             log.warning("%s: idle for too long, closing the session", who)
             self._io.send_error(ErrorCode.TIMEOUT, "session idle for too long")
-        except LoaderClosed:  # stop() while this round committed: routine, not a failure
+        except FolderLoaderClosed:  # stop() while this round committed: routine, not a failure
             log.info("%s: the receiver is stopping; the round stays for recovery", who)
             self._io.send_error(ErrorCode.BUSY, "receiver stopping, retry later")
         except OSError as exc:  # the receiver's disk, outside a file (a file gets a verdict)
@@ -245,7 +245,7 @@ class Session:
             incoming = self._file
             self._file = None
             if isinstance(incoming, IncomingFile) and self._partials is not None:
-                self._keep_partial(incoming)
+                self._admission.keep_partial(incoming, self._partials)
             else:
                 incoming.discard()
             self._admission.release(incoming)
@@ -266,23 +266,6 @@ class Session:
                 log.warning("%s: abandoned round not cleared: %s", rnd.folder.root, exc)
             finally:
                 self.ctx.rounds.end(rnd.folder)
-
-    def _keep_partial(self, incoming: IncomingFile) -> None:
-        """A stream cut inside a large data file: keep its bytes to resume from."""
-        store = self._partials
-        assert store is not None
-        begin = incoming.begin
-        held = min(incoming.received, begin.size)
-        if begin.resumable and not self._admission.may_keep(store, begin.name, held):
-            incoming.discard()  # max_partial_bytes covers kept partial uploads too
-            return
-        if incoming.keep(store):
-            log.info(
-                "sender %s: kept %d bytes of %s to resume from",
-                self.uuid,
-                held,
-                printable(begin.name),
-            )
 
     # --- handshake -------------------------------------------------------------------
 

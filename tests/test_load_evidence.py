@@ -14,7 +14,7 @@ from spark_loader_helpers import SENDER_A, SENDER_B, Receiver, two_senders
 from test_receiver_loader import run_round
 
 from receiver.layout import SenderFolder, sender_folders
-from receiver.load.loader import Loader
+from receiver.load.loader import FolderLoader
 from sealsync import deletions
 from spark_loader.discovery import discover
 from spark_loader.removals import MissingFolder, Verdict, decide
@@ -26,7 +26,7 @@ def test_the_receiver_logs_each_deleted_version_before_removing_it(tmp_path: Pat
     data_dir, storage, owners = make_env(tmp_path)
     folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
     names = [f"sequence/g/0/{1000 + i}-{i}-0.tsfile" for i in range(4)]
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         assert run_round(folder, loader, new=names) is True
         versions = {}
         for name in names[:3]:
@@ -206,7 +206,7 @@ def test_a_full_disk_does_not_block_deletions(
     data_dir, storage, owners = make_env(tmp_path)
     folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
     names = ["sequence/g/0/1000-0-0.tsfile", "sequence/g/0/1001-1-0.tsfile"]
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         assert run_round(folder, loader, new=names) is True
 
         def full(*args: object) -> None:

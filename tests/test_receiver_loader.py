@@ -20,7 +20,7 @@ from receiver_load_helpers import (
 )
 
 from receiver.layout import SenderFolder
-from receiver.load.loader import Loader
+from receiver.load.loader import FolderLoader
 from receiver.recover.replay import recover_folder
 from receiver.storage import DirectoryStorage, StorageError
 from sealsync.errors import SealsyncError
@@ -34,7 +34,7 @@ def names(group: str, count: int, root: str = "sequence") -> list[str]:
 
 def run_round(
     folder: SenderFolder,
-    loader: Loader,
+    loader: FolderLoader,
     new: list[str] = (),  # type: ignore[assignment]
     deleted: list[str] = (),  # type: ignore[assignment]
     devices: dict[str, list[str]] | None = None,
@@ -61,7 +61,7 @@ def test_three_groups_of_ten_load_exactly_and_the_folder_is_cleaned(tmp_path: Pa
     data_dir, storage, owners = make_env(tmp_path)
     folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
     expected = {n for g in GROUPS for n in names(g, 10)}
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         assert run_round(folder, loader, new=sorted(expected)) is True
         assert loader.pending() == 0
         assert loader.failures() == {}
@@ -78,7 +78,7 @@ def test_twenty_five_loaded_then_fifteen_deleted_leaves_the_right_ten(tmp_path: 
     folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
     loaded = [n for g in GROUPS for n in names(g, 25)]
     deleted = [n for g in GROUPS for n in names(g, 25)[5:20]]
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         assert run_round(folder, loader, new=loaded) is True
         assert storage.list(UUID_A) == set(loaded)
         assert run_round(folder, loader, deleted=deleted) is True
@@ -102,7 +102,10 @@ def test_a_conflicting_file_is_kept_and_the_senders_other_files_load(tmp_path: P
         "sequence/g/0/b2.tsfile": ["root.g.da", "root.g.db2"],  # A owns root.g.da
         "sequence/g/0/b3.tsfile": ["root.g.db3"],
     }
-    with Loader(a, storage, owners, inspect) as la, Loader(b, storage, owners, inspect) as lb:
+    with (
+        FolderLoader(a, storage, owners, inspect) as la,
+        FolderLoader(b, storage, owners, inspect) as lb,
+    ):
         assert run_round(a, la, new=a_names, devices=devices) is True
         assert run_round(b, lb, new=b_names, devices=devices) is False
         assert set(lb.failures()) == {"sequence/g/0/b2.tsfile"}
@@ -138,7 +141,10 @@ def test_deleting_x_touches_only_that_senders_x(tmp_path: Path) -> None:
     own = data_dir / x  # the host's own sequence/g/0/X
     own.parent.mkdir(parents=True)
     own.write_bytes(b"the host's own file")
-    with Loader(a, storage, owners, inspect) as la, Loader(b, storage, owners, inspect) as lb:
+    with (
+        FolderLoader(a, storage, owners, inspect) as la,
+        FolderLoader(b, storage, owners, inspect) as lb,
+    ):
         assert run_round(a, la, new=[x], devices={x: ["root.g.a"]}) is True
         assert run_round(b, lb, new=[x], devices={x: ["root.g.b"]}) is True
         b_bytes = storage.target(data_dir, UUID_B, x).read_bytes()
@@ -154,7 +160,7 @@ def test_a_synced_file_that_gains_mods_stays_loaded(tmp_path: Path) -> None:
     data_dir, storage, owners = make_env(tmp_path)
     folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
     x, y = "sequence/g/0/x.tsfile", "sequence/g/0/y.tsfile"
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         assert run_round(folder, loader, new=[x, y]) is True
         content = storage.target(data_dir, UUID_A, x).read_bytes()
         # X gained .mods on the sender: it is not shipped as deleted; the next round
@@ -182,7 +188,7 @@ def test_unsequence_files_load(tmp_path: Path) -> None:
     data_dir, storage, owners = make_env(tmp_path)
     folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
     new = names("root.sg0", 3, "unsequence") + names("root.sg0", 2)
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         assert run_round(folder, loader, new=new) is True
     assert storage.list(UUID_A) == set(new)
     assert sender_files_on_disk(data_dir, UUID_A) == set(new)
@@ -194,7 +200,7 @@ def test_a_different_existing_target_is_an_error_and_the_staged_file_is_kept(
     data_dir, storage, owners = make_env(tmp_path)
     folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
     x = "sequence/g/0/x.tsfile"
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         assert run_round(folder, loader, new=[x]) is True
         before = storage.target(data_dir, UUID_A, x).read_bytes()
         assert run_round(folder, loader, new=[x]) is False  # new bytes under the same name
@@ -220,7 +226,7 @@ def test_a_failed_load_keeps_file_and_log_and_recovery_completes_it(tmp_path: Pa
     storage = FlakyStorage([data_dir])
     folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
     new = names("root.sg0", 3)
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         assert run_round(folder, loader, new=new) is False
         assert set(loader.failures()) == set(new)
         assert loader.pending() == 0
@@ -257,7 +263,7 @@ def test_finish_waits_for_the_queue_and_reports_still_loading(tmp_path: Path) ->
     for name in new:
         stage(folder, name)
     rnd.end()
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         for name in new:
             loader.load(name)
         assert loader.finish(timeout=0.2) is False
@@ -277,7 +283,7 @@ def test_finish_without_sync_end_keeps_the_round(tmp_path: Path) -> None:
     rnd = Round(folder)
     rnd.new([x])
     stage(folder, x)
-    with Loader(folder, storage, owners, inspect) as loader:
+    with FolderLoader(folder, storage, owners, inspect) as loader:
         loader.load(x)
         assert loader.finish(timeout=60) is False
     assert storage.list(UUID_A) == {x}
@@ -295,7 +301,7 @@ def test_close_leaves_unapplied_events_for_recovery(tmp_path: Path) -> None:
     for name in new:
         stage(folder, name)
     rnd.end()
-    loader = Loader(folder, storage, owners, inspect)
+    loader = FolderLoader(folder, storage, owners, inspect)
     for name in new:
         loader.load(name)
     assert storage.entered.wait(30)  # the first load is in progress

@@ -1,4 +1,5 @@
-"""One sender's loader: applies its events in order, on its own thread (docs/design.md §4.5).
+"""The folder loader (docs/design.md §1.1): one sender folder's events applied in order, on its
+own thread (docs/design.md §4.5).
 
 The session hands over each event once it is in ``sync.log``, so the transfer never
 waits for a load, and a sender's events are applied in the order the sender sent them
@@ -32,13 +33,13 @@ MAX_LOAD_BATCH = 256
 """Loads applied together: one ``load.log`` fsync and one fsync per folder for all."""
 
 
-class LoaderClosed(SealsyncError):
+class FolderLoaderClosed(SealsyncError):
     """The service is stopping and its loaders with it: an event handed over now is
     not applied; the round's ``sync.log`` has it, and recovery applies it at the next
     start."""
 
 
-class Loader:
+class FolderLoader:
     """Applies one sender folder's events in order; see the module docstring."""
 
     def __init__(
@@ -76,7 +77,7 @@ class Loader:
         check_data_name(name)
         with self._cond:
             if self._stopping:
-                raise LoaderClosed(f"loader for {self.folder.root} is closed")
+                raise FolderLoaderClosed(f"loader for {self.folder.root} is closed")
             self._events.append((kind, name, devices))
             self._unapplied += 1
             self._cond.notify_all()
@@ -197,7 +198,7 @@ class Loader:
             self._thread.join()
         self._applier.close()
 
-    def __enter__(self) -> Loader:
+    def __enter__(self) -> FolderLoader:
         return self
 
     def __exit__(self, *exc: object) -> None:
