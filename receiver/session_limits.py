@@ -23,13 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from receiver.incoming import TEMP_PREFIX
+from receiver.incoming import TEMP_PREFIX, IncomingFile
 from receiver.layout import RECEIVER_FOLDER
 from receiver.limits import ByteLedger, Quota, SlotCounter
 from receiver.partials import PARTIAL_FOLDER, PartialStore
 from receiver.storage import Storage
 from sealsync.config import ReceiverConfig
 from sealsync.errors import SealsyncError
+from sealsync.printable import printable
 from sealsync.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger(f"sealsync.{__name__}")
@@ -212,6 +213,22 @@ class SessionAdmission:
             )
             store.forget(oldest.name)
             total -= oldest.held
+
+    def keep_partial(self, incoming: IncomingFile, store: PartialStore) -> None:
+        """A stream cut inside a large data file: keep its bytes in ``store`` to resume
+        from, if they fit in ``max_partial_bytes``; else they go."""
+        begin = incoming.begin
+        held = min(incoming.received, begin.size)
+        if begin.resumable and not self.may_keep(store, begin.name, held):
+            incoming.discard()  # max_partial_bytes covers kept partial uploads too
+            return
+        if incoming.keep(store):
+            log.info(
+                "sender %s: kept %d bytes of %s to resume from",
+                self.uuid,
+                held,
+                printable(begin.name),
+            )
 
     def may_keep(self, store: PartialStore, name: str, held: int) -> bool:
         """True if ``held`` bytes of ``name`` may be kept to resume from:
