@@ -119,9 +119,9 @@ class ReadBuffer:
 
     paramiko's ``Channel.recv(n)`` copies ``n`` bytes out of its buffer and shifts the
     rest down: with megabytes of pipelined files buffered, reading a 5-byte header and
-    then a payload moved the whole buffer twice per frame (a quarter of the receiver's
-    CPU with small files). One ``recv`` here takes everything there is, and frames are
-    handed out as memoryviews of it (:func:`receive` turns all but chunks into bytes).
+    then a payload would move the whole buffer twice per frame, most of the work of a
+    small file. One ``recv`` here takes everything there is, and frames are handed out
+    as memoryviews of it (:func:`receive` turns all but chunks into bytes).
     """
 
     def __init__(self, stream: Stream, block: int = 16 << 20) -> None:
