@@ -42,7 +42,7 @@ from sender.manage.history import (
     append_attempt,
 )
 from sender.manage.layout import SchemaPaths, data_dir_problem
-from sender.transfer.report import RoundReport, new_report
+from sender.transfer.report import AttemptReport, new_report
 
 if TYPE_CHECKING:
     from typing import TextIO
@@ -61,7 +61,7 @@ class AttemptResult:
     """What one attempt did, as the CLI needs it."""
 
     attempt: Attempt
-    report: RoundReport | None
+    report: AttemptReport | None
     """The round's report, also when it raised part-way; None if it never started."""
     exit_code: int
     error: BaseException | None = None
@@ -213,7 +213,7 @@ def run_attempt(
     from sender.round import sync_to_receiver
 
     start = time.time()
-    report: RoundReport | None = None
+    report: AttemptReport | None = None
     error: BaseException | None = None
     try:
         if preflight is not None:
@@ -245,7 +245,7 @@ def run_attempt(
 def _attempt(
     receiver: ReceiverEndpoint,
     start: float,
-    report: RoundReport | None,
+    report: AttemptReport | None,
     error: BaseException | None,
 ) -> Attempt:
     attempt = Attempt(
@@ -308,7 +308,7 @@ def _exit_code(attempt: Attempt, error: BaseException | None) -> int:
     return EXIT_OK if attempt.outcome == OK else EXIT_FAILURE
 
 
-def incomplete_reason(report: RoundReport) -> str:
+def incomplete_reason(report: AttemptReport) -> str:
     """The first thing a round left undone, and how many more there are."""
     problems: list[str] = []
     for d in report.dirs:

@@ -45,12 +45,12 @@ from sender.recover.recovery import recover, recover_all
 from sender.transfer.client import connect_receiver
 from sender.transfer.errors import ConnectionLost, Unreachable
 from sender.transfer.refusals import RefusalBook, refused_path
-from sender.transfer.report import DirReport, RoundReport, new_report
+from sender.transfer.report import AttemptReport, DirReport, new_report
 from sender.transfer.schema_pos import read_position
 from sender.transfer.session import Progress, SenderSession
 from sender.transfer.throttle import TokenBucket
 
-__all__ = ["DirReport", "RoundReport", "new_report", "sync_to_receiver"]
+__all__ = ["AttemptReport", "DirReport", "new_report", "sync_to_receiver"]
 
 ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_exponential(multiplier=0.2, max=5.0)
 """Backoff between connections after a dropped one."""
@@ -72,10 +72,10 @@ def sync_to_receiver(
     *,
     progress: Progress | None = None,
     connector: Connector | None = None,
-    report: RoundReport | None = None,
+    report: AttemptReport | None = None,
     cancel: Cancel | None = None,
     reconcile: bool = False,
-) -> RoundReport:
+) -> AttemptReport:
     """Sync every data dir of ``config`` to ``receiver``; the report says what happened.
 
     Raises SealsyncError for what stops the whole attempt (unreachable, untrusted or
@@ -177,7 +177,7 @@ class _Attempt:
         self,
         config: SenderConfig,
         receiver: ReceiverEndpoint,
-        report: RoundReport,
+        report: AttemptReport,
         own_uuid: str,
         connector: Connector,
         progress: Progress | None,

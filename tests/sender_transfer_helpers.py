@@ -42,7 +42,7 @@ from sealsync.protocol import (
     send,
 )
 from sender.round import sync_to_receiver
-from sender.transfer.report import RoundReport
+from sender.transfer.report import AttemptReport
 
 SENDER_UUID_HEX = "0123456789abcdef0123456789abcdef"
 SENDER_UUID = "01234567-89ab-cdef-0123-456789abcdef"
@@ -255,7 +255,7 @@ def fake_round_config(tmp_path: Path) -> SenderConfig:
 
 def round_with_fake(
     config: SenderConfig, peer: FakeReceiver | None = None
-) -> tuple[RoundReport, FakeReceiver]:
+) -> tuple[AttemptReport, FakeReceiver]:
     """Run one real round against ``peer`` (a fresh scripted receiver if None)."""
     peer = peer or FakeReceiver()
     threads = []

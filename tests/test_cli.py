@@ -29,7 +29,7 @@ from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import EXIT_CODES, SealsyncError
 from sender.manage.layout import SenderPaths
 from sender.manage.scan import SYMLINK
-from sender.transfer.report import RoundReport
+from sender.transfer.report import AttemptReport
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = ["check", "demo", "keygen", "load", "owners", "send", "senders", "serve", "status"]
@@ -263,10 +263,10 @@ class FakeRound:
         config: SenderConfig,
         receiver: ReceiverEndpoint,
         progress: object = None,
-        report: RoundReport | None = None,
+        report: AttemptReport | None = None,
         cancel: object = None,
         reconcile: bool = False,
-    ) -> RoundReport:
+    ) -> AttemptReport:
         lock = config.schema_dir / "sync" / f"{receiver.host}_{receiver.port}" / "sync.lock"
         with pytest.raises(Timeout):  # a fresh instance = another holder: must be refused
             FileLock(lock, timeout=0).acquire()
@@ -330,7 +330,7 @@ def test_a_bug_in_a_round_is_recorded_and_one_line(
 ) -> None:
     fake = FakeRound()
 
-    def broken(*args: Any, **kwargs: Any) -> RoundReport:
+    def broken(*args: Any, **kwargs: Any) -> AttemptReport:
         fake.calls.append(args[:2])
         raise RuntimeError("boom")
 

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sealsync.app.cli import main
-from sealsync.app.output import format_rate, round_summary
+from sealsync.app.output import attempt_summary, format_rate
 from sealsync.config import MIN_RATE, load_sender_config, parse_rate
 from sealsync.errors import ConfigError
-from sender.transfer.report import DirReport, RoundReport
+from sender.transfer.report import AttemptReport, DirReport
 from sender.transfer.throttle import (
     BURST_SECONDS,
     MAX_PIECE,
@@ -149,12 +149,12 @@ def test_dry_run_shows_each_receivers_cap(
     assert [r["bwlimit"] for r in doc_out["receivers"]] == [int(1.5 * MIB)] * 2
 
 
-def test_round_summary_and_json_carry_the_cap() -> None:
-    report = RoundReport("dc1", "127.0.0.1:5555", [DirReport(0, "/d", complete=True)], bwlimit=0)
-    assert "bwlimit" not in round_summary(report)
+def test_attempt_summary_and_json_carry_the_cap() -> None:
+    report = AttemptReport("dc1", "127.0.0.1:5555", [DirReport(0, "/d", complete=True)], bwlimit=0)
+    assert "bwlimit" not in attempt_summary(report)
     assert report.to_dict()["bwlimit"] == 0
     report.bwlimit = 4 * MIB
-    assert round_summary(report).endswith(", bwlimit 4.0 MiB/s")
+    assert attempt_summary(report).endswith(", bwlimit 4.0 MiB/s")
     assert report.to_dict()["bwlimit"] == 4 * MIB
     assert format_rate(512) == "512 B/s" and format_rate(0) == "unlimited"
 

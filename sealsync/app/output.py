@@ -83,7 +83,7 @@ class TerminalProgress:
             self._width = 0
 
 
-def round_summary(report: Any) -> str:
+def attempt_summary(report: Any) -> str:
     """One line per receiver: what a cron mail or a log grep needs."""
     d = report.to_dict()
     dirs = d["dirs"]
@@ -113,7 +113,7 @@ def reconcile_counts(found: dict[str, list[str]]) -> str:
     )
 
 
-def round_problems(report: Any) -> list[str]:
+def attempt_problems(report: Any) -> list[str]:
     """One line per file left unsynced and per data dir that did not finish."""
     lines = []
     for x in report.to_dict()["dirs"]:

@@ -17,10 +17,10 @@ import click
 from sealsync.app.options import CONFIG_PATH, Options, echo_json
 from sealsync.app.output import (
     TerminalProgress,
+    attempt_problems,
+    attempt_summary,
     format_rate,
     reconcile_counts,
-    round_problems,
-    round_summary,
     summary_wanted,
 )
 from sealsync.config import ReceiverEndpoint, SenderConfig, load_sender_config, parse_rate
@@ -160,10 +160,10 @@ def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: boo
     lines: list[str] = []
     attempt, report = result.attempt, result.report
     if result.error is None and report is not None:
-        for line in round_problems(report):
+        for line in attempt_problems(report):
             click.echo(f"sealsync: {line}", err=True)
         if not as_json and not opts.quiet and summary_wanted(report, opts.verbose):
-            click.echo(round_summary(report))
+            click.echo(attempt_summary(report))
     elif attempt.error is not None and attempt.kind not in ("config", None):
         text = f"{attempt.receiver}: {attempt.error}" if many else attempt.error
         lines.append(text)

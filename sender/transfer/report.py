@@ -1,8 +1,10 @@
-"""What a round did, per data dir: the CLI's summary, ``--json`` output and exit code.
+"""What an attempt at one receiver did, one ``DirReport`` per data dir (its round):
+the CLI's summary, ``--json`` output and exit code.
 
-Filled in as the round goes (a round retried after a dropped connection adds to the
-same report), so ``shipped`` and ``deleted`` are cumulative over attempts, while
-``failed`` and ``refused`` describe the last attempt's outcome for files still unsynced.
+Filled in as the attempt goes (a round carried on over a new connection after a dropped
+one adds to the same report), so ``shipped`` and ``deleted`` are cumulative over
+connections, while ``failed`` and ``refused`` describe the last connection's outcome
+for files still unsynced.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class DirReport:
 
 
 @dataclass
-class RoundReport:
+class AttemptReport:
     receiver: str
     address: str
     dirs: list[DirReport] = field(default_factory=list)
@@ -80,7 +82,7 @@ class RoundReport:
     """Connections made: 1, plus one per reconnect after a dropped connection."""
     seconds: float = 0.0
     bwlimit: int = 0
-    """The round's bandwidth cap in bytes per second; 0 is none."""
+    """The attempt's bandwidth cap in bytes per second; 0 is none."""
 
     @property
     def ok(self) -> bool:
@@ -109,9 +111,9 @@ class RoundReport:
         }
 
 
-def new_report(receiver: str, address: str, data_dirs: Sequence[object]) -> RoundReport:
-    """An empty report for a round to one receiver: one entry per data dir."""
-    return RoundReport(
+def new_report(receiver: str, address: str, data_dirs: Sequence[object]) -> AttemptReport:
+    """An empty report for an attempt at one receiver: one entry per data dir."""
+    return AttemptReport(
         receiver=receiver,
         address=address,
         dirs=[DirReport(i, str(d)) for i, d in enumerate(data_dirs)],

@@ -42,7 +42,7 @@ from sealsync.formats.common import FileInfo
 from sealsync.protocol import Welcome
 from sender.manage.layout import SenderPaths
 from sender.manage.state import read_file_set
-from sender.round import RoundReport, sync_to_receiver
+from sender.round import AttemptReport, sync_to_receiver
 
 pytestmark = pytest.mark.slow
 
@@ -253,7 +253,7 @@ def test_receiver_that_stops_answering_is_a_stall_not_a_dead_link(tmp_path: Path
     with service:
         try:
             started = time.monotonic()
-            report: RoundReport = sync_to_receiver(config, config.receivers[0])
+            report: AttemptReport = sync_to_receiver(config, config.receivers[0])
             seconds = time.monotonic() - started
         finally:
             release.set()

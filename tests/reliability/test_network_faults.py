@@ -39,7 +39,7 @@ from sealsync.protocol import HEADER, Kind
 from sender import round as round_module
 from sender.manage.layout import SenderPaths
 from sender.manage.state import read_file_set
-from sender.round import RoundReport, sync_to_receiver
+from sender.round import AttemptReport, sync_to_receiver
 from sender.transfer.client import connect_receiver
 from sender.transfer.session import SenderSession
 
@@ -187,7 +187,7 @@ def new_batch(net: Net, big: int = 2, small: int = 30, schema_bytes: int = 0) ->
     return Batch(names, size, written, log.stat().st_size if log.exists() else 0)
 
 
-def run_in_process(net: Net) -> tuple[RoundReport, Events, float]:
+def run_in_process(net: Net) -> tuple[AttemptReport, Events, float]:
     events = Events()
     started = time.monotonic()
     report = sync_to_receiver(net.config, net.config.receivers[0], progress=events)
