@@ -9,18 +9,19 @@ Per batch of files, one DataFrame and one write:
   ``p<n>`` yields the key as a constant column: no per-row lookup, no join. The hard
   link is also a snapshot: a file the receiver deletes meanwhile stays readable
   until the run ends.
-* **TsFiles** are read on the executors (:mod:`.tsfile_read`) with ``mapInArrow``
-  over a DataFrame of file paths, one Spark partition per file, which add the key.
+* **TsFiles** are read on the executors (:mod:`.tsfile_read`) over a DataFrame of
+  file paths: by Apache TsFile's Java reader in the executors' JVMs (formats 3 and
+  4), or, in a session without it, by the ``tsfile`` package through ``mapInArrow``
+  (format 4 only); either adds the key.
 
 **Deletions.** A file's ``X.mods`` (points the database deleted after sealing) is
 read here on the driver, once per run, when the file is prepared (it is small; the
 data never is), and checked to be the version its ``file_id`` names. TsFile rows
-carry the deletions' text to the executors, which drop those points from each
-file's Arrow table (``mods.apply``). A Parquet scan is anti-joined with a small
-broadcast table of the deletions of the files in it, per file (the key is a column
-of the scan), so Spark's own reader stays on the path and no Python runs per row. A
-``.mods`` that does not parse makes its file skipped and reported, like a corrupt
-data file, and retried on the next run.
+carry the deletions, parsed, to the executors' reader, which drops those points. A
+Parquet scan is anti-joined with a small broadcast table of the deletions of the
+files in it, per file (the key is a column of the scan), so Spark's own reader
+stays on the path and no Python runs per row. A ``.mods`` that does not parse makes
+its file skipped and reported, like a corrupt data file, and retried on the next run.
 
 **Writing.** The union is written into a fresh hidden staging folder of the table,
 one folder ``__sealsync_key=<k>`` per file; Spark's job commit makes it complete or
@@ -77,7 +78,14 @@ from spark_loader.table import (
     footer_rows,
     remove_run_folder,
 )
-from spark_loader.tsfile_read import FILES_DDL, SCHEMA_DDL, data_batches, schema_rows
+from spark_loader.tsfile_read import (
+    FILES_DDL,
+    SCHEMA_DDL,
+    data_batches,
+    java_data,
+    java_schema,
+    schema_rows,
+)
 
 PARQUET_GROUP, TSFILE = "p", "t"
 #: Spark's Parquet writer with a folder per key and no sort (java/, :mod:`.jvm`).
@@ -108,11 +116,12 @@ class Prepared:
     # a deletion up to T covers every earlier one of that device); empty if none.
     deleted: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def mods_text(self) -> str | None:
-        """The deletions as ``.mods`` text, for executors that apply them."""
+    def deletion_records(self) -> list[tuple[str, str | None, int | None, int]] | None:
+        """The deletions as the TsFile readers take them (``tsfile_read.DELETIONS_DDL``):
+        every measurement of the device, up to the time."""
         if not self.deleted:
             return None
-        return "".join(mods.Deletion(d, t).line() for d, t in sorted(self.deleted.items()))
+        return [(d, None, None, t) for d, t in sorted(self.deleted.items())]
 
 
 def _sender(item: Prepared) -> str:
@@ -201,6 +210,8 @@ class Ingest:
         self.links = table.path / LINKS / run_id
         self.sync = sync
         self._members: dict[Path, set[str]] = {}
+        # TsFiles are read by the Java reader wherever the session has it (:mod:`.tsfile_read`).
+        self.java_tsfile = jvm.tsfile_reader(spark)
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
@@ -326,7 +337,7 @@ class Ingest:
         return linked
 
     def _files_df(self, items: list[Prepared], deletions: bool = False) -> Any:
-        """One row per file (``FILES_DDL``); with ``deletions``, its ``.mods`` text.
+        """One row per file (``FILES_DDL``); with ``deletions``, its parsed deletions.
 
         A local relation: Spark splits it over its default parallelism, so each task
         reads several files. One task per file (an RDD of one row per partition) cost
@@ -337,7 +348,7 @@ class Ingest:
                 str(p.link or p.source.path),
                 p.file_id,
                 p.key,  # None in the schema pass, which runs before linking
-                p.mods_text() if deletions else None,
+                p.deletion_records() if deletions else None,
             )
             for p in items
         ]
@@ -356,7 +367,11 @@ class Ingest:
         for group in retry:
             try:
                 with stage_progress(self.spark, self.progress, "TsFile metadata"):
-                    rows = self._files_df(group).mapInArrow(schema_rows, SCHEMA_DDL).collect()
+                    files = self._files_df(group)
+                    if self.java_tsfile:
+                        rows = java_schema(self.spark, files).collect()
+                    else:
+                        rows = files.mapInArrow(schema_rows, SCHEMA_DDL).collect()
             except Exception as exc:  # a worker died: isolate the file that killed it
                 retry.failed(group, exc)
                 continue
@@ -383,6 +398,9 @@ class Ingest:
             assert item.folder is not None
             groups.setdefault(item.folder, []).append(item)
         for folder, items in sorted(groups.items()):
+            if items[0].kind == TSFILE and self.java_tsfile:
+                parts.append(java_data(self.spark, self._files_df(items, deletions=True), target))
+                continue
             if items[0].kind == TSFILE:
                 arrow = to_arrow_schema(target)
                 body = functools.partial(data_batches, schema=arrow)

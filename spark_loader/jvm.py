@@ -1,8 +1,8 @@
-"""The loader's own Java classes: one jar, on the class path of the driver it starts.
+"""The loader's own Java classes: one jar, and the TsFile library it reads TsFiles with.
 
 Two small classes, each used only where it is sure to load and run (a local master,
-whose executors are the driver JVM, started by the loader with the jar on its class
-path); anywhere else the loader uses Spark's and Hadoop's own classes, slower and
+whose executors are the driver JVM, started by the loader with the jar among its
+``spark.jars``); anywhere else the loader uses Spark's and Hadoop's own classes, slower and
 with the same result:
 
 * ``PosixLocalFileSystem`` (:mod:`.localfs`): Hadoop's local file system without a
@@ -11,8 +11,17 @@ with the same result:
   source file's rows in a folder of their own, without ``partitionBy``'s sort and
   per-row copy.
 
-Rebuild the jar after changing the Java sources in ``java/`` (needs a JDK; they
-compile against the jars PySpark ships)::
+And the TsFile reader, which runs on every master: ``TsFileRows`` (Spark's side) and
+``TsFilePoints`` (the reading, with Apache TsFile's Java library ``TSFILE_PACKAGE``),
+used by :mod:`.tsfile_read`. The session the loader starts asks Spark for the
+library by its Maven coordinates (``spark.jars.packages``: resolved by Spark's ivy,
+cached under the user's home, the same on a cluster) and ships the jar to executors
+(``spark.jars``) when the master is not local. The library's own dependencies are
+all among Spark's jars, so only it and its ``common`` module are fetched.
+
+Rebuild the jar after changing the Java sources in ``java/`` (needs a JDK and Maven;
+they compile against the jars PySpark ships and the TsFile library, which Maven
+fetches into ``~/.m2``)::
 
     python -m spark_loader.jvm
 """
@@ -35,13 +44,52 @@ SOURCES = HERE / "java"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same classes give the same jar
 
 
-def session_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
-    """What a new session needs so its driver JVM can load the classes (local only)."""
-    if not master.startswith("local") or not JAR.is_file():
-        return {}
-    key = "spark.driver.extraClassPath"
+#: The TsFile library the Java reader is built and run with (reads formats 3 and 4).
+TSFILE_VERSION = "2.1.1"
+TSFILE_PACKAGE = f"org.apache.tsfile:tsfile:{TSFILE_VERSION}"
+#: Its dependencies Spark already ships (the same libraries, Spark's versions are used).
+TSFILE_EXCLUDES = (
+    "com.github.luben:zstd-jni",
+    "org.xerial.snappy:snappy-java",
+    "commons-io:commons-io",
+    "org.apache.commons:commons-lang3",
+    "org.lz4:lz4-java",
+    "org.tukaani:xz",
+    "org.slf4j:slf4j-api",
+    "org.antlr:antlr4-runtime",
+)
+TSFILE_ROWS = "io.sealsync.spark.TsFileRows"
+
+
+def _joined(conf: dict[str, str], key: str, value: str, sep: str) -> dict[str, str]:
     current = conf.get(key)
-    return {key: f"{current}{os.pathsep}{JAR}" if current else str(JAR)}
+    if current and value in current.split(sep):
+        return {}
+    return {key: f"{current}{sep}{value}" if current else value}
+
+
+def session_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
+    """What a new session needs: the TsFile library for every master, and the jar on
+    the driver's class path (local) or shipped to the executors (any other master)."""
+    if not JAR.is_file():
+        return {}
+    out = _joined(conf, "spark.jars.packages", TSFILE_PACKAGE, ",")
+    for name in TSFILE_EXCLUDES:
+        out.update(_joined({**conf, **out}, "spark.jars.excludes", name, ","))
+    out.update(_joined(conf, "spark.jars", str(JAR), ","))
+    return out
+
+
+def tsfile_reader(spark: Any) -> bool:
+    """Whether this session can read TsFiles with the Java reader: the jar's classes and
+    the TsFile library are on its class path (a session the loader started has both)."""
+    try:
+        cls = spark.sparkContext._jvm
+        for part in TSFILE_ROWS.split("."):
+            cls = getattr(cls, part)
+        return bool(cls.usable())
+    except Exception:  # not on this JVM's class path: a session the loader did not start
+        return False
 
 
 def loadable(spark: Any, name: str, probe: bool = False) -> bool:
@@ -55,7 +103,9 @@ def loadable(spark: Any, name: str, probe: bool = False) -> bool:
     if not sc.master.startswith("local"):
         return False  # a cluster's executors may not have the jar, whatever the driver has
     try:
-        sc._jvm.java.lang.Class.forName(name)
+        # The session's jars (``spark.jars``) are on the loader of its user classes.
+        lang = sc._jvm.java.lang
+        lang.Class.forName(name, True, lang.Thread.currentThread().getContextClassLoader())
         if probe:
             cls = sc._jvm
             for part in name.split("."):
@@ -76,11 +126,42 @@ def spark_jars() -> Path:
     return found
 
 
+def tsfile_jars(into: Path, mvn: str = "mvn") -> list[Path]:
+    """The TsFile library's jars (it and ``common``), fetched by Maven into ``~/.m2`` and
+    copied into ``into``, to compile against."""
+    out = []
+    for artifact in ("tsfile", "common"):
+        coords = f"org.apache.tsfile:{artifact}:{TSFILE_VERSION}"
+        done = subprocess.run(
+            [
+                mvn,
+                "-q",
+                "-B",
+                "-Dstyle.color=never",
+                "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy",
+                f"-Dartifact={coords}",
+                f"-DoutputDirectory={into}",
+            ],
+            cwd=into,
+            capture_output=True,  # Maven's quiet mode still prints colour codes
+            text=True,
+        )
+        if done.returncode != 0:
+            said = (done.stdout + done.stderr).strip()[-2000:]
+            raise RuntimeError(f"Maven could not fetch {coords}: {said}")
+        out.append(into / f"{artifact}-{TSFILE_VERSION}.jar")
+    return out
+
+
 def build(jar: Path = JAR, javac: str = "javac") -> None:
     """Compile ``java/`` into ``jar`` (Java 17 bytecode), entries in a fixed order and time."""
     sources = sorted(SOURCES.rglob("*.java"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
+        libs = out / "lib"
+        libs.mkdir()
+        classpath = os.pathsep.join([str(spark_jars() / "*"), *map(str, tsfile_jars(libs))])
+        classes = out / "classes"
         subprocess.run(
             [
                 javac,
@@ -88,9 +169,9 @@ def build(jar: Path = JAR, javac: str = "javac") -> None:
                 "17",
                 "-nowarn",
                 "-cp",
-                str(spark_jars() / "*"),
+                classpath,
                 "-d",
-                str(out),
+                str(classes),
                 *map(str, sources),
             ],
             check=True,
@@ -99,8 +180,8 @@ def build(jar: Path = JAR, javac: str = "javac") -> None:
         with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as zf:
             manifest = zipfile.ZipInfo("META-INF/MANIFEST.MF", _EPOCH)
             zf.writestr(manifest, "Manifest-Version: 1.0\r\n\r\n")
-            for path in sorted(out.rglob("*.class")):
-                info = zipfile.ZipInfo(path.relative_to(out).as_posix(), _EPOCH)
+            for path in sorted(classes.rglob("*.class")):
+                info = zipfile.ZipInfo(path.relative_to(classes).as_posix(), _EPOCH)
                 zf.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
         jar.parent.mkdir(parents=True, exist_ok=True)
         durable.atomic_write(jar, staged.read_bytes())  # a loader never sees half a jar

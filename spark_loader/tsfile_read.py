@@ -1,17 +1,30 @@
-"""TsFile reading on the executors (the functions Spark's ``mapInArrow`` runs).
+"""TsFile reading on the executors: Apache TsFile's Java reader, or the ``tsfile`` package.
 
-The driver never opens a TsFile: the native reader runs in Spark's Python workers,
-so the work spreads over a cluster and a malformed file that crashes the reader
-costs a worker (the task fails, the driver isolates the file), never the driver.
-Executors need ``sealsync`` and the ``tsfile`` package installed (in local mode
-they share the driver's environment).
+The driver never opens a TsFile: readers run on the executors, so the work spreads
+over a cluster and a malformed file costs a task (the driver isolates the file),
+never the driver.
 
-Two passes, because ``mapInArrow`` needs its output schema before it runs:
-:func:`schema_rows` reads only each file's metadata (measurement names and types),
-the driver merges them into one schema, then :func:`data_batches` reads the rows
-with ``formats.tsfile.to_arrow``, drops the points the file's ``X.mods`` deletes
-(its text comes with the file's row: the driver read it, so the executors apply the
-very version the file's id names) and conforms them to that schema.
+Two readers, each where it gives the answer IoTDB's own reader gives (the
+differential test, ``tests/test_loader_tsfile_corpus.py``, holds both to it):
+
+* **Java** (:func:`java_schema`, :func:`java_data`): the loader's ``TsFileRows``
+  over Apache TsFile's Java library, inside the executors' JVMs (:mod:`.jvm`). It
+  reads format 3 (IoTDB 0.12-1.3) and format 4 (TsFile 2.x), aligned devices and
+  the table model, every encoding the library has, and where a file holds a series'
+  point at one time twice the later one wins, as in IoTDB.
+* **C++** (:func:`schema_rows`, :func:`data_batches`, through ``mapInArrow`` in
+  Spark's Python workers): ``formats.tsfile.to_arrow``. It reads only format 4, gets
+  some encodings wrong and keeps a repeated point twice, so it serves only a session
+  without the Java reader (one the loader did not start), and there a file of
+  format 3 is refused (:func:`cpp_refusal`).
+
+Two passes each, because the output schema must be known before rows are read: the
+schema pass reads only each file's metadata (measurement names and types), the
+driver merges them into one schema, then the data pass reads the rows, drops the
+points the file's ``X.mods`` deletes and conforms them to that schema. The
+deletions come with the file's row already parsed (:data:`DELETIONS_DDL`: the
+driver read the very version the file's id names, with the one parser of the
+format, :mod:`sealsync.formats.mods`).
 
 A file that fails raises an error whose text carries :data:`FILE_ERROR` and the
 file id, so the driver can tell which file of a batch broke the job.
@@ -35,9 +48,12 @@ from spark_loader.table import KEY_COLUMN
 FILE_ERROR = "sealsync-file-error"
 _FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)")
 
-#: Input rows of both passes: one per file; ``mods`` is the text of the deletions its
-#: ``X.mods`` makes (read on the driver; null in the schema pass and without deletions).
-FILES_DDL = "path string, file_id string, key int, mods string"
+#: A file's deletions: every point of ``device`` (of ``measurement``; null: all of its
+#: measurements) whose time is in [``since``, ``until``] (null: unbounded) is gone.
+DELETIONS_DDL = "array<struct<device:string,measurement:string,since:bigint,until:bigint>>"
+#: Input rows of both passes: one per file, with its deletions (read on the driver; null
+#: in the schema pass and without deletions).
+FILES_DDL = f"path string, file_id string, key int, deletions {DELETIONS_DDL}"
 #: Output rows of the schema pass: one per measurement, plus one (name null) per file.
 SCHEMA_DDL = "file_id string, name string, type string, error string"
 
@@ -127,6 +143,10 @@ def schema_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         out: list[tuple[str, str | None, str | None, str | None]] = []
         for row in batch.to_pylist():
+            refused = cpp_refusal(row["path"])
+            if refused:
+                out.append((row["file_id"], None, None, refused))
+                continue
             try:
                 types = measurement_types(row["path"])
             except Exception as exc:  # the native reader raises many unrelated types
@@ -162,6 +182,16 @@ def conform(table: pa.Table, schema: pa.Schema, row: dict[str, Any]) -> pa.Table
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def _deletions(records: list[dict[str, Any]]) -> list[mods.Deletion]:
+    """The records as ``mods.apply`` takes them: per device, up to a time."""
+    out = []
+    for d in records:
+        if d["measurement"] is not None or d["since"] is not None:
+            raise FormatError("a deletion of one measurement or from a time needs the Java reader")
+        out.append(mods.Deletion(d["device"], d["until"]))
+    return out
+
+
 def data_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of the data pass: every row of every file but the points its
     ``.mods`` deletes, conformed."""
@@ -169,9 +199,41 @@ def data_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterat
         for row in batch.to_pylist():
             try:
                 table = tsfile_format.to_arrow(row["path"])
-                if row["mods"]:
-                    table = mods.apply(table, mods.parse(row["mods"]))
+                if row["deletions"]:
+                    table = mods.apply(table, _deletions(row["deletions"]))
                 table = conform(table, schema, row)
             except Exception as exc:
                 raise RuntimeError(f"{FILE_ERROR}[{row['file_id']}]: {one_line(exc)}") from None
             yield from table.to_batches(max_chunksize=_BATCH_ROWS)
+
+
+def cpp_refusal(path: str) -> str | None:
+    """Why the C++ reader must not read ``path`` (a format it cannot read), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(7)
+    except OSError:
+        return None  # the reader says why
+    if len(head) == 7 and head[:6] == b"TsFile" and head[6] != 4:
+        return (
+            f"TsFile format version {head[6]} needs the Java TsFile reader, which this "
+            "Spark session lacks (start it with spark.jars.packages="
+            "org.apache.tsfile:tsfile and the loader's jar, or let the loader start it)"
+        )
+    return None
+
+
+def java_schema(spark: Any, files: Any) -> Any:
+    """The schema pass on the Java reader: rows of :data:`SCHEMA_DDL`."""
+    from pyspark.sql import DataFrame
+
+    rows = spark.sparkContext._jvm.io.sealsync.spark.TsFileRows
+    return DataFrame(rows.schema(files._jdf), spark)
+
+
+def java_data(spark: Any, files: Any, target: Any) -> Any:
+    """The data pass on the Java reader: every row of ``files``, shaped as ``target``."""
+    from pyspark.sql import DataFrame
+
+    rows = spark.sparkContext._jvm.io.sealsync.spark.TsFileRows
+    return DataFrame(rows.data(files._jdf, target.json()), spark)

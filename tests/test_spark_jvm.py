@@ -35,6 +35,12 @@ def test_the_shipped_jar_is_built_from_the_shipped_source(tmp_path: Path) -> Non
         "io/sealsync/spark/KeyedParquetFileFormat$Factory.class",
         "io/sealsync/spark/KeyedParquetFileFormat$Writer.class",
         "io/sealsync/spark/KeyedParquetFileFormat.class",
+        *(f"io/sealsync/spark/TsFileRows{c}.class" for c in ("$1", "$DataPass", "$Rows")),
+        "io/sealsync/spark/TsFileRows$SchemaPass.class",
+        "io/sealsync/spark/TsFileRows.class",
+        *(f"io/sealsync/tsfile/TsFilePoints{c}.class" for c in ("$1", "$Deletion", "$Series")),
+        "io/sealsync/tsfile/TsFilePoints$Sink.class",
+        "io/sealsync/tsfile/TsFilePoints.class",
     ]
     assert _classes(rebuilt) == shipped, (
         "the jar is stale: run python -m spark_loader.jvm and commit it"
@@ -61,13 +67,18 @@ def test_rebuilding_the_jar_as_the_docs_say_prints_no_warning() -> None:
     )
 
 
-def test_a_local_session_gets_the_jar_on_its_class_path() -> None:
-    assert jvm.session_conf("local[*]", {}) == {"spark.driver.extraClassPath": str(jvm.JAR)}
-    mine = {"spark.driver.extraClassPath": "/opt/x.jar"}
-    assert jvm.session_conf("local[2]", mine) == {
-        "spark.driver.extraClassPath": f"/opt/x.jar:{jvm.JAR}"
-    }
-    assert jvm.session_conf("spark://h:7077", {}) == {}
+def test_a_session_gets_the_jar_and_the_tsfile_library() -> None:
+    excludes = ",".join(jvm.TSFILE_EXCLUDES)
+    for master in ("local[*]", "spark://h:7077"):
+        assert jvm.session_conf(master, {}) == {
+            "spark.jars": str(jvm.JAR),
+            "spark.jars.packages": jvm.TSFILE_PACKAGE,
+            "spark.jars.excludes": excludes,
+        }
+    mine = {"spark.jars": "/opt/x.jar", "spark.jars.packages": "a:b:1"}
+    got = jvm.session_conf("local[2]", mine)
+    assert got["spark.jars"] == f"/opt/x.jar,{jvm.JAR}"
+    assert got["spark.jars.packages"] == f"a:b:1,{jvm.TSFILE_PACKAGE}"
 
 
 class _Jvm:
@@ -77,7 +88,12 @@ class _Jvm:
         self.loadable = loadable
         self.usable = usable
         self.java = SimpleNamespace(
-            lang=SimpleNamespace(Class=SimpleNamespace(forName=self.for_name))
+            lang=SimpleNamespace(
+                Class=SimpleNamespace(forName=self.for_name),
+                Thread=SimpleNamespace(
+                    currentThread=lambda: SimpleNamespace(getContextClassLoader=lambda: None)
+                ),
+            )
         )
         self.io = SimpleNamespace(
             sealsync=SimpleNamespace(
@@ -86,7 +102,7 @@ class _Jvm:
         )
         self.asked: list[str] = []
 
-    def for_name(self, name: str) -> Any:
+    def for_name(self, name: str, *_: Any) -> Any:
         self.asked.append(name)
         if not self.loadable:
             raise RuntimeError("java.lang.ClassNotFoundException: " + name)
