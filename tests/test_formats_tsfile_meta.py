@@ -1,17 +1,20 @@
 """The TsFile metadata check (``sealsync.formats.tsfile_meta``) on real and built files.
 
-Real files are format 4, written by the ``tsfile`` package. Format-3 files, and the
-hostile shapes no writer makes, are built here byte by byte (:class:`Built`) following
-the layout the module's docstring gives; the files IoTDB's own Java writers make are
-checked by ``test_formats_tsfile_corpus.py``.
+Fast tests use format-4 files of the ``tsfile`` package, and format-3 files and the
+hostile shapes no writer makes built here byte by byte (:class:`Built`) following the
+layout the module's docstring gives. The slow ones take every file IoTDB's own Java
+writers make in the generated corpus (``tests/tsfile_corpus.py``), with the Java reader's
+answer for each.
 """
 
 from __future__ import annotations
 
 import struct
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -508,3 +511,77 @@ def test_the_table_helper_writes_what_the_check_reads(tmp_path: Path) -> None:
     summary = tsfile_meta.read(path)
     assert summary.devices == ("root.a.d1", "root.a.d2")
     assert (summary.series, summary.chunks) == (2, 2)
+
+
+# --------------------------------------------------------------------------- IoTDB's own files
+
+
+@pytest.mark.slow
+def test_every_corpus_file_is_accepted_with_the_java_readers_devices(
+    tsfile_corpus: list[Any],
+) -> None:
+    """Every file IoTDB 0.13, 1.3 and TsFile 2.x write (every type, encoding, compressor,
+    aligned devices, several chunk groups, one and many pages, odd names, empty, table
+    model): accepted, its devices those the Java reader reads points of."""
+    lines: Counter[str] = Counter()
+    for entry in tsfile_corpus:
+        summary = tsfile_meta.read(entry.path)
+        assert summary.version == entry.format_version, entry.path
+        assert summary.devices == tuple(sorted(set(entry.devices))), entry.path
+        assert tsfile.verify(entry.path) == FileInfo(devices=summary.devices, rows=-1)
+        assert tsfile.is_complete(entry.path) is True
+        lines[entry.line, summary.version] += 1
+    assert set(lines) == {("iotdb-0.13", 3), ("iotdb-1.3", 3), ("tsfile-2", 4)}
+
+
+def _chunk_offsets(entry: Any) -> set[int]:
+    import tsfile_corpus
+
+    return {p.chunk for p in tsfile_corpus.expected_points(entry)}
+
+
+@pytest.mark.slow
+def test_corpus_files_cut_or_with_a_chunk_header_flipped_are_refused(
+    tsfile_corpus: list[Any],
+) -> None:
+    """On IoTDB's own files: cut anywhere, refused; a chunk header the Java reader read a
+    point from, its marker byte flipped, refused."""
+    for entry in tsfile_corpus:
+        data = entry.path.read_bytes()
+        for cut in sorted({7, len(data) // 3, len(data) // 2, len(data) - 11, len(data) - 1}):
+            with pytest.raises(Corrupt):
+                tsfile_meta.parse(data[:cut])
+        for offset in _chunk_offsets(entry):
+            bad = data[:offset] + bytes([data[offset] ^ 0x20]) + data[offset + 1 :]
+            with pytest.raises(Corrupt, match="no chunk header"):
+                tsfile_meta.parse(bad)
+
+
+@pytest.mark.slow
+def test_flipped_metadata_bytes_of_corpus_files_never_fail_otherwise(
+    tsfile_corpus: list[Any],
+) -> None:
+    """Every metadata byte of one aligned file per line flipped: Corrupt or a parse, no
+    other exception, and at least a third of them refused."""
+    for entry in [e for e in tsfile_corpus if e.case == "aligned"]:
+        data = entry.path.read_bytes()
+        (meta_len,) = struct.unpack(">i", data[-10:-6])
+        start = len(data) - 10 - meta_len
+        refused = 0
+        for at in range(start, len(data)):
+            try:
+                tsfile_meta.parse(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :])
+            except Corrupt:
+                refused += 1
+        assert refused > (len(data) - start) // 3, entry.path
+
+
+@pytest.mark.slow
+def test_format_3_corpus_files_are_not_read_by_the_python_package(
+    tsfile_corpus: list[Any],
+) -> None:
+    v3 = [e for e in tsfile_corpus if e.format_version == 3 and e.points]
+    assert v3
+    for entry in v3[:3]:
+        with pytest.raises(FormatError, match="reads format 4 only"):
+            tsfile.to_arrow(entry.path)
