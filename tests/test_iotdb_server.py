@@ -29,7 +29,13 @@ SCHEMA: dict[str, tuple[bool, list[tuple[str, str, str]]]] = {
         [("s4", "BOOLEAN", "RLE"), ("s5", "INT32", "RLE"), ("s6", "FLOAT", "GORILLA")],
     ),
     "root.sg.d3": (True, [("s5", "INT32", "RLE"), ("s6", "FLOAT", "GORILLA")]),
+    "root.sg.d4": (
+        False,
+        [("s7", "DATE", "PLAIN"), ("s8", "TIMESTAMP", "PLAIN"), ("s9", "BLOB", "PLAIN")]
+        + [("s10", "STRING", "PLAIN")],
+    ),
 }
+NEW_TYPES = {"DATE", "TIMESTAMP", "BLOB", "STRING"}  # 1.3 and later
 POINTS = 10  # times 1..POINTS on every device
 DELETE_UNTIL = 4  # DELETE FROM root.sg.d1.s1 WHERE time <= DELETE_UNTIL
 
@@ -41,12 +47,24 @@ def _value(kind: str, time_: int, device_no: int) -> Any:
         return time_ * 10 + device_no
     if kind in ("FLOAT", "DOUBLE"):
         return time_ + 0.5  # exact in float32, so the answer compares with ==
+    if kind == "TIMESTAMP":
+        return time_ * 1000 + device_no
+    if kind == "DATE":
+        return f"2024-01-{time_:02d}"
+    if kind == "BLOB":
+        return bytes([time_, device_no, 0]).hex()
     return f"v{device_no}-{time_}"
 
 
 def _devices(server: IoTDBServer) -> dict[str, tuple[bool, list[tuple[str, str, str]]]]:
-    # 0.12 has no aligned series.
-    return {d: s for d, s in SCHEMA.items() if not (s[0] and server.release.standalone)}
+    if not server.release.standalone:
+        return SCHEMA
+    # 0.12 has no aligned series and none of the newer types.
+    return {
+        device: (aligned, series)
+        for device, (aligned, series) in SCHEMA.items()
+        if not aligned and not NEW_TYPES & {kind for _, kind, _ in series}
+    }
 
 
 def _write(server: IoTDBServer) -> dict[tuple[str, int], dict[str, Any]]:
@@ -154,6 +172,6 @@ def test_real_iotdb_writes_sealed_files_and_mods(
 
     groups = [process.pid for _, process in server.processes]
     server.stop()
-    print(f"IoTDB {version}: stopped in {server.stop_seconds:.1f}s")
+    print(f"IoTDB {version}: stopped in {server.stop_seconds:.1f}s, exit {server.exit_codes}")
     assert not server.processes
     assert not any(group_alive(g) for g in groups)

@@ -1,25 +1,30 @@
 """Runs IoTDB's Python client (``apache-iotdb``) for a test, one JSON request per line
 on stdin, one JSON answer per line on stdout.
 
-It is a separate process because no one release of the client speaks to every server
-release: the 1.x/2.x clients call RPCs (``executeUpdateStatementV2``...) that a 0.12
-or 0.13 server does not have, so an old server needs an old client, and an old client
-needs an old pandas and numpy that cannot share the project's venv. The tests talk to
-whichever client fits the server through this one small protocol. It must run under
-every client release, so it uses only the calls they all have and no project code.
+Why a process: the client decodes values differently from release to release (a
+TIMESTAMP is an int in 1.3 and a pandas Timestamp in 2.0, TEXT is bytes in one and str
+in the other) and pulls pandas and numpy; behind this protocol every test sees the same
+JSON values whichever client runs it, and a test can run another client release (for
+another server) by running this file with that client's Python. So it uses only calls
+every client release has, and no project code.
 
 Requests (``op`` and its fields) and answers:
 - ``{"op": "sql", "sql": ...}``: a statement without a result -> ``{"ok": true}``
 - ``{"op": "query", "sql": ...}`` -> ``{"ok": true, "columns": [...], "types": [...],
-  "rows": [[time, value...], ...]}``; values are JSON (TEXT as a string, null as null)
+  "rows": [[time, value...], ...]}``
 - ``{"op": "insert", "aligned": bool, "records": [[device, time, [measurement...],
   [type name...], [value...]], ...]}`` -> ``{"ok": true}``
 - ``{"op": "close"}`` -> ``{"ok": true}``, then the worker exits
 An error answers ``{"ok": false, "error": "<class>: <message>"}`` and the worker goes on.
+
+Values in JSON, both ways: BOOLEAN, INT32, INT64, FLOAT, DOUBLE as themselves; TEXT and
+STRING as strings; TIMESTAMP as milliseconds since the epoch; DATE as ``"YYYY-MM-DD"``;
+BLOB as lowercase hex; null as null.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 import time
@@ -29,18 +34,37 @@ from iotdb.Session import Session
 from iotdb.utils.IoTDBConstants import TSDataType
 
 
+def _to_json(type_name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if type_name == "BLOB":
+        return bytes(value).hex()
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if type_name == "TIMESTAMP" and isinstance(value, datetime.datetime):
+        return round(value.timestamp() * 1000)  # pandas Timestamp from 2.x clients
+    if type_name == "DATE" and isinstance(value, datetime.date):
+        return value.isoformat()
+    if hasattr(value, "item"):  # a numpy scalar
+        return value.item()
+    return value
+
+
+def _from_json(type_name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if type_name == "BLOB":
+        return bytes.fromhex(value)
+    if type_name == "DATE":
+        return datetime.date.fromisoformat(value)
+    return value
+
+
 def _value(field: Any) -> Any:
     data_type = field.get_data_type()
     if data_type is None or (hasattr(field, "is_null") and field.is_null()):
         return None
-    value = field.get_object_value(data_type)
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if hasattr(value, "item"):  # a numpy scalar from the newer clients
-        return value.item()
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
+    return _to_json(_type_name(data_type), field.get_object_value(data_type))
 
 
 def _type_name(data_type: Any) -> str:
@@ -59,7 +83,7 @@ def _query(session: Session, sql: str) -> dict[str, Any]:
     rows = []
     while data_set.has_next():
         record = data_set.next()
-        rows.append([record.get_timestamp()] + [_value(f) for f in record.get_fields()])
+        rows.append([int(record.get_timestamp())] + [_value(f) for f in record.get_fields()])
     data_set.close_operation_handle()
     return {"ok": True, "columns": columns, "types": types, "rows": rows}
 
@@ -69,7 +93,7 @@ def _insert(session: Session, aligned: bool, records: list[list[Any]]) -> dict[s
     times = [int(r[1]) for r in records]
     measurements = [list(r[2]) for r in records]
     types = [[TSDataType[name] for name in r[3]] for r in records]
-    values = [list(r[4]) for r in records]
+    values = [[_from_json(name, v) for name, v in zip(r[3], r[4], strict=True)] for r in records]
     if aligned:
         session.insert_aligned_records(devices, times, measurements, types, values)
     else:
