@@ -456,10 +456,12 @@ class Session:
             self._file = Refused(msg, refusal)
             return
         token = f"{self._token}-{next(self._streams)}"
-        staged = rnd.staging_path(msg.name) if resume is None else None
-        incoming = IncomingFile(msg, rnd.folder.data, token, self._writer, resume, staged)
-        self._admission.hold(incoming, size)
-        self._file = incoming
+
+        def build() -> IncomingFile:
+            staged = rnd.staging_path(msg.name) if resume is None else None
+            return IncomingFile(msg, rnd.folder.data, token, self._writer, resume, staged)
+
+        self._file = self._admission.opened(size, build)
 
     def _round_partials(self) -> PartialStore:
         if self._partials is None:  # pragma: no cover - set with every round

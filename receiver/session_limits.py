@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from receiver.incoming import TEMP_PREFIX, IncomingFile
 from receiver.layout import RECEIVER_FOLDER
@@ -34,6 +35,8 @@ from sealsync.printable import printable
 from sealsync.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger(f"sealsync.{__name__}")
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -239,6 +242,19 @@ class SessionAdmission:
     def hold(self, stream: object, size: int) -> None:
         """``stream`` holds the ``size`` bytes :meth:`admit` reserved, until released."""
         self._reserved[id(stream)] = size
+
+    def opened(self, size: int, build: Callable[[], T]) -> T:
+        """Build the stream :meth:`admit` reserved ``size`` bytes for and make it hold
+        them; if building fails (a link in the staging path, a full disk), the bytes
+        are given back before the error goes on: no stream holds them, so nothing
+        else ever would."""
+        try:
+            stream = build()
+        except BaseException:
+            self.limits.partial.release(self.uuid, size)
+            raise
+        self.hold(stream, size)
+        return stream
 
     def release(self, stream: object) -> None:
         """Give back what ``stream`` held of this sender's unfinished-upload bytes."""

@@ -549,3 +549,31 @@ def test_sessions_per_sender_are_capped(make_env) -> None:
     first.close()
     wait_until(lambda: env.ctx.limits.sender_sessions.count(UUID_A) == 0)
     assert isinstance(session_env.say_hello(env.connect()[0], UUID_A), Welcome)
+
+
+def test_bytes_reserved_for_a_stream_that_cannot_be_built_are_given_back() -> None:
+    """admit() reserves a stream's bytes before its files exist; if making them fails
+    (a link in the staging path, a full disk) the session ends without a stream
+    holding them, so they must go back then or the sender's count stays high forever."""
+    from receiver.session_limits import SessionAdmission
+
+    limits = SessionLimits(partial=ByteLedger(100))
+    admission = SessionAdmission(limits, flush=lambda: False)
+    admission.uuid = UUID_A
+    assert admission.admit(60, None) is None
+    assert limits.partial.held(UUID_A) == 60
+
+    def broken() -> object:
+        raise OSError(40, "a link in the way")
+
+    with pytest.raises(OSError):
+        admission.opened(60, broken)
+    assert limits.partial.held(UUID_A) == 0
+    admission.release_all()
+    assert limits.partial.held(UUID_A) == 0
+
+    assert admission.admit(60, None) is None
+    stream = admission.opened(60, object)
+    assert limits.partial.held(UUID_A) == 60
+    admission.release(stream)
+    assert limits.partial.held(UUID_A) == 0
