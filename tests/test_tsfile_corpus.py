@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import tsfile_corpus as tc
@@ -73,6 +74,14 @@ def test_every_type_compressor_and_aligned_is_covered(tsfile_corpus: list[Entry]
         assert aligned
 
 
+def test_one_page_and_many_page_chunks(tsfile_corpus: list[Entry]) -> None:
+    for line in WANTED_VERSION:
+        one = _one(tsfile_corpus, line, "pages-one")
+        assert one.chunks > 0 and one.one_page_chunks == one.chunks
+        many = _one(tsfile_corpus, line, "pages-many")
+        assert many.one_page_chunks == 0 and many.max_pages_per_chunk >= 10
+
+
 def test_spot_values_round_trip(tsfile_corpus: list[Entry]) -> None:
     for line in WANTED_VERSION:
         e = _one(tsfile_corpus, line, "special-values")
@@ -136,3 +145,11 @@ def test_second_build_reuses_the_cache(tsfile_corpus: list[Entry]) -> None:
     before = (folder / "manifest.json").stat().st_mtime_ns
     assert tc.build() == folder
     assert (folder / "manifest.json").stat().st_mtime_ns == before
+
+
+def test_bench_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tc.main(["--bench", "4000", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.split()
+    v3, v4 = (Path(p) for p in printed[1:])
+    assert (tc.format_version_of(v3), tc.format_version_of(v4)) == (3, 4)
+    assert v3.parent == v4.parent == tmp_path

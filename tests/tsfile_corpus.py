@@ -67,6 +67,9 @@ class Entry:
     devices: tuple[str, ...]
     points: int
     reads_as_written: bool
+    chunks: int
+    one_page_chunks: int
+    max_pages_per_chunk: int
 
 
 @dataclass(frozen=True)
@@ -126,9 +129,9 @@ def _run(cmd: list[str], cwd: Path, timeout: int, what: str, log: Path) -> None:
         )
 
 
-def _compile(line: str, build: Path) -> tuple[Path, str]:
+def _compile(line: str, build: Path) -> str:
     """Copies one generator project (symlinks resolved) into ``build`` and compiles it with
-    Maven; returns the project folder and the run class path."""
+    Maven; returns the class path of its dependencies (in ~/.m2)."""
     mvn = _tool("mvn", "install Maven 3 (apt-get install maven) and Java 17")
     project = build / line
     shutil.copytree(FIXTURES / line, project, symlinks=False)
@@ -139,8 +142,13 @@ def _compile(line: str, build: Path) -> tuple[Path, str]:
         f"building the {line} generator with Maven (needs Maven Central or ~/.m2)",
         build / f"{line}.maven.log",
     )
-    deps = (project / "target" / "classpath.txt").read_text().strip()
-    return project, os.pathsep.join([str(project / "target" / "classes"), deps])
+    return (project / "target" / "classpath.txt").read_text().strip()
+
+
+def _classpath(build: Path, line: str) -> str:
+    """The run class path of a generator compiled into ``build`` by ``_compile``."""
+    deps = (build / f"{line}.classpath").read_text()
+    return os.pathsep.join([str(build / line / "target" / "classes"), deps])
 
 
 def _generate(line: str, classpath: str, args: list[str], build: Path) -> None:
@@ -172,9 +180,8 @@ def _build_into(out: Path) -> None:
     build = out / "_build"
     build.mkdir(parents=True)
     for line in LINES:
-        _, classpath = _compile(line, build)
-        (build / f"{line}.classpath").write_text(classpath)
-        _generate(line, classpath, [str(out)], build)
+        (build / f"{line}.classpath").write_text(_compile(line, build))
+        _generate(line, _classpath(build, line), [str(out)], build)
     _merge_manifests(out)
 
 
@@ -221,6 +228,9 @@ def corpus(folder: Path | None = None) -> list[Entry]:
             devices=tuple(f["devices"]),
             points=int(f["points"]),
             reads_as_written=bool(f["reads_as_written"]),
+            chunks=int(f["chunks"]),
+            one_page_chunks=int(f["one_page_chunks"]),
+            max_pages_per_chunk=int(f["max_pages_per_chunk"]),
         )
         for f in manifest["files"]
     ]
@@ -319,9 +329,10 @@ def format_version_of(path: Path) -> int:
 
 
 def bench(rows: int, out: Path | None = None) -> list[Path]:
-    """Writes a v3 file (the IoTDB 1.3 line) and a v4 tree file (TsFile 2.x) of about
-    ``rows`` rows each: four non-aligned devices of INT64, DOUBLE, FLOAT, INT32 and BOOLEAN
-    series, the library's default encodings and compressor."""
+    """Writes a v3 file (the IoTDB 1.3 line) and a v4 tree file (TsFile 2.x) of ``rows``
+    rows each (a row: one device at one time), unless already there: four non-aligned
+    devices of INT64, DOUBLE, FLOAT, INT32 and BOOLEAN series with noisy values, IoTDB's
+    default encodings and the library's default compressor. Returns their paths."""
     folder = build()
     out = out or folder / "bench"
     out.mkdir(parents=True, exist_ok=True)
@@ -329,10 +340,10 @@ def bench(rows: int, out: Path | None = None) -> list[Path]:
     for line, version in (("iotdb-1.3", 3), ("tsfile-2", 4)):
         target = out / f"bench-v{version}-{line}-{rows}.tsfile"
         if not target.exists():
-            classpath = (folder / "_build" / f"{line}.classpath").read_text()
             tmp = target.with_name(target.name + ".tmp")
             tmp.unlink(missing_ok=True)
-            _generate(line, classpath, ["--bench", str(rows), str(tmp)], out)
+            classpath = _classpath(folder / "_build", line)
+            _generate(line, classpath, ["--bench", str(rows), str(tmp)], folder / "_build")
             tmp.rename(target)
         made.append(target)
     return made

@@ -107,6 +107,9 @@ final class Corpus {
      */
     void point(String device, List<String> segments, String measurement, String type, long time,
         Object value, long chunkOffset, boolean aligned);
+
+    /** After a chunk's points (aligned: the time chunk, measurement ""): its page count. */
+    default void chunk(String device, String measurement, int pages, boolean onePageHeader) {}
   }
 
   // ---------------------------------------------------------------- JSON
@@ -386,24 +389,39 @@ final class Corpus {
     int[] count = {0};
     java.util.Set<String> devices = new java.util.TreeSet<>();
     try (Writer out = Files.newBufferedWriter(expected.toPath(), StandardCharsets.UTF_8)) {
-      lib.readBack(fc.file, (device, segments, m, type, t, v, chunk, aligned) -> {
-        if (v == null) {
-          return;
+      int[] chunks = {0, 0, 0};
+      lib.readBack(fc.file, new Sink() {
+        @Override
+        public void point(String device, List<String> segments, String m, String type, long t,
+            Object v, long chunk, boolean aligned) {
+          if (v == null) {
+            return;
+          }
+          devices.add(device);
+          String js = json(type, v);
+          read.add(m + "\u0000" + t + "\u0000" + js);
+          count[0]++;
+          try {
+            out.write("{\"device\": " + q(device)
+                + (segments == null ? "" : ", \"segments\": " + strList(segments))
+                + ", \"measurement\": " + q(m) + ", \"type\": " + q(type) + ", \"time\": " + t
+                + ", \"value\": " + js + ", \"chunk\": " + chunk + ", \"aligned\": " + aligned
+                + "}\n");
+          } catch (IOException e) {
+            throw new RuntimeException(e);
+          }
         }
-        devices.add(device);
-        String js = json(type, v);
-        read.add(m + "\u0000" + t + "\u0000" + js);
-        count[0]++;
-        try {
-          out.write("{\"device\": " + q(device)
-              + (segments == null ? "" : ", \"segments\": " + strList(segments))
-              + ", \"measurement\": " + q(m) + ", \"type\": " + q(type) + ", \"time\": " + t
-              + ", \"value\": " + js + ", \"chunk\": " + chunk + ", \"aligned\": " + aligned
-              + "}\n");
-        } catch (IOException e) {
-          throw new RuntimeException(e);
+
+        @Override
+        public void chunk(String device, String measurement, int pages, boolean onePage) {
+          chunks[0]++;
+          chunks[1] += onePage ? 1 : 0;
+          chunks[2] = Math.max(chunks[2], pages);
         }
       });
+      fc.extra.put("chunks", Integer.toString(chunks[0]));
+      fc.extra.put("one_page_chunks", Integer.toString(chunks[1]));
+      fc.extra.put("max_pages_per_chunk", Integer.toString(chunks[2]));
     }
     List<String> a = new ArrayList<>(fc.written);
     List<String> b = new ArrayList<>(read);
@@ -587,7 +605,7 @@ final class Corpus {
 
     // enc-<TYPE>: one series per accepted encoding, several pages each.
     for (String type : lib.types()) {
-      lib.configure(64, 65536);
+      lib.configure(20, 65536);
       List<Col> cols = new ArrayList<>();
       List<Boolean> special = new ArrayList<>();
       for (String e : accepted.get(type)) {
@@ -599,7 +617,7 @@ final class Corpus {
       FileCase fc = begin("enc-" + type, "tree", "type " + type,
           "encodings " + String.join(" ", accepted.get(type)), "many pages");
       String dev = "root.sg.enc_" + type.toLowerCase();
-      int n = 300;
+      int n = 100;
       for (Col c : cols) {
         fc.register(dev, Collections.singletonList(c), false);
       }
@@ -607,17 +625,20 @@ final class Corpus {
         List<Col> one = Collections.singletonList(cols.get(c));
         fc.write(dev, false, one, times(BASE_TIME, n, 1000), rows(one, n, 0, special.get(c), 0));
       }
-      fc.extra.put("max_points_in_page", "64");
+      fc.extra.put("max_points_in_page", "20");
       end(fc);
     }
 
     // comp-<COMPRESSOR>: every type with its default encoding.
     for (String comp : acceptedCompressors) {
-      lib.configure(50, 65536);
+      lib.configure(16, 65536);
       FileCase fc = begin("comp-" + comp, "tree", "compressor " + comp, "every type");
       List<Col> cols = allTypes("s_", comp);
       fc.register("root.sg.comp", cols, false);
-      fc.write("root.sg.comp", false, cols, times(BASE_TIME, 200, 10), rows(cols, 200, 0, true, 0));
+      fc.register("root.sg.comp_al", cols, true);
+      fc.write("root.sg.comp", false, cols, times(BASE_TIME, 50, 10), rows(cols, 50, 0, true, 0));
+      fc.write("root.sg.comp_al", true, cols, times(BASE_TIME, 50, 10),
+          rows(cols, 50, 0, true, 5));
       end(fc);
     }
 
@@ -711,9 +732,9 @@ final class Corpus {
       List<Col> cols = allTypes("s_", defaultComp);
       fc.register("root.sg.many", cols, false);
       fc.register("root.sg.many_al", cols, true);
-      fc.write("root.sg.many", false, cols, times(BASE_TIME, 500, 3), rows(cols, 500, 0, true, 0));
-      fc.write("root.sg.many_al", true, cols, times(BASE_TIME, 500, 3),
-          rows(cols, 500, 0, true, 5));
+      fc.write("root.sg.many", false, cols, times(BASE_TIME, 120, 3), rows(cols, 120, 0, true, 0));
+      fc.write("root.sg.many_al", true, cols, times(BASE_TIME, 120, 3),
+          rows(cols, 120, 0, true, 5));
       fc.extra.put("max_points_in_page", "7");
       end(fc);
     }
@@ -869,8 +890,9 @@ final class Corpus {
       Object[][] r = new Object[n][];
       for (int i = 0; i < n; i++) {
         long k = start + i;
-        r[i] = new Object[] {k * 3 - 17, k * 0.001, (float) (k % 1000) / 8, (int) (k % 100000),
-            k % 7 == 0};
+        long noise = ((k * 6364136223846793005L + 1442695040888963407L) >>> 40) & 0x3FF;
+        r[i] = new Object[] {k * 3 + noise, 20.0 + noise / 100.0, noise / 8.0f,
+            (int) noise - 500, (noise & 1) == 0};
       }
       for (int d = 0; d < devices; d++) {
         w.write("root.bench.d" + d, false, cols, t, r);

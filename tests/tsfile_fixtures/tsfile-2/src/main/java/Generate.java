@@ -422,6 +422,11 @@ public final class Generate implements Corpus.Lib {
     return out;
   }
 
+  /** A chunk of one page has its own header type and no page statistics. */
+  static boolean onePage(Chunk c) {
+    return (c.getHeader().getChunkType() & 0x3F) == 5;
+  }
+
   @Override
   public void readBack(File file, Corpus.Sink sink) throws Exception {
     try (TsFileSequenceReader r = new TsFileSequenceReader(file.getPath())) {
@@ -451,7 +456,9 @@ public final class Generate implements Corpus.Lib {
               ts.add(v.getDataType().name());
             }
             AlignedChunkReader cr = new AlignedChunkReader(tc, vcs);
+            int pages = 0;
             while (cr.hasNextSatisfiedPage()) {
+              pages++;
               BatchData bd = cr.nextPageData();
               while (bd.hasCurrent()) {
                 TsPrimitiveType[] vals = bd.getVector();
@@ -464,6 +471,7 @@ public final class Generate implements Corpus.Lib {
                 bd.next();
               }
             }
+            sink.chunk(name, "", pages, onePage(tc));
           }
         } else {
           for (TimeseriesMetadata tm : all.get(dev)) {
@@ -471,8 +479,11 @@ public final class Generate implements Corpus.Lib {
             cms.sort(Comparator.comparingLong(IChunkMetadata::getOffsetOfChunkHeader));
             for (IChunkMetadata cm : cms) {
               String type = cm.getDataType().name();
-              ChunkReader cr = new ChunkReader(r.readMemChunk((ChunkMetadata) cm));
+              Chunk chunk = r.readMemChunk((ChunkMetadata) cm);
+              ChunkReader cr = new ChunkReader(chunk);
+              int pages = 0;
               while (cr.hasNextSatisfiedPage()) {
+                pages++;
                 BatchData bd = cr.nextPageData();
                 while (bd.hasCurrent()) {
                   sink.point(name, seg, tm.getMeasurementId(), type, bd.currentTime(),
@@ -480,6 +491,7 @@ public final class Generate implements Corpus.Lib {
                   bd.next();
                 }
               }
+              sink.chunk(name, tm.getMeasurementId(), pages, onePage(chunk));
             }
           }
         }
