@@ -12,6 +12,10 @@ SIGTERM (systemd stopping a unit, ``kill``, a timeout) is handled like Ctrl-C: i
 raises :class:`~sealsync.errors.Terminated`, a KeyboardInterrupt, so every command
 stops the way it does on Ctrl-C, cleanly, with one line and exit code 143.
 
+With ``-q``, exit 75 (another run holds the lock) prints nothing: under cron a run
+that finds the previous one still going is expected and must not mail anyone. Every
+other exit keeps its line, ``-q`` or not.
+
 ``-v`` and ``-q`` may come before or after the subcommand (``sealsync send -v``):
 the group adds them to every command it holds.
 """
@@ -36,6 +40,7 @@ from sealsync.app.send import send
 from sealsync.errors import (
     EXIT_CODES,
     EXIT_FAILURE,
+    EXIT_LOCKED,
     SealsyncError,
     Terminated,
     describe_os_error,
@@ -72,6 +77,8 @@ class SealsyncGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except SealsyncError as e:
+            if e.exit_code == EXIT_LOCKED and isinstance(ctx.obj, Options) and ctx.obj.quiet:
+                raise click.exceptions.Exit(EXIT_LOCKED) from e  # cron-quiet (module doc)
             raise Failure(f"error: {single_line(str(e))}", e.exit_code) from e
         except KeyboardInterrupt as e:
             raise Failure(_interrupted_line(e), interrupt_exit_code(e)) from None

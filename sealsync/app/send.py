@@ -24,7 +24,7 @@ from sealsync.app.output import (
     summary_wanted,
 )
 from sealsync.config import ReceiverEndpoint, SenderConfig, load_sender_config, parse_rate
-from sealsync.errors import EXIT_USAGE, SealsyncError
+from sealsync.errors import EXIT_LOCKED, EXIT_USAGE, SealsyncError
 from sealsync.printable import single_line
 
 if TYPE_CHECKING:
@@ -167,7 +167,8 @@ def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: boo
     elif attempt.error is not None and attempt.kind not in ("config", None):
         text = f"{attempt.receiver}: {attempt.error}" if many else attempt.error
         lines.append(text)
-        if attempt.kind != INTERNAL:  # a bug is worded by the group, traceback under -v
+        quiet_lock = opts.quiet and result.exit_code == EXIT_LOCKED  # cron-quiet (-q)
+        if attempt.kind != INTERNAL and not quiet_lock:  # a bug: the group words it
             click.echo(f"sealsync: error: {text}", err=True)
     if result.record_error is not None:
         lines.append(result.record_error)
