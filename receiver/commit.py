@@ -211,7 +211,9 @@ def _conflict_reason(conflicts: dict[str, str]) -> str:
     devices = sorted(conflicts)
     first = devices[0]
     more = f" (and {len(devices) - 1} more devices)" if len(devices) > 1 else ""
-    return f"device {first} is owned by sender {conflicts[first]}{more}"
+    # The owner's UUID is not told: a sender learns no other sender's (operators see
+    # them in ``sealsync owners`` and ``sealsync senders``).
+    return f"device {first} is owned by another sender{more}"
 
 
 CommitFn = Callable[[list[Arrived], RoundState, "Future[None] | None"], None]

@@ -56,7 +56,7 @@ from receiver.schema import SchemaStore
 from receiver.session import DEFAULT_LOAD_WAIT, Session, SessionContext
 from receiver.session_limits import limits_for
 from receiver.ssh_server import POLL, SshServer, server_transport, wait_for_subsystem
-from receiver.storage import DirectoryStorage, Storage
+from receiver.storage import DirectoryStorage, Storage, log_migration
 from sealsync.config import ReceiverConfig, format_endpoint
 from sealsync.errors import SealsyncError, listen_error
 from sealsync.keepalive import ActivitySocket, Keepalive
@@ -187,6 +187,8 @@ class ReceiverService:
             self._host_key = load_host_key(self.config.host_key)
             if self._pool is not None:
                 self._pool.warm()
+            if isinstance(self.storage, DirectoryStorage):
+                log_migration(list(self.config.data_dirs))
             recover_all(
                 list(self.config.data_dirs),
                 self.storage,

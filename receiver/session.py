@@ -44,6 +44,7 @@ from receiver.round_state import RoundState
 from receiver.rounds import Busy, Rounds
 from receiver.schema import SchemaStore
 from receiver.session_limits import SessionAdmission, SessionLimits
+from receiver.storage import storage_name_problem
 from receiver.writer import BackgroundWriter
 from sealsync import __version__, durable
 from sealsync.crashpoints import crash_point
@@ -51,6 +52,7 @@ from sealsync.durable import SYNCFS
 from sealsync.errors import FormatError, SealsyncError
 from sealsync.printable import printable
 from sealsync.protocol import (
+    ANOTHER_SENDER,
     MAX_FILE_SIZE,
     MAX_INVENTORY_PAGE,
     PROTOCOL_VERSION,
@@ -376,7 +378,12 @@ class Session:
             owners = self.ctx.owners.owners_of(msg.devices)
         except SealsyncError as exc:  # a device id the owner log cannot hold (a TAB)
             raise ProtocolError(f"OWNERS_QUERY: {exc}", code=ErrorCode.BAD_DEVICE) from None
-        self._io.send(Owners({d: owners.get(d, "") for d in msg.devices}))
+        mine = self.uuid
+
+        def shown(owner: str) -> str:  # another sender's UUID is not this sender's business
+            return owner if owner in ("", mine) else ANOTHER_SENDER
+
+        self._io.send(Owners({d: shown(owners.get(d, "")) for d in msg.devices}))
 
     def _inventory(self, msg: InventoryQuery) -> None:
         """One page of what the storage holds of this sender, listed once per session
@@ -433,6 +440,11 @@ class Session:
         rnd = self._require_round()
         rnd.close_deleted()
         self._commits.make_room(rnd)  # before this file's temporaries
+        problem = storage_name_problem(msg.name)
+        if problem is not None:  # it would reach into another sender's folder, or a sidecar's
+            log.warning("sender %s: refused %s", self.uuid, problem)
+            self._file = Refused(msg, f"the receiver stores no file named so: {problem}")
+            return
         size = msg.stream_size
         resume = None
         if msg.resumable:

@@ -18,7 +18,9 @@ silent skip or overwrite.
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import re
 import stat
 import threading
 from collections.abc import Iterator
@@ -31,6 +33,9 @@ from receiver.layout import check_sender_uuid
 from sealsync import durable
 from sealsync.errors import SealsyncError
 from sealsync.names import DATA_ROOTS, check_data_name
+from sealsync.printable import printable
+
+log = logging.getLogger(f"sealsync.{__name__}")
 
 
 class StorageError(SealsyncError):
@@ -66,19 +71,148 @@ LOAD_ORDER = ("", ".mods", ".resource")
 DELETE_ORDER = (".resource", ".mods", ".merge", "")
 
 
+_UUID_LIKE = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+SQUAT_SUFFIXES = (".tsfile", ".parquet", ".resource", ".mods", ".mods2", ".merge", ".tmp")
+"""Suffixes of the files (and their sidecars and temporaries) a storage folder holds:
+no folder a name makes may end in one."""
+
+
+def storage_name_problem(name: str) -> str | None:
+    """Why the default storage refuses ``name`` (already a checked data name), or None.
+
+    A sender's file lands at ``<root>/<dirs...>/<uuid>/<file>``, so a folder component
+    that is a UUID would put it inside another sender's folder (or its own one
+    level down), and one named like a file or sidecar would squat the path where a
+    file's ``.mods`` or ``.resource`` must go. A hidden component is what the receiver's
+    temporaries look like. No database writes such names; refusing them keeps every
+    sender's namespace closed whatever it ships.
+    """
+    parts = name.split("/")
+    for part in parts[1:-1]:
+        if _UUID_LIKE.fullmatch(part):
+            return f"a folder named like a sender UUID ({part}) in {printable(name)}"
+        if part.lower().endswith(SQUAT_SUFFIXES):
+            shown = printable(part)
+            return f"a folder named like a data file or sidecar ({shown}) in {printable(name)}"
+    if any(part.startswith(".") for part in parts):
+        return f"a hidden component in {printable(name)}"
+    return None
+
+
+def check_storage_name(name: str) -> str:
+    """``name`` if :func:`storage_name_problem` finds nothing, else StorageError."""
+    problem = storage_name_problem(name)
+    if problem is not None:
+        raise StorageError(f"refused name: {problem}")
+    return name
+
+
 def make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents, each new entry persisted in its parent."""
-    missing = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
+    """Create ``path`` and missing parents, each new entry persisted in its parent.
+
+    A parent another thread removed meanwhile (a deletion emptied it) is made again."""
+    for _ in range(8):
+        missing = []
+        probe = path
+        while not probe.exists():
+            missing.append(probe)
+            probe = probe.parent
         try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        durable.fsync_dir(folder.parent)
+            for folder in reversed(missing):
+                try:
+                    folder.mkdir()
+                except FileExistsError:
+                    continue
+                durable.fsync_dir(folder.parent)
+            return
+        except FileNotFoundError:
+            continue  # a parent went away between the look and the mkdir
+    path.mkdir()  # raises what is in the way
+
+
+def remove_empty_parents(top: Path, folder: Path) -> int:
+    """Remove ``folder`` and its parents below ``top`` while they are empty (``rmdir``
+    refuses anything else, and never follows a link); how many went.
+
+    A deletion that empties a folder takes it away, so shipping and deleting
+    deep-named files leaves no trail of empty folders (inodes no quota counts)."""
+    removed = 0
+    top = Path(top)
+    probe = Path(folder)
+    while probe != top and probe.is_relative_to(top):
+        try:
+            os.rmdir(probe)
+        except OSError:
+            break  # not empty, gone, or not a folder: the walk up ends here
+        removed += 1
+        probe = probe.parent
+    if removed:
+        durable.fsync_dir(probe)
+    return removed
+
+
+def migrate_storage(data_dirs: list[Path]) -> tuple[int, dict[str, list[str]]]:
+    """Bring a default storage written by an earlier version in line, at service start.
+
+    The layout is unchanged, so every loaded file stays where it is and loads as
+    before: nothing is moved or deleted but empty folders inside senders' folders
+    (left by deletions before they removed them), and the folders that held only
+    those. Files held under names :func:`storage_name_problem` now refuses (shipped
+    before the namespace was closed) are left in place and returned per sender,
+    for the log: the operator or the sender deletes them. Links are never followed.
+    Returns (folders removed, {sender: names refused now}).
+    """
+    removed = 0
+    squatters: dict[str, list[str]] = {}
+    for data_dir in data_dirs:
+        for root in DATA_ROOTS:
+            top = Path(data_dir) / root
+            emptied: set[str] = set()
+            for folder, dirs, files in os.walk(top, topdown=False):
+                if folder == str(top):
+                    continue
+                rel = Path(folder).relative_to(top).parts
+                owned = any(_is_uuid(part) for part in rel)
+                if _is_uuid(rel[-1]):
+                    for file in files:
+                        name = "/".join((root, *rel[:-1], file))
+                        if storage_name_problem(name) is not None:
+                            squatters.setdefault(rel[-1], []).append(name)
+                left = [d for d in dirs if os.path.join(folder, d) not in emptied]
+                if files or left or not (owned or dirs):
+                    continue
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    continue
+                emptied.add(folder)
+                removed += 1
+            if emptied:
+                durable.fsync_dir(top)
+    return removed, squatters
+
+
+def _is_uuid(part: str) -> bool:
+    return len(part) == 36 and _UUID_LIKE.fullmatch(part) is not None
+
+
+def log_migration(data_dirs: list[Path]) -> None:
+    """:func:`migrate_storage`, with what it found in the log (never fatal)."""
+    try:
+        removed, squatters = migrate_storage(data_dirs)
+    except OSError as exc:
+        log.warning("storage: tidying empty folders failed: %s", exc)
+        return
+    if removed:
+        log.info("storage: removed %d empty folders left by deletions", removed)
+    for sender, names in sorted(squatters.items()):
+        log.warning(
+            "storage: sender %s holds %d files under names the receiver now refuses "
+            "(first: %s); they stay where they are: delete them once they are not wanted",
+            sender,
+            len(names),
+            printable(sorted(names)[0]),
+        )
 
 
 def refuse_links(root: Path, path: Path) -> None:
@@ -206,6 +340,7 @@ class DirectoryStorage:
         staged_folder, _, staged_base = os.fspath(staged).rpartition("/")
         if staged_base != check_data_name(name).rpartition("/")[2]:
             raise StorageError(f"staged file {staged} does not match the name {name}")
+        check_storage_name(name)
         data_dir = self._data_dir_of(staged_folder)
         target = _target(data_dir, sender, name)
         target_folder = target.rpartition("/")[0]
@@ -308,8 +443,14 @@ class DirectoryStorage:
         for data_dir in self.data_dirs:
             target = self.target(data_dir, sender, name)
             refuse_links(data_dir, target.parent)
+            gone = False
             for suffix in DELETE_ORDER:
-                removed |= durable.remove(f"{target}{suffix}")
+                gone |= durable.remove(f"{target}{suffix}")
+            if gone:
+                remove_empty_parents(
+                    data_dir / target.relative_to(data_dir).parts[0], target.parent
+                )
+            removed |= gone
         return removed
 
     def usage(self, sender: str) -> int:

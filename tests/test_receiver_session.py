@@ -34,6 +34,7 @@ from receiver.recover.replay import recover_all
 from sealsync import durable
 from sealsync.durable import FSYNC, SYNC_METHODS, SYNCFS
 from sealsync.protocol import (
+    ANOTHER_SENDER,
     PROTOCOL_VERSION,
     Bye,
     Chunk,
@@ -289,7 +290,7 @@ def test_invalid_file_is_refused_and_conflict_names_device_and_owner(env: Env) -
         0,
         "sequence/sg/0/b.tsfile",
         "conflict",
-        f"device root.d2 is owned by sender {UUID_A}",
+        "device root.d2 is owned by another sender",
     )
     assert verdict_refused(b)[:2] == (1, "sequence/sg/0/c.tsfile")
     assert verdict(b) == (2, "sequence/sg/0/d.tsfile", "verified", "")
@@ -353,11 +354,14 @@ def test_disk_full_is_refused_with_reason_and_the_session_goes_on(
 
 
 def test_owners_query_answers_each_device(env: Env) -> None:
+    """Another sender's device is "another sender's", never its UUID: a sender learns
+    no other sender's UUID from the receiver."""
     env.owners.claim(["root.x"], UUID_B)
+    env.owners.claim(["root.z"], UUID_A)
     sock = env.connect()
     hello(sock)
-    send(sock, OwnersQuery(["root.x", "root.y"]))
-    assert receive(sock) == Owners({"root.x": UUID_B, "root.y": ""})
+    send(sock, OwnersQuery(["root.x", "root.y", "root.z"]))
+    assert receive(sock) == Owners({"root.x": ANOTHER_SENDER, "root.y": "", "root.z": UUID_A})
     start_round(sock)
     send(sock, OwnersQuery(["root.y"]))
     assert receive(sock) == Owners({"root.y": ""})

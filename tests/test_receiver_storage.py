@@ -475,3 +475,86 @@ def test_a_file_system_that_declines_the_rename_falls_back_for_good(
             storage.load(UUID_A, name, stage(folder_a(data_dir), name))
     assert len(tried) == 1  # asked once; the second load went straight to lookups
     assert storage.list(UUID_A) == set(names)
+
+
+# ------------------------------------------------------------------ a closed namespace
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        f"sequence/root.sg1/0/{UUID_A}/100-1-0.tsfile/x.tsfile",  # into A's folder
+        f"sequence/root.sg1/0/{UUID_A.upper()}/x.tsfile",
+        f"sequence/root.sg1/0/{UUID_A.replace('-', '')}/x.tsfile",
+        "sequence/root.sg1/0/1-1-0.tsfile.mods/z.tsfile",  # squats a sidecar's path
+        "sequence/root.sg1/0/1-1-0.tsfile.resource/z.tsfile",
+        "sequence/root.sg1/0/a.mods2/z.tsfile",
+        "sequence/root.sg1/0/a.merge/z.tsfile",
+        "sequence/root.sg1/0/a.parquet/z.tsfile",
+        "sequence/root.sg1/.incoming-x/z.tsfile",
+        "sequence/root.sg1/0/.hidden.tsfile",
+    ],
+)
+def test_names_that_reach_another_file_or_sender_are_refused(data_dir: Path, name: str) -> None:
+    assert storage_module.storage_name_problem(name) is not None
+    folder = SenderFolder(data_dir, "10.0.0.2", UUID_B)
+    staged = stage(folder, name)
+    with pytest.raises(StorageError, match="refused name"):
+        DirectoryStorage([data_dir]).load(UUID_B, name, staged)
+    assert not (data_dir / "sequence" / "root.sg1").exists()  # no folder was made
+
+
+@pytest.mark.parametrize(
+    "name",
+    [NAME, "sequence/root.sg1/1/2/3/a-b.tsfile", "unsequence/x.parquet", "sequence/a.b/c.tsfile"],
+)
+def test_database_names_are_stored(name: str) -> None:
+    assert storage_module.storage_name_problem(name) is None
+
+
+def test_a_deletion_removes_the_folders_it_empties(data_dir: Path) -> None:
+    folder = folder_a(data_dir)
+    storage = DirectoryStorage([data_dir])
+    deep = "sequence/" + "/".join(f"d{i}" for i in range(30)) + "/x.tsfile"
+    for name in (NAME, deep, "sequence/root.sg1/0/other.tsfile"):
+        storage.load(UUID_A, name, stage(folder, name))
+    (data_dir / "sequence" / "host-own").mkdir()  # the host's empty folder stays
+    assert storage.delete(UUID_A, deep)
+    assert not (data_dir / "sequence" / "d0").exists()
+    assert storage.delete(UUID_A, NAME)
+    assert (data_dir / "sequence" / "root.sg1" / "0" / UUID_A / "other.tsfile").is_file()
+    assert storage.delete(UUID_A, "sequence/root.sg1/0/other.tsfile")
+    assert sorted(os.listdir(data_dir / "sequence")) == ["host-own"]
+    assert storage.list(UUID_A) == set()
+
+
+def test_migration_keeps_every_file_and_removes_only_empty_sender_folders(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A storage as earlier versions left it: every loaded file stays where it is and
+    is still listed; empty folders inside senders' folders (and the folders that held
+    only those) go; a file an earlier version let squat inside another sender's folder
+    stays, and the log names its sender; the host's own empty folders stay."""
+    folder = folder_a(data_dir)
+    storage = DirectoryStorage([data_dir])
+    names = {NAME, "unsequence/root.sg1/0/1-1-0.tsfile", "sequence/root.sg2/7/9-9-0.tsfile"}
+    for name in names:
+        storage.load(UUID_A, name, stage(folder, name, mods=b"m"))
+    before = {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file()}
+    empty = data_dir / "sequence" / "root.sg3" / "0" / UUID_A / "a" / "b"
+    empty.mkdir(parents=True)
+    squat = data_dir / "sequence" / "root.sg1" / "0" / UUID_A / "100-1-0.tsfile.x" / UUID_B
+    squat.mkdir(parents=True)
+    (squat / "x.tsfile").write_bytes(b"b's")
+    host = data_dir / "sequence" / "host" / "empty"
+    host.mkdir(parents=True)
+    with caplog.at_level("INFO", logger="sealsync.receiver.storage"):
+        storage_module.log_migration([data_dir])
+    after = {p: p.read_bytes() for p in data_dir.rglob("*") if p.is_file()}
+    assert {p: b for p, b in after.items() if p.parent != squat} == before
+    assert (squat / "x.tsfile").read_bytes() == b"b's"
+    assert storage.list(UUID_A) == names
+    assert not (data_dir / "sequence" / "root.sg3").exists()
+    assert host.is_dir()
+    assert "removed 5 empty folders" in caplog.text  # b, a, the uuid, 0, root.sg3
+    assert f"sender {UUID_B} holds 1 files under names the receiver now refuses" in caplog.text

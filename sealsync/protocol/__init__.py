@@ -49,6 +49,7 @@ from sealsync.protocol.codec import (
     send,
 )
 from sealsync.protocol.messages import (
+    ANOTHER_SENDER,
     AnyMessage,
     Bye,
     Chunk,
@@ -137,6 +138,7 @@ __all__ = [
     "MAX_SIDECAR_SIZE",
     "MAX_TEXT",
     "Message",
+    "ANOTHER_SENDER",
     "Owners",
     "OwnersQuery",
     "PARTIAL_HEAD",

@@ -207,9 +207,15 @@ class OwnersQuery(Message):
             check_device(device, "OWNERS_QUERY.devices[]")
 
 
+ANOTHER_SENDER = "00000000-0000-0000-0000-000000000000"
+"""The owner an OWNERS answer gives for a device held by a sender other than the
+asking one: a receiver never tells one sender another's UUID."""
+
+
 @dataclass(frozen=True)
 class Owners(Message):
-    """Owner UUID per queried device; an empty string means unowned."""
+    """Owner per queried device: the asking sender's UUID, ``ANOTHER_SENDER``, or an
+    empty string for unowned."""
 
     kind: ClassVar[Kind] = Kind.OWNERS
     owners: dict[str, str]

@@ -25,6 +25,7 @@ import tenacity
 from sealsync.crashpoints import crash_point
 from sealsync.errors import LocalIOError, SealsyncError
 from sealsync.protocol import (
+    ANOTHER_SENDER,
     MAX_DEVICES_PER_QUERY,
     MAX_SCHEMA_PAYLOAD,
     PROTOCOL_VERSION,
@@ -403,8 +404,9 @@ class SenderSession:
                 continue
             device, owner = held[0]
             more = f" and {len(held) - 1} more" if len(held) > 1 else ""
+            whose = "another sender" if owner == ANOTHER_SENDER else f"sender {owner}"
             report.refused[name] = (
-                f"conflict: device {device}{more} owned by sender {owner} on the receiver; "
+                f"conflict: device {device}{more} owned by {whose} on the receiver; "
                 "not resent until released there (`sealsync owners release`)"
             )
         return out
