@@ -1,0 +1,100 @@
+"""The edge is a real IoTDB: ``sealsync send``, configured as an operator would (its
+``data_dirs`` the release's data folder, with IoTDB running), ships what the server
+sealed to a receiver, byte for byte, sidecars included.
+
+The first step towards the differential test (a real IoTDB on both ends): before the
+answers can match, every file and every modification IoTDB wrote must arrive.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deploy_helpers import Deployment, sha256
+from iotdb_server import RELEASES, IoTDBServer
+
+from sealsync.permissions import restrict_writes
+
+
+class ModsNotShipped(AssertionError):
+    """Everything arrived but the modification files."""
+
+
+# 2.x writes its modifications to <file>.mods2, which the sender does not ship yet
+# (sender/manage/snapshot.py knows .resource and .mods only): a DELETE on the edge
+# would not reach the data centre. Only that failure is expected, and strictly, so
+# the fix turns this into a failure that asks to remove the mark.
+_MODS2_NOT_SHIPPED = pytest.mark.xfail(
+    raises=ModsNotShipped,
+    strict=True,
+    reason="the sender does not ship IoTDB 2.x's .mods2 (issue 33 item 2)",
+)
+
+
+def _write_and_delete(server: IoTDBServer) -> None:
+    with server.client() as client:
+        create = "SET STORAGE GROUP TO" if server.release.standalone else "CREATE DATABASE"
+        client.sql(f"{create} root.sg")
+        for device in ("root.sg.d1", "root.sg.d2"):
+            client.sql(f"CREATE TIMESERIES {device}.s1 WITH DATATYPE=INT64, ENCODING=RLE")
+            client.insert([(device, t, ["s1"], ["INT64"], [t * 10]) for t in range(1, 11)])
+        client.sql("FLUSH")
+        client.sql("DELETE FROM root.sg.d1.s1 WHERE time <= 4")
+
+
+def _point_sender_at(dep: Deployment, data_dir: Path) -> None:
+    sender = dep.senders[0]
+    text = re.sub(r"data_dirs = \[.*\]", f'data_dirs = ["{data_dir}"]', sender.config.read_text())
+    sender.config.write_text(text)
+    restrict_writes(sender.config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "version",
+    [
+        pytest.param(v, marks=() if RELEASES[v].tsfile_version == 3 else _MODS2_NOT_SHIPPED)
+        for v in sorted(RELEASES)
+    ],
+)
+def test_send_ships_a_real_iotdb_data_folder(
+    version: str,
+    iotdb_server: Callable[[str], IoTDBServer],
+    start_deployment: Callable[..., Deployment],
+) -> None:
+    server = iotdb_server(version)
+    _write_and_delete(server)
+    mods = ".mods" if server.release.tsfile_version == 3 else ".mods2"
+    sealed = sorted(server.data_dir.glob("sequence/root.sg/*/*/*.tsfile"))
+    assert any(Path(f"{p}{mods}").is_file() for p in sealed), sealed
+    written = {}
+    for tsfile in sealed:
+        for suffix in ("", ".resource", mods):
+            path = Path(f"{tsfile}{suffix}")
+            if path.is_file():
+                written[str(path.relative_to(server.data_dir))] = sha256(path)
+
+    dep = start_deployment()
+    _point_sender_at(dep, server.data_dir)
+    sender = dep.senders[0]
+    result = sender.send()
+    assert result.returncode == 0, result.stderr
+
+    from receiver.storage import DirectoryStorage
+
+    storage = DirectoryStorage([dep.receiver_data])
+    received = {}
+    for name in storage.list(sender.uuid):
+        target = storage.target(dep.receiver_data, sender.uuid, name)
+        for suffix in ("", ".resource", mods):
+            path = Path(f"{target}{suffix}")
+            if path.is_file():
+                received[f"{name}{suffix}"] = sha256(path)
+    data = {k: v for k, v in written.items() if not k.endswith(mods)}
+    assert {k: v for k, v in received.items() if not k.endswith(mods)} == data
+    if set(written) - set(received):
+        raise ModsNotShipped(f"not shipped: {sorted(set(written) - set(received))}")
+    assert received == written
