@@ -72,10 +72,10 @@ class ChunkPipe(_Pipe):
                 if timeout == 0.0:
                     raise PipeTimeout()
                 while not self._size and not self._closed:
-                    then = time.time()
+                    then = time.monotonic()  # a timeout: a wall-clock step must not end it
                     self._cv.wait(timeout)
                     if timeout is not None:
-                        timeout -= time.time() - then
+                        timeout -= time.monotonic() - then
                         if timeout <= 0.0:
                             raise PipeTimeout()
                 if not self._size:

@@ -60,6 +60,7 @@ from receiver.storage import DirectoryStorage, Storage, log_migration
 from sealsync.config import ReceiverConfig, format_endpoint
 from sealsync.errors import SealsyncError, listen_error
 from sealsync.keepalive import ActivitySocket, Keepalive
+from sealsync.monoclock import use_monotonic_clock
 from sealsync.protocol import (
     SUBSYSTEM,
     Error,
@@ -111,6 +112,7 @@ class ReceiverService:
         if not isinstance(config, ReceiverConfig):
             config = ReceiverConfig.from_mapping(config, Path(base_dir or Path.cwd()))
         self.config = config
+        use_monotonic_clock()  # paramiko's timeouts must not end on a wall-clock step
         self.storage: Storage = (
             storage if storage is not None else DirectoryStorage(list(config.data_dirs))
         )

@@ -33,6 +33,7 @@ from sealsync.config import ReceiverEndpoint, SenderConfig, format_endpoint
 from sealsync.errors import ConfigError
 from sealsync.keepalive import ActivitySocket, Keepalive
 from sealsync.keys import fingerprint
+from sealsync.monoclock import use_monotonic_clock
 from sealsync.protocol import (
     SSH_MAX_PACKET_SIZE,
     SSH_WINDOW_SIZE,
@@ -269,6 +270,7 @@ def connect(
     subsystem request: the receiver reads it once the subsystem starts, and its answer
     follows the request's at once, so the first exchange costs no round trip of its
     own, which on a slow link is a visible part of every session."""
+    use_monotonic_clock()  # paramiko's timeouts must not end on a wall-clock step
     address = format_endpoint(host, port)
     key = load_identity(identity)
     known = load_known_hosts(known_hosts)
