@@ -82,6 +82,14 @@ def test_one_page_and_many_page_chunks(tsfile_corpus: list[Entry]) -> None:
         assert many.one_page_chunks == 0 and many.max_pages_per_chunk >= 10
 
 
+def test_iotdb_flushes_leave_plan_index_markers(tsfile_corpus: list[Entry]) -> None:
+    marked = [e for e in tsfile_corpus if e.plan_indices]
+    assert {e.case for e in marked} >= {"aligned", "overwrite", "special-values"}
+    for e in marked:
+        first = b"\x04" + (1).to_bytes(8, "big") + (100).to_bytes(8, "big")
+        assert first in e.path.read_bytes(), e.path
+
+
 def test_spot_values_round_trip(tsfile_corpus: list[Entry]) -> None:
     for line in WANTED_VERSION:
         e = _one(tsfile_corpus, line, "special-values")

@@ -96,6 +96,12 @@ final class Corpus {
 
     void flush() throws Exception;
 
+    /**
+     * Writes the operation-index-range marker with the two plan indices, as IoTDB's memtable
+     * flush does after each flush (``TsFileIOWriter.writePlanIndices``). Only between flushes.
+     */
+    void planIndices(long min, long max) throws Exception;
+
     void close() throws Exception;
   }
 
@@ -315,6 +321,29 @@ final class Corpus {
     final List<String> written = new ArrayList<>();
     final Map<String, String> extra = new LinkedHashMap<>();
     W w;
+    /** Whether each flush ends with a plan-index marker, as in the files IoTDB writes. */
+    boolean planIndices;
+    boolean dirty;
+    long nextPlan = 1;
+
+    void iotdbFlushes() {
+      planIndices = true;
+      extra.put("plan_indices", "true");
+    }
+
+    /** Ends a chunk group per device, like one memtable flush. */
+    void flush() throws Exception {
+      w.flush();
+      dirty = false;
+      marker();
+    }
+
+    private void marker() throws Exception {
+      if (planIndices) {
+        w.planIndices(nextPlan, nextPlan + 99);
+        nextPlan += 100;
+      }
+    }
 
     FileCase(String name, String model, List<String> covers, File file) {
       this.name = name;
@@ -331,24 +360,28 @@ final class Corpus {
     void write(String device, boolean aligned, List<Col> cols, long[] times, Object[][] rows)
         throws Exception {
       w.write(device, aligned, cols, times, rows);
+      dirty = true;
       remember(cols, times, rows, 0);
     }
 
     void writeTable(String table, List<String> tags, List<Col> fields, long[] times,
         Object[][] rows) throws Exception {
       w.writeTable(table, tags, fields, times, rows);
+      dirty = true;
       remember(fields, times, rows, tags.size());
     }
 
     void writeRaw(String device, boolean aligned, List<Col> cols, long[] times, Object[][] rows)
         throws Exception {
       w.writeRaw(device, aligned, cols, times, rows);
+      marker();
       remember(cols, times, rows, 0);
     }
 
     void writeRawTable(String table, List<String> tagValues, List<Col> fields, long[] times,
         Object[][] rows) throws Exception {
       w.writeRawTable(table, tagValues, fields, times, rows);
+      marker();
       remember(fields, times, rows, 0);
     }
 
@@ -383,6 +416,9 @@ final class Corpus {
 
   /** Closes the file, reads it back with the Java reader, writes the answer and the entry. */
   void end(FileCase fc) throws Exception {
+    if (fc.planIndices && fc.dirty) {
+      fc.flush();
+    }
     fc.w.close();
     File expected = new File(fc.file.getPath() + ".expected.jsonl");
     List<String> read = new ArrayList<>();
@@ -648,6 +684,7 @@ final class Corpus {
       lib.configure(16, 65536);
       FileCase fc = begin("aligned", "tree", "aligned device", "nulls", "all-null row",
           "several chunk groups", "many pages", "every type", "mixed with non-aligned");
+      fc.iotdbFlushes();
       List<Col> cols = allTypes("a_", defaultComp);
       List<Col> plainCols = allTypes("p_", defaultComp);
       fc.register("root.sg.al1", cols, true);
@@ -664,7 +701,7 @@ final class Corpus {
             rows(cols, 5, g, false, 2));
         fc.write("root.sg.plain", false, plainCols, times(BASE_TIME + g * n * 100L, n, 100),
             rows(plainCols, n, g * n, false, 0));
-        fc.w.flush();
+        fc.flush();
       }
       end(fc);
     }
@@ -674,6 +711,7 @@ final class Corpus {
       lib.configure(10000, 65536);
       FileCase fc = begin("chunk-groups", "tree", "several chunk groups per device",
           "one page per chunk");
+      fc.iotdbFlushes();
       List<Col> cols = allTypes("s_", defaultComp);
       fc.register("root.sg.d1", cols, false);
       fc.register("root.sg.d2", cols, false);
@@ -682,7 +720,7 @@ final class Corpus {
             rows(cols, 10, g * 10, false, 0));
         fc.write("root.sg.d2", false, cols, times(BASE_TIME + g * 1000L + 1, 10, 2),
             rows(cols, 10, g * 10 + 5, false, 0));
-        fc.w.flush();
+        fc.flush();
       }
       end(fc);
     }
@@ -692,6 +730,7 @@ final class Corpus {
     {
       lib.configure(10000, 65536);
       FileCase fc = begin("overwrite", "tree", "repeated (series, time)", "aligned and not");
+      fc.iotdbFlushes();
       List<Col> cols = Arrays.asList(new Col("v", "INT64", "PLAIN", defaultComp),
           new Col("x", "DOUBLE", "GORILLA", defaultComp));
       fc.register("root.sg.ow", cols, false);
@@ -702,7 +741,7 @@ final class Corpus {
       }
       fc.write("root.sg.ow", false, cols, times(0, 10, 1), first);
       fc.write("root.sg.owa", true, cols, times(0, 10, 1), first);
-      fc.w.flush();
+      fc.flush();
       Object[][] second = new Object[10][];
       for (int i = 0; i < 10; i++) {
         second[i] = new Object[] {1000L + i + 5, i == 1 ? null : 1000.25 + i};
@@ -729,6 +768,7 @@ final class Corpus {
       lib.configure(7, 65536);
       FileCase fc = begin("pages-many", "tree", "many pages per chunk", "every type",
           "aligned and not");
+      fc.iotdbFlushes();
       List<Col> cols = allTypes("s_", defaultComp);
       fc.register("root.sg.many", cols, false);
       fc.register("root.sg.many_al", cols, true);
@@ -744,6 +784,7 @@ final class Corpus {
       lib.configure(100000, 65536);
       FileCase fc = begin("special-values", "tree", "NaN and infinities", "int64 extremes",
           "NUL bytes and non-ASCII text", "every type", "negative times");
+      fc.iotdbFlushes();
       List<Col> cols = new ArrayList<>();
       for (String t : lib.types()) {
         cols.add(new Col("s_" + t.toLowerCase(), t, "PLAIN", "UNCOMPRESSED"));
@@ -752,7 +793,7 @@ final class Corpus {
       fc.register("root.sg.sp_al", cols, true);
       fc.write("root.sg.sp", false, cols, times(0, 8, 1), rows(cols, 8, 0, true, 0));
       fc.write("root.sg.sp_al", true, cols, times(0, 8, 1), rows(cols, 8, 0, true, 0));
-      fc.w.flush();
+      fc.flush();
       // Times before 1970: the 1.x writer refuses a negative first time, IoTDB's flush path
       // (the chunk writers) writes them.
       fc.writeRaw("root.sg.sp_neg", false, cols, times(-5, 8, 1), rows(cols, 8, 0, true, 0));
@@ -800,6 +841,7 @@ final class Corpus {
       lib.configure(16, 65536);
       FileCase fc = begin("table", "table", "table model", "every type", "null tags",
           "nulls", "several chunk groups", "non-ASCII and quoted tags");
+      fc.iotdbFlushes();
       List<String> tags = Arrays.asList("region", "site");
       List<Col> fields = allTypes("f_", defaultComp);
       fc.w.registerTable("t1", tags, fields);
@@ -825,7 +867,7 @@ final class Corpus {
           r2[i] = new Object[] {"id" + g, i * 0.5};
         }
         fc.writeTable("t2", tags2, fields2, times(g, 5, 1), r2);
-        fc.w.flush();
+        fc.flush();
       }
       end(fc);
     }
@@ -833,6 +875,7 @@ final class Corpus {
       lib.configure(10000, 65536);
       FileCase fc = begin("table-overwrite", "table", "table model",
           "repeated (series, time)");
+      fc.iotdbFlushes();
       List<String> tags = Collections.singletonList("id");
       List<Col> fields = Arrays.asList(new Col("v", "INT64", "PLAIN", defaultComp),
           new Col("x", "DOUBLE", "GORILLA", defaultComp));
@@ -842,7 +885,7 @@ final class Corpus {
         first[i] = new Object[] {"a", (long) i, i + 0.5};
       }
       fc.writeTable("t", tags, fields, times(0, 10, 1), first);
-      fc.w.flush();
+      fc.flush();
       Object[][] second = new Object[10][];
       for (int i = 0; i < 10; i++) {
         second[i] = new Object[] {1000L + i + 5, i == 1 ? null : 1000.25 + i};

@@ -267,6 +267,14 @@ public final class Generate implements Corpus.Lib {
       }
 
       @Override
+      public void planIndices(long min, long max) throws Exception {
+        TsFileIOWriter io = w.getIOWriter();
+        io.setMinPlanIndex(min);
+        io.setMaxPlanIndex(max);
+        io.writePlanIndices();
+      }
+
+      @Override
       public void close() throws Exception {
         w.close();
       }
