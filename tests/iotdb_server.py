@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -234,7 +235,14 @@ def resolve_classpath(release: Release, node: Node) -> list[str]:
         raise IoTDBUnavailable("no mvn on PATH; install Maven to resolve IoTDB from Maven Central")
     try:
         done = subprocess.run(
-            [mvn, "-B", "-q", "dependency:build-classpath", "-Dmdep.outputFile=classpath.txt"],
+            [
+                mvn,
+                "-B",
+                "-q",
+                "-Dstyle.color=never",
+                "dependency:build-classpath",
+                "-Dmdep.outputFile=classpath.txt",
+            ],
             cwd=folder,
             capture_output=True,
             text=True,
@@ -245,10 +253,11 @@ def resolve_classpath(release: Release, node: Node) -> list[str]:
             f"IoTDB {release.version} {node.name}: Maven took over {RESOLVE_TIMEOUT:.0f}s"
         ) from exc
     if done.returncode != 0 or not cached.is_file():
-        errors = [line for line in done.stdout.splitlines() if "ERROR" in line][:2]
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout)  # Maven colours some lines anyway
+        errors = [line for line in plain.splitlines() if line.startswith("[ERROR] ")]
         raise IoTDBUnavailable(
             f"IoTDB {release.version} {node.name} does not resolve from Maven Central: "
-            + (" ".join(errors) or done.stderr.strip()[-500:])
+            + (errors[0].removeprefix("[ERROR] ") if errors else done.stderr.strip()[-500:])
         )
     return [j for j in cached.read_text().strip().split(os.pathsep) if j]
 
@@ -628,12 +637,20 @@ def running_iotdb(
         server.stop()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str]) -> int:
     if len(argv) != 1 or argv[0] not in RELEASES:
         print(f"usage: iotdb_server.py RELEASE   (one of: {', '.join(RELEASES)})", file=sys.stderr)
         return 2
     import tempfile
 
+    # The servers run in sessions of their own, so a signal to this script reaches them
+    # only through stop(): turn each into the interrupt that runs it.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     with tempfile.TemporaryDirectory(prefix="iotdb-") as home:
         try:
             with running_iotdb(argv[0], Path(home)) as server:
@@ -642,13 +659,15 @@ def main(argv: Sequence[str]) -> int:
                     f"{server.rpc_port}, data in {server.data_dir}; Ctrl-C stops it",
                     flush=True,
                 )
-                with contextlib.suppress(KeyboardInterrupt):
-                    while all(p.poll() is None for _, p in server.processes):
-                        time.sleep(1)
+                while all(p.poll() is None for _, p in server.processes):
+                    time.sleep(1)
+                print(f"error: IoTDB {argv[0]} exited:\n{server.log_tail()}", file=sys.stderr)
+                return 1
+        except KeyboardInterrupt:
+            return 0
         except IoTDBUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 3
-    return 0
 
 
 if __name__ == "__main__":
