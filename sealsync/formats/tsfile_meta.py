@@ -7,7 +7,7 @@ file complete and consistent without decoding a page. The ``tsfile`` package's C
 reader cannot serve here: it reads format 4 only, and it trusts what it reads (a bad
 length becomes a wild pointer), while received files are untrusted. This module
 reads the layouts as apache/tsfile's Java reader does (``TsFileSequenceReader`` and
-its format-3 deserializers; IoTDB 0.12/0.13's ``tsfile`` module writes format 3)::
+its format-3 deserializers; format 3 is what IoTDB 0.12 to 1.3 write, 4 IoTDB 2.x)::
 
     "TsFile" <version>                         head: one byte 3 or 4
     chunk groups                               data region: chunk headers and pages
