@@ -539,14 +539,13 @@ class IoTDBServer:
             *node.args,
         ]
         with open(self.home / "logs" / f"{node.name}.out", "ab") as out:
-            # A session (and process group) of its own: stop() signals the whole group.
             return subprocess.Popen(
                 command,
                 cwd=self.home,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                preexec_fn=_own_session_tied_to_parent,
             )
 
     def _wait_for_port(self, port: int, what: str, deadline: float) -> None:
@@ -611,6 +610,18 @@ class IoTDBServer:
         self.stop_seconds = time.monotonic() - began
         if survivors:
             raise RuntimeError(f"IoTDB processes survived stop: {', '.join(survivors)}")
+
+
+def _own_session_tied_to_parent() -> None:
+    """In the child before exec: a session (and process group) of its own, which
+    stop() signals whole; and SIGTERM from the kernel if the thread that started it
+    dies first (a test run killed with -9), so no JVM outlives its test. Linux only."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def group_alive(group: int) -> bool:
