@@ -90,6 +90,23 @@ def test_iotdb_flushes_leave_plan_index_markers(tsfile_corpus: list[Entry]) -> N
         assert first in e.path.read_bytes(), e.path
 
 
+def test_wide_files_outgrow_one_index_node(tsfile_corpus: list[Entry]) -> None:
+    for line in WANTED_VERSION:
+        e = _one(tsfile_corpus, line, "wide")
+        assert len(e.devices) == 301
+        wide = {p.measurement for p in expected_points(e) if p.device == "root.sg.wide"}
+        assert len(wide) == 300
+
+
+def test_aligned_columns_without_values(tsfile_corpus: list[Entry]) -> None:
+    for line in WANTED_VERSION:
+        e = _one(tsfile_corpus, line, "aligned-sparse")
+        rows = expected_rows(e)
+        assert sorted(t for _, t in rows) == list(range(12))
+        assert rows[("root.sg.sparse", 0)] == {"a": 0}
+        assert rows[("root.sg.sparse", 7)] == {"a": 7, "b": 0.5}
+
+
 def test_spot_values_round_trip(tsfile_corpus: list[Entry]) -> None:
     for line in WANTED_VERSION:
         e = _one(tsfile_corpus, line, "special-values")

@@ -706,6 +706,49 @@ final class Corpus {
       end(fc);
     }
 
+    // aligned-sparse: an aligned column with no value in a whole chunk group, and one only
+    // ever null, beside a column that always has a value.
+    {
+      lib.configure(10000, 65536);
+      FileCase fc = begin("aligned-sparse", "tree", "aligned device",
+          "column null in a whole chunk group", "column always null");
+      fc.iotdbFlushes();
+      List<Col> cols = Arrays.asList(new Col("a", "INT64", "TS_2DIFF", defaultComp),
+          new Col("b", "DOUBLE", "GORILLA", defaultComp),
+          new Col("c", "TEXT", "PLAIN", defaultComp));
+      fc.register("root.sg.sparse", cols, true);
+      for (int g = 0; g < 2; g++) {
+        Object[][] r = new Object[6][];
+        for (int i = 0; i < 6; i++) {
+          r[i] = new Object[] {(long) (g * 6 + i), g == 0 ? null : i * 0.5, null};
+        }
+        fc.write("root.sg.sparse", true, cols, times(g * 6, 6, 1), r);
+        fc.flush();
+      }
+      end(fc);
+    }
+
+    // wide: more devices, and more series in one device, than one metadata index node holds
+    // (256 by default), so the file's index has internal levels.
+    {
+      lib.configure(10000, 65536);
+      FileCase fc = begin("wide", "tree", "300 devices", "300 series in one device",
+          "metadata index with internal nodes");
+      List<Col> one = Collections.singletonList(new Col("s", "INT32", "PLAIN", defaultComp));
+      for (int d = 0; d < 300; d++) {
+        String dev = String.format("root.sg.w%03d", d);
+        fc.register(dev, one, false);
+        fc.write(dev, false, one, times(d, 2, 1000), rows(one, 2, d, false, 0));
+      }
+      List<Col> many = new ArrayList<>();
+      for (int m = 0; m < 300; m++) {
+        many.add(new Col(String.format("s%03d", m), "INT64", "PLAIN", defaultComp));
+      }
+      fc.register("root.sg.wide", many, false);
+      fc.write("root.sg.wide", false, many, times(0, 2, 1), rows(many, 2, 0, false, 0));
+      end(fc);
+    }
+
     // chunk-groups: two devices, three flushes, times interleaved between the devices.
     {
       lib.configure(10000, 65536);
