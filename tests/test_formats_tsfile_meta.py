@@ -585,3 +585,14 @@ def test_format_3_corpus_files_are_not_read_by_the_python_package(
     for entry in v3[:3]:
         with pytest.raises(FormatError, match="reads format 4 only"):
             tsfile.to_arrow(entry.path)
+
+
+@pytest.mark.slow
+def test_the_receivers_worker_pool_accepts_every_corpus_file(tsfile_corpus: list[Any]) -> None:
+    """The receiver's own path: ``verify`` in its inspection workers, all files at once."""
+    from receiver.inspect_pool import InspectPool, verify_in_worker
+
+    with InspectPool(workers=2, timeout=120.0, target=verify_in_worker) as pool:
+        got = pool.inspect_many([entry.path for entry in tsfile_corpus])
+    for entry, info in zip(tsfile_corpus, got, strict=True):
+        assert info == FileInfo(devices=tuple(sorted(set(entry.devices))), rows=-1), entry.path
