@@ -25,7 +25,7 @@ from concurrent.futures import Executor, wait
 from pathlib import Path
 
 from receiver.inventory import record_md5
-from receiver.partials import Partial, PartialStore
+from receiver.partials import Partial, PartialStore, unclaim
 from receiver.storage import safe_dirs
 from receiver.writer import BackgroundWriter, drop_cached
 from sealsync import durable
@@ -126,7 +126,7 @@ class IncomingFile:
         ``sync.log`` and waiting to load."""
         end = 0
         for size, path in self._layout():
-            flags = os.O_WRONLY | os.O_CREAT
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW  # a planted link is refused
             if exclusive:
                 flags |= os.O_EXCL
             elif path != self._data or self.resume is None:
@@ -167,7 +167,7 @@ class IncomingFile:
     def _read_prefix(self, offset: int) -> None:
         """Hash the partial's first ``offset`` bytes and continue writing after them."""
         fd = self._fds[0]
-        with open(self._data, "rb", buffering=0) as f:
+        with open(os.open(self._data, os.O_RDONLY | os.O_NOFOLLOW), "rb", buffering=0) as f:
             left = offset
             while left:
                 data = f.read(min(left, 1 << 20))
@@ -281,6 +281,8 @@ class IncomingFile:
         self._written = []  # nothing left for discard() to delete
         if self.resume is not None:  # its data is staged: the sidecar describes nothing now
             os.unlink(self.resume.sidecar)
+            unclaim(self.resume)
+            self.resume = None
 
     def keep(self, store: PartialStore) -> bool:
         """Keep what a cut stream wrote of its data file as a partial upload (the
@@ -308,6 +310,8 @@ class IncomingFile:
         if kept is None:
             self.discard()
             return False
+        if self.resume is not None:
+            unclaim(self.resume)
         self.resume = None  # the store owns the files now
         return True
 
@@ -317,8 +321,11 @@ class IncomingFile:
             self._writer.wait_for(self)  # no queued write may outlive its descriptor
         self._close_fds()
         if self.resume is not None:
-            durable.remove(self.resume.sidecar)  # first: a sidecar never outlives its bytes
-            self.resume = None
+            try:
+                durable.remove(self.resume.sidecar)  # first: a sidecar never outlives its bytes
+            finally:
+                unclaim(self.resume)
+                self.resume = None
         paths, self._written = self._written, []
         for path in paths:
             try:

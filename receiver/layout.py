@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(f"sealsync.{__name__}")
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _folder_ip(ip: str) -> str:
@@ -98,6 +101,26 @@ class SenderFolder:
         return f"{self._data_name}/{check_data_name(name)}"
 
 
+def partial_dir(data_dir: Path, uuid: str) -> Path:
+    """Where sender ``uuid`` keeps partial uploads in ``data_dir``: one folder per sender,
+    whatever address it connects from, so that limits see all of them."""
+    return Path(data_dir) / RECEIVER_FOLDER / check_sender_uuid(uuid) / "partial"
+
+
+def partial_dirs(data_dirs: list[Path]) -> list[tuple[Path, str]]:
+    """(data dir, uuid) of every sender folder of partial uploads on disk."""
+    found = []
+    for data_dir in data_dirs:
+        try:
+            entries = sorted(os.scandir(Path(data_dir) / RECEIVER_FOLDER), key=lambda e: e.name)
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if _CANONICAL_UUID.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+                found.append((Path(data_dir), entry.name))
+    return found
+
+
 def sender_folders(data_dirs: list[Path]) -> list[SenderFolder]:
     """Every sender folder on disk, for recovery at service start.
 
@@ -112,6 +135,11 @@ def sender_folders(data_dirs: list[Path]) -> list[SenderFolder]:
         except FileNotFoundError:
             continue
         for entry in entries:
+            if _CANONICAL_UUID.fullmatch(entry.name):
+                continue  # a sender's own folder (partial uploads), not a round folder
+            if entry.is_symlink():
+                log.warning("%s: a symbolic link, not a sender folder: left alone", entry)
+                continue
             if not entry.is_dir():
                 continue
             ip, sep, uuid = entry.name.rpartition("_")

@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
-from receiver.auth import AuthorizedKeys, SenderKeys, is_allowed, peer_address
+from receiver.auth import RETIRED, AuthorizedKeys, SenderKeys, is_allowed, peer_address
 from receiver.incoming import sync_method_in_effect
 from receiver.inspect_pool import InspectPool, verify_in_worker
 from receiver.limits import Admission, Outcome, SlotCounter, Startup
 from receiver.load.owners import DeviceOwners
 from receiver.lock import StorageLock
 from receiver.metrics import MetricsServer, ReceiverMetrics
+from receiver.partials import sweep_all
 from receiver.recover.replay import recover_all
 from receiver.rounds import Rounds
 from receiver.schema import SchemaStore
@@ -77,6 +78,14 @@ log = logging.getLogger(f"sealsync.{__name__}")
 
 BUSY_REPLY_TIMEOUT = 5.0
 STOP_JOIN_TIMEOUT = 5.0
+HOUSEKEEPING_TICK = 1.0
+"""Seconds between the service's checks for retired senders."""
+
+
+def partial_sweep_interval(max_age: float) -> float:
+    """How often expired partial uploads are swept: a tenth of their lifetime, between
+    one second and five minutes."""
+    return min(max(max_age / 10, 1.0), 300.0)
 
 
 def load_host_key(path: Path) -> paramiko.PKey:
@@ -130,6 +139,8 @@ class ReceiverService:
             inspect = self._pool.inspect
             inspect_many = self.metrics.tracked(self._pool.inspect_many, count=len)
             self.metrics.workers_alive = self._pool.alive
+            pool = self._pool
+            self.metrics.workers_unavailable = lambda: pool.unavailable is not None
         inspect = self.metrics.tracked(inspect)
         self._inspect = inspect
         self.owners = DeviceOwners(config.schema_dir)
@@ -161,7 +172,10 @@ class ReceiverService:
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self._connections: dict[threading.Thread, paramiko.Transport | None] = {}
+        self._live: dict[Session, paramiko.Channel] = {}  # sessions running now
         self._sessions = 0
+        self._stopping = threading.Event()
+        self._housekeeper: threading.Thread | None = None
         self._state = "new"  # new -> running -> stopped
 
     # --- lifecycle -------------------------------------------------------------------
@@ -210,6 +224,10 @@ class ReceiverService:
             target=self._accept_loop, name="sealsync-accept", daemon=True
         )
         self._accept_thread.start()
+        self._housekeeper = threading.Thread(
+            target=self._housekeeping, name="sealsync-housekeeping", daemon=True
+        )
+        self._housekeeper.start()
         log.info("receiver listening on %s", format_endpoint(*self.address))
         log.info("sync_method %s", sync_method_in_effect(self.config.sync_method))
         return self
@@ -241,6 +259,9 @@ class ReceiverService:
             self._state = "stopped"
             transports = [t for t in self._connections.values() if t is not None]
             threads = list(self._connections)
+        self._stopping.set()
+        if self._housekeeper is not None:
+            self._housekeeper.join()
         if self._metrics_server is not None:
             self._metrics_server.stop()
         if self._listener is not None:
@@ -272,6 +293,48 @@ class ReceiverService:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # --- housekeeping ----------------------------------------------------------------
+
+    def _housekeeping(self) -> None:
+        """Every second: end the sessions of senders retired meanwhile (``sealsync
+        senders remove`` edits the bindings from another process); every
+        ``partial_sweep_interval``: sweep expired partial uploads of every sender, so
+        that expiry never waits for a round of that sender. Never raises."""
+        interval = partial_sweep_interval(self.config.partial_max_age)
+        next_sweep = time.monotonic() + interval
+        while not self._stopping.wait(HOUSEKEEPING_TICK):
+            try:
+                self._end_retired()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + interval
+                    removed = sweep_all(list(self.config.data_dirs), self.config.partial_max_age)
+                    if removed:
+                        log.info("removed %d expired partial-upload file(s)", removed)
+            except Exception:
+                log.exception("housekeeping failed")
+
+    def _end_retired(self) -> None:
+        """Close the connection of every running session whose sender was retired."""
+        with self._lock:
+            live = list(self._live.items())
+        if not live:
+            return
+        retired = {
+            uuid
+            for uuid, binding in self.context.sender_keys.bindings().items()
+            if binding.fingerprint == RETIRED
+        }
+        for session, channel in live:
+            if session.uuid and session.uuid in retired:
+                log.warning(
+                    "sender %s at %s was retired: ending its session", session.uuid, session.peer_ip
+                )
+                transport = channel.get_transport()
+                if transport is not None:
+                    transport.close()
+                else:
+                    channel.close()
 
     # --- connections -----------------------------------------------------------------
 
@@ -436,7 +499,14 @@ class ReceiverService:
                 return
             channel.settimeout(self.config.idle_timeout)
             stream = channel_stream(channel)
-            Session(stream, self.context, server.peer_ip, fp).run()
+            session = Session(stream, self.context, server.peer_ip, fp)
+            with self._lock:
+                self._live[session] = channel
+            try:
+                session.run()
+            finally:
+                with self._lock:
+                    self._live.pop(session, None)
         except Exception:
             log.exception("%s: session failed", server.peer_ip)
         finally:

@@ -39,7 +39,7 @@ from receiver.limits import StallWindow
 from receiver.load.loader import FolderLoaderClosed
 from receiver.load.owners import DeviceOwners
 from receiver.metrics import ReceiverMetrics
-from receiver.partials import DEFAULT_MAX_AGE, PartialStore
+from receiver.partials import DEFAULT_MAX_AGE, PartialStore, unclaim
 from receiver.round_state import RoundState
 from receiver.rounds import Busy, Rounds
 from receiver.schema import SchemaStore
@@ -167,7 +167,7 @@ class Session:
         self._partials: PartialStore | None = None  # the round's sender folder's
         self._held: list[tuple[str, int, str]] | None = None  # INVENTORY pages' listing
         self._file: IncomingFile | Refused | None = None
-        self._admission = SessionAdmission(limits, self._flush)
+        self._admission = SessionAdmission(limits, self._flush, ctx.data_dirs)
         committer = BatchCommitter(
             ctx.inspect,
             ctx.inspect_many,
@@ -362,8 +362,8 @@ class Session:
             return
         try:
             self._round = RoundState(folder, loader)
-            self._partials = PartialStore(folder.root, self.ctx.partial_max_age)
-            self._partials.sweep()  # expired, torn, orphaned: the round holds the folder
+            self._partials = PartialStore.of(folder.data_dir, self.uuid, self.ctx.partial_max_age)
+            self._partials.sweep()  # expired, torn, orphaned (a resumed one is claimed)
         except BaseException:
             self._round = None
             self._partials = None
@@ -449,13 +449,14 @@ class Session:
         resume = None
         if msg.resumable:
             store = self._round_partials()
-            resume = store.get(msg.name)
+            resume = store.take(msg.name)  # claimed: no sweep removes it while resumed
             if resume is not None and not (
                 msg.offset
                 and resume.size == msg.size
                 and resume.mtime == msg.mtime
                 and msg.offset <= resume.held
             ):
+                unclaim(resume)
                 store.forget(msg.name)  # the sender did not take it: its bytes are stale
                 resume = None
         if msg.offset and resume is None:
@@ -464,6 +465,8 @@ class Session:
             return
         refusal = self._admission.admit(size, self._partials, msg.name if msg.resumable else None)
         if refusal is not None:
+            if resume is not None:
+                unclaim(resume)
             log.warning("sender %s: %s refused: %s", self.uuid, msg.name, refusal)
             self._file = Refused(msg, refusal)
             return

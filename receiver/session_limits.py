@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from receiver.incoming import TEMP_PREFIX, IncomingFile
-from receiver.layout import RECEIVER_FOLDER
+from receiver.layout import RECEIVER_FOLDER, partial_dir
 from receiver.limits import ByteLedger, Quota, SlotCounter
-from receiver.partials import PARTIAL_FOLDER, PartialStore
+from receiver.partials import Partial, PartialStore, sender_partials
 from receiver.storage import Storage
 from sealsync.config import ReceiverConfig
 from sealsync.errors import SealsyncError
@@ -79,21 +79,22 @@ def limits_for(config: ReceiverConfig, storage: Storage) -> SessionLimits:
 
 
 def stored_bytes(usage: Callable[[str], int], data_dirs: Sequence[Path], uuid: str) -> int:
-    """What ``uuid`` holds here: its loaded files (``usage``, the storage's count), and
-    staged ones waiting to load."""
+    """What ``uuid`` holds here: its loaded files (``usage``, the storage's count),
+    staged ones waiting to load, and its kept partial uploads."""
     total = int(usage(uuid))
     for data_dir in data_dirs:
-        for folder in (Path(data_dir) / RECEIVER_FOLDER).glob(f"*_{uuid}"):
-            for here, _dirs, files in itertools.chain(
-                os.walk(folder / "data"), os.walk(folder / PARTIAL_FOLDER)
-            ):
-                for name in files:
-                    if name.startswith(TEMP_PREFIX):
-                        continue  # unfinished uploads: counted by max_partial_bytes
-                    try:
-                        total += os.lstat(os.path.join(here, name)).st_size
-                    except OSError:
-                        pass  # loaded or removed meanwhile
+        folders = [f / "data" for f in (Path(data_dir) / RECEIVER_FOLDER).glob(f"*_{uuid}")]
+        folders.append(partial_dir(data_dir, uuid))
+        for here, _dirs, files in itertools.chain.from_iterable(
+            os.walk(f) for f in folders if not f.is_symlink()
+        ):
+            for name in files:
+                if name.startswith(TEMP_PREFIX):
+                    continue  # unfinished uploads: counted by max_partial_bytes
+                try:
+                    total += os.lstat(os.path.join(here, name)).st_size
+                except OSError:
+                    pass  # loaded or removed meanwhile
     return total
 
 
@@ -105,8 +106,13 @@ class SessionAdmission:
     count against the quota, so a stream that does not fit is admitted again after it.
     """
 
-    def __init__(self, limits: SessionLimits, flush: Callable[[], bool]) -> None:
+    def __init__(
+        self, limits: SessionLimits, flush: Callable[[], bool], data_dirs: Sequence[Path] = ()
+    ) -> None:
+        """``data_dirs``: the receiver's, where the sender's kept partial uploads are
+        counted (all of them, whichever address kept them)."""
         self.limits = limits
+        self.data_dirs = list(data_dirs)
         self.uuid = ""
         self._flush = flush
         self._slot = False  # holds one of limits.sender_sessions for self.uuid
@@ -201,20 +207,37 @@ class SessionAdmission:
             f"max_partial_bytes = {partial.limit}"
         )
 
+    def _kept(
+        self, store: PartialStore | None, name: str | None
+    ) -> list[tuple[PartialStore, Partial]]:
+        """The sender's kept partial uploads in every data dir, newest first, but
+        ``store``'s partial of ``name``."""
+        here = store.dir if store is not None else None
+        kept = [
+            (s, p)
+            for s, p in sender_partials(self.data_dirs, self.uuid)
+            if not (s.dir == here and p.name == name)
+        ]
+        kept.sort(key=lambda sp: sp[1].saved, reverse=True)
+        return kept
+
     def _make_room(self, store: PartialStore | None, resuming: str) -> None:
-        """Kept partial uploads count against ``max_partial_bytes``: the oldest go
-        (never the one being resumed) when the streams in flight need their room."""
+        """Kept partial uploads count against ``max_partial_bytes``, from whatever address
+        and in whatever data dir they were kept: the oldest go (never the one being
+        resumed) when the streams in flight need their room."""
         partial = self.limits.partial
         if partial.limit is None or store is None:
             return
-        kept = [p for p in store.list() if p.name != resuming]
-        total = sum(p.held for p in kept)
+        kept = self._kept(store, resuming)
+        total = sum(p.held for _, p in kept)
         while kept and partial.held(self.uuid) + total > partial.limit:
-            oldest = kept.pop()
+            owner, oldest = kept.pop()
             log.info(
-                "sender %s: dropping the partial upload of %s for room", self.uuid, oldest.name
+                "sender %s: dropping the partial upload of %s for room",
+                self.uuid,
+                printable(oldest.name),
             )
-            store.forget(oldest.name)
+            owner.forget(oldest.name)
             total -= oldest.held
 
     def keep_partial(self, incoming: IncomingFile, store: PartialStore) -> None:
@@ -226,6 +249,7 @@ class SessionAdmission:
             incoming.discard()  # max_partial_bytes covers kept partial uploads too
             return
         if incoming.keep(store):
+            self.stored(held)  # the quota counts kept partial uploads too
             log.info(
                 "sender %s: kept %d bytes of %s to resume from",
                 self.uuid,
@@ -235,9 +259,13 @@ class SessionAdmission:
 
     def may_keep(self, store: PartialStore, name: str, held: int) -> bool:
         """True if ``held`` bytes of ``name`` may be kept to resume from:
-        ``max_partial_bytes`` covers kept partial uploads too."""
+        ``max_partial_bytes`` covers the sender's kept partial uploads, in every data
+        dir and from every address, and so does its quota."""
         limit = self.limits.partial.limit
-        return limit is None or store.total(exclude=name) + held <= limit
+        if limit is not None and sum(p.held for _, p in self._kept(store, name)) + held > limit:
+            return False
+        quota = self.limits.quota
+        return quota is None or quota.over(self.uuid, held) is None
 
     def hold(self, stream: object, size: int) -> None:
         """``stream`` holds the ``size`` bytes :meth:`admit` reserved, until released."""

@@ -254,7 +254,8 @@ class AppendLog:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         existed = self.path.exists()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # O_NOFOLLOW: a link planted at a log's name would carry its appends elsewhere
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         if not existed:
             fsync_dir(self.path.parent)
         self._repair_torn_tail()

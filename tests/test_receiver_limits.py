@@ -402,6 +402,12 @@ class LimitedEnv(SessionEnv):
     def __init__(self, root: Path, limits: SessionLimits) -> None:
         super().__init__(root)
         self.ctx.limits = limits
+        self.socks: list[socket.socket] = []
+
+    def connect(self, *args: Any, **kwargs: Any) -> Any:
+        sock, thread = super().connect(*args, **kwargs)
+        self.socks.append(sock)  # closed when the test ends
+        return sock, thread
 
     def open(self, uuid: str = UUID_A, peer: str = session_env.PEER) -> socket.socket:
         sock, _ = self.connect(peer=peer)
@@ -422,6 +428,8 @@ def make_env(tmp_path: Path):
 
     yield make
     for env in envs:
+        for sock in env.socks:
+            sock.close()
         env.close()
 
 

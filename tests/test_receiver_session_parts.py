@@ -227,18 +227,37 @@ def test_over_its_quota_a_sender_is_refused_with_error_quota_after_a_flush() -> 
     assert flushes  # what arrived was answered (and counted) before refusing
 
 
-def test_a_kept_partial_upload_counts_against_max_partial_bytes() -> None:
-    class Store:
-        def total(self, exclude: str) -> int:
-            return 70
+def test_kept_partial_uploads_count_against_max_partial_bytes_in_every_data_dir(
+    tmp_path: Path,
+) -> None:
+    """A sender's kept partials are its own, whichever address kept them and in
+    whichever data dir: ``max_partial_bytes`` and the quota see all of them."""
+    from receiver.partials import PartialStore
+    from sealsync.protocol import PARTIAL_HEAD, RESUME_MIN
 
-    limits = SessionLimits(partial=ByteLedger(100))
-    admission = SessionAdmission(limits, lambda: False)
-    store = Store()
-    assert admission.may_keep(store, "a", 30)  # type: ignore[arg-type]
-    assert not admission.may_keep(store, "a", 31)  # type: ignore[arg-type]
-    unlimited = SessionAdmission(SessionLimits(), lambda: False)
-    assert unlimited.may_keep(store, "a", 10**9)  # type: ignore[arg-type]
+    dirs = [tmp_path / "d0", tmp_path / "d1"]
+    size = RESUME_MIN
+    held = PARTIAL_HEAD + 100
+    for i, data_dir in enumerate(dirs):
+        store = PartialStore.of(data_dir, UUID)
+        src = tmp_path / f"src{i}"
+        src.write_bytes(b"x" * held)
+        assert store.keep(f"sequence/g/0/{i}.tsfile", size, 1, src, held) is not None
+    limit = 3 * held
+    admission = SessionAdmission(SessionLimits(partial=ByteLedger(limit)), lambda: False, dirs)
+    admission.uuid = UUID
+    store = PartialStore.of(dirs[0], UUID)
+    assert admission.may_keep(store, "sequence/g/0/new.tsfile", held)  # two kept + this: fits
+    assert not admission.may_keep(store, "sequence/g/0/new.tsfile", held + 1)
+    assert admission.may_keep(store, "sequence/g/0/0.tsfile", 2 * held)  # replaces its own
+    quota = Quota(2 * held + 10, lambda uuid: 2 * held)  # the partials are measured in it
+    counted = SessionAdmission(SessionLimits(quota=quota), lambda: False, dirs)
+    counted.uuid = UUID
+    assert counted.may_keep(store, "sequence/g/0/new.tsfile", 10)
+    assert not counted.may_keep(store, "sequence/g/0/new.tsfile", 11)
+    unlimited = SessionAdmission(SessionLimits(), lambda: False, dirs)
+    unlimited.uuid = UUID
+    assert unlimited.may_keep(store, "a", 10**9)
 
 
 # --- the stall-watched channel ----------------------------------------------------------

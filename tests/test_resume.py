@@ -19,7 +19,8 @@ from reliability.session_env import data_file, hello
 from test_receiver_session import Env, start_round, verdict, wait_for
 
 from receiver.inventory import recorded_md5
-from receiver.partials import PartialStore
+from receiver.layout import SenderFolder
+from receiver.partials import PartialStore, key_of, migrate_partials, sweep_all, unclaim
 from receiver.recover.replay import recover_all
 from sealsync.protocol import (
     PARTIAL_HEAD,
@@ -290,7 +291,7 @@ def test_receiver_recovery_sweeps_expired_partials(env: Env) -> None:
     cut_after(session(env), 0, data, len(data) // 2)
     env.threads[-1].join(10)
     folder = env.folder()
-    store = PartialStore(folder.root)
+    store = PartialStore.of(folder.data_dir, folder.uuid)
     assert len(store.list()) == 1
     recover_all(env.ctx.data_dirs, env.storage, env.owners, env.ctx.inspect, 3600)
     assert len(store.list()) == 1  # young and intact: stays to resume
@@ -410,3 +411,49 @@ def test_bytes_read_before_a_failed_window_adjustment_are_kept() -> None:
             break
         got += piece
     assert got == b"abcdef"
+
+
+# --- one store per sender, no link followed -------------------------------------------
+
+
+def _kept(tmp_path: Path, store: PartialStore, name: str = NAME) -> None:
+    data = big()
+    src = tmp_path / f"src-{key_of(name)}"
+    src.write_bytes(data[: PARTIAL_HEAD + 10])
+    assert store.keep(name, len(data), MTIME, src, PARTIAL_HEAD + 10) is not None
+
+
+def test_a_store_behind_a_link_is_neither_written_nor_swept(tmp_path: Path) -> None:
+    """A link at the partial folder once carried a cut stream into its target, and the
+    next sweep deleted every file there."""
+    data_dir = tmp_path / "data"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    store = PartialStore.of(data_dir, UUID_A, max_age=0)
+    store.dir.parent.mkdir(parents=True)
+    store.dir.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(OSError, match="symbolic link"):
+        store.sweep()
+    with pytest.raises(OSError, match="symbolic link"):
+        _kept(tmp_path, store)
+    assert sweep_all([data_dir], 0) == 0
+    assert sorted(os.listdir(outside)) == ["precious.txt"]
+
+
+def test_a_claimed_partial_outlives_sweeps_and_old_per_address_ones_move(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    store = PartialStore.of(data_dir, UUID_A, max_age=0)
+    _kept(tmp_path, store)
+    partial = store.take(NAME)
+    assert partial is not None and store.take(NAME) is None  # one resume at a time
+    assert sweep_all([data_dir], 0) == 0  # expired, but being resumed
+    unclaim(partial)
+    assert sweep_all([data_dir], 0) == 2 and store.list() == []
+    old_root = SenderFolder(data_dir, "10.0.0.9", UUID_A).root
+    old = PartialStore(old_root / "partial")
+    _kept(tmp_path, old, "sequence/sg/0/old.tsfile")
+    assert migrate_partials(old_root, data_dir, UUID_A) == 1
+    moved = PartialStore.of(data_dir, UUID_A).list()
+    assert [p.name for p in moved] == ["sequence/sg/0/old.tsfile"]
+    assert not (old_root / "partial").exists()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from receiver.layout import SenderFolder
 from receiver.load.owners import DeviceConflict, DeviceOwners
-from receiver.storage import DirectoryStorage, Storage
+from receiver.storage import DirectoryStorage, Storage, refuse_links
 from sealsync import deletions, durable
 from sealsync.crashpoints import crash_point
 from sealsync.names import check_data_name
@@ -224,6 +224,7 @@ def clear_staging(folder: SenderFolder) -> None:
     a load's leftover; each removal is logged, never silent (docs/design.md §9.6).
     """
     top = folder.data
+    refuse_links(folder.data_dir, top)  # never delete through a link (OSError: left alone)
     if not top.is_dir():
         return
     for here, dirs, files in os.walk(top, topdown=False):

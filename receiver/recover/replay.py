@@ -18,7 +18,7 @@ from pathlib import Path
 from receiver.layout import SenderFolder, read_sync_log, sender_folders
 from receiver.load.apply import Applier, Inspect, clear_staging, finish_round, read_load_log
 from receiver.load.owners import DeviceOwners
-from receiver.partials import DEFAULT_MAX_AGE, PartialStore
+from receiver.partials import DEFAULT_MAX_AGE, PARTIAL_FOLDER, migrate_partials, sweep_all
 from receiver.storage import Storage
 from sealsync import durable
 from sealsync.crashpoints import crash_point
@@ -89,9 +89,13 @@ def recover_all(
             recover_folder(folder, storage, owners, inspect)
         except Exception as exc:  # one broken folder must not keep the service down
             log.warning("%s: recovery failed: %s", folder.root, exc)
-        try:
-            removed = PartialStore(folder.root, partial_max_age).sweep()
-            if removed:
-                log.info("%s: removed %d partial-upload file(s)", folder.root, removed)
-        except OSError as exc:
-            log.warning("%s: sweeping partial uploads failed: %s", folder.root, exc)
+        if (folder.root / PARTIAL_FOLDER).is_dir():  # kept per address by earlier versions
+            try:
+                moved = migrate_partials(folder.root, folder.data_dir, folder.uuid)
+                if moved:
+                    log.info("%s: moved %d partial upload(s) to the sender's", folder.root, moved)
+            except OSError as exc:
+                log.warning("%s: moving partial uploads failed: %s", folder.root, exc)
+    removed = sweep_all(data_dirs, partial_max_age)
+    if removed:
+        log.info("removed %d partial-upload file(s)", removed)
