@@ -264,11 +264,11 @@ def _uvar(data: bytes, pos: int) -> tuple[int, int]:
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
             if value > 0xFFFFFFFF:
-                raise Corrupt(f"varint over 32 bits before {pos}")
+                raise Corrupt("varint over 32 bits")
             return value, pos + 1
         shift += 7
         if shift > 28:
-            raise Corrupt(f"varint longer than 5 bytes before {pos}")
+            raise Corrupt("varint longer than 5 bytes")
 
 
 def _skip_statistics(data: bytes, pos: int, data_type: int) -> int:
@@ -282,7 +282,7 @@ def _skip_statistics(data: bytes, pos: int, data_type: int) -> int:
     for _ in range(_STAT_BINARIES[data_type]):
         (length,) = _I32.unpack_from(data, pos)
         if length < 0:
-            raise Corrupt(f"negative length in statistics at {pos}")
+            raise Corrupt("negative length in statistics")
         pos += 4 + length
     return pos
 
@@ -303,7 +303,7 @@ class _Region:
 
 
 class _Walk:
-    """One file's metadata walked and checked; the result is :meth:`summary`."""
+    """One file's metadata walked and checked; the result is :meth:`finish`."""
 
     def __init__(self, version: int, file: bytes | mmap.mmap) -> None:
         self.version = version
