@@ -170,6 +170,23 @@ def test_real_iotdb_writes_sealed_files_and_mods(
 
     assert _answer(server) == expected
 
+    # Patterns and ranges: one level (*), any levels (** from 0.13 on), closed intervals.
+    every = "root.sg.**" if not release.standalone else "root.sg.*.*"
+    with server.client() as client:
+        client.sql("DELETE FROM root.sg.d2.* WHERE time >= 5 AND time <= 6")
+        client.sql("DELETE FROM root.sg.d2.s4 WHERE time >= 9")
+        client.sql(f"DELETE FROM {every} WHERE time <= 1")
+    for (device, t), values in expected.items():
+        if t <= 1 or (device == "root.sg.d2" and 5 <= t <= 6):
+            values.clear()
+        elif device == "root.sg.d2" and t >= 9:
+            values.pop("s4")
+    expected = {key: values for key, values in expected.items() if values}
+    for path in sorted(sequence.glob(f"*/*/*{mods_suffix}")):
+        print(f"{path.relative_to(server.data_dir)}:\n{_dump(path.read_bytes())}")
+    # A device whose every value at a time is deleted has no row at that time.
+    assert _answer(server) == expected
+
     groups = [process.pid for _, process in server.processes]
     server.stop()
     print(f"IoTDB {version}: stopped in {server.stop_seconds:.1f}s, exit {server.exit_codes}")
