@@ -7,7 +7,8 @@ layout, sealed-file and ``.mods`` naming). The release's jars come from Maven Ce
 through Maven (cached in ``~/.m2``; the resolved classpath is cached beside the small
 pom that asked for it, so a second run starts offline). The server runs straight from
 ``java -cp``, with the options and system properties its own start scripts pass, and
-every port it opens on a free loopback port.
+every port it opens set to one free on loopback (2.x binds them on every interface,
+whatever its address settings say).
 
 Use :func:`running_iotdb` in scripts and the ``iotdb_server`` fixture of
 ``tests/conftest.py`` (a factory: ``iotdb_server("2.0.1-beta")``) in tests; both stop
@@ -150,7 +151,7 @@ _ADD_OPENS = tuple(
 
 
 def cache_root() -> Path:
-    """Where resolved classpaths and client venvs are kept between runs."""
+    """Where resolved classpaths are kept between runs."""
     configured = os.environ.get(CACHE_ENV)
     if configured:
         return Path(configured)
