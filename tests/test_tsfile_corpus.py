@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import struct
 from collections import Counter
 from pathlib import Path
 
@@ -74,6 +75,20 @@ def test_every_type_compressor_and_aligned_is_covered(tsfile_corpus: list[Entry]
         assert aligned
 
 
+def test_encodings_iotdb_never_writes_are_apart(tsfile_corpus: list[Entry]) -> None:
+    lines = tc.manifest(tsfile_corpus[0].path.parents[2])["lines"]
+    for e in tsfile_corpus:
+        if not e.case.startswith("enc-"):
+            assert e.iotdb_writes, e.path
+            continue
+        type_ = e.case.rsplit("-", 1)[1]
+        allowed = set(lines[e.line]["iotdb_encodings"][type_])
+        used = {p.measurement.removeprefix("s_").upper() for p in expected_points(e)}
+        assert used and (used <= allowed) == e.iotdb_writes, e.path
+        if not e.iotdb_writes:
+            assert not used & allowed
+
+
 def test_one_page_and_many_page_chunks(tsfile_corpus: list[Entry]) -> None:
     for line in WANTED_VERSION:
         one = _one(tsfile_corpus, line, "pages-one")
@@ -117,7 +132,9 @@ def test_spot_values_round_trip(tsfile_corpus: list[Entry]) -> None:
             d = by_series[(device, "s_double")]
             assert math.isnan(d[0]) and d[1] == math.inf and d[2] == -math.inf  # type: ignore[arg-type]
             assert math.copysign(1.0, d[3]) == -1.0  # type: ignore[arg-type]
-            assert math.isnan(by_series[(device, "s_float")][0])  # type: ignore[arg-type]
+            f32 = by_series[(device, "s_float")]
+            assert math.isnan(f32[0])  # type: ignore[arg-type]
+            assert f32[6] == struct.unpack("<f", struct.pack("<f", 0.1))[0] != 0.1
             i64 = by_series[(device, "s_int64")]
             assert i64[:4] == [-(2**63), 2**63 - 1, 2**53 + 1, -(2**53) - 1]
             assert by_series[(device, "s_text")][1] == "a\x00b"

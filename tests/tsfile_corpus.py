@@ -70,6 +70,9 @@ class Entry:
     chunks: int
     one_page_chunks: int
     max_pages_per_chunk: int
+    iotdb_writes: bool
+    """False where the library wrote what IoTDB's server never does (an encoding it does
+    not allow for the type: ``enc-library-only-<TYPE>``)."""
     plan_indices: bool
     """Each flush ends with IoTDB's operation-index-range marker (0x04, min and max plan
     index as int64), as in files IoTDB's memtable flush writes."""
@@ -234,6 +237,7 @@ def corpus(folder: Path | None = None) -> list[Entry]:
             chunks=int(f["chunks"]),
             one_page_chunks=int(f["one_page_chunks"]),
             max_pages_per_chunk=int(f["max_pages_per_chunk"]),
+            iotdb_writes=bool(f.get("iotdb_writes", True)),
             plan_indices=bool(f.get("plan_indices", False)),
         )
         for f in manifest["files"]

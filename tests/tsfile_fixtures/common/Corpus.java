@@ -54,6 +54,9 @@ final class Corpus {
 
     String defaultEncoding(String type);
 
+    /** The encodings IoTDB's server lets a series of the type have (null: not known). */
+    List<String> iotdbEncodings(String type);
+
     boolean hasTableModel();
 
     /** Sets the page limits the next writer uses (points per page, bytes per page). */
@@ -639,30 +642,20 @@ final class Corpus {
       }
     }
 
-    // enc-<TYPE>: one series per accepted encoding, several pages each.
+    // enc-<TYPE>: one series per accepted encoding that IoTDB lets a series have, several
+    // pages each; enc-library-only-<TYPE>: those the library writes but IoTDB never does.
     for (String type : lib.types()) {
-      lib.configure(20, 65536);
-      List<Col> cols = new ArrayList<>();
-      List<Boolean> special = new ArrayList<>();
+      List<String> iotdb = lib.iotdbEncodings(type);
+      List<String> usual = new ArrayList<>();
+      List<String> unusual = new ArrayList<>();
       for (String e : accepted.get(type)) {
-        boolean plainOnly = e.endsWith("/plain");
-        String enc = plainOnly ? e.substring(0, e.length() - 6) : e;
-        cols.add(new Col("s_" + enc.toLowerCase(), type, enc, defaultComp));
-        special.add(!plainOnly);
+        String enc = e.endsWith("/plain") ? e.substring(0, e.length() - 6) : e;
+        (iotdb == null || iotdb.contains(enc) ? usual : unusual).add(e);
       }
-      FileCase fc = begin("enc-" + type, "tree", "type " + type,
-          "encodings " + String.join(" ", accepted.get(type)), "many pages");
-      String dev = "root.sg.enc_" + type.toLowerCase();
-      int n = 100;
-      for (Col c : cols) {
-        fc.register(dev, Collections.singletonList(c), false);
+      encodingFile("enc-" + type, type, usual, defaultComp, true);
+      if (!unusual.isEmpty()) {
+        encodingFile("enc-library-only-" + type, type, unusual, defaultComp, false);
       }
-      for (int c = 0; c < cols.size(); c++) {
-        List<Col> one = Collections.singletonList(cols.get(c));
-        fc.write(dev, false, one, times(BASE_TIME, n, 1000), rows(one, n, 0, special.get(c), 0));
-      }
-      fc.extra.put("max_points_in_page", "20");
-      end(fc);
     }
 
     // comp-<COMPRESSOR>: every type with its default encoding.
@@ -938,17 +931,50 @@ final class Corpus {
     }
   }
 
+  void encodingFile(String name, String type, List<String> encodings, String comp,
+      boolean iotdbWrites) throws Exception {
+    lib.configure(20, 65536);
+    List<Col> cols = new ArrayList<>();
+    List<Boolean> special = new ArrayList<>();
+    for (String e : encodings) {
+      boolean plainOnly = e.endsWith("/plain");
+      String enc = plainOnly ? e.substring(0, e.length() - 6) : e;
+      cols.add(new Col("s_" + enc.toLowerCase(), type, enc, comp));
+      special.add(!plainOnly);
+    }
+    FileCase fc = begin(name, "tree", "type " + type, "encodings " + String.join(" ", encodings),
+        "many pages");
+    String dev = "root.sg.enc_" + type.toLowerCase();
+    int n = 100;
+    for (Col c : cols) {
+      fc.register(dev, Collections.singletonList(c), false);
+    }
+    for (int c = 0; c < cols.size(); c++) {
+      List<Col> one = Collections.singletonList(cols.get(c));
+      fc.write(dev, false, one, times(BASE_TIME, n, 1000), rows(one, n, 0, special.get(c), 0));
+    }
+    fc.extra.put("max_points_in_page", "20");
+    if (!iotdbWrites) {
+      fc.extra.put("iotdb_writes", "false");
+    }
+    end(fc);
+  }
+
   /** The line's manifest: its files, what its writer accepted and what it refused. */
   void writeManifest() throws IOException {
     List<String> acc = new ArrayList<>();
+    List<String> iot = new ArrayList<>();
     for (Map.Entry<String, List<String>> e : accepted.entrySet()) {
       acc.add(q(e.getKey()) + ": " + strList(e.getValue()));
+      List<String> allowed = lib.iotdbEncodings(e.getKey());
+      iot.add(q(e.getKey()) + ": " + (allowed == null ? "null" : strList(allowed)));
     }
     String text = "{\"line\": " + q(lib.line()) + ",\n \"library\": " + q(lib.library())
         + ",\n \"types\": " + strList(lib.types())
         + ",\n \"encodings\": " + strList(lib.encodings())
         + ",\n \"compressors\": " + strList(lib.compressors())
         + ",\n \"accepted_encodings\": {" + String.join(", ", acc) + "}"
+        + ",\n \"iotdb_encodings\": {" + String.join(", ", iot) + "}"
         + ",\n \"accepted_compressors\": " + strList(acceptedCompressors)
         + ",\n \"refused\": [\n  " + String.join(",\n  ", refused) + "]"
         + ",\n \"files\": [\n  " + String.join(",\n  ", manifest) + "]}\n";

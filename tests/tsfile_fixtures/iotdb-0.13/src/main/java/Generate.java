@@ -108,6 +108,25 @@ public final class Generate implements Corpus.Lib {
     }
   }
 
+  /** IoTDB 0.13's server (SchemaUtils) checks a new series' encoding against this list. */
+  @Override
+  public List<String> iotdbEncodings(String type) {
+    switch (type) {
+      case "BOOLEAN":
+        return Arrays.asList("PLAIN", "RLE");
+      case "INT32":
+      case "INT64":
+        return Arrays.asList("PLAIN", "RLE", "TS_2DIFF", "GORILLA");
+      case "FLOAT":
+      case "DOUBLE":
+        return Arrays.asList("PLAIN", "RLE", "TS_2DIFF", "GORILLA_V1", "GORILLA");
+      case "TEXT":
+        return Arrays.asList("PLAIN", "DICTIONARY");
+      default:
+        return null;
+    }
+  }
+
   @Override
   public boolean hasTableModel() {
     return false;

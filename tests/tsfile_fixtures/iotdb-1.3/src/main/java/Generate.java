@@ -114,6 +114,22 @@ public final class Generate implements Corpus.Lib {
   }
 
   @Override
+  public List<String> iotdbEncodings(String type) {
+    java.util.Set<TSEncoding> allowed =
+        TSEncoding.TYPE_SUPPORTED_ENCODINGS.get(TSDataType.valueOf(type));
+    if (allowed == null) {
+      return null;
+    }
+    List<String> out = new ArrayList<>();
+    for (TSEncoding e : TSEncoding.values()) {
+      if (allowed.contains(e)) {
+        out.add(e.name());
+      }
+    }
+    return out;
+  }
+
+  @Override
   public boolean hasTableModel() {
     return false;
   }
