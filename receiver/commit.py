@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from receiver.incoming import Fsyncs, IncomingFile, stage_all, store_failure_reason
+from receiver.inspect_pool import InspectUnavailable
 from receiver.load.owners import DeviceOwners
 from receiver.round_state import RoundState
 from receiver.session_limits import SessionAdmission
@@ -200,7 +201,10 @@ class BatchCommitter:
 
 
 def _format_problem(item: Arrived, exc: FormatError) -> str:
-    """The refusal reason, named after the sender's file rather than the temporary."""
+    """The refusal reason, named after the sender's file rather than the temporary; a
+    check that could not run at all is the receiver's fault, never the file's."""
+    if isinstance(exc, InspectUnavailable):
+        return f"{exc}; retry later"
     incoming = item.file
     reason = str(exc).replace(str(incoming.data_tmp), item.name)
     reason = reason.replace(incoming.data_tmp.name, PurePosixPath(item.name).name)

@@ -10,6 +10,18 @@ forking a multi-threaded server process (paramiko threads, loader threads) can
 copy a lock held by another thread into the child and deadlock it. As with any
 such pool, the host's main module must be importable without side effects (the
 ``if __name__ == "__main__":`` idiom): workers import it.
+
+Those start methods run ``python -c``, which puts the working directory first on
+``sys.path``: a receiver started from a folder holding a checkout of the project (or
+anything named like one of its packages) had workers import that instead of the
+installed code, and die. Workers therefore start with ``PYTHONSAFEPATH`` set, so they
+import exactly what the receiver itself imports, wherever it was started.
+
+A worker that cannot start at all (a broken installation, a native library that
+fails to load) is the receiver's fault, never the file's: before a crash is blamed on
+a file, a worker is started on an empty input; if that one dies too, the check is
+:class:`InspectUnavailable` (the file is answered "retry later", the cause is logged
+once as an error, and the check is not tried again for ``RECHECK_AFTER`` seconds).
 """
 
 from __future__ import annotations
@@ -18,16 +30,19 @@ import logging
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sealsync.errors import FormatError
+from sealsync.printable import single_line
 
 if TYPE_CHECKING:
     from sealsync.formats import FileInfo
@@ -35,6 +50,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(f"sealsync.{__name__}")
 
 DEFAULT_TIMEOUT = 300.0
+RECHECK_AFTER = 30.0
+"""Seconds after a failed worker start before workers are tried again."""
+PRELOAD = ("sealsync.formats", "tsfile")
+"""What the fork server imports once, for every worker (see ``_context``)."""
+
+
+_NO_START = (BrokenProcessPool, OSError, EOFError)
+"""What starting a worker raises when it cannot be started: a dead pool, a failed
+fork, a fork server that died at its imports (EOF on its socket)."""
+
+
+class InspectUnavailable(FormatError):
+    """The format check cannot run: the receiver's worker processes do not start.
+
+    The receiver's own fault, never the file's. It travels where a FormatError does
+    (a batch's per-file results), so that the session can tell it apart and answer
+    the file "retry later" instead of refusing it as invalid.
+    """
 
 
 def _inspect_in_worker(path: str) -> FileInfo:
@@ -126,6 +159,10 @@ def _exit_with_host(host: int) -> None:
 
 
 def _context() -> multiprocessing.context.BaseContext:
+    # Inherited by the fork server (or each spawned worker) when it starts: no working
+    # directory on its sys.path (see the module's docstring).
+    if not os.environ.get("PYTHONSAFEPATH"):
+        os.environ["PYTHONSAFEPATH"] = "1"
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
@@ -133,9 +170,44 @@ def _context() -> multiprocessing.context.BaseContext:
         # them the TsFile package, which the reader imports only on first use (pandas
         # and a C++ library: a worker's first file would pay for them). A module that
         # cannot be imported is skipped by the fork server.
-        ctx.set_forkserver_preload(["sealsync.formats", "tsfile"])
+        ctx.set_forkserver_preload(list(PRELOAD))
         return ctx
     return multiprocessing.get_context("spawn")
+
+
+def _start_failure(target: Callable[[str], FileInfo]) -> str:
+    """Why a worker dies as it starts, in one line: what a worker imports, done in a
+    process of its own started the same way (same interpreter, environment, working
+    directory and ``sys.path``), whose error is captured rather than lost on stderr."""
+    modules = ["receiver.inspect_pool", "sealsync.formats", target.__module__]
+    code = "\n".join(
+        [
+            "import sys",
+            f"for name in {list(PRELOAD)!r}:",
+            "    try:",
+            "        __import__(name)",
+            "    except ImportError:",
+            "        pass",
+            f"sys.path[:] = {sys.path!r}",
+            f"import {', '.join(dict.fromkeys(modules))}",
+        ]
+    )
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=DEFAULT_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot start a Python process: {exc}"
+    lines = [line for line in probe.stderr.splitlines() if line.strip()]
+    if probe.returncode != 0 and lines:
+        return single_line(lines[-1])[:300]
+    return "a worker process exited as it started (its error is on the receiver's stderr)"
 
 
 def _new_pool(workers: int) -> ProcessPoolExecutor:
@@ -170,21 +242,92 @@ class InspectPool:
         self._closed = False
         self._alone_slots = threading.BoundedSemaphore(max(workers, 1))
         """Bounds the workers of :meth:`_alone` re-checks running at once."""
+        self._down: tuple[float, str] | None = None
+        """(monotonic time to try again, cause) while workers do not start."""
 
     def _get_pool(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._closed:
                 raise FormatError("the receiver is stopping: file not inspected")
+            if self._down is not None:
+                retry_at, cause = self._down
+                if time.monotonic() < retry_at:
+                    raise InspectUnavailable(_unavailable_text(cause))
             if self._pool is None:
                 self._pool = _new_pool(self.workers)
             return self._pool
 
+    @property
+    def unavailable(self) -> str | None:
+        """Why workers do not start, while they do not (the receiver's metrics)."""
+        with self._lock:
+            return None if self._down is None else self._down[1]
+
+    def _workers_start(self) -> str | None:
+        """None if a new worker starts and runs the check (on an empty input: no file's
+        content is involved); else why not, in one line."""
+        pool = _new_pool(1)  # creates no process yet: submit() starts them
+        kill = False
+        try:
+            pool.submit(self._target, os.devnull).result(timeout=self.timeout)
+        except _NO_START:
+            return _start_failure(self._target)
+        except FutureTimeout:
+            kill = True
+            return f"a new worker did not answer in {self.timeout:g} s"
+        except Exception:  # the check ran and refused the empty input: workers start
+            pass
+        finally:
+            self._discard(pool, kill=kill)
+        return None
+
+    def _down_for(self, cause: str) -> InspectUnavailable:
+        """Record that workers do not start; logged once per outage, with its cause."""
+        with self._lock:
+            first = self._down is None
+            self._down = (time.monotonic() + RECHECK_AFTER, cause)
+        if first:
+            log.error(
+                "the format check cannot run: its worker processes do not start: %s; "
+                "received files are answered 'retry later' until they do (this is the "
+                "receiver's fault, not the files')",
+                cause,
+            )
+        return InspectUnavailable(_unavailable_text(cause))
+
+    def _up(self) -> None:
+        with self._lock:
+            was, self._down = self._down, None
+        if was is not None:
+            log.info("the format check's worker processes start again")
+
     def warm(self) -> None:
         """Start the workers now, in the background, so the first round does not wait
         seconds for processes and imports while its sender holds verdicts open."""
-        pool = self._get_pool()
-        for _ in range(self.workers):
-            pool.submit(_warm_up)
+        try:
+            pool = self._get_pool()
+            futures = [pool.submit(_warm_up) for _ in range(self.workers)]
+        except (RuntimeError, FormatError, *_NO_START):
+            self._check_start_later()
+            return
+
+        def done(future: Future[None]) -> None:
+            if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
+                self._check_start_later()
+
+        futures[0].add_done_callback(done)
+
+    def _check_start_later(self) -> None:
+        """A worker died while warming up: find out now, on a thread of its own, whether
+        workers start at all, so that a receiver whose check cannot run says so (and
+        why) when it starts rather than at its first file."""
+
+        def check() -> None:
+            cause = self._workers_start()
+            if cause is not None:
+                self._down_for(cause)
+
+        threading.Thread(target=check, name="sealsync-inspect-check", daemon=True).start()
 
     def _discard(self, pool: ProcessPoolExecutor, kill: bool) -> None:
         """Drop ``pool`` if it is still the current one; the next call starts a fresh one."""
@@ -202,16 +345,23 @@ class InspectPool:
         pool.shutdown(wait=False, cancel_futures=True)
 
     def inspect(self, path: Path) -> FileInfo:
-        """The devices and rows of ``path``; FormatError if it is not a valid data file."""
+        """The devices and rows of ``path``; FormatError if it is not a valid data file,
+        InspectUnavailable (a FormatError) if the check cannot run at all."""
         pool = self._get_pool()
         try:
-            future = pool.submit(self._target, str(path))
-        except (BrokenProcessPool, RuntimeError):  # broken by another file, or shut down
+            try:
+                future = pool.submit(self._target, str(path))
+            except (BrokenProcessPool, RuntimeError):  # broken by another file, or shut down
+                self._discard(pool, kill=False)
+                pool = self._get_pool()
+                future = pool.submit(self._target, str(path))
+        except _NO_START:  # no worker process could be started
             self._discard(pool, kill=False)
-            pool = self._get_pool()
-            future = pool.submit(self._target, str(path))
+            return self._alone(path)
         try:
-            return future.result(timeout=self.timeout)
+            info = future.result(timeout=self.timeout)
+            self._up()
+            return info
         except FormatError:
             raise
         except BrokenProcessPool:
@@ -236,8 +386,14 @@ class InspectPool:
             pool = _new_pool(1)
             kill = False
             try:
-                return pool.submit(self._target, str(path)).result(timeout=self.timeout)
-            except BrokenProcessPool:
+                info = pool.submit(self._target, str(path)).result(timeout=self.timeout)
+                self._up()
+                return info
+            except _NO_START:
+                cause = self._workers_start()  # the file's doing, or no worker starts?
+                if cause is not None:
+                    raise self._down_for(cause) from None
+                self._up()
                 log.warning("%s: crashed the format reader alone: refused", path)
                 raise FormatError(
                     f"{Path(path).name}: the file crashed the format reader"
@@ -262,13 +418,16 @@ class InspectPool:
             return [self._inspect_or_error(p) for p in paths]
         size = -(-len(paths) // self.workers)
         chunks = [list(paths[i : i + size]) for i in range(0, len(paths), size)]
-        pool = self._get_pool()
+        try:
+            pool = self._get_pool()
+        except FormatError as exc:  # stopping, or workers do not start: the same for all
+            return [exc for _ in paths]
         try:
             futures = [
                 pool.submit(_inspect_each, self._target, [str(p) for p in chunk])
                 for chunk in chunks
             ]
-        except (BrokenProcessPool, RuntimeError):  # broken by another file, or shut down
+        except (RuntimeError, *_NO_START):  # broken, shut down, or no worker starts
             self._discard(pool, kill=False)
             return [self._inspect_or_error(p) for p in paths]
         deadline = time.monotonic() + self.timeout
@@ -315,3 +474,7 @@ class InspectPool:
 
     def __call__(self, path: Path) -> FileInfo:
         return self.inspect(path)
+
+
+def _unavailable_text(cause: str) -> str:
+    return f"the receiver cannot check files now (its format check does not start: {cause})"

@@ -55,6 +55,8 @@ class ReceiverMetrics:
         self.folders = list(folders)
         self.workers_alive: Callable[[], int] | None = None
         """The inspect pool's live worker count, if the service has a pool."""
+        self.workers_unavailable: Callable[[], bool] | None = None
+        """Whether the pool's workers do not start (the format check cannot run)."""
         self._lock = threading.Lock()
         self._sessions_open = 0
         self._sessions = 0
@@ -186,6 +188,13 @@ class ReceiverMetrics:
         if self.workers_alive is not None:
             yield gauge(
                 "inspect_workers_alive", "Live inspect worker processes.", self.workers_alive()
+            )
+        if self.workers_unavailable is not None:
+            yield gauge(
+                "inspect_unavailable",
+                "1 while the format check's worker processes do not start (the receiver's "
+                "fault: files are answered 'retry later'), else 0.",
+                int(self.workers_unavailable()),
             )
         free = GaugeMetricFamily(
             f"{PREFIX}_disk_free_bytes",
