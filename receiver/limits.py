@@ -22,7 +22,9 @@ Before authentication (the model is OpenSSH's ``sshd``):
 
 After authentication:
 
-* :class:`SlotCounter`: at most ``limit`` sessions per key and per sender UUID.
+* an authenticated connection must open its session within ``SESSION_WAIT`` seconds,
+  else it is closed and its source penalised as for a failed login;
+* :class:`SlotCounter`: at most ``limit`` connections per key, sessions per sender UUID.
 * :class:`ByteLedger`: bytes of unfinished uploads one sender holds (temporaries).
 * :class:`Quota`: bytes one sender holds on the receiver (measured once, then counted).
 * :class:`StallWindow`: a frame or file stream must keep making progress.
@@ -53,14 +55,21 @@ class Outcome(enum.Enum):
     AUTH_FAILED = "authentication failed"
     GRACE_EXCEEDED = "login grace time exceeded"
     NO_AUTH = "closed without authenticating"
+    IDLE_AFTER_AUTH = "authenticated but opened no session"
 
 
 PENALTY_SECONDS = {
     Outcome.AUTH_FAILED: 5.0,
     Outcome.GRACE_EXCEEDED: 20.0,
     Outcome.NO_AUTH: 1.0,
+    Outcome.IDLE_AFTER_AUTH: 5.0,
 }
-"""Seconds of penalty each pre-auth failure adds to its source (OpenSSH's scale)."""
+"""Seconds of penalty each failure adds to its source (OpenSSH's scale). A connection
+that authenticated and then opened no session in time (``SESSION_WAIT``) counts like
+a failed login: a key holding connections open without using them is attacking."""
+SESSION_WAIT = 5.0
+"""Seconds an authenticated connection has to open its ``sealsync`` session: a sender
+asks for it right after its key is accepted."""
 PENALTY_MIN = 15.0
 """A source is refused only once its penalty exceeds this: one typo'd key or one port
 probe is not enough, a stream of failures is."""
@@ -200,9 +209,10 @@ class Admission:
             if startup.closed:
                 return 0.0
             startup.closed = True
-            if startup.authenticated:
-                return 0.0  # an authenticated connection never earns a penalty
-            self._leave(startup.source)
+            if startup.authenticated and outcome is not Outcome.IDLE_AFTER_AUTH:
+                return 0.0  # an authenticated connection that used its session: no penalty
+            if not startup.authenticated:
+                self._leave(startup.source)
             now = self._clock()
             was_refused = self.penalties.refused_for(startup.source, now) > 0
             left = self.penalties.add(startup.source, PENALTY_SECONDS.get(outcome, 0.0), now)
@@ -379,3 +389,70 @@ class StallWindow:
             f"less than {self.min_bytes} bytes in {self.timeout:g} s inside a frame or file "
             "stream (stall_timeout, min_transfer_rate)"
         )
+
+
+class RefusalLog:
+    """Log lines about refused connections, at most one per kind and ``interval``.
+
+    A flood of refused connections (a penalised source reconnecting, an idle key, a
+    port scan) must not flood the log: the first refusal of a kind in an interval is
+    logged as it happens, the rest are counted and summed up in one line when the
+    interval is over (:meth:`flush`, called on the service's timer and at the next
+    refusal)."""
+
+    def __init__(
+        self,
+        emit: Callable[[int, str], None],
+        interval: float = 10.0,
+        *,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._emit = emit
+        self.interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._window_end: dict[str, float] = {}
+        self._suppressed: dict[str, tuple[int, int, set[str]]] = {}  # kind -> level, n, ips
+
+    def refused(self, kind: str, level: int, ip: str, message: str) -> None:
+        """One refusal of ``kind`` from ``ip``; ``message`` is its whole log line."""
+        now = self._clock()
+        lines: list[tuple[int, str]] = []
+        with self._lock:
+            lines.extend(self._due(now))
+            end = self._window_end.get(kind)
+            if end is None or now >= end:
+                self._window_end[kind] = now + self.interval
+                lines.append((level, message))
+            else:
+                _, count, ips = self._suppressed.get(kind, (level, 0, set()))
+                if len(ips) < 64:
+                    ips.add(ip)
+                self._suppressed[kind] = (level, count + 1, ips)
+        for line in lines:
+            self._emit(*line)
+
+    def flush(self) -> None:
+        """Sum up the intervals that are over."""
+        with self._lock:
+            lines = self._due(self._clock())
+        for line in lines:
+            self._emit(*line)
+
+    def _due(self, now: float) -> list[tuple[int, str]]:
+        lines = []
+        for kind, end in list(self._window_end.items()):
+            if now < end:
+                continue
+            del self._window_end[kind]
+            level, count, ips = self._suppressed.pop(kind, (0, 0, set()))
+            if count:
+                shown = ", ".join(sorted(ips)[:8]) + (", ..." if len(ips) > 8 else "")
+                lines.append(
+                    (
+                        level,
+                        f"{count} more connections refused in {self.interval:g} s "
+                        f"({kind}) from {len(ips)} address(es): {shown}",
+                    )
+                )
+        return lines

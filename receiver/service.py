@@ -46,7 +46,7 @@ import paramiko
 from receiver.auth import RETIRED, AuthorizedKeys, SenderKeys, is_allowed, peer_address
 from receiver.incoming import sync_method_in_effect
 from receiver.inspect_pool import InspectPool, verify_in_worker
-from receiver.limits import Admission, Outcome, SlotCounter, Startup
+from receiver.limits import SESSION_WAIT, Admission, Outcome, RefusalLog, SlotCounter, Startup
 from receiver.load.owners import DeviceOwners
 from receiver.lock import StorageLock
 from receiver.metrics import MetricsServer, ReceiverMetrics
@@ -78,6 +78,8 @@ log = logging.getLogger(f"sealsync.{__name__}")
 
 BUSY_REPLY_TIMEOUT = 5.0
 STOP_JOIN_TIMEOUT = 5.0
+AT_LIMIT_RESERVE = 8
+"""Connections past ``max_connections`` served only to answer ``busy`` (at the limit)."""
 HOUSEKEEPING_TICK = 1.0
 """Seconds between the service's checks for retired senders."""
 
@@ -164,9 +166,11 @@ class ReceiverService:
             config.max_startups, config.per_source_max_startups, config.per_source_penalty_max
         )
         self.key_sessions = SlotCounter(config.max_sessions_per_key)
+        """Connections per key, taken when the key is accepted (sessions need one each)."""
         # Startups are bounded by the admission; this bounds everything else (sessions,
         # and authenticated connections on their way to a session or a busy answer).
         self.max_connections = config.max_startups.full + 2 * config.max_sessions + 4
+        self.refusals = RefusalLog(lambda level, line: log.log(level, "%s", line))
         self._lock = threading.Lock()
         self._host_key: paramiko.PKey | None = None
         self._listener: socket.socket | None = None
@@ -305,6 +309,7 @@ class ReceiverService:
         next_sweep = time.monotonic() + interval
         while not self._stopping.wait(HOUSEKEEPING_TICK):
             try:
+                self.refusals.flush()
                 self._end_retired()
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + interval
@@ -367,7 +372,12 @@ class ReceiverService:
             sock.close()
             return
         if not is_allowed(ip, self.config.allow):
-            log.warning("connection from %s refused: address not in the allow list", ip)
+            self.refusals.refused(
+                "allow list",
+                logging.WARNING,
+                str(ip),
+                f"connection from {ip} refused: address not in the allow list",
+            )
             self.metrics.refused("allow_list")
             sock.close()
             return
@@ -375,21 +385,34 @@ class ReceiverService:
             if self._state != "running":
                 sock.close()
                 return
-            if len(self._connections) >= self.max_connections:
-                log.warning(
-                    "connection from %s refused: %d connections open", ip, len(self._connections)
+            open_now = len(self._connections)
+            if open_now >= self.max_connections + AT_LIMIT_RESERVE:
+                self.refusals.refused(
+                    "connection limit",
+                    logging.WARNING,
+                    str(ip),
+                    f"connection from {ip} refused: {open_now} connections open",
                 )
                 self.metrics.refused("connections")
                 sock.close()
                 return
             startup = self.admission.admit(ip)
             if isinstance(startup, str):
-                log.info("connection from %s refused: %s", ip, startup)
+                self.refusals.refused(
+                    startup.split(" (", 1)[0],
+                    logging.INFO,
+                    str(ip),
+                    f"connection from {ip} refused: {startup}",
+                )
                 sock.close()
                 return
+            # Past the bound, a few more are served only to be told why (ERROR busy at
+            # their HELLO): a sender then reports the receiver's connection limit rather
+            # than a connection closed before the banner.
+            at_limit = open_now >= self.max_connections
             thread = threading.Thread(
                 target=self._serve_connection,
-                args=(sock, str(ip), startup, accepted),
+                args=(sock, str(ip), startup, accepted, at_limit),
                 name=f"sealsync-conn-{ip}",
                 daemon=True,
             )
@@ -397,7 +420,12 @@ class ReceiverService:
         thread.start()
 
     def _serve_connection(
-        self, sock: socket.socket, peer_ip: str, startup: Startup, accepted: float
+        self,
+        sock: socket.socket,
+        peer_ip: str,
+        startup: Startup,
+        accepted: float,
+        at_limit: bool = False,
     ) -> None:
         me = threading.current_thread()
         transport: paramiko.Transport | None = None
@@ -410,8 +438,19 @@ class ReceiverService:
             watched = ActivitySocket(sock)
             assert self._host_key is not None
             grace = self.config.login_grace_time
+            if at_limit:  # served only to hear why: no long stay
+                grace = min(grace, BUSY_REPLY_TIMEOUT)
             transport = server_transport(watched, self._host_key, grace, self._run_session)
-            server = SshServer(self._authorized, peer_ip, self.metrics, self.admission, startup)
+            server = SshServer(
+                self._authorized,
+                peer_ip,
+                self.metrics,
+                self.admission,
+                startup,
+                key_slots=self.key_sessions,
+                refusals=self.refusals,
+            )
+            server.at_limit = at_limit
             with self._lock:
                 if self._state != "running":
                     return
@@ -422,14 +461,23 @@ class ReceiverService:
                 transport, server, accepted + grace, lambda: self._state == "running"
             )
             if not server.started.is_set():
-                if outcome is Outcome.GRACE_EXCEEDED or (
+                if outcome is Outcome.IDLE_AFTER_AUTH:
+                    self.refusals.refused(
+                        "authenticated, no session",
+                        logging.WARNING,
+                        peer_ip,
+                        f"{peer_ip}: key {server.key_fingerprint} opened no {SUBSYSTEM} session "
+                        f"within {SESSION_WAIT:g} s of authenticating, closing",
+                    )
+                elif outcome is Outcome.GRACE_EXCEEDED or (
                     server.authenticated and transport.is_active() and self._state == "running"
                 ):
-                    log.info(
-                        "%s: no %s session within login_grace_time (%g s), closing",
+                    self.refusals.refused(
+                        "login grace time",
+                        logging.INFO,
                         peer_ip,
-                        SUBSYSTEM,
-                        self.config.login_grace_time,
+                        f"{peer_ip}: no {SUBSYSTEM} session within login_grace_time "
+                        f"({self.config.login_grace_time:g} s), closing",
                     )
                 else:
                     log.debug("%s: connection closed before a session started", peer_ip)
@@ -446,16 +494,19 @@ class ReceiverService:
                 keepalive.stop()
             if server is not None and server.auth_failures and not server.authenticated:
                 outcome = Outcome.AUTH_FAILED
+            if server is not None:
+                server.release_key_slot()
             barred = self.admission.close(startup, outcome)  # before the peer sees the close
             if transport is not None:
                 transport.close()
             sock.close()
             if barred:
-                log.warning(
-                    "%s: refused for %.0f s: its connections keep failing (last: %s)",
+                self.refusals.refused(
+                    "penalised",
+                    logging.WARNING,
                     peer_ip,
-                    barred,
-                    outcome.value,
+                    f"{peer_ip}: refused for {barred:.0f} s: its connections keep failing "
+                    f"(last: {outcome.value})",
                 )
             with self._lock:
                 self._connections.pop(me, None)
@@ -479,23 +530,30 @@ class ReceiverService:
         """Runs on the subsystem's thread; never raises."""
         fp = server.key_fingerprint
         refusal = None
-        with self._lock:
-            admitted = self._state == "running" and self._sessions < self.config.max_sessions
-            if admitted:
-                self._sessions += 1
-        if not admitted:
-            refusal = f"receiver busy: {self.config.max_sessions} sessions open, retry later"
-        elif not self.key_sessions.acquire(fp):
-            with self._lock:
-                self._sessions -= 1
-            admitted = False
+        kind = "busy"
+        if server.at_limit:
+            admitted, kind = False, "connection limit"
+            refusal = (
+                f"receiver busy: at its connection limit ({self.max_connections} connections "
+                "open), retry later"
+            )
+        elif server.over_key_cap:
+            admitted, kind = False, "max_sessions_per_key"
             refusal = (
                 f"receiver busy: key {fp} already has {self.config.max_sessions_per_key} "
-                "sessions open (max_sessions_per_key), retry later"
+                "connections open (max_sessions_per_key), retry later"
             )
+        else:
+            with self._lock:
+                admitted = self._state == "running" and self._sessions < self.config.max_sessions
+                if admitted:
+                    self._sessions += 1
+            if not admitted:
+                kind = "max_sessions"
+                refusal = f"receiver busy: {self.config.max_sessions} sessions open, retry later"
         try:
             if refusal is not None:
-                self._refuse_busy(channel, server.peer_ip, refusal)
+                self._refuse_busy(channel, server.peer_ip, refusal, kind)
                 return
             channel.settimeout(self.config.idle_timeout)
             stream = channel_stream(channel)
@@ -511,7 +569,6 @@ class ReceiverService:
             log.exception("%s: session failed", server.peer_ip)
         finally:
             if admitted:
-                self.key_sessions.release(fp)
                 with self._lock:
                     self._sessions -= 1
             try:
@@ -519,9 +576,16 @@ class ReceiverService:
             except Exception:  # the peer or the transport is gone already
                 pass
 
-    def _refuse_busy(self, channel: paramiko.Channel, peer_ip: str, message: str) -> None:
+    def _refuse_busy(
+        self, channel: paramiko.Channel, peer_ip: str, message: str, kind: str
+    ) -> None:
         """Over a session bound: answer the HELLO with ERROR busy so the sender retries."""
-        log.warning("%s: session refused: %s", peer_ip, message)
+        self.refusals.refused(
+            kind,
+            logging.WARNING,
+            peer_ip,
+            f"{peer_ip}: session refused: {message}",
+        )
         self.metrics.refused("sessions")
         channel.settimeout(BUSY_REPLY_TIMEOUT)
         stream = channel_stream(channel)

@@ -25,7 +25,7 @@ from paramiko.common import (
 
 from receiver import chunk_pipe
 from receiver.auth import AuthorizedKeys
-from receiver.limits import Admission, Outcome, Startup
+from receiver.limits import SESSION_WAIT, Admission, Outcome, RefusalLog, SlotCounter, Startup
 from receiver.metrics import ReceiverMetrics
 from sealsync.keepalive import ActivitySocket
 from sealsync.keys import fingerprint
@@ -77,13 +77,24 @@ class SshServer(paramiko.ServerInterface):
         metrics: ReceiverMetrics,
         admission: Admission | None = None,
         startup: Startup | None = None,
+        key_slots: SlotCounter | None = None,
+        refusals: RefusalLog | None = None,
     ) -> None:
         self.authorized = authorized
         self.peer_ip = peer_ip
         self.metrics = metrics
         self.admission = admission
         self.startup = startup
+        self.key_slots = key_slots
+        self.refusals = refusals
         self.key_fingerprint = ""
+        self.key_slot = False
+        """This connection holds one of its key's connection slots (``max_sessions_per_key``)."""
+        self.over_key_cap = False
+        """Its key had every slot taken when it authenticated: it hears ``busy`` at HELLO."""
+        self.at_limit = False
+        """Accepted past the receiver's connection bound: it hears ``busy`` at HELLO."""
+        self.authenticated_at = 0.0
         self.authenticated = False
         self.auth_failures = 0
         self.channel_opened = False
@@ -103,15 +114,36 @@ class SshServer(paramiko.ServerInterface):
         if self.auth_failures >= MAX_AUTH_TRIES:
             return AUTH_FAILED  # the connection thread closes it
         if self.authorized.allows(key.asbytes()):
-            self.key_fingerprint = fingerprint(key)
+            fp = fingerprint(key)
+            if self.authenticated and fp == self.key_fingerprint:
+                return AUTH_SUCCESSFUL  # paramiko asks again once the key's signature is in
+            self.release_key_slot()  # a query for another key came first
+            self.key_fingerprint = fp
+            if not self.authenticated:
+                self.authenticated_at = time.monotonic()
             self.authenticated = True
+            if self.key_slots is not None:
+                # Connections count, not only sessions: a key's connections that never
+                # open one would otherwise fill the receiver.
+                self.key_slot = self.key_slots.acquire(self.key_fingerprint)
+                self.over_key_cap = not self.key_slot
             if self.admission is not None and self.startup is not None:
                 self.admission.authenticated(self.startup)
             return AUTH_SUCCESSFUL
         self.auth_failures += 1
-        log.warning("%s: public key %s not authorized", self.peer_ip, fingerprint(key))
+        message = f"{self.peer_ip}: public key {fingerprint(key)} not authorized"
+        if self.refusals is not None:
+            self.refusals.refused("key not authorized", logging.WARNING, self.peer_ip, message)
+        else:
+            log.warning("%s", message)
         self.metrics.refused("key")
         return AUTH_FAILED
+
+    def release_key_slot(self) -> None:
+        """Give the key's connection slot back (once)."""
+        if self.key_slot and self.key_slots is not None:
+            self.key_slots.release(self.key_fingerprint)
+        self.key_slot = False
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session" and not self.channel_opened:
@@ -183,14 +215,18 @@ def wait_for_subsystem(
     server: SshServer,
     deadline: float,
     running: Callable[[], bool],
+    session_wait: float = SESSION_WAIT,
 ) -> Outcome:
     """Wait until ``deadline`` for auth, a channel and the subsystem; how it went.
-    ``running``: False once the service stops, which ends the wait too."""
+    ``running``: False once the service stops, which ends the wait too. Once the key
+    is accepted, the session must start within ``session_wait`` seconds too."""
     while not server.started.wait(POLL):
         if server.auth_failures >= MAX_AUTH_TRIES:
             return Outcome.AUTH_FAILED
         if not transport.is_active() or not running():
             break
+        if server.authenticated and time.monotonic() - server.authenticated_at >= session_wait:
+            return Outcome.IDLE_AFTER_AUTH
         if time.monotonic() >= deadline:
             return Outcome.AUTHENTICATED if server.authenticated else Outcome.GRACE_EXCEEDED
     if server.authenticated or server.started.is_set():

@@ -33,6 +33,7 @@ from receiver.limits import (
     MaxStartups,
     Outcome,
     Quota,
+    RefusalLog,
     SlotCounter,
     SourcePenalties,
     StallWindow,
@@ -585,3 +586,45 @@ def test_bytes_reserved_for_a_stream_that_cannot_be_built_are_given_back() -> No
     assert limits.partial.held(UUID_A) == 60
     admission.release(stream)
     assert limits.partial.held(UUID_A) == 0
+
+
+def test_authenticated_connections_that_open_no_session_are_penalised_like_failed_logins() -> None:
+    """One key once held ~96 authenticated connections without a channel: they had left
+    the startup counts and earned nothing. Now each adds a failed login's penalty."""
+    a, clock, _ = admission(per_source=100)
+    barred = 0.0
+    for n in range(1, 10):
+        startup = a.admit(V4)
+        assert isinstance(startup, Startup)
+        a.authenticated(startup)
+        assert a.startups == 0  # authenticated: out of the startup counts all the same
+        barred = a.close(startup, Outcome.IDLE_AFTER_AUTH) or barred
+        if n * PENALTY_SECONDS[Outcome.IDLE_AFTER_AUTH] > PENALTY_MIN:
+            break
+    assert barred > 0
+    assert a.penalties.refused_for("192.0.2.7", clock.now) > 0
+    assert isinstance(a.admit(V4), str)
+    assert a.startups == 0
+
+
+def test_refusal_lines_are_one_per_kind_and_interval_then_one_summary() -> None:
+    clock = Clock()
+    lines: list[tuple[int, str]] = []
+    refusals = RefusalLog(lambda level, line: lines.append((level, line)), 10.0, clock=clock)
+    for i in range(500):
+        refusals.refused("penalised", 30, f"10.0.0.{i % 3}", f"line {i}")
+        clock.now += 0.01
+    refusals.refused("allow list", 30, "10.9.9.9", "other kind")
+    assert lines == [(30, "line 0"), (30, "other kind")]
+    clock.now += 10.0
+    refusals.flush()
+    assert lines[2:] == [
+        (
+            30,
+            "499 more connections refused in 10 s (penalised) from 3 address(es): "
+            "10.0.0.0, 10.0.0.1, 10.0.0.2",
+        )
+    ]
+    refusals.flush()
+    refusals.refused("penalised", 30, "10.0.0.1", "again")
+    assert lines[-1] == (30, "again")
