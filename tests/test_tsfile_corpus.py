@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import struct
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -195,3 +197,15 @@ def test_bench_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     v3, v4 = (Path(p) for p in printed[1:])
     assert (tc.format_version_of(v3), tc.format_version_of(v4)) == (3, 4)
     assert v3.parent == v4.parent == tmp_path
+
+
+def test_prune_removes_only_old_corpora(tmp_path: Path) -> None:
+    names = ["0123456789abcdef", "fedcba9876543210", "fedcba9876543210.x1.tmp"]
+    names += ["aaaaaaaaaaaaaaaa", "not-a-corpus"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    week_ago = time.time() - tc.STALE_SECONDS - 60
+    for name in names[:3] + names[4:]:
+        os.utime(tmp_path / name, (week_ago, week_ago))
+    tc._prune(tmp_path, keep=tmp_path / names[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names[0], names[3], names[4]])

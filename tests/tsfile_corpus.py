@@ -24,10 +24,12 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,8 @@ LINES = ("iotdb-0.13", "iotdb-1.3", "tsfile-2")
 # Raised when what this module writes into a corpus folder changes (not the generators,
 # whose text is hashed anyway), so an older cached corpus is not reused.
 LAYOUT = 1
+# A corpus of other generators (or a build left by a killed run) is removed once this old.
+STALE_SECONDS = 7 * 24 * 3600
 MAVEN_TIMEOUT = 900
 GENERATE_TIMEOUT = 600
 
@@ -214,7 +218,22 @@ def build(root: Path | None = None) -> Path:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+        _prune(root, final)
     return final
+
+
+def _prune(root: Path, keep: Path) -> None:
+    """Removes cached corpora of older generators, and builds a killed run left behind,
+    once unused for a week (a test run elsewhere may still read a recent one)."""
+    now = time.time()
+    for path in root.iterdir():
+        if path == keep or not re.fullmatch(r"[0-9a-f]{16}(\..*\.tmp)?", path.name):
+            continue
+        try:
+            if path.is_dir() and now - path.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def corpus(folder: Path | None = None) -> list[Entry]:
@@ -313,8 +332,8 @@ def expected_rows(entry: Entry) -> dict[tuple[str, int], dict[str, Any]]:
         if old is None or rank > old[:2]:
             best[key] = (p.chunk, i, p.value)
     rows: dict[tuple[str, int], dict[str, Any]] = {}
-    for (device, measurement, time), (_, _, value) in sorted(best.items()):
-        rows.setdefault((device, time), {})[measurement] = value
+    for (device, measurement, at), (_, _, value) in sorted(best.items()):
+        rows.setdefault((device, at), {})[measurement] = value
     return rows
 
 
