@@ -19,6 +19,7 @@ import org.apache.tsfile.file.metadata.IChunkMetadata;
 import org.apache.tsfile.file.metadata.IDeviceID;
 import org.apache.tsfile.file.metadata.PlainDeviceID;
 import org.apache.tsfile.file.metadata.TimeseriesMetadata;
+import org.apache.tsfile.file.metadata.enums.TSEncoding;
 import org.apache.tsfile.read.TsFileDeviceIterator;
 import org.apache.tsfile.read.TsFileSequenceReader;
 import org.apache.tsfile.read.common.Chunk;
@@ -82,10 +83,11 @@ public final class TsFilePoints implements AutoCloseable {
 
   private final TsFileSequenceReader reader;
   private final String path;
+  private final int format;
 
   public TsFilePoints(String path) throws IOException {
     this.path = path;
-    checkHead(path);
+    this.format = checkHead(path);
     this.reader = new TsFileSequenceReader(path);
     if (!reader.isComplete()) {
       reader.close();
@@ -94,7 +96,7 @@ public final class TsFilePoints implements AutoCloseable {
   }
 
   /** Head magic and format version, read before the library does: it names nothing else. */
-  private static void checkHead(String path) throws IOException {
+  private static int checkHead(String path) throws IOException {
     byte[] head = new byte[7];
     try (java.io.RandomAccessFile f = new java.io.RandomAccessFile(path, "r")) {
       if (f.length() < head.length) {
@@ -114,10 +116,11 @@ public final class TsFilePoints implements AutoCloseable {
     if (version != 3 && version != 4) {
       throw new IOException("unknown TsFile format version " + version);
     }
+    return version;
   }
 
-  public int version() throws IOException {
-    return reader.readVersionNumber();
+  public int version() {
+    return format;
   }
 
   @Override
@@ -227,6 +230,10 @@ public final class TsFilePoints implements AutoCloseable {
         out.add(new Series(meta.getMeasurementId(), meta.getTsDataType()));
       }
     }
+    List<TSDataType> types = new ArrayList<>(out.size());
+    for (Series s : out) {
+      types.add(s.type);
+    }
     List<AbstractAlignedChunkMetadata> chunks =
         new ArrayList<>(reader.getAlignedChunkMetadata(device, false));
     chunks.sort(
@@ -253,6 +260,7 @@ public final class TsFilePoints implements AutoCloseable {
       Chunk time = readChunk((ChunkMetadata) chunk.getTimeChunkMetadata());
       IChunkReader chunkReader = new AlignedChunkReader(time, valueChunks);
       for (IPageReader page : chunkReader.loadPageReaderList()) {
+        page.initTsBlockBuilder(types); // an aligned page builds its block for these types
         TsBlock block = page.getAllSatisfiedData();
         for (int i = 0; i < out.size(); i++) {
           out.get(i).add(block, i);
@@ -268,7 +276,18 @@ public final class TsFilePoints implements AutoCloseable {
     if (offset < 0 || offset >= reader.fileSize()) {
       throw new IOException("a chunk of " + meta.getMeasurementUid() + " starts outside the file");
     }
-    return reader.readMemChunk(meta);
+    Chunk chunk = reader.readMemChunk(meta);
+    TSDataType type = chunk.getHeader().getDataType();
+    if (format == 3
+        && chunk.getHeader().getEncodingType() == TSEncoding.RLBE
+        && (type == TSDataType.FLOAT || type == TSDataType.DOUBLE)) {
+      // IoTDB 1.x's reader and this library decode such a chunk to different values:
+      // loading either would put values in the table that IoTDB does not return.
+      throw new IOException(
+          type + " series " + meta.getMeasurementUid() + " is RLBE-encoded in a format 3 "
+              + "file, which TsFile 2.x decodes differently from IoTDB 1.x: not loaded");
+    }
+    return chunk;
   }
 
   /** One device's rows: a merge of its series, each in time order, on time. */
