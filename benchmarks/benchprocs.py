@@ -168,7 +168,7 @@ class Sealsync:
     def start(self) -> None:
         log_file = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - the process keeps it
         self.proc = subprocess.Popen(
-            [*SEALSYNC, "serve", "--config", str(self.root / "receiver.toml")],
+            [*SEALSYNC, "serve", "--init", "--config", str(self.root / "receiver.toml")],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -1,8 +1,10 @@
 """``sealsync check`` of a receiver config: the host key loads, authorized_keys grants
-someone, the folders are there. Nothing is created and nothing listens."""
+someone, the folders are there and are this receiver's storage (their markers,
+:mod:`receiver.identity`). Nothing is created and nothing listens."""
 
 from __future__ import annotations
 
+from receiver.identity import MARKER, inspect_storage
 from receiver.incoming import sync_method_in_effect
 from receiver.service import load_host_key
 from sealsync.config import ReceiverConfig
@@ -44,5 +46,13 @@ def check_receiver(config: ReceiverConfig) -> list[Finding]:
         writable_dir("data dir", d, "the receiver stores what senders ship there")
         for d in config.data_dirs
     )
+    verdict = inspect_storage(config)  # not this receiver's storage: exit 2, one line
+    for folder in verdict.upgrade:
+        out.append(
+            sound(
+                f"{folder.key} {folder.path} holds state from before storage markers: "
+                f"`sealsync serve` marks it ({MARKER}) at its next start"
+            )
+        )
     out.append(sound(f"sync_method {sync_method_in_effect(config.sync_method)}"))
     return out

@@ -201,7 +201,16 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
         f'schema_dir = "{receiver_schema}"\ndata_dirs = ["{receiver_data}"]\n'
     )
     restrict_writes(receiver_config)
+    mark_storage(receiver_config)
     return Deployment(root, port, receiver_config, receiver_data, receiver_schema, dep_senders)
+
+
+def mark_storage(receiver_config: Path) -> None:
+    """What ``sealsync serve --init`` writes: the storage markers (receiver.identity)."""
+    from receiver.identity import require_storage
+    from sealsync.config import load_receiver_config
+
+    require_storage(load_receiver_config(receiver_config), init=True)
 
 
 def populate(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from config_helpers import loader_doc, write_config
-from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate, tree
+from deploy_helpers import SEALSYNC, Deployment, make_deployment, mark_storage, populate, tree
 
 from sealsync.keys import generate_keypair
 
@@ -145,6 +145,15 @@ def test_a_receiver_check_creates_no_folder(tmp_path: Path) -> None:
 
     dep.receiver_schema.mkdir(parents=True)
     dep.receiver_data.mkdir(parents=True)
+    result = check(dep.receiver_config)  # mkdir'd, not marked: an empty mount point?
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"sealsync: error: {dep.receiver_config}: [receiver] schema_dir: {dep.receiver_schema} "
+        "is not a sealsync storage (no sealsync-storage.json): a disk not mounted, or a wrong "
+        "path? mount it or fix the path; for a new storage run `sealsync serve --init` once\n"
+    )
+    assert not any(dep.receiver_data.iterdir()) and not any(dep.receiver_schema.iterdir())
+    mark_storage(dep.receiver_config)
     result = check(dep.receiver_config)
     assert result.returncode == 0
     assert findings(result)[1] == []

@@ -143,9 +143,9 @@ def test_a_second_receiver_on_the_same_storage_exits_75_naming_the_pid(
     shared = _config(
         dep, "shared.toml", listen=f'"127.0.0.1:{free_port()}"', schema_dir=f'"{elsewhere}"'
     )
-    result = _serve_until_it_exits(shared)
-    assert result.returncode == EXIT_LOCKED
-    assert str(dep.receiver_data / "sync-receiver" / "receiver.lock") in result.stderr
+    result = _serve_until_it_exits(shared)  # refused before any lock: not its storage
+    assert result.returncode == EXIT_USAGE and result.stderr.count("\n") == 1
+    assert f"{elsewhere} is not a sealsync storage" in result.stderr
 
     # the plugin in a host process takes the same lock
     service = ReceiverService(load_receiver_config(shared))

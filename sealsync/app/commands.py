@@ -30,16 +30,19 @@ from sealsync.printable import printable
 def serve(opts: Options, config_path: Path, init: bool) -> None:
     """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly.
 
-    The schema dir and data dirs must exist (a typo or an unmounted disk is an error,
-    exit 2); --init creates the missing ones, for a receiver's first start. One
+    The schema dir and data dirs must exist and carry the storage marker that --init
+    writes (a typo or an unmounted disk is an error, exit 2, nothing written); --init
+    creates the missing ones and marks them, for a receiver's first start. One
     receiver per storage: another one on the same folders exits 75, naming its pid.
     Logs go to stderr (and log_file) with timestamps, at INFO (-v: DEBUG).
     """
+    from receiver.identity import require_storage
     from receiver.serve import serve as serve_until_stopped
     from receiver.serve import server_logging
 
     with server_logging(opts.verbose, opts.quiet):
         config = load_receiver_config(config_path, init=init)
+        require_storage(config, init=init)  # an unmounted disk or a typo: exit 2
         code = serve_until_stopped(config)
     raise click.exceptions.Exit(code)
 
