@@ -209,3 +209,63 @@ def banner(address: tuple[str, int], source: str = HONEST_SOURCE, timeout: float
         except (ConnectionResetError, TimeoutError):
             pass
     return data.split(b"\n", 1)[0]
+
+
+class SourcedClient(Client):
+    """:class:`Client` whose connection comes from ``source`` (another loopback address:
+    another host, as the receiver's per-source rules see it)."""
+
+    def __init__(
+        self, address: tuple[str, int], key_path: Path, source: str, timeout: float = 10.0
+    ) -> None:
+        self.sock = connect_from(address, source, timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport = paramiko.Transport(self.sock)
+        try:
+            self.transport.start_client(timeout=timeout)
+            self.host_key = self.transport.get_remote_server_key()
+            self.transport.auth_publickey("sealsync", paramiko.PKey.from_path(key_path))
+            self.chan = self.transport.open_session(timeout=timeout)
+            self.chan.invoke_subsystem("sealsync")
+            self.chan.settimeout(timeout)
+        except BaseException:
+            self.transport.close()
+            self.sock.close()
+            raise
+
+
+class AuthOnly:
+    """An SSH connection that authenticates with a valid key and opens no channel."""
+
+    def __init__(self, address: tuple[str, int], source: str, key_path: Path) -> None:
+        self.sock = connect_from(address, source)
+        self.transport = paramiko.Transport(self.sock)
+        try:
+            self.transport.start_client(timeout=10)
+            self.transport.auth_publickey("sealsync", paramiko.PKey.from_path(key_path))
+        except BaseException:
+            self.close()
+            raise
+
+    def alive(self) -> bool:
+        return bool(self.transport.is_active())
+
+    def close(self) -> None:
+        self.transport.close()
+        self.sock.close()
+
+
+def snapshot(root: Path) -> dict[str, tuple[bool, int, bytes]]:
+    """Every entry under ``root`` (links not followed): is it a folder, its size, its
+    bytes; to show that nothing outside the receiver's folders changed."""
+    found: dict[str, tuple[bool, int, bytes]] = {}
+    for here, dirs, files in os.walk(root):
+        for name in dirs:
+            path = os.path.join(here, name)
+            found[os.path.relpath(path, root)] = (True, 0, b"")
+        for name in files:
+            path = os.path.join(here, name)
+            with open(path, "rb") as f:
+                body = f.read()
+            found[os.path.relpath(path, root)] = (False, len(body), body)
+    return found
