@@ -596,3 +596,36 @@ def test_the_receivers_worker_pool_accepts_every_corpus_file(tsfile_corpus: list
         got = pool.inspect_many([entry.path for entry in tsfile_corpus])
     for entry, info in zip(tsfile_corpus, got, strict=True):
         assert info == FileInfo(devices=tuple(sorted(set(entry.devices))), rows=-1), entry.path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", ["0.12.0", "2.0.1-beta"])
+def test_files_a_real_iotdb_seals_are_accepted_with_their_devices(
+    release: str, iotdb_server: Any
+) -> None:
+    """What a running IoTDB server writes and seals (format 3 from 0.12, 4 from 2.x;
+    aligned devices where the release has them), not only what its library writes."""
+    server = iotdb_server(release)
+    standalone = server.release.standalone
+    devices = {"root.sg.d1": False, "root.sg.d2": False}
+    if not standalone:
+        devices["root.sg.a1"] = True
+    with server.client() as client:
+        client.sql("SET STORAGE GROUP TO root.sg" if standalone else "CREATE DATABASE root.sg")
+        for device, aligned in devices.items():
+            names, kinds = ["s1", "s2", "s3"], ["INT64", "DOUBLE", "TEXT"]
+            if aligned:
+                client.sql(f"CREATE ALIGNED TIMESERIES {device}(s1 INT64, s2 DOUBLE, s3 TEXT)")
+            records = [(device, t, names, kinds, [t, t + 0.5, f"v{t}"]) for t in range(1, 11)]
+            client.insert(records, aligned=aligned)
+        client.sql("FLUSH")
+    sealed = sorted((server.data_dir / "sequence" / "root.sg").glob("*/*/*.tsfile"))
+    assert sealed and all(Path(f"{p}.resource").is_file() for p in sealed)
+    found: set[str] = set()
+    for path in sealed:
+        summary = tsfile_meta.read(path)
+        assert summary.version == server.release.tsfile_version
+        assert summary.series >= 3 * len(summary.devices) and summary.chunks >= summary.series
+        assert tsfile.verify(path) == FileInfo(devices=summary.devices, rows=-1)
+        found.update(summary.devices)
+    assert found == set(devices)
