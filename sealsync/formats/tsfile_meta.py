@@ -25,14 +25,15 @@ segments in format 4 (rendered joined by dots, a null segment as ``null``).
 
 What is checked: magic at both ends, the version, every length and count against
 the bytes that hold it, every node's type for its level, every child offset inside
-the index region and in order, every entry's key equal to the first key below it,
-the nodes and ``TimeseriesMetadata`` lists tiling the index region exactly, every
-statistics block of its data type, and every chunk header at its offset: marker,
-measurement name, data type, encoding and compression codes, its data inside the
-data region, no two chunks overlapping. Hostile input costs at most a walk of the
-file's metadata: no recursion, no allocation larger than the file, every count
-bounded by the bytes left. What is not checked: page contents (TsFile has no
-checksums; the transfer's MD5 covers flipped bytes that still parse).
+the index region and in order, every entry's key (a leaf device entry's excepted)
+equal to the first key of what it points at, the nodes and ``TimeseriesMetadata``
+lists tiling the index region exactly, every statistics block of its data type, and
+every chunk header at its offset: marker, measurement name, data type, encoding and
+compression codes, its data inside the data region, no two chunks overlapping.
+Hostile input costs at most a walk of the file's metadata: no recursion, no
+allocation larger than the file, every count bounded by the bytes left. What is not
+checked: page contents (TsFile has no checksums; the transfer's MD5 covers flipped
+bytes that still parse).
 """
 
 from __future__ import annotations
