@@ -107,7 +107,8 @@ def _read(folder: Folder, source: str) -> dict[str, str] | None:
 def _served_before(folder: Folder) -> bool:
     """The folder holds this receiver's state from before markers (more than a lock)."""
     try:
-        return any(entry.name != LOCK_NAME for entry in os.scandir(folder.state))
+        with os.scandir(folder.state) as entries:
+            return any(entry.name != LOCK_NAME for entry in entries)
     except OSError:
         return False
 

@@ -131,11 +131,17 @@ class SendResult:
 
 
 def check_data_dirs(config: SenderConfig) -> None:
-    """Raise ConfigError (file, key, folder and fix) for a data dir that is not one."""
+    """Raise ConfigError (file, key, folder and fix) for a data dir that is not one, or
+    whose state another sender owns (:mod:`sender.manage.data_owner`)."""
+    from sender.manage.data_owner import owner_problem
+
     for i, data_dir in enumerate(config.data_dirs):
         problem = data_dir_problem(data_dir)
         if problem is not None:
             raise ConfigError(f"{config.source}: [sender] data_dirs[{i}]: {problem}")
+        owned = owner_problem(config.source, i, data_dir, config.schema_dir)
+        if owned is not None:
+            raise ConfigError(owned)
 
 
 def send_all(

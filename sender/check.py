@@ -15,6 +15,7 @@ from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import ConfigError, SealsyncError
 from sealsync.findings import Finding, data_roots, plural, problem, sound, writable_dir
 from sealsync.keys import fingerprint
+from sender.manage.data_owner import owner_problem
 from sender.transfer.client import connect, load_identity, load_known_hosts
 
 
@@ -32,6 +33,10 @@ def check_sender(config: SenderConfig) -> list[Finding]:
         writable_dir("schema_dir", config.schema_dir, "the sender keeps its UUID and locks there"),
     ]
     out.extend(_instance_dir(d) for d in config.data_dirs)
+    for i, data_dir in enumerate(config.data_dirs):  # another sender's: exit 2, one line
+        owned = owner_problem(config.source, i, data_dir, config.schema_dir)
+        if owned is not None:
+            raise ConfigError(owned)
     out.extend(_receiver_answers(config, r) for r in config.receivers)
     return out
 

@@ -33,6 +33,7 @@ from sealsync.errors import naming_os_errors
 from sealsync.protocol import PROTOCOL_VERSION, Hello, Stream, encode
 from sender.fleet import Cancel
 from sender.manage import idle_mark, shipped_mods
+from sender.manage.data_owner import claim
 from sender.manage.history import write_round_record
 from sender.manage.identity import hostname, sender_uuid
 from sender.manage.layout import SchemaPaths, SenderPaths
@@ -100,6 +101,8 @@ def sync_to_receiver(
         report = new_report(receiver.name, receiver.address, config.data_dirs)
     report.bwlimit = config.bwlimit_for(receiver)
     own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
+    for data_dir in config.data_dirs:  # before any state is written: whose it is
+        claim(data_dir, own_uuid)
     cancel = cancel or Cancel()
     state = _Attempt(
         config, receiver, report, own_uuid, connector or _greeting(own_uuid), progress, cancel
