@@ -56,4 +56,6 @@ def test_host_server_embeds_the_receiver_with_its_own_storage(tmp_path: Path) ->
             time.sleep(0.05)
         if proc.poll() is None:
             proc.kill()
+        if proc.stdout is not None:
+            proc.stdout.close()
     assert proc.returncode == 0

@@ -78,6 +78,7 @@ def test_stream_send_and_receive_over_a_socket() -> None:
     a.close()
     with pytest.raises(p.ConnectionClosed):
         p.receive(b)
+    b.close()
 
 
 def control(kind: p.Kind, body: object) -> bytes:

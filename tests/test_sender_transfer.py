@@ -448,6 +448,7 @@ def test_dropped_connection_keeps_what_was_verified(tmp_path: Path) -> None:
     with pytest.raises(ConnectionLost):
         h.round([A, B, C])
     h.session.close()
+    h.sock.close()
     assert log_tsfiles_open(h.sync_log) == [A]
     assert h.report.shipped == [A]
 

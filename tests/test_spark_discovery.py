@@ -271,3 +271,5 @@ def test_waits_for_a_dead_runs_spark_driver(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()

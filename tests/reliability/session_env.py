@@ -85,11 +85,13 @@ class SessionEnv:
             load_wait=load_wait,
         )
         self.threads: list[threading.Thread] = []
+        self.sockets: list[socket.socket] = []
 
     def connect(
         self, fingerprint: str = FP_A, peer: str = PEER
     ) -> tuple[socket.socket, threading.Thread]:
         ours, theirs = socket.socketpair()
+        self.sockets.append(ours)
         ours.settimeout(self.timeout)
         theirs.settimeout(self.timeout)
         session = Session(theirs, self.ctx, peer, fingerprint)
@@ -112,7 +114,11 @@ class SessionEnv:
         return loaded_path(self.data_dirs[i], uuid, name)
 
     def close(self) -> None:
+        """Ends every session (the test's ends of their sockets closed too) and the
+        receiver's parts."""
         self.storage.gate.set()
+        for sock in self.sockets:
+            sock.close()
         for t in self.threads:
             t.join(10)
         self.rounds.close()
