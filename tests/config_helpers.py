@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sealsync.keys import generate_keypair
 from sealsync.permissions import restrict_writes
+
+if TYPE_CHECKING:
+    from sealsync.config import LoaderConfig
 
 
 def _value(v: Any) -> str:
@@ -127,6 +130,28 @@ def loader_doc() -> dict[str, Any]:
 def make_loader(root: Path, doc: Mapping[str, Any] | None = None) -> Path:
     (root / "dc/data").mkdir(parents=True, exist_ok=True)
     return write_config(root / "L.toml", loader_doc() if doc is None else doc)
+
+
+def loader_config_file(
+    path: Path,
+    config: LoaderConfig,
+    *,
+    data_dirs: Sequence[Path] | None = None,
+    master: str = "local[1]",
+    **keys: Any,
+) -> Path:
+    """``config`` as the TOML ``sealsync load --config`` reads, for the tests that run the
+    command: its receiver data dirs (or ``data_dirs``), table and state, ``master``
+    (one core by default: the command's JVM shares the machine with the test's), and
+    any other ``[loader]`` keys."""
+    loader: dict[str, Any] = {
+        "receiver_data_dirs": [str(d) for d in (data_dirs or config.receiver_data_dirs)],
+        "table_path": str(config.table_path),
+        "state_dir": str(config.state_dir),
+        "master": master,
+    }
+    loader.update({k: str(v) if isinstance(v, Path) else v for k, v in keys.items()})
+    return write_config(path, {"loader": loader})
 
 
 def write_sealed(data_dir: Path, name: str, *, sealed: bool = True, mods: bool = False) -> None:

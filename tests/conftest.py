@@ -37,6 +37,9 @@ class _HeavyUse:
 
     def __init__(self) -> None:
         self.seen: list[str] | None = None
+        self.shared_spark: Any = None
+        """The ``spark`` fixture's context while it is up: it outlives the tests that
+        asked for it, so only those are charged with it."""
 
     def note(self, what: str) -> None:
         seen = self.seen
@@ -54,10 +57,14 @@ class _HeavyUse:
 
         setattr(owner, name, watched)
 
-    def note_spark(self) -> None:
+    def note_spark(self, item: pytest.Item) -> None:
         pyspark = sys.modules.get("pyspark")
-        if pyspark is not None and pyspark.SparkContext._active_spark_context is not None:
-            self.note("a Spark context")
+        active = None if pyspark is None else pyspark.SparkContext._active_spark_context
+        if active is None:
+            return
+        if active is self.shared_spark and "spark" not in getattr(item, "fixturenames", ()):
+            return  # the shared session, up since an earlier test
+        self.note("a Spark context")
 
 
 _heavy = _HeavyUse()
@@ -89,7 +96,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     try:
         return (yield)
     finally:
-        _heavy.note_spark()
+        _heavy.note_spark(item)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -124,6 +131,28 @@ def _quick_run_does_not_flush(
     if request.node.get_closest_marker("slow") is None:
         monkeypatch.setattr(os, "fsync", _no_flush)
         monkeypatch.setattr(os, "fdatasync", _no_flush)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One local Spark session (two cores) for every test that takes ``spark``.
+
+    A session is a JVM that takes seconds to start. The tests that use this one only
+    run jobs on it and leave its settings as they found them (the loader's
+    ``run_conf`` restores what it sets), so one serves the whole run; a test that
+    needs a session of its own (another master, other settings) starts one itself.
+    ``run_load`` without a session uses this one while it is up, so a test that starts
+    Spark that way unmarked is caught by the quick run, where this one never starts.
+    """
+    from spark_loader.session import create_session
+
+    session = create_session("local[2]", tmp_path_factory.mktemp("spark-logs"))
+    _heavy.shared_spark = session.sparkContext
+    try:
+        yield session
+    finally:
+        _heavy.shared_spark = None
+        session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from config_helpers import loader_config_file
 from spark_loader_helpers import two_senders
 
 from sealsync.errors import EXIT_UNAVAILABLE
@@ -23,13 +24,7 @@ from spark_loader.javacheck import MIN_JAVA, JavaUnavailable, check_java, major_
 def _loader_toml(tmp_path: Path) -> Path:
     _, recv = two_senders(tmp_path)  # files to ingest: the run must start Spark
     config = recv.config(tmp_path)
-    dirs = ", ".join(f'"{d}"' for d in config.receiver_data_dirs)
-    toml = tmp_path / "loader.toml"
-    toml.write_text(
-        f'[loader]\nreceiver_data_dirs = [{dirs}]\ntable_path = "{config.table_path}"\n'
-        f'state_dir = "{config.state_dir}"\nmaster = "local[1]"\n'
-    )
-    return toml
+    return loader_config_file(tmp_path / "loader.toml", config)
 
 
 def _load(toml: Path, path: str, java_home: str | None) -> subprocess.CompletedProcess[str]:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from config_helpers import loader_config_file
 from prometheus_client.parser import text_string_to_metric_families
 from spark_loader_helpers import SENDER_A, Receiver, two_senders
 
@@ -32,15 +33,12 @@ def samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def _toml(
     tmp_path: Path, recv: Receiver, data_dirs: list[Path] | None = None, name: str = "loader"
 ) -> Path:
-    config = recv.config(tmp_path)
-    dirs = ", ".join(f'"{d}"' for d in (data_dirs or config.receiver_data_dirs))
-    toml = tmp_path / f"{name}.toml"
-    toml.write_text(
-        f'[loader]\nreceiver_data_dirs = [{dirs}]\ntable_path = "{config.table_path}"\n'
-        f'state_dir = "{config.state_dir}"\nmaster = "local[1]"\n'
-        f'metrics_textfile = "{tmp_path / "loader.prom"}"\n'
+    return loader_config_file(
+        tmp_path / f"{name}.toml",
+        recv.config(tmp_path),
+        data_dirs=data_dirs,
+        metrics_textfile=tmp_path / "loader.prom",
     )
-    return toml
 
 
 def test_a_run_with_nothing_to_do_and_a_failed_one_are_both_recorded(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyspark
 import pytest
+from config_helpers import write_config
 from spark_loader_helpers import Receiver, partition_dirs, source_rows, table_rows, two_senders
 
 from spark_loader.table import Table
@@ -126,19 +127,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _config(tmp_path: Path, recv: Receiver, python: str | None) -> Path:
-    dirs = ", ".join(f'"{d}"' for d in recv.data_dirs)
-    lines = [
-        "[loader]",
-        f"receiver_data_dirs = [{dirs}]",
-        f'table_path = "{tmp_path / "table"}"',
-        f'state_dir = "{tmp_path / "state"}"',
-        'spark = { "spark.driver.host" = "127.0.0.1", "spark.executor.memory" = "1g" }',
-    ]
+    loader: dict[str, Any] = {
+        "receiver_data_dirs": [str(d) for d in recv.data_dirs],
+        "table_path": str(tmp_path / "table"),
+        "state_dir": str(tmp_path / "state"),
+        "spark": {"spark.driver.host": "127.0.0.1", "spark.executor.memory": "1g"},
+    }
     if python is not None:
-        lines.append(f'python = "{python}"')
-    path = tmp_path / "loader.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+        loader["python"] = python
+    return write_config(tmp_path / "loader.toml", {"loader": loader})
 
 
 def _load(config: Path, master: str) -> subprocess.CompletedProcess[str]:

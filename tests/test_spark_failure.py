@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_loader.failure import Failure, SplitRetry, describe, last_error_line
-from spark_loader.session import create_session
 from spark_loader.tsfile_read import FILE_ERROR
 
 # --- SplitRetry: no Spark needed ------------------------------------------------------
@@ -149,13 +148,6 @@ def test_the_last_error_line_of_a_log() -> None:
 
 
 # --- describe: real Spark errors ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    session = create_session("local[1]", tmp_path_factory.mktemp("spark-logs"))
-    yield session
-    session.stop()
 
 
 def _raised(job: Any) -> BaseException:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_helpers import loader_config_file
 from spark_loader_helpers import SENDER_B, partition_dirs, source_rows, table_rows, two_senders
 
 from sealsync.config import LoaderConfig
@@ -38,24 +39,6 @@ with open(out, "w") as f:
             f.write(json.dumps([time.time(), type(exc).__name__]) + "\\n")
         f.flush()
 """
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from spark_loader.session import create_session
-
-    session = create_session("local[2]", tmp_path_factory.mktemp("spark-logs"))
-    yield session
-    session.stop()
-
-
-def _toml(path: Path, config: LoaderConfig) -> Path:
-    dirs = ", ".join(f'"{d}"' for d in config.receiver_data_dirs)
-    path.write_text(
-        f'[loader]\nreceiver_data_dirs = [{dirs}]\ntable_path = "{config.table_path}"\n'
-        f'state_dir = "{config.state_dir}"\nmaster = "local[1]"\n'
-    )
-    return path
 
 
 def _old_table_and_a_new_file(tmp_path: Path, spark: Any) -> tuple[Any, LoaderConfig, int, int]:
@@ -93,7 +76,7 @@ def test_a_reader_sees_the_old_or_the_new_table_during_a_full_rebuild(
                 "sealsync",
                 "load",
                 "--config",
-                str(_toml(tmp_path / "loader.toml", config)),
+                str(loader_config_file(tmp_path / "loader.toml", config)),
                 "--full",
                 "--json",
             ],
@@ -145,7 +128,7 @@ def test_a_killed_full_rebuild_leaves_the_old_table_and_its_build_is_removed(
             "sealsync",
             "load",
             "--config",
-            str(_toml(tmp_path / "loader.toml", config)),
+            str(loader_config_file(tmp_path / "loader.toml", config)),
             "--full",
         ],
         stdout=subprocess.DEVNULL,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +15,6 @@ import pytest
 
 from spark_loader import jvm, localfs
 from spark_loader.job import KEYED_FORMAT
-from spark_loader.session import create_session
 from spark_loader.table import KEY_COLUMN
 
 
@@ -140,13 +138,6 @@ def test_the_keyed_writer_is_used_only_where_its_spark_can_run_it() -> None:
 
 
 # ---------------------------------------------------------------- real Spark
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    session = create_session("local[2]", tmp_path_factory.mktemp("spark-logs"))
-    yield session
-    session.stop()
 
 
 _DDL = f"time bigint, device string, s1 double, {KEY_COLUMN} int"

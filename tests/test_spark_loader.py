@@ -1,4 +1,4 @@
-"""The Spark loader against real Spark (local mode, one session for the module)."""
+"""The Spark loader against real Spark (local mode, the suite's one ``spark`` session)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from config_helpers import loader_config_file, write_config
 from spark_loader_helpers import (
     SENDER_A,
     SENDER_B,
@@ -33,18 +34,10 @@ from sealsync.simulator import EdgeInstance
 from spark_loader import ingest as ingest_module
 from spark_loader import jvm, localfs, read_arrow, run_load
 from spark_loader.job import KEYED_FORMAT
-from spark_loader.session import create_session
 from spark_loader.state import load_state, state_path
 from spark_loader.table import Table, part_files
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    session = create_session("local[2]", tmp_path_factory.mktemp("spark-logs"))
-    yield session
-    session.stop()
 
 
 def _load(config: LoaderConfig, spark: Any, **kwargs: Any) -> Any:
@@ -507,12 +500,8 @@ def _parquet_receiver(root: Path, files: int, rows: int, master: str = "local[2]
         n = pa.array(range(rows), pa.int64())
         table = pa.table({"time": n, "device": pa.array([f"root.sg{i % 3}.d1"] * rows), "s1": n})
         pq.write_table(table, folder / f"{1_700_000_000_000 + i}-{i}-0.parquet")
-    config = root / "loader.toml"
-    config.write_text(
-        '[loader]\nreceiver_data_dirs = ["data"]\ntable_path = "table"\n'
-        f'state_dir = "state"\nmaster = "{master}"\n'
-    )
-    return config
+    doc = {"receiver_data_dirs": ["data"], "table_path": "table", "state_dir": "state"}
+    return write_config(root / "loader.toml", {"loader": {**doc, "master": master}})
 
 
 def test_ctrl_c_during_the_spark_job_prints_one_line_and_the_rerun_loads_all(
@@ -594,12 +583,7 @@ def test_load_command_prints_its_summary_once(tmp_path: Path, spark: Any) -> Non
 
     _, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
-    dirs = ", ".join(f'"{d}"' for d in config.receiver_data_dirs)
-    toml = tmp_path / "loader.toml"
-    toml.write_text(
-        f'[loader]\nreceiver_data_dirs = [{dirs}]\ntable_path = "{config.table_path}"\n'
-        f'state_dir = "{config.state_dir}"\nmaster = "local[2]"\n'
-    )
+    toml = loader_config_file(tmp_path / "loader.toml", config, master="local[2]")
 
     result = CliRunner().invoke(cli, ["load", "--config", str(toml)])  # the fixture's session
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from config_helpers import loader_config_file
 from deploy_helpers import Deployment, populate
 from spark_loader_helpers import (
     SENDER_A,
@@ -30,22 +31,8 @@ from spark_loader.removals import MissingFolder
 pytestmark = pytest.mark.slow  # Spark, and sealsync processes
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from spark_loader.session import create_session
-
-    session = create_session("local[2]", tmp_path_factory.mktemp("spark-logs"))
-    yield session
-    session.stop()
-
-
 def _toml(path: Path, config: LoaderConfig, data_dirs: list[Path] | None = None) -> Path:
-    dirs = ", ".join(f'"{d}"' for d in (data_dirs or config.receiver_data_dirs))
-    path.write_text(
-        f'[loader]\nreceiver_data_dirs = [{dirs}]\ntable_path = "{config.table_path}"\n'
-        f'state_dir = "{config.state_dir}"\nmaster = "local[1]"\n'
-    )
-    return path
+    return loader_config_file(path, config, data_dirs=data_dirs)
 
 
 def _load(toml: Path, *args: str) -> subprocess.CompletedProcess[str]:
