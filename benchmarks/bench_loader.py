@@ -13,16 +13,21 @@ times, in the same session:
   ``sealsync load`` runs it.
 * tree (with ``--tree``): ``run_load`` on a second receiver folder holding the
   very rows of the Parquet files, each file written as a tree-model TsFile.
+* v3 (with ``--v3``): ``run_load`` on a third receiver folder holding ``--files``
+  format 3 TsFiles written by IoTDB 1.3's Java writer (``tests/tsfile_corpus.py
+  --bench``: 4 devices of INT64, DOUBLE, FLOAT, INT32 and BOOLEAN series), as many
+  rows in all as the Parquet files hold: copies of one file, each under its own name.
 
 after one unmeasured run of each, rotating which goes first, and prints rows/s
 of each (median of ``--repeat``) and the ratios, each with its spread (the min–max
 of the ratios of one repetition's runs): loader/plain (issue 17's target: >= 1.0 on
-Parquet input), loader/plain+fsync and, with ``--tree``, loader on TsFiles/loader on Parquet (target
->= 0.5). Only Parquet rows count for the plain copy; with ``--tsfiles`` the
+Parquet input), loader/plain+fsync and, with ``--tree``, loader on TsFiles/loader on
+Parquet (target >= 0.5), with ``--v3`` loader on v3 TsFiles/loader on Parquet (and on
+tree TsFiles). Only Parquet rows count for the plain copy; with ``--tsfiles`` the
 loader's rate is reported for its whole input.
 
     .venv/bin/python benchmarks/bench_loader.py [--rows 10000000] [--files 200]
-    .venv/bin/python benchmarks/bench_loader.py --rows 2000000 --files 20 --tree
+    .venv/bin/python benchmarks/bench_loader.py --rows 2000000 --files 20 --tree --v3
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from sealsync.config import LoaderConfig  # noqa: E402
 from sealsync.formats import tsfile as tsfile_format  # noqa: E402
@@ -126,6 +132,19 @@ def generate(
     return parquet_paths
 
 
+def generate_v3(v3_dir: Path, rows: int, files: int, scratch: Path) -> int:
+    """``files`` format 3 TsFiles of ``rows // files`` rows each, by IoTDB 1.3's writer
+    (copies of one, each under its own name); returns the rows they hold in all."""
+    import tsfile_corpus
+
+    per_file = max(rows // files, 1)
+    v3 = tsfile_corpus.bench(per_file, scratch)[0]
+    for i in range(files):
+        stem = f"{1_700_000_000_000 + i}-{i}-0-0"
+        shutil.copyfile(v3, _folder(v3_dir, i) / f"{stem}.tsfile")
+    return per_file * files
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -135,6 +154,11 @@ def main() -> int:
         "--tree",
         action="store_true",
         help="also load the Parquet files' rows written as tree-model TsFiles",
+    )
+    parser.add_argument(
+        "--v3",
+        action="store_true",
+        help="also load as many rows as format 3 TsFiles written by IoTDB 1.3's writer",
     )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--master", default="local[*]")
@@ -148,7 +172,8 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     data_dir = work / "receiver"
     tree_dir = work / "receiver-tree" if args.tree else None
-    for folder in (data_dir, tree_dir):
+    v3_dir = work / "receiver-v3" if args.v3 else None
+    for folder in (data_dir, tree_dir, v3_dir):
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
     t0 = time.monotonic()
@@ -162,6 +187,11 @@ def main() -> int:
     if tree_dir is not None:
         tree_mb = sum(p.stat().st_size for p in tree_dir.rglob("*") if p.is_file()) / 1e6
         print(f"the same rows as {len(files)} tree-model TsFiles, {tree_mb:.0f} MB")
+    v3_rows = 0
+    if v3_dir is not None:
+        v3_rows = generate_v3(v3_dir, parquet_rows, len(files), work / "iotdb")
+        v3_mb = sum(p.stat().st_size for p in v3_dir.rglob("*.tsfile")) / 1e6
+        print(f"{v3_rows} rows as {len(files)} format 3 TsFiles (IoTDB 1.3), {v3_mb:.0f} MB")
 
     spark = create_session(
         args.master, work / "logs", conf={"spark.driver.memory": args.driver_memory}
@@ -198,16 +228,20 @@ def main() -> int:
 
     # Warm-up: one unmeasured run of each, so all measure a JIT-compiled JVM.
     variants = ["plain", "plain+fsync", "loader"] + (["tree"] if tree_dir is not None else [])
+    variants += ["v3"] if v3_dir is not None else []
     plain(-1)
     plain_durable(-1)
     loader(-1)
     if tree_dir is not None:
         loader(-1, tree_dir)
+    if v3_dir is not None:
+        loader(-1, v3_dir)
     plain_times: list[float] = []
     durable_times: list[float] = []
     loader_times: list[float] = []
     tree_times: list[float] = []
-    loader_rows = tree_rows = 0
+    v3_times: list[float] = []
+    loader_rows = tree_rows = v3_loaded = 0
     for i in range(args.repeat):
         for which in variants[i % len(variants) :] + variants[: i % len(variants)]:
             if which == "plain":
@@ -217,16 +251,22 @@ def main() -> int:
             elif which == "loader":
                 took, loader_rows = loader(i)
                 loader_times.append(took)
-            else:
+            elif which == "tree":
                 assert tree_dir is not None
                 took, tree_rows = loader(i, tree_dir)
                 tree_times.append(took)
+            else:
+                assert v3_dir is not None
+                took, v3_loaded = loader(i, v3_dir)
+                v3_times.append(took)
         line = (
             f"run {i + 1}: plain {plain_times[-1]:.2f}s, loader {loader_times[-1]:.2f}s "
             f"({loader_rows} rows), plain+fsync {durable_times[-1]:.2f}s"
         )
         if tree_times:
             line += f", loader on TsFiles {tree_times[-1]:.2f}s ({tree_rows} rows)"
+        if v3_times:
+            line += f", loader on v3 TsFiles {v3_times[-1]:.2f}s ({v3_loaded} rows)"
         print(line)
 
     spark.stop()
@@ -252,6 +292,15 @@ def main() -> int:
         tree_rate = tree_rows / statistics.median(tree_times)
         print(f"sealsync loader on tree-model TsFiles: {tree_rate:,.0f} rows/s")
         print(f"ratio loader TsFile/Parquet: {tree_rate / loader_rate:.2f} (target >= 0.50)")
+    if v3_times:
+        if v3_loaded != v3_rows:
+            raise SystemExit(f"the v3 TsFiles loaded {v3_loaded} rows, they hold {v3_rows}")
+        v3_rate = v3_loaded / statistics.median(v3_times)
+        print(f"sealsync loader on v3 TsFiles: {v3_rate:,.0f} rows/s")
+        print(f"ratio loader v3 TsFile/Parquet: {v3_rate / loader_rate:.2f}")
+        if tree_times:
+            ratio = v3_rate / (tree_rows / statistics.median(tree_times))
+            print(f"ratio loader v3 TsFile/tree TsFile: {ratio:.2f} (target >= 0.50)")
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0

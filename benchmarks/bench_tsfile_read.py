@@ -1,17 +1,26 @@
-"""Benchmark: the tree-model TsFile reader, column-wise against the row-wise path it replaced.
+"""Benchmark: the loader's TsFile readers, Apache TsFile's Java reader against the C++ package.
 
-Writes ``--files`` tree-model TsFiles of ``--rows`` rows each (the rows of
-``bench_loader.py``: 10 devices, a double, an int64, a float and a boolean
-measurement), pins itself to one CPU, then reads every file to Arrow both ways,
-``--repeat`` times, alternating which goes first:
+Reads, on one pinned CPU, three sets of tree-model TsFiles:
 
-* column-wise: ``formats.tsfile.to_arrow`` (prepared series -> Arrow, merged on time);
-* row-wise: ``query_timeseries`` -> ``read_data_frame`` -> pandas -> Arrow, the
-  reference the tests compare against.
+* ``v4 package``: ``--files`` files of ``--rows`` rows written by the ``tsfile`` package
+  (the rows of ``bench_loader.py``: 10 devices, a double, an int64, a float and a
+  boolean measurement), the set this benchmark has always measured;
+* ``v4 TsFile 2.x`` and ``v3 IoTDB 1.3``: one file each of ``--files`` x ``--rows`` rows
+  and the same shape (4 devices of INT64, DOUBLE, FLOAT, INT32 and BOOLEAN series, the
+  writer's default encodings), written by IoTDB's own Java writers
+  (``tests/tsfile_corpus.py --bench``): format 4 and format 3 of the same data.
 
-It checks once that both give the same table, then prints rows/s of each (median and
-range of the repetitions), the ratio, and the load average before and after, since a
-shared machine moves these figures.
+Two ways, each ``--repeat`` times after one unmeasured round, alternating the order:
+
+* **reader alone**: the C++ package's ``formats.tsfile.to_arrow`` (v4 only: it cannot
+  read v3) and the Java reader (``TsFileRows.count``: every point decoded and merged
+  into rows, without Spark), in the same pinned process and its JVM;
+* **Spark** (``local[1]``): the loader's read path, the files DataFrame through the
+  C++ reader's ``mapInArrow`` or the Java reader's Dataset, into Spark's no-op writer.
+
+It checks once that the two readers give the same rows of a package file, then prints
+rows/s of each (median and range), the ratios the loader's targets are about, and the
+load average before and after, since a shared machine moves these figures.
 
     .venv/bin/python benchmarks/bench_tsfile_read.py [--files 20] [--rows 100000]
 """
@@ -19,6 +28,7 @@ shared machine moves these figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -27,29 +37,23 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
+import tsfile_corpus  # noqa: E402
 from bench_loader import make_table  # noqa: E402
 
 from sealsync.formats import tsfile as tsfile_format  # noqa: E402
+from spark_loader import schema as schemas  # noqa: E402
+from spark_loader.session import create_session  # noqa: E402
+from spark_loader.tsfile_read import FILES_DDL, data_batches, java_data, java_schema  # noqa: E402
 
-
-def rowwise(path: Path) -> pa.Table:
-    """``to_arrow`` as it was: every device through ``query_timeseries``."""
-    return tsfile_format._native(
-        path,
-        "reading data",
-        lambda r: tsfile_format._assemble(list(tsfile_format._tree_batches_rowwise(r)), False),
-    )
-
-
-def columnwise(path: Path) -> pa.Table:
-    return tsfile_format.to_arrow(path)
+SETS = ("v4 package", "v4 TsFile 2.x", "v3 IoTDB 1.3")
 
 
 def generate(folder: Path, files: int, rows: int) -> list[Path]:
@@ -63,10 +67,31 @@ def generate(folder: Path, files: int, rows: int) -> list[Path]:
     return paths
 
 
-def read_all(read: Callable[[Path], pa.Table], paths: list[Path]) -> tuple[float, int]:
+def timed(read: Callable[[], int]) -> tuple[float, int]:
     t = time.perf_counter()
-    rows = sum(read(p).num_rows for p in paths)
+    rows = read()
     return time.perf_counter() - t, rows
+
+
+def _files(spark: Any, paths: list[Path]) -> Any:
+    rows = [(str(p), f"f{i}", i, None) for i, p in enumerate(paths)]
+    return spark.createDataFrame(rows, FILES_DDL).coalesce(1)
+
+
+def _target(spark: Any, paths: list[Path]) -> Any:
+    """The write schema the loader would build for these files (Java schema pass)."""
+    found: dict[str, Any] = {}
+    for row in java_schema(spark, _files(spark, paths)).collect():
+        if row["error"] is not None:
+            raise SystemExit(f"cannot read {row['file_id']}: {row['error']}")
+        if row["name"] is not None:
+            found[row["name"]] = schemas.normalize(schemas.from_json(row["type"]))
+    registry = {n: schemas.to_json(t) for n, t in found.items()}
+    return schemas.target_schema(registry, sorted(found))
+
+
+def _noop(df: Any) -> None:
+    df.write.format("noop").mode("overwrite").save()
 
 
 def main() -> int:
@@ -79,38 +104,99 @@ def main() -> int:
     args = parser.parse_args()
 
     cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpu})
+    os.sched_setaffinity(0, {cpu})  # the JVM started below inherits it
     work = args.workdir or Path(tempfile.mkdtemp(prefix="sealsync-bench-read-"))
     t0 = time.monotonic()
-    paths = generate(work / "tree", args.files, args.rows)
-    size_mb = sum(p.stat().st_size for p in paths) / 1e6
+    package = generate(work / "tree", args.files, args.rows)
+    total = args.files * args.rows
+    v3, v4 = tsfile_corpus.bench(total, work / "iotdb")
+    sets = {SETS[0]: package, SETS[1]: [v4], SETS[2]: [v3]}
+    for name, paths in sets.items():
+        size_mb = sum(p.stat().st_size for p in paths) / 1e6
+        print(f"{name}: {len(paths)} TsFiles, {size_mb:.0f} MB")
     print(
-        f"generated {len(paths)} tree-model TsFiles x {args.rows} rows, {size_mb:.0f} MB, "
-        f"in {time.monotonic() - t0:.1f}s; reading on CPU {cpu}"
+        f"generated {len(package)} tree-model TsFiles x {args.rows} rows and the IoTDB "
+        f"writers' pair in {time.monotonic() - t0:.1f}s; reading on CPU {cpu}"
     )
-    if not columnwise(paths[0]).equals(rowwise(paths[0])):
-        raise SystemExit("the two readers disagree on " + str(paths[0]))
 
+    spark = create_session("local[1]", work / "logs", conf={"spark.driver.memory": "2g"})
+    counter = spark.sparkContext._jvm.io.sealsync.spark.TsFileRows
+    targets = {name: _target(spark, paths) for name, paths in sets.items()}
+    frames = {name: _files(spark, paths) for name, paths in sets.items()}
+    probe = package[0]
+    if tsfile_format.to_arrow(probe).num_rows != counter.count(str(probe)):
+        raise SystemExit("the two readers disagree on " + str(probe))
+
+    def cpp_alone(paths: list[Path]) -> int:
+        return sum(tsfile_format.to_arrow(p).num_rows for p in paths)
+
+    def java_alone(paths: list[Path]) -> int:
+        return sum(int(counter.count(str(p))) for p in paths)
+
+    def cpp_spark(name: str) -> int:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        body = functools.partial(data_batches, schema=to_arrow_schema(targets[name]))
+        _noop(frames[name].mapInArrow(body, targets[name]))
+        return total
+
+    def java_spark(name: str) -> int:
+        _noop(java_data(spark, frames[name], targets[name]))
+        return total
+
+    cases: dict[str, Callable[[], int]] = {
+        f"C++ alone, {SETS[0]}": lambda: cpp_alone(package),
+        f"Java alone, {SETS[0]}": lambda: java_alone(package),
+        f"C++ alone, {SETS[1]}": lambda: cpp_alone([v4]),
+        f"Java alone, {SETS[1]}": lambda: java_alone([v4]),
+        f"Java alone, {SETS[2]}": lambda: java_alone([v3]),
+        f"C++ Spark, {SETS[0]}": lambda: cpp_spark(SETS[0]),
+        f"Java Spark, {SETS[0]}": lambda: java_spark(SETS[0]),
+        f"Java Spark, {SETS[2]}": lambda: java_spark(SETS[2]),
+    }
+    for name, read in list(cases.items()):  # warm-up: the JIT, the page cache, the workers
+        try:
+            read()
+        except Exception as exc:  # the C++ package cannot read every file: say so, go on
+            print(f"{name}: cannot read: {str(exc).splitlines()[0][-200:]}")
+            del cases[name]
     load_before = os.getloadavg()
-    rates: dict[str, list[float]] = {"column-wise": [], "row-wise": []}
-    readers = {"column-wise": columnwise, "row-wise": rowwise}
+    rates: dict[str, list[float]] = {name: [] for name in cases}
     for i in range(args.repeat):
-        order = list(readers) if i % 2 == 0 else list(reversed(readers))
+        order = list(cases) if i % 2 == 0 else list(reversed(cases))
         line = []
         for name in order:
-            took, rows = read_all(readers[name], paths)
+            took, rows = timed(cases[name])
+            if rows != total:
+                raise SystemExit(f"{name} read {rows} rows, the files hold {total}")
             rates[name].append(rows / took)
-            line.append(f"{name} {took:.2f}s")
-        print(f"run {i + 1}: " + ", ".join(line) + f" ({rows} rows)")
+            line.append(f"{took:.2f}s")
+        way = "as listed below" if i % 2 == 0 else "in reverse"
+        print(f"run {i + 1} ({way}): " + ", ".join(line) + f" ({total} rows each)")
     load_after = os.getloadavg()
+    spark.stop()
 
     for name, got in rates.items():
         print(
-            f"{name + ':':13} {statistics.median(got):>12,.0f} rows/s "
+            f"{name + ':':32} {statistics.median(got):>12,.0f} rows/s "
             f"(median of {len(got)}; {min(got):,.0f}-{max(got):,.0f})"
         )
-    ratio = statistics.median(rates["column-wise"]) / statistics.median(rates["row-wise"])
-    print(f"ratio column-wise/row-wise: {ratio:.1f}")
+
+    def ratio(label: str, a: str, b: str, note: str = "") -> None:
+        if a in rates and b in rates:
+            value = statistics.median(rates[a]) / statistics.median(rates[b])
+            print(f"ratio {label}: {value:.2f}{note}")
+
+    alone, spark_path = "alone, " + SETS[0], "Spark, " + SETS[0]
+    ratio(f"Java/C++ {alone}", f"Java {alone}", f"C++ {alone}", " (target >= 1.00)")
+    ratio(f"Java/C++ {spark_path}", f"Java {spark_path}", f"C++ {spark_path}")
+    ratio(
+        f"Java alone {SETS[2]} / C++ alone {SETS[0]}",
+        f"Java alone, {SETS[2]}",
+        f"C++ alone, {SETS[0]}",
+        " (target >= 0.50)",
+    )
+    ratio(f"Java alone {SETS[2]} / {SETS[1]}", f"Java alone, {SETS[2]}", f"Java alone, {SETS[1]}")
     print(
         "load average (1/5/15 min): before "
         + "/".join(f"{x:.1f}" for x in load_before)

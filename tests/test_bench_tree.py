@@ -29,16 +29,37 @@ def test_reader_benchmark_reads_both_ways_and_reports_the_load(tmp_path: Path) -
     out = _run(
         "bench_tsfile_read.py",
         *("--files", "2", "--rows", "3000", "--repeat", "2", "--workdir", str(tmp_path)),
-        timeout=300,
+        timeout=600,
     )
     assert "generated 2 tree-model TsFiles x 3000 rows" in out
-    runs = re.findall(r"^run (\d): (\S+) [\d.]+s, (\S+) [\d.]+s \(6000 rows\)$", out, re.M)
-    assert runs == [("1", "column-wise", "row-wise"), ("2", "row-wise", "column-wise")]
-    for name in ("column-wise", "row-wise"):
-        rate = re.search(rf"^{name}:\s+([\d,]+) rows/s \(median of 2; ", out, re.M)
-        assert rate and int(rate.group(1).replace(",", "")) > 0
-    assert re.search(r"^ratio column-wise/row-wise: [\d.]+$", out, re.M)
+    runs = re.findall(
+        r"^run (\d) \((as listed below|in reverse)\): .* \(6000 rows each\)$", out, re.M
+    )
+    assert runs == [("1", "as listed below"), ("2", "in reverse")]
+    for name in (
+        "C++ alone, v4 package",
+        "Java alone, v4 package",
+        "Java alone, v3 IoTDB 1.3",
+        "C++ Spark, v4 package",
+        "Java Spark, v4 package",
+        "Java Spark, v3 IoTDB 1.3",
+    ):
+        rate = re.search(rf"^{re.escape(name)}:\s+([\d,]+) rows/s \(median of 2; ", out, re.M)
+        assert rate and int(rate.group(1).replace(",", "")) > 0, name
+    assert re.search(r"^ratio Java/C\+\+ alone, v4 package: [\d.]+ \(target >= 1.00\)$", out, re.M)
+    assert re.search(r"^ratio Java alone v3 IoTDB 1.3 / C\+\+ alone v4 package: [\d.]+", out, re.M)
     assert re.search(r"^load average \(1/5/15 min\): before [\d./]+, after [\d./]+", out, re.M)
+
+
+def test_loader_benchmark_v3_case_loads_format_3_files(tmp_path: Path) -> None:
+    out = _run(
+        "bench_loader.py",
+        *("--rows", "4000", "--files", "4", "--v3", "--repeat", "1", "--workdir", str(tmp_path)),
+        timeout=600,
+    )
+    assert "4000 rows as 4 format 3 TsFiles (IoTDB 1.3)" in out
+    assert re.search(r"loader on v3 TsFiles [\d.]+s \(4000 rows\)", out)
+    assert re.search(r"^ratio loader v3 TsFile/Parquet: [\d.]+$", out, re.M)
 
 
 def test_loader_benchmark_tree_case_loads_the_same_rows_as_tsfiles(tmp_path: Path) -> None:

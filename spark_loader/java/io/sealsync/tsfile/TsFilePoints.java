@@ -304,6 +304,24 @@ public final class TsFilePoints implements AutoCloseable {
       slot[i] = c == null ? -1 : c;
     }
     long rows = 0;
+    if (sameTimes(series)) { // the common case: a device's series written together
+      Series first = series.get(0);
+      for (int r = 0; r < first.n; r++) {
+        Arrays.fill(values, null);
+        boolean some = false;
+        for (int i = 0; i < m; i++) {
+          if (slot[i] >= 0) {
+            values[slot[i]] = series.get(i).value(r);
+            some = true;
+          }
+        }
+        if (some) {
+          sink.row(device, first.times[r], values);
+          rows++;
+        }
+      }
+      return rows;
+    }
     while (true) {
       long time = Long.MAX_VALUE;
       boolean any = false;
@@ -334,6 +352,17 @@ public final class TsFilePoints implements AutoCloseable {
         rows++;
       }
     }
+  }
+
+  private static boolean sameTimes(List<Series> series) {
+    Series first = series.get(0);
+    for (int i = 1; i < series.size(); i++) {
+      Series s = series.get(i);
+      if (s.n != first.n || !Arrays.equals(s.times, 0, s.n, first.times, 0, first.n)) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** One series' points in file order, then in time order with one point per time. */
@@ -392,9 +421,48 @@ public final class TsFilePoints implements AutoCloseable {
       Column time = block.getTimeColumn();
       Column col = block.getColumn(index);
       grow(n + count);
-      boolean nulls = col.mayHaveNull();
+      if (!col.mayHaveNull()) {
+        for (int j = 0; j < count; j++) {
+          times[n + j] = time.getLong(j);
+        }
+        switch (type) { // one switch per page, not per point
+          case BOOLEAN:
+            for (int j = 0; j < count; j++) {
+              longs[n + j] = col.getBoolean(j) ? 1 : 0;
+            }
+            break;
+          case INT32:
+          case DATE:
+            for (int j = 0; j < count; j++) {
+              longs[n + j] = col.getInt(j);
+            }
+            break;
+          case INT64:
+          case TIMESTAMP:
+            for (int j = 0; j < count; j++) {
+              longs[n + j] = col.getLong(j);
+            }
+            break;
+          case FLOAT:
+            for (int j = 0; j < count; j++) {
+              doubles[n + j] = col.getFloat(j);
+            }
+            break;
+          case DOUBLE:
+            for (int j = 0; j < count; j++) {
+              doubles[n + j] = col.getDouble(j);
+            }
+            break;
+          default:
+            for (int j = 0; j < count; j++) {
+              binaries[n + j] = col.getBinary(j);
+            }
+        }
+        n += count;
+        return;
+      }
       for (int j = 0; j < count; j++) {
-        if (nulls && col.isNull(j)) {
+        if (col.isNull(j)) {
           continue;
         }
         times[n] = time.getLong(j);
