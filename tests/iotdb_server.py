@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -266,11 +267,45 @@ def resolve_classpath(release: Release, node: Node) -> list[str]:
 # -- the client ---------------------------------------------------------------------
 
 
+CLIENT_RELEASE = "apache-iotdb==1.3.4"
+
+
 def client_python() -> str:
-    """The Python that runs the client worker: this one (the client comes with the
-    test extra), or the one ``SEALSYNC_IOTDB_CLIENT_PYTHON`` names, to try another
-    client release."""
-    return os.environ.get(CLIENT_PYTHON_ENV) or sys.executable
+    """The Python that runs the client worker: a virtual environment of its own, made
+    once and cached beside the servers (``SEALSYNC_IOTDB_CLIENT_PYTHON`` names another,
+    to try another client release).
+
+    Not the project's environment: ``apache-iotdb`` installs a top-level package named
+    ``tests`` that would hide this project's ``tests`` (``python -m tests.security.report``
+    then fails), and its numpy and pandas pins are no business of the project's."""
+    named = os.environ.get(CLIENT_PYTHON_ENV)
+    if named:
+        return named
+    home = cache_root() / ("client-" + CLIENT_RELEASE.replace("==", "-"))
+    python = home / "bin" / "python"
+    if python.is_file():
+        return str(python)
+    home.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
+    try:
+        # Only the interpreter is used, through ``-m``, so the folder can be renamed
+        # into place afterwards (a venv's scripts name their folder; its python does not).
+        subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
+        subprocess.run(
+            [str(building / "bin" / "python"), "-m", "pip", "install", "-q", CLIENT_RELEASE],
+            check=True,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+            timeout=RESOLVE_TIMEOUT,
+        )
+        os.replace(building, home)
+    except (OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(building, ignore_errors=True)
+        if python.is_file():  # another test run made it meanwhile
+            return str(python)
+        raise IoTDBUnavailable(
+            f"IoTDB's Python client ({CLIENT_RELEASE}) did not install: {exc}"
+        ) from exc
+    return str(python)
 
 
 class IoTDBClientError(RuntimeError):
@@ -288,7 +323,7 @@ class IoTDBClient:
     """A session of IoTDB's Python client in a worker process (``tests/iotdb/
     client_worker.py`` says why), with JSON values whichever client release runs it.
 
-    The test extra pins ``apache-iotdb`` 1.3.4: it speaks to every release in
+    :data:`CLIENT_RELEASE` (1.3.4) speaks to every release in
     :data:`RELEASES`. The 2.x clients call RPCs (``executeUpdateStatementV2``...) that
     0.12 and 0.13 servers lack, so they fail there after logging in."""
 

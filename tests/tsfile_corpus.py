@@ -11,8 +11,7 @@ minute, later runs none.
 
 ``tests/tsfile_fixtures/README.md`` documents the layout, the manifest and the JSON form of
 the expected points. ``python tests/tsfile_corpus.py`` builds and prints the corpus folder
-(``python -m tests.tsfile_corpus`` too where no installed package is named ``tests``;
-apache-iotdb installs one); ``--bench ROWS`` writes two large files (v3 and v4) for the
+(or ``python -m tests.tsfile_corpus``); ``--bench ROWS`` writes two large files (v3 and v4) for the
 benchmarks.
 """
 
