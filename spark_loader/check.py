@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sealsync.config import LoaderConfig
 from sealsync.findings import Finding, data_roots, problem, sound
+from spark_loader.table_binding import refuse_another_table
 
 
 def check_loader(config: LoaderConfig) -> list[Finding]:
@@ -18,6 +19,7 @@ def check_loader(config: LoaderConfig) -> list[Finding]:
     out.extend(_receiver_data_dir(d) for d in config.receiver_data_dirs)
     out.append(_creatable("table_path", config.table_path))
     out.append(_creatable("state_dir", config.state_dir))
+    refuse_another_table(config)  # the state dir loads another table: exit 2, one line
     return out
 
 

@@ -38,7 +38,7 @@ from typing import Any
 from sealsync import durable
 from sealsync.config import LoaderConfig
 from sealsync.errors import LocalIOError, SealsyncError
-from spark_loader import lastrun, removals, swap
+from spark_loader import lastrun, removals, swap, table_binding
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile, discover
 from spark_loader.job import Ingest, Prepared
@@ -121,6 +121,7 @@ def run_load(
         master, full, verbose, spark, batch_bytes, batch_files, sync, driver_wait, prune_missing
     )
     run = _Run(config, options, progress)
+    table_binding.refuse_another_table(config)  # a typo'd table_path: nothing written
     try:
         run.state_dir.mkdir(parents=True, exist_ok=True)
         run.table.ensure()
@@ -130,6 +131,10 @@ def run_load(
         wall = time.time()
         try:
             try:
+                bound = table_binding.bind(config)  # under the lock: one run binds it
+                if bound is not None:
+                    run.report.notes.append(bound)
+                    run.say(bound)
                 run.run()
             except OSError as exc:  # a full disk, a permission: one line, not a traceback
                 where = f" {exc.filename}" if exc.filename else ""
