@@ -241,13 +241,15 @@ class RoundFiles:
 def _devices(path: Path, inspect: Callable[[Path], FileInfo] | None) -> tuple[str, ...]:
     """The devices of a refused file, for the next round's OWNERS_QUERY.
 
+    The devices come from the file's metadata (``formats.verify``, as the receiver reads
+    them), which every format version the receiver accepts has, without decoding data.
     ``sealsync.formats`` is imported here, not at the top: the format readers pull in
     heavy libraries that a round without conflicts never needs.
     """
     try:
         inspect_file: Callable[[Path], FileInfo]
         if inspect is None:
-            from sealsync.formats import inspect as inspect_file
+            from sealsync.formats import verify as inspect_file
         else:
             inspect_file = inspect
         return tuple(str(d) for d in inspect_file(path).devices)
