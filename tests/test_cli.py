@@ -32,7 +32,18 @@ from sender.manage.scan import SYMLINK
 from sender.transfer.report import AttemptReport
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["check", "demo", "keygen", "load", "owners", "send", "senders", "serve", "status"]
+COMMANDS = [
+    "check",
+    "demo",
+    "inspect",
+    "keygen",
+    "load",
+    "owners",
+    "send",
+    "senders",
+    "serve",
+    "status",
+]
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -51,6 +51,8 @@ MAGIC = b"TsFile"
 HEAD_LEN = len(MAGIC) + 1  # magic + version byte
 TAIL_LEN = 4 + len(MAGIC)  # int32 metadata length + magic
 VERSIONS = (3, 4)
+#: Who writes each accepted format version, for what operators are shown.
+WRITERS = {3: "IoTDB 0.12, 0.13 and 1.x", 4: "TsFile 2.x, IoTDB 2.x"}
 SEPARATOR = 0x02
 
 #: Version strings of the formats before 3 (six ASCII digits after the magic), and
@@ -127,6 +129,7 @@ class Summary:
     devices: tuple[str, ...]  # sorted, distinct
     series: int  # TimeseriesMetadata entries, an aligned device's time column included
     chunks: int
+    points: int  # the series' statistics counts, an aligned device's time column excluded
 
 
 # --------------------------------------------------------------------------- primitives
@@ -319,6 +322,7 @@ class _Walk:
         self.chunk_spans: list[tuple[int, int]] = []
         self.aligned: set[int] = set()  # devices with a time column
         self.series = 0
+        self.points = 0
         self.parsed = 0  # bytes of index regions walked: bounds the walk to the file
 
     # ----------------------------------------------------------------- TsFileMetadata
@@ -512,6 +516,8 @@ class _Walk:
                 data_type = data[pos]
                 mask = self._chunk_mask(kind, data_type, region.device, base + pos)
                 size, pos = _uvar(data, pos + 1)
+                if data_type != VECTOR:
+                    self.points += _uvar(data, pos)[0]
                 pos = _skip_statistics(data, pos, data_type)
                 chunks_end = pos + size
                 if chunks_end > end:
@@ -603,7 +609,9 @@ class _Walk:
         if len(set(self.device_ids)) != len(self.device_ids):
             raise Corrupt("a device is listed twice")
         names = {self._device_name(d) for d in self.device_ids}
-        return Summary(self.version, tuple(sorted(names)), self.series, len(self.chunk_spans))
+        return Summary(
+            self.version, tuple(sorted(names)), self.series, len(self.chunk_spans), self.points
+        )
 
     @staticmethod
     def _device_name(device: DeviceKey) -> str:
