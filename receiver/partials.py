@@ -108,6 +108,12 @@ def unclaim(partial: Partial) -> None:
         _CLAIMED.discard(os.fspath(partial.sidecar))
 
 
+def is_claimed(partial: Partial) -> bool:
+    """True while a session resumes ``partial``."""
+    with _LOCK:
+        return os.fspath(partial.sidecar) in _CLAIMED
+
+
 class PartialStore:
     """The partial uploads in folder ``dir`` (one sender's in one data dir: :meth:`of`).
 

@@ -27,7 +27,7 @@ from typing import TypeVar
 from receiver.incoming import TEMP_PREFIX, IncomingFile
 from receiver.layout import RECEIVER_FOLDER, partial_dir
 from receiver.limits import ByteLedger, Quota, SlotCounter
-from receiver.partials import Partial, PartialStore, sender_partials
+from receiver.partials import Partial, PartialStore, is_claimed, sender_partials
 from receiver.storage import Storage
 from sealsync.config import ReceiverConfig
 from sealsync.errors import SealsyncError
@@ -228,7 +228,7 @@ class SessionAdmission:
         partial = self.limits.partial
         if partial.limit is None or store is None:
             return
-        kept = self._kept(store, resuming)
+        kept = [(s, p) for s, p in self._kept(store, resuming) if not is_claimed(p)]
         total = sum(p.held for _, p in kept)
         while kept and partial.held(self.uuid) + total > partial.limit:
             owner, oldest = kept.pop()

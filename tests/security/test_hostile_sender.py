@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from deploy_helpers import mark_storage
 from receiver_service_helpers import Client
 from reliability.figures import record
 
@@ -193,6 +194,7 @@ def test_unfinished_uploads_of_a_sender_are_bounded_by_max_partial_bytes(tmp_pat
     second_dir.mkdir(parents=True)  # a receiver's folders must exist before serve
     site = Site(tmp_path / "site", max_partial_bytes=cap)
     site.configure(data_dirs=[str(site.dep.receiver_data), str(second_dir)])
+    mark_storage(site.dep.receiver_config)  # what serve --init does for the new data dir
     site.start()
     peak = 0
     answers: list[object] = []
