@@ -1,7 +1,7 @@
 """One file stream being received: written in place, MD5 in the same pass, then staging.
 
 A FILE_BEGIN announces the sizes of the data file, its ``.resource`` and its
-optional ``.mods``; the CHUNKs that follow carry those bytes back to back. They are
+optional ``.mods`` and ``.mods2``; the CHUNKs that follow carry those bytes back to back. They are
 written as they arrive and hashed in the same pass, so a file is read from the wire
 once and never re-read for its MD5.
 
@@ -118,6 +118,7 @@ class IncomingFile:
         self._data = data
         self._resource = data + ".resource"
         self._mods = data + ".mods"
+        self._mods2 = data + ".mods2"
 
     def _open_pieces(self, exclusive: bool = False) -> bool:
         """Open (create) every piece; ``exclusive``: only where no entry is, else False
@@ -185,6 +186,8 @@ class IncomingFile:
         parts = [(self.begin.size, self._data), (self.begin.resource_size, self._resource)]
         if self.begin.mods_size >= 0:
             parts.append((self.begin.mods_size, self._mods))
+        if self.begin.mods2_size >= 0:
+            parts.append((self.begin.mods2_size, self._mods2))
         return parts
 
     def write(self, data: bytes | memoryview) -> None:
@@ -271,12 +274,16 @@ class IncomingFile:
             # ``.resource`` were new here, but a ``.mods`` may outlive them (a clean-up
             # that stopped half-way).
             durable.unlink(staged + ".mods")
+        if self.begin.mods2_size < 0:
+            durable.unlink(staged + ".mods2")  # the same for IoTDB 2.x's deletions
         if self.in_place and staged == self._data:
             self._written = []
             return
         os.replace(self._resource, staged + ".resource")
         if self.begin.mods_size >= 0:
             os.replace(self._mods, staged + ".mods")
+        if self.begin.mods2_size >= 0:
+            os.replace(self._mods2, staged + ".mods2")
         os.replace(self._data, staged)
         self._written = []  # nothing left for discard() to delete
         if self.resume is not None:  # its data is staged: the sidecar describes nothing now
@@ -299,7 +306,7 @@ class IncomingFile:
             held = min(self.received, begin.size)
             os.fsync(self._fds[0])
             self._close_fds()
-            for path in (self._resource, self._mods):
+            for path in (self._resource, self._mods, self._mods2):
                 durable.unlink(path)
             kept = store.keep(
                 begin.name, begin.size, begin.mtime, self.data_tmp, held, fsynced=True

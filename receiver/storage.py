@@ -46,7 +46,7 @@ class Storage(Protocol):
     """What a host server implements so that the receiver can hand it files."""
 
     def load(self, sender: str, name: str, staged: Path) -> None:
-        """Move ``staged`` and its sidecars (``staged.name + ".resource"``/``".mods"``
+        """Move ``staged`` and its sidecars (``staged.name + ".resource"``/``".mods"``/``".mods2"``
         beside it) in as ``sender``'s ``name``; already loaded identical is a no-op,
         a different existing file raises StorageError."""
         ...
@@ -67,8 +67,8 @@ class Storage(Protocol):
 
 # Moved in this order so that ``.resource``, whose presence marks a file complete
 # (docs/design.md §1.3), appears last; deleted in the reverse order for the same reason.
-LOAD_ORDER = ("", ".mods", ".resource")
-DELETE_ORDER = (".resource", ".mods", ".merge", "")
+LOAD_ORDER = ("", ".mods", ".mods2", ".resource")
+DELETE_ORDER = (".resource", ".mods", ".mods2", ".merge", "")
 
 
 _UUID_LIKE = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
@@ -261,9 +261,10 @@ def _same_content(a: str, b: str) -> bool:
 
 
 def _replaceable(dst: str) -> bool:
-    """``.mods`` is the one sidecar that legitimately changes after sealing (points deleted
-    later, docs/design.md §3.7, §9.2): a newer list replaces the older one."""
-    return dst.endswith(".mods")
+    """``.mods`` (``.mods2`` in IoTDB 2.x) is the one sidecar that legitimately changes
+    after sealing (points deleted later, docs/design.md §3.7, §9.2): a newer list
+    replaces the older one."""
+    return dst.endswith((".mods", ".mods2"))
 
 
 def _target(data_dir: str | os.PathLike[str], sender: str, name: str) -> str:

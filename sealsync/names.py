@@ -16,8 +16,8 @@ MAX_NAME_BYTES = 1024
 MAX_PART_BYTES = 255
 DATA_ROOTS = ("sequence", "unsequence")
 DATA_SUFFIXES = (".tsfile", ".parquet")
-RESOURCE_SUFFIX, MODS_SUFFIX = ".resource", ".mods"
-SIDECAR_SUFFIXES = (RESOURCE_SUFFIX, MODS_SUFFIX)
+RESOURCE_SUFFIX, MODS_SUFFIX, MODS2_SUFFIX = ".resource", ".mods", ".mods2"
+SIDECAR_SUFFIXES = (RESOURCE_SUFFIX, MODS_SUFFIX, MODS2_SUFFIX)
 #: The receiver's folder in each of its data dirs: rounds in flight, deletion logs
 #: (``deletions``), the lock; the loader reads the deletion logs there too.
 RECEIVER_FOLDER = "sync-receiver"

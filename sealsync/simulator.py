@@ -31,8 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sealsync import durable, formats
-from sealsync.formats import mods
+from sealsync.formats import deletion, mods
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.formats.deletion import MIN_TIME
 from sealsync.names import check_data_name, check_relative
 
 FORMAT_SUFFIXES = {"tsfile": ".tsfile", "parquet": ".parquet"}
@@ -228,10 +229,13 @@ class EdgeInstance:
         self._write_resource(rel, data_dir, formats.format_for(rel).to_arrow(data))
 
     def add_mods(self, rel: str, device: str, until_ms: int, data_dir: int = 0) -> None:
-        """Record that ``device``'s points up to ``until_ms`` were deleted after sealing."""
+        """Record that ``device``'s points up to ``until_ms`` were deleted after sealing,
+        as IoTDB 0.12-1.x writes it: every series of the device (``<device>.*``), from
+        ``Long.MIN_VALUE``, in the chunks below the sealed file's length."""
         check_data_name(rel)
+        size = os.path.getsize(self.path(rel, data_dir))
         with open(self.path(rel + MODS, data_dir), "a", encoding="utf-8") as f:
-            f.write(mods.Deletion(device, until_ms).line())
+            f.write(mods.line(f"{device}.*", size, MIN_TIME, until_ms))
 
     def start_merge(self, rel: str, data_dir: int = 0) -> None:
         """Mark a file as being rewritten by a merge: it is no longer sealed."""
@@ -259,8 +263,10 @@ class EdgeInstance:
             self.start_merge(rel, data_dir)
         tables = []
         for rel in rels:
-            table = formats.format_for(rel).to_arrow(self.path(rel, data_dir))
-            tables.append(mods.apply(table, mods.read(self.path(rel + MODS, data_dir))))
+            data = self.path(rel, data_dir)
+            table = formats.format_for(rel).to_arrow(data)
+            gone = mods.read(self.path(rel + MODS, data_dir))
+            tables.append(deletion.apply(table, list(gone), os.path.getsize(data)))
         merged = _dedupe_keep_last(pa.concat_tables(tables, promote_options="permissive"))
         merges = 1 + max(
             (int(m.group(3)) for m in (_NAME.match(PurePosixPath(r).name) for r in rels) if m),

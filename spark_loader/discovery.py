@@ -8,18 +8,19 @@ belongs to the host and is never read. ``sync-receiver/`` (files still being
 verified or waiting to load) is outside those roots, so it is never seen.
 
 **File identity.** A source file is ``(sender, relative name)``; one *version* of it
-is that plus its size and modification time in nanoseconds, plus the size and
-mtime of its ``X.mods`` (the points deleted after sealing, :mod:`sealsync.formats.mods`)
-or "none", and ``file_id`` is a hash of them. Storage files are never modified in
-place (a load renames a whole file in), so a file replaced under the same name with
-other content has a new size or mtime, hence a new ``file_id``: its old rows leave
-the table and the new ones come in. A ``.mods`` that appears, grows, is replaced or
-goes away changes the id the same way, so the file's partition is rewritten with
-the deletions applied: the table never keeps a point deleted after it was loaded.
-Without a ``.mods`` the hash covers the first four fields alone, exactly as before
-``.mods`` counted, so upgrading the loader does not rewrite a table of such files.
-The id starts with a letter so that no reader's partition type inference ever
-turns it into a number.
+is that plus its size and modification time in nanoseconds, plus the size and mtime of
+its ``X.mods`` and of its ``X.mods2`` (the points deleted after sealing:
+:mod:`sealsync.formats.mods`, :mod:`sealsync.formats.mods2`) or "none", and
+``file_id`` is a hash of them. Storage files are never modified in place (a load
+renames a whole file in), so a file replaced under the same name with other content
+has a new size or mtime, hence a new ``file_id``: its old rows leave the table and the
+new ones come in. A ``.mods`` that appears, grows, is replaced or goes away changes
+the id the same way, so the file's partition is rewritten with the deletions applied:
+the table never keeps a point deleted after it was loaded. Without a ``.mods`` or
+``.mods2`` the hash covers the first four fields alone, exactly as before deletions
+counted, so upgrading the loader does not rewrite a table of such files. The id starts
+with a letter so that no reader's partition type inference ever turns it into a
+number.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sealsync.errors import BadName
-from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, MODS_SUFFIX, check_data_name
+from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, MODS2_SUFFIX, MODS_SUFFIX, check_data_name
 
 PARQUET = ".parquet"
 TSFILE = ".tsfile"
@@ -48,17 +49,24 @@ def is_sender_folder(name: str) -> bool:
 
 
 def file_id(
-    sender: str, name: str, size: int, mtime_ns: int, mods: tuple[int, int] | None = None
+    sender: str,
+    name: str,
+    size: int,
+    mtime_ns: int,
+    mods: tuple[int, int] | None = None,
+    mods2: tuple[int, int] | None = None,
 ) -> str:
     """The id of one version of a source file (see the module docstring).
 
-    ``mods`` is the ``(size, mtime_ns)`` of its ``X.mods``, None if it has none. The
-    keys with and without it differ in their number of fields (a name holds no NUL),
-    so no version with a ``.mods`` shares an id with one without.
+    ``mods``/``mods2`` are the ``(size, mtime_ns)`` of its ``X.mods``/``X.mods2``, None
+    if it has none. The keys with and without them differ in their fields (a name
+    holds no NUL), so no version with deletions shares an id with one without.
     """
     key = f"{sender}\0{name}\0{size}\0{mtime_ns}"
     if mods is not None:
         key += f"\0mods\0{mods[0]}\0{mods[1]}"
+    if mods2 is not None:
+        key += f"\0mods2\0{mods2[0]}\0{mods2[1]}"
     return "f" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
@@ -88,23 +96,34 @@ class SourceFile:
     mtime_ns: int
     mods: tuple[int, int] | None = None  # (size, mtime_ns) of its X.mods, if it has one
     data_dir: Path | None = None  # the configured data dir it was found in
+    mods2: tuple[int, int] | None = None  # (size, mtime_ns) of its X.mods2, if it has one
 
     @property
     def file_id(self) -> str:
-        return file_id(self.sender, self.name, self.size, self.mtime_ns, self.mods)
+        return file_id(self.sender, self.name, self.size, self.mtime_ns, self.mods, self.mods2)
 
     @property
     def mods_path(self) -> Path:
         return self.path.with_name(self.path.name + MODS_SUFFIX)
 
+    @property
+    def mods2_path(self) -> Path:
+        return self.path.with_name(self.path.name + MODS2_SUFFIX)
+
     def unchanged(self) -> bool:
-        """Whether the receiver still holds this version (data file and ``.mods``)."""
+        """Whether the receiver still holds this version (data file, ``.mods``, ``.mods2``)."""
         try:
             st = os.stat(self.path)
             mods = mods_version(self.mods_path)
+            mods2 = mods_version(self.mods2_path)
         except OSError:
             return False
-        return (st.st_size, st.st_mtime_ns, mods) == (self.size, self.mtime_ns, self.mods)
+        return (st.st_size, st.st_mtime_ns, mods, mods2) == (
+            self.size,
+            self.mtime_ns,
+            self.mods,
+            self.mods2,
+        )
 
     @property
     def suffix(self) -> str:
@@ -166,13 +185,20 @@ def discover(data_dirs: list[Path]) -> Discovery:
                         continue
                     if not stat.S_ISREG(st.st_mode):
                         continue
-                    mods = None
-                    if fname + MODS_SUFFIX in listed:  # one stat only for files that have one
-                        try:
-                            mods = mods_version(path.with_name(fname + MODS_SUFFIX))
-                        except OSError as exc:
-                            skipped[str(path)] = f"cannot stat its .mods: {exc.strerror or exc}"
-                            continue
+                    versions: dict[str, tuple[int, int] | None] = {}
+                    for suffix in (MODS_SUFFIX, MODS2_SUFFIX):
+                        versions[suffix] = None
+                        if fname + suffix in listed:  # a stat only for files that have one
+                            try:
+                                versions[suffix] = mods_version(path.with_name(fname + suffix))
+                            except OSError as exc:
+                                skipped[str(path)] = (
+                                    f"cannot stat its {suffix}: {exc.strerror or exc}"
+                                )
+                                break
+                    if str(path) in skipped:
+                        continue
+                    mods = versions[MODS_SUFFIX]
                     sender = rel_dir[-1]
                     key = (sender, name)
                     if key in found:
@@ -181,7 +207,14 @@ def discover(data_dirs: list[Path]) -> Discovery:
                         )
                         continue
                     found[key] = SourceFile(
-                        path, sender, name, st.st_size, st.st_mtime_ns, mods, Path(data_dir)
+                        path,
+                        sender,
+                        name,
+                        st.st_size,
+                        st.st_mtime_ns,
+                        mods,
+                        Path(data_dir),
+                        versions[MODS2_SUFFIX],
                     )
     files = sorted(found.values(), key=lambda f: (f.sender, f.name))
     return Discovery(files=files, skipped=skipped)

@@ -37,11 +37,11 @@ from typing import Any
 
 from sealsync import durable
 from sealsync.config import LoaderConfig
-from sealsync.errors import LocalIOError, SealsyncError
+from sealsync.errors import FormatError, LocalIOError, SealsyncError
 from spark_loader import lastrun, removals, swap, table_binding
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile, discover
-from spark_loader.job import Ingest, Prepared
+from spark_loader.job import Ingest, Prepared, read_deletions
 from spark_loader.report import LoadReport
 from spark_loader.session import (
     LOG_FILE,
@@ -149,6 +149,32 @@ def run_load(
     return run.report  # the caller prints the summary: once, where it wants it
 
 
+def _deletions_read(
+    files: list[SourceFile], loaded: set[str], report: LoadReport
+) -> list[SourceFile]:
+    """``files`` without the new versions whose ``.mods``/``.mods2`` do not read.
+
+    Such a version is reported (the file kind and the line or byte offset) and left
+    out of this run as if not listed: the table keeps the rows of the version it holds
+    (a version missing without a logged deletion is kept, :mod:`.removals`), and they
+    change only on a run where the deletions read. A version already in the table was
+    read when it was loaded.
+    """
+    out = []
+    for f in files:
+        if (f.mods is not None or f.mods2 is not None) and f.file_id not in loaded:
+            try:
+                read_deletions(f)
+            except FormatError as exc:
+                report.skip(str(f.path), str(exc))
+                continue
+            except OSError as exc:
+                report.skip(str(f.path), f"cannot read its deletions: {exc.strerror or exc}")
+                continue
+        out.append(f)
+    return out
+
+
 class _Run:
     """One run under the locks: reconcile, remove, ingest."""
 
@@ -181,8 +207,9 @@ class _Run:
             report.skip(name, reason)
         senders = len({f.sender for f in found.files})
         self.say(f"found {len(found.files)} loaded files from {senders} senders")
-        wanted = {f.file_id: f for f in found.files}
         partitions = table.partitions()
+        found.files = _deletions_read(found.files, {*partitions, *state.files}, report)
+        wanted = {f.file_id: f for f in found.files}
         changed = _reconcile(state, table, partitions, wanted, report)
         verdict = removals.decide(
             state,

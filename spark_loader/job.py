@@ -14,14 +14,18 @@ Per batch of files, one DataFrame and one write:
   4), or, in a session without it, by the ``tsfile`` package through ``mapInArrow``
   (format 4 only); either adds the key.
 
-**Deletions.** A file's ``X.mods`` (points the database deleted after sealing) is
-read here on the driver, once per run, when the file is prepared (it is small; the
-data never is), and checked to be the version its ``file_id`` names. TsFile rows
-carry the deletions, parsed, to the executors' reader, which drops those points. A
-Parquet scan is anti-joined with a small broadcast table of the deletions of the
-files in it, per file (the key is a column of the scan), so Spark's own reader
-stays on the path and no Python runs per row. A ``.mods`` that does not parse makes
-its file skipped and reported, like a corrupt data file, and retried on the next run.
+**Deletions.** A file's ``X.mods`` and ``X.mods2`` (points the database deleted
+after sealing: :mod:`sealsync.formats.deletion`) are read here on the driver, once per
+run, when the file is prepared (they are small; the data never is), and checked to be
+the versions its ``file_id`` names. The file's row carries the deletions, parsed, to
+the executors' reader, which drops those points per series (path patterns, closed
+time ranges, and in IoTDB 0.12-1.x only from the chunks that start below the
+deletion's file offset) and the rows left with no value. A Parquet file with
+deletions is read by the Arrow path (:func:`.tsfile_read.data_batches`) instead of a
+Spark Parquet scan, since a per-series deletion blanks columns, not whole rows. A
+deletion file that does not read, or holds a deletion this loader does not apply (a
+table-model one), makes its file skipped and reported and retried on the next run;
+:mod:`.ingest` checks that before any row of an older version leaves the table.
 
 **Writing.** The union is written into a fresh hidden staging folder of the table,
 one folder ``__sealsync_key=<k>`` per file; Spark's job commit makes it complete or
@@ -60,8 +64,9 @@ import pyarrow.parquet as pq
 
 from sealsync import formats
 from sealsync.errors import FormatError
-from sealsync.formats import mods
+from sealsync.formats import deletion, mods, mods2
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.formats.deletion import SeriesDeletion
 from spark_loader import jvm, localfs
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
@@ -82,6 +87,7 @@ from spark_loader.tsfile_read import (
     FILES_DDL,
     SCHEMA_DDL,
     data_batches,
+    deletion_records,
     java_data,
     java_schema,
     schema_rows,
@@ -91,11 +97,6 @@ PARQUET_GROUP, TSFILE = "p", "t"
 #: Spark's Parquet writer with a folder per key and no sort (java/, :mod:`.jvm`).
 KEYED_FORMAT = "io.sealsync.spark.KeyedParquetFileFormat"
 _LINK_KEY_RE = re.compile(rf"/b\d+/{PARQUET_GROUP}\d+/{KEY_COLUMN}=(\d+)/data\.parquet")
-# Columns of the deletions a Parquet scan is anti-joined with, named so that no real
-# measurement has them (a file that did would fail its job and be isolated, skipped).
-_GONE_FILE = "__sealsync_mods_key"
-_GONE_DEVICE = "__sealsync_mods_device"
-_GONE_UNTIL = "__sealsync_mods_until"
 
 
 @dataclass
@@ -112,16 +113,14 @@ class Prepared:
     key: int | None = None  # set when linked: the file's number in its batch
     link: Path | None = None
     folder: Path | None = None  # the link folder one scan reads
-    # The latest deletion time per device from its X.mods (the only one that counts:
-    # a deletion up to T covers every earlier one of that device); empty if none.
-    deleted: dict[str, int] = dataclasses.field(default_factory=dict)
+    # The deletions of its X.mods and X.mods2, in file order; empty if none.
+    deleted: list[SeriesDeletion] = dataclasses.field(default_factory=list)
 
-    def deletion_records(self) -> list[tuple[str, str | None, int | None, int]] | None:
-        """The deletions as the TsFile readers take them (``tsfile_read.DELETIONS_DDL``):
-        every measurement of the device, up to the time."""
+    def deletion_records(self) -> list[tuple[list[str], int, int, int | None, str]] | None:
+        """The deletions as the readers take them (``tsfile_read.DELETIONS_DDL``)."""
         if not self.deleted:
             return None
-        return [(d, None, None, t) for d, t in sorted(self.deleted.items())]
+        return deletion_records(self.deleted)
 
 
 def _sender(item: Prepared) -> str:
@@ -154,12 +153,26 @@ def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
     return out
 
 
-def _latest(deletions: list[mods.Deletion]) -> dict[str, int]:
-    """Device -> the latest time any of ``deletions`` deletes up to."""
-    out: dict[str, int] = {}
-    for d in deletions:
-        out[d.device] = max(d.until_ms, out.get(d.device, d.until_ms))
-    return out
+def read_deletions(source: SourceFile) -> list[SeriesDeletion] | None:
+    """The deletions of ``source``'s ``.mods`` then ``.mods2``; None when either is no
+    longer the version the file's id names (the next run sees the new one).
+
+    FormatError for a file that does not read or holds a deletion this loader does not
+    apply (its text names which file, and the line or byte); OSError as raised.
+    """
+    found: list[deletion.Deletion] = []
+    for version, path, module in (
+        (source.mods, source.mods_path, mods.read_version),
+        (source.mods2, source.mods2_path, mods2.read_version),
+    ):
+        if version is None:
+            continue
+        got, read = module(path)
+        if read != version:
+            return None
+        found.extend(got)
+    deletion.refuse_table_deletions(found)
+    return [d for d in found if isinstance(d, SeriesDeletion)]
 
 
 def _quoted(name: str) -> str:
@@ -230,31 +243,29 @@ class Ingest:
 
     # ------------------------------------------------------------------ prepare
 
-    def _deletions(self, source: SourceFile) -> dict[str, int] | None:
-        """The file's ``.mods`` deletions (device -> latest time); None if it is skipped.
+    def _deletions(self, source: SourceFile) -> list[SeriesDeletion] | None:
+        """The file's ``.mods``/``.mods2`` deletions; None if it is skipped.
 
-        Read once per run, here on the driver (a ``.mods`` is small). The version read
-        must be the one the file's id names: one replaced since discovery is left to
-        the next run, which gives the file a new id.
+        Read once per run, here on the driver (they are small). The versions read must
+        be the ones the file's id names: one replaced since discovery is left to the
+        next run, which gives the file a new id.
         """
-        if source.mods is None:
-            return {}
         try:
-            deletions, version = mods.read_version(source.mods_path)
-        except FormatError as exc:  # its text names .mods and the bad line
+            got = read_deletions(source)
+        except FormatError as exc:  # its text names the file kind and the line or byte
             self._skip(source, str(exc))
             return None
         except OSError as exc:
-            self._skip(source, f"cannot read its .mods: {exc.strerror or exc}")
+            self._skip(source, f"cannot read its deletions: {exc.strerror or exc}")
             return None
-        if version != source.mods:
+        if got is None:
             self.report.changed += 1
             return None
-        return _latest(deletions)
+        return got
 
     def prepare(self, files: list[SourceFile]) -> list[Prepared]:
         """Read every file's columns (Parquet footers here, TsFile metadata on
-        executors) and its ``.mods`` deletions."""
+        executors) and its ``.mods``/``.mods2`` deletions."""
         ready: list[Prepared] = []
         tsfiles: list[Prepared] = []
         for source in files:
@@ -401,47 +412,25 @@ class Ingest:
             if items[0].kind == TSFILE and self.java_tsfile:
                 parts.append(java_data(self.spark, self._files_df(items, deletions=True), target))
                 continue
-            if items[0].kind == TSFILE:
+            plain = [p for p in items if not p.deleted]
+            if items[0].kind == TSFILE or len(plain) < len(items):
+                # the Arrow path: TsFiles without the Java reader, Parquet files with
+                # deletions (read whole, then the deletions applied per series)
                 arrow = to_arrow_schema(target)
                 body = functools.partial(data_batches, schema=arrow)
-                parts.append(self._files_df(items, deletions=True).mapInArrow(body, target))
-                continue
+                arrowed = items if items[0].kind == TSFILE else [p for p in items if p.deleted]
+                parts.append(self._files_df(arrowed, deletions=True).mapInArrow(body, target))
+                if items[0].kind == TSFILE or not plain:
+                    continue
+                items = plain
             reader = self.spark.read.option("basePath", str(folder))
             if {p.file_id for p in items} == self._members.get(folder):
                 df = reader.parquet(str(folder))  # one listing instead of a path per file
             else:  # part of a batch being retried
                 paths = [str(p.link) for p in items]
                 df = reader.option("__globPaths__", "false").parquet(*paths)
-            parts.append(conform(self._without_deleted(df, items), target))
+            parts.append(conform(df, target))
         return functools.reduce(DataFrame.union, parts)
-
-    def _without_deleted(self, df: Any, items: list[Prepared]) -> Any:
-        """A Parquet scan of ``items`` without the points their ``.mods`` delete.
-
-        A broadcast left anti join against the deletions, one row per (file, device)
-        with the latest time deleted: a row goes when its file's key and ``device``
-        match one and its time is at most that. No Python runs per row, and the plan
-        stays the same size however many deletions there are (a filter expression with
-        one condition per (file, device) made Spark's planner time grow steeply with
-        their number: docs/performance.md). A row whose time or device is null matches nothing and
-        stays, as ``mods.apply`` keeps it.
-        """
-        from pyspark.sql import functions as F
-
-        rows = [
-            (p.key, device, until) for p in items for device, until in sorted(p.deleted.items())
-        ]
-        if not rows:
-            return df  # the common case: the scan is not touched
-        gone = self.spark.createDataFrame(
-            rows, f"{_GONE_FILE} int, {_GONE_DEVICE} string, {_GONE_UNTIL} bigint"
-        )
-        deleted = (
-            (F.col(KEY_COLUMN) == F.col(_GONE_FILE))
-            & (F.col(DEVICE_COLUMN) == F.col(_GONE_DEVICE))
-            & (F.col(TIME_COLUMN) <= F.col(_GONE_UNTIL))
-        )
-        return df.join(F.broadcast(gone), deleted, "left_anti")
 
     def _write(self, batch: list[Prepared], staging: Path) -> None:
         from pyspark.sql.types import DoubleType, FloatType
@@ -489,7 +478,7 @@ class Ingest:
             if item.rows is not None and (
                 rows > item.rows or (not item.deleted and rows != item.rows)
             ):
-                held = f"{item.rows} before its .mods deletions" if item.deleted else item.rows
+                held = f"{item.rows} before its deletions" if item.deleted else item.rows
                 self._skip(src, f"wrote {rows} rows, the file holds {held}")
                 continue
             if output.is_dir():

@@ -21,10 +21,11 @@ differential test, ``tests/test_loader_tsfile_corpus.py``, holds both to it):
 Two passes each, because the output schema must be known before rows are read: the
 schema pass reads only each file's metadata (measurement names and types), the
 driver merges them into one schema, then the data pass reads the rows, drops the
-points the file's ``X.mods`` deletes and conforms them to that schema. The
-deletions come with the file's row already parsed (:data:`DELETIONS_DDL`: the
-driver read the very version the file's id names, with the one parser of the
-format, :mod:`sealsync.formats.mods`).
+points the file's ``X.mods``/``X.mods2`` delete and conforms them to that schema.
+The deletions come with the file's row already parsed (:data:`DELETIONS_DDL`: the
+driver read the very versions the file's id names, with the one parser of each
+format, :mod:`sealsync.formats.mods` and :mod:`sealsync.formats.mods2`). The Arrow
+path also reads the Parquet files that have deletions.
 
 A file that fails raises an error whose text carries :data:`FILE_ERROR` and the
 file id, so the driver can tell which file of a batch broke the job.
@@ -32,15 +33,17 @@ file id, so the driver can tell which file of a batch broke the job.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sealsync.errors import FormatError
-from sealsync.formats import mods
+from sealsync.formats import deletion
 from sealsync.formats import tsfile as tsfile_format
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
 from spark_loader.table import KEY_COLUMN
@@ -48,9 +51,13 @@ from spark_loader.table import KEY_COLUMN
 FILE_ERROR = "sealsync-file-error"
 _FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)")
 
-#: A file's deletions: every point of ``device`` (of ``measurement``; null: all of its
-#: measurements) whose time is in [``since``, ``until``] (null: unbounded) is gone.
-DELETIONS_DDL = "array<struct<device:string,measurement:string,since:bigint,until:bigint>>"
+#: A file's deletions (:class:`sealsync.formats.deletion.SeriesDeletion`): every point of
+#: every series ``pattern`` (its nodes as written) matches whose time is in [``since``,
+#: ``until``], in the chunks that start below ``below`` (null: every chunk), is gone;
+#: ``where`` names the line or byte of the deletion file, for messages.
+DELETIONS_DDL = (
+    "array<struct<pattern:array<string>,since:bigint,until:bigint,below:bigint,where:string>>"
+)
 #: Input rows of both passes: one per file, with its deletions (read on the driver; null
 #: in the schema pass and without deletions).
 FILES_DDL = f"path string, file_id string, key int, deletions {DELETIONS_DDL}"
@@ -182,25 +189,37 @@ def conform(table: pa.Table, schema: pa.Schema, row: dict[str, Any]) -> pa.Table
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _deletions(records: list[dict[str, Any]]) -> list[mods.Deletion]:
-    """The records as ``mods.apply`` takes them: per device, up to a time."""
-    out = []
-    for d in records:
-        if d["measurement"] is not None or d["since"] is not None:
-            raise FormatError("a deletion of one measurement or from a time needs the Java reader")
-        out.append(mods.Deletion(d["device"], d["until"]))
-    return out
+def deletion_records(
+    deletions: list[deletion.SeriesDeletion],
+) -> list[tuple[list[str], int, int, int | None, str]]:
+    """``deletions`` as rows of :data:`DELETIONS_DDL`."""
+    return [(list(d.pattern), d.start, d.end, d.below_offset, d.where) for d in deletions]
+
+
+def _deletions(records: list[dict[str, Any]]) -> list[deletion.Deletion]:
+    """Rows of :data:`DELETIONS_DDL` back as the records they were made from."""
+    return [
+        deletion.SeriesDeletion(tuple(d["pattern"]), d["since"], d["until"], d["below"], d["where"])
+        for d in records
+    ]
+
+
+def _read(path: str) -> pa.Table:
+    if path.endswith(".parquet"):
+        return pq.read_table(path)
+    return tsfile_format.to_arrow(path)
 
 
 def data_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of the data pass: every row of every file but the points its
-    ``.mods`` deletes, conformed."""
+    deletion files delete, conformed."""
     for batch in batches:
         for row in batch.to_pylist():
             try:
-                table = tsfile_format.to_arrow(row["path"])
+                table = _read(row["path"])
                 if row["deletions"]:
-                    table = mods.apply(table, _deletions(row["deletions"]))
+                    size = os.path.getsize(row["path"])
+                    table = deletion.apply(table, _deletions(row["deletions"]), size)
                 table = conform(table, schema, row)
             except Exception as exc:
                 raise RuntimeError(f"{FILE_ERROR}[{row['file_id']}]: {one_line(exc)}") from None

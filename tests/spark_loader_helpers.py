@@ -18,7 +18,8 @@ from receiver.load.apply import log_deletion
 from receiver.storage import DirectoryStorage
 from sealsync import formats
 from sealsync.config import LoaderConfig
-from sealsync.formats import mods
+from sealsync.formats import deletion, mods
+from sealsync.formats.deletion import MIN_TIME
 from sealsync.names import MODS_SUFFIX, SIDECAR_SUFFIXES
 from sealsync.simulator import EdgeInstance
 from spark_loader import read_arrow
@@ -65,8 +66,9 @@ class Receiver:
 
     def add_mods(self, rel: str, device: str, until_ms: int, sender: str = SENDER_A) -> None:
         """Append a deletion to the receiver's ``.mods`` of a placed file (it grows)."""
+        size = os.path.getsize(self.placed[(sender, rel)])
         with open(self.mods_path(rel, sender), "a", encoding="utf-8") as f:
-            f.write(mods.Deletion(device, until_ms).line())
+            f.write(mods.line(f"{device}.*", size, MIN_TIME, until_ms))
 
     def remove(self, rel: str, sender: str = SENDER_A) -> None:
         """Delete a placed file the receiver's way: its deletion logged first (the
@@ -108,7 +110,8 @@ def file_rows(path: Path) -> pa.Table:
     """A receiver file's rows as the table must hold them: read independently of the
     loader, without the points its ``.mods`` deletes."""
     table: pa.Table = formats.format_for(path).to_arrow(path)
-    return mods.apply(table, mods.read(Path(f"{path}{MODS_SUFFIX}")))
+    gone = list(mods.read(Path(f"{path}{MODS_SUFFIX}")))
+    return deletion.apply(table, gone, os.path.getsize(path))
 
 
 def source_rows(receiver: Receiver, without: Collection[tuple[str, str]] = ()) -> list[tuple]:

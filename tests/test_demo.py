@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from sealsync import formats
-from sealsync.formats import mods
+from sealsync.formats import deletion, mods
 from sealsync.names import MODS_SUFFIX
 from sealsync.simulator import EdgeInstance
 
@@ -49,7 +49,8 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     for name in sealed:
         table = formats.format_for(name).to_arrow(edge.path(name))
         raw.update(table.column("device").to_pylist())
-        kept = mods.apply(table, mods.read(edge.path(name + MODS_SUFFIX)))
+        gone = list(mods.read(edge.path(name + MODS_SUFFIX)))
+        kept = deletion.apply(table, gone, edge.path(name).stat().st_size)
         want.update(kept.column("device").to_pylist())
     assert want["root.sg2.d1"] < raw["root.sg2.d1"]  # the .mods deletion took points away
 

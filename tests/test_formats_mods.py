@@ -1,72 +1,284 @@
-"""The ``X.mods`` format: parsing, refusing what does not parse, applying deletions."""
+"""IoTDB's deletion files: the text ``.mods`` (0.11-1.x), the binary ``.mods2`` (2.x),
+the path patterns they name and the deletions applied to a file's rows."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from sealsync.errors import FormatError
-from sealsync.formats import mods
+from sealsync.formats import deletion, mods, mods2
+from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion, TableDeletion
+
+CASES = json.loads((Path(__file__).parent / "path_pattern_cases.json").read_text())["cases"]
+
+# The four lines IoTDB 0.12.0 wrote for four DELETE statements (docs/iotdb.md).
+REAL_012 = (
+    "DELETION,root.sg.d1.s1,823,-9223372036854775808,4\n"
+    "DELETION,root.sg.d2.*,823,5,6\n"
+    "DELETION,root.sg.d2.s4,823,9,9223372036854775807\n"
+    "DELETION,root.sg.*.*,823,-9223372036854775808,1\n"
+)
 
 
-def test_parses_lines_and_devices_with_commas() -> None:
-    text = "DELETION,root.sg.d1,100\n\nDELETION,root.sg.`a,b`,-5\n"
-    assert mods.parse(text) == [
-        mods.Deletion("root.sg.d1", 100),
-        mods.Deletion("root.sg.`a,b`", -5),
+def _d(path: str, start: int, end: int, offset: int | None, where: str) -> SeriesDeletion:
+    return SeriesDeletion(deletion.split_path(path), start, end, offset, where)
+
+
+def _triples(found: list[SeriesDeletion]) -> list[tuple[str, int, int, int | None]]:
+    return [(d.path, d.start, d.end, d.below_offset) for d in found]
+
+
+# ---------------------------------------------------------------- .mods
+
+
+def test_the_lines_a_real_iotdb_wrote() -> None:
+    assert mods.parse(REAL_012) == [
+        _d("root.sg.d1.s1", MIN_TIME, 4, 823, ".mods line 1"),
+        _d("root.sg.d2.*", 5, 6, 823, ".mods line 2"),
+        _d("root.sg.d2.s4", 9, MAX_TIME, 823, ".mods line 3"),
+        _d("root.sg.*.*", MIN_TIME, 1, 823, ".mods line 4"),
     ]
-    assert mods.parse("".join(d.line() for d in mods.parse(text))) == mods.parse(text)
+
+
+def test_four_fields_start_at_long_min_and_the_version_is_the_offset() -> None:
+    assert _triples(mods.parse("DELETION,root.sg.d1.s1,7,100\n")) == [
+        ("root.sg.d1.s1", MIN_TIME, 100, 7)
+    ]
+
+
+def test_a_path_may_hold_commas_and_trailing_empty_fields_drop_as_in_java() -> None:
+    text = "DELETION,root.sg.`a,b`.s1,9,1,2\nDELETION,root.sg.d1.s1,9,3,4,,\n"
+    assert _triples(mods.parse(text)) == [
+        ("root.sg.`a,b`.s1", 1, 2, 9),
+        ("root.sg.d1.s1", 3, 4, 9),
+    ]
+    # a comma in a 4-field line too: the third field from the end is no integer
+    assert _triples(mods.parse("DELETION,root.sg.`a,b`.s1,9,2\n")) == [
+        ("root.sg.`a,b`.s1", MIN_TIME, 2, 9)
+    ]
+
+
+def test_patterns_with_one_and_any_level_wildcards_anywhere() -> None:
+    text = "".join(
+        mods.line(p, 5, 0, 1)
+        for p in ("root.sg.**", "root.**.s1", "root.sg.*.s1", "root.*.d1.**", "root.sg.d*.s1")
+    )
+    assert [d.pattern for d in mods.parse(text)] == [
+        ("root", "sg", "**"),
+        ("root", "**", "s1"),
+        ("root", "sg", "*", "s1"),
+        ("root", "*", "d1", "**"),
+        ("root", "sg", "d*", "s1"),
+    ]
+
+
+def test_long_bounds_and_a_windows_line_end() -> None:
+    text = f"DELETION,root.sg.d1.s1,{MAX_TIME},{MIN_TIME},{MAX_TIME}\r\n"
+    assert _triples(mods.parse(text)) == [("root.sg.d1.s1", MIN_TIME, MAX_TIME, MAX_TIME)]
+
+
+@pytest.mark.parametrize(
+    ("text", "left"),
+    [
+        (REAL_012 + "aborted\n", ["root.sg.d1.s1", "root.sg.d2.*", "root.sg.d2.s4"]),
+        ("DELETION,root.a.b.c,1,0,1\naborted\nDELETION,root.a.b.d,1,0,1\n", ["root.a.b.d"]),
+        (REAL_012 + "aborted\naborted\n", ["root.sg.d1.s1", "root.sg.d2.*"]),
+        ("DELETION,root.a.b.c,1,0,1\naborted\n", []),
+    ],
+)
+def test_aborted_cancels_the_modification_just_before_it(text: str, left: list[str]) -> None:
+    assert [d.path for d in mods.parse(text)] == left
 
 
 @pytest.mark.parametrize(
     ("text", "why"),
     [
-        ("DELETE,root.d1,5\n", "line 1: not DELETION"),
-        ("DELETION,root.d1,5\nDELETION,5\n", "line 2: not DELETION"),
-        ("DELETION,,5\n", "line 1: not DELETION"),
-        ("DELETION,root.d1,five\n", "line 1: time 'five' is not an integer"),
-        (f"DELETION,root.d1,{1 << 63}\n", "line 1: time 9223372036854775808 out of range"),
+        ("aborted\nDELETION,root.a.b,1,0,1\n", "line 1: 'aborted' with no modification"),
+        ("DELETION,root.a.b,1,0,1\naborted\naborted\n", "line 3: 'aborted' with no modif"),
+        ("DELETE,root.d1,5,1,2\n", "line 1: unknown modification type 'DELETE'"),
+        ("DELETION,root.a.b,1,0,1\n\n", "line 2: unknown modification type ''"),
+        ("DELETION,root.a.b,1,0,1\nDELETION,5,6\n", "line 2: 3 fields"),
+        ("DELETION,root.d1.s1,1,five\n", "line 1: time 'five' is not a long"),
+        ("DELETION,root.d1.s1,x,y\n", "line 1: version 'x' is not a long"),
+        ("DELETION,root.d1.s1,1,2,z\n", "line 1: time 'z' is not a long"),
+        (f"DELETION,root.d1.s1,1,0,{1 << 63}\n", "line 1: time '9223372036854775808'"),
+        ("DELETION,root.d1.s1,1, 2,3\n", "line 1: time ' 2' is not a long"),
+        ("DELETION,,1,0,1\n", "line 1: path '': an empty node"),
+        ("DELETION,root..s1,1,0,1\n", "line 1: path 'root..s1': an empty node"),
+        ("DELETION,root.`a.s1,1,0,1\n", "line 1: path 'root.`a.s1': unclosed `"),
+        ("DELETION,sg.d1.s1,1,0,1\n", "line 1: path 'sg.d1.s1' does not start with root"),
+        ("DELETION,root.a.b,1,0,1\nDELETION,root.a.b,1,0", "line 2 has no line end"),
     ],
 )
-def test_a_line_that_does_not_parse_refuses_the_file(text: str, why: str) -> None:
+def test_a_line_that_does_not_read_refuses_the_file_naming_it(text: str, why: str) -> None:
     with pytest.raises(FormatError) as caught:
         mods.parse(text)
-    assert str(caught.value).startswith(f".mods {why}")
+    assert str(caught.value).startswith(f".mods {why}"), str(caught.value)
 
 
-def test_read_missing_is_none_and_binary_is_refused(tmp_path: Path) -> None:
-    assert mods.read(tmp_path / "absent.mods") == []
-    (tmp_path / "x.mods").write_bytes(b"DELETION,\xff,1\n")
-    with pytest.raises(FormatError, match="not UTF-8"):
+def test_read_missing_is_none_and_bad_utf8_names_its_line(tmp_path: Path) -> None:
+    assert mods.read_version(tmp_path / "absent.mods") == ([], None)
+    (tmp_path / "x.mods").write_bytes(b"DELETION,root.a.b,1,0,1\nDELETION,root.\xff,1,0,1\n")
+    with pytest.raises(FormatError, match=r"^\.mods line 2: not UTF-8"):
         mods.read(tmp_path / "x.mods")
+    (tmp_path / "y.mods").write_text(REAL_012)
+    st = (tmp_path / "y.mods").stat()
+    got, version = mods.read_version(tmp_path / "y.mods")
+    assert len(got) == 4 and version == (st.st_size, st.st_mtime_ns)
 
 
-def test_apply_removes_exactly_the_deleted_points() -> None:
-    table = pa.table(
-        {"time": [1, 2, 3, 1, 2], "device": ["a", "a", "a", "b", "b"], "s1": [10, 20, 30, 40, 50]}
+# ---------------------------------------------------------------- .mods2
+
+
+def test_the_bytes_a_real_iotdb_2_wrote() -> None:
+    real = bytes.fromhex("01" + "8000000000000000" + "0000000000000004" + "1a") + b"root.sg.d1.s1"
+    assert mods2.tree_entry("root.sg.d1.s1", MIN_TIME, 4) == real
+    data = real + mods2.tree_entry("root.sg.**", 3, 5)
+    assert mods2.parse(data) == [
+        _d("root.sg.d1.s1", MIN_TIME, 4, None, ".mods2 entry at byte 0"),
+        _d("root.sg.**", 3, 5, None, ".mods2 entry at byte 31"),
+    ]
+    assert mods2.tree_entry("root.sg.**", 0, 0)[17] == 0x14  # zigzag(10)
+
+
+def test_a_long_path_takes_a_two_byte_varint() -> None:
+    path = "root.sg." + "d" * 100 + ".s1"
+    entry = mods2.tree_entry(path, 1, 2)
+    assert entry[17:19] == bytes([(len(path) * 2) & 0x7F | 0x80, (len(path) * 2) >> 7])
+    assert [d.path for d in mods2.parse(entry) if isinstance(d, SeriesDeletion)] == [path]
+
+
+def _varstr(text: str) -> bytes:
+    return mods2.tree_entry(text, 0, 0)[17:]
+
+
+def test_a_table_deletion_reads_and_is_refused_when_applied() -> None:
+    entry = (
+        bytes([0x00])
+        + (1).to_bytes(8, "big")
+        + (9).to_bytes(8, "big")
+        + _varstr("t1")
+        + bytes([2])
+        + _varstr("dev7")
+        + bytes([2])  # segment index 1, zigzag
+        + bytes([4])  # 2 measurements
+        + _varstr("m1")
+        + _varstr("m2")
     )
-    kept = mods.apply(table, [mods.Deletion("a", 2), mods.Deletion("b", 0)])
-    assert kept.to_pydict() == {"time": [3, 1, 2], "device": ["a", "b", "b"], "s1": [30, 40, 50]}
-    assert mods.apply(table, []).equals(table)
-    batch = table.to_batches()[0]
-    assert mods.apply(batch, [mods.Deletion("b", 9)]).num_rows == 3
-
-
-def test_apply_never_removes_a_row_without_time_or_device() -> None:
-    """No deletion names a point whose time or device is null (the loader's Spark filter
-    on Parquet scans keeps such rows too)."""
-    table = pa.table(
-        {"time": pa.array([1, None, 1, 5], pa.int64()), "device": ["a", "a", None, "a"]}
+    data = mods2.tree_entry("root.sg.d1.s1", 0, 1) + entry
+    found = mods2.parse(data)
+    assert found[1] == TableDeletion(
+        "t1", 1, 9, "segment 1 = 'dev7'", ("m1", "m2"), ".mods2 entry at byte 31"
     )
-    kept = mods.apply(table, [mods.Deletion("a", 2), mods.Deletion("z", 9)])
-    assert kept.to_pydict() == {"time": [None, 1, 5], "device": ["a", None, "a"]}
+    table = pa.table({"device": ["root.sg.d1"], "time": [0], "s1": [1.0]})
+    with pytest.raises(FormatError, match="entry at byte 31: a table-model deletion"):
+        deletion.apply(table, found)
 
 
-def test_read_version_names_the_file_it_read(tmp_path: Path) -> None:
-    path = tmp_path / "x.mods"
-    assert mods.read_version(path) == ([], None)
-    path.write_text("DELETION,root.d1,5\n")
+@pytest.mark.parametrize(
+    ("cut", "why"),
+    [
+        (1, "byte 1 (entry at byte 0): the file ends inside a start time"),
+        (9, "byte 9 (entry at byte 0): the file ends inside an end time"),
+        (17, "byte 17 (entry at byte 0): the file ends inside a path pattern"),
+        (20, "byte 18 (entry at byte 0): the file ends inside a path pattern"),
+    ],
+)
+def test_a_truncated_entry_names_its_byte(cut: int, why: str) -> None:
+    data = mods2.tree_entry("root.sg.d1.s1", 0, 1)
+    with pytest.raises(FormatError) as caught:
+        mods2.parse(data[:cut])
+    assert str(caught.value) == f".mods2 {why}"
+    with pytest.raises(FormatError, match=r"entry at byte 31\): the file ends"):
+        mods2.parse(data + data[:cut])
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"\x02" + bytes(16), "byte 0 (entry at byte 0): unknown entry type 0x02"),
+        (b"\x01" + bytes(16) + b"\x01", "byte 17 (entry at byte 0): a path pattern: length -1"),
+        (b"\x01" + bytes(16) + b"\x04\xff\xfe", "byte 17 (entry at byte 0): a path pattern is not"),
+        (b"\x01" + bytes(16) + b"\xff" * 6, "byte 22 (entry at byte 0): a path pattern: a varint"),
+        (b"\x00" + bytes(16) + _varstr("t") + b"\x01", "byte 19 (entry at byte 0): a table dele"),
+        (b"\x00" + bytes(16) + _varstr("t") + b"\x09", "byte 19 (entry at byte 0): unknown id"),
+    ],
+)
+def test_bytes_that_are_no_entry_refuse_the_file(data: bytes, why: str) -> None:
+    with pytest.raises(FormatError) as caught:
+        mods2.parse(data)
+    assert str(caught.value).startswith(f".mods2 {why}"), str(caught.value)
+
+
+def test_mods2_bad_path_and_read_version(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match=r"^\.mods2 entry at byte 0: path 'sg\.d1'"):
+        mods2.parse(mods2.tree_entry("sg.d1", 0, 1))
+    path = tmp_path / "x.tsfile.mods2"
+    assert mods2.read_version(path) == ([], None)
+    path.write_bytes(mods2.tree_entry("root.sg.**", 0, 1))
     st = path.stat()
-    assert mods.read_version(path) == ([mods.Deletion("root.d1", 5)], (st.st_size, st.st_mtime_ns))
+    got, version = mods2.read_version(path)
+    assert len(got) == 1 and version == (st.st_size, st.st_mtime_ns)
+
+
+# ---------------------------------------------------------------- patterns
+
+
+@pytest.mark.parametrize(
+    "case", CASES, ids=lambda c: f"{c['pattern']}~{c['device']}.{c['measurement']}"
+)
+def test_pattern_cases_shared_with_the_java_matcher(case: dict[str, Any]) -> None:
+    d = SeriesDeletion(deletion.split_path(case["pattern"]), 0, 1, None, "here")
+    if case["expect"] == "refuse":
+        with pytest.raises(FormatError, match="here: pattern .* IoTDB 0.12 .* not applied"):
+            deletion.matches(d, case["device"], case["measurement"])
+    else:
+        assert deletion.matches(d, case["device"], case["measurement"]) is case["expect"]
+
+
+def test_the_case_table_covers_every_kind_of_node() -> None:
+    patterns = " ".join(c["pattern"] for c in CASES)
+    for needle in (".**", "**.", ".*.", ".*", "d*", "*1", "`", '"', "``"):
+        assert needle in patterns
+    assert {c["expect"] for c in CASES} == {True, False, "refuse"}
+
+
+# ---------------------------------------------------------------- apply
+
+
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(zip(*(table.column(n).to_pylist() for n in table.column_names), strict=True))
+
+
+def test_apply_deletes_per_series_over_a_closed_range_and_drops_emptied_rows() -> None:
+    table = pa.table(
+        {
+            "device": ["root.sg.d1"] * 4 + ["root.sg.d2"] * 2,
+            "time": [1, 2, 3, 4, 1, 2],
+            "s1": [1.0, 2.0, 3.0, 4.0, 5.0, None],
+            "s2": [10, 20, None, 40, 50, 60],
+        }
+    )
+    gone = mods.parse("DELETION,root.sg.d1.s1,99,2,3\nDELETION,root.sg.*.s2,99,1,2\n")
+    kept = deletion.apply(table, gone, 99)
+    # d1 t=2 lost both values, t=3 its only one; d2 t=2 its only one: those rows go
+    assert _rows(kept) == [
+        ("root.sg.d1", 1, 1.0, None),
+        ("root.sg.d1", 4, 4.0, 40),
+        ("root.sg.d2", 1, 5.0, None),
+    ]
+
+
+def test_apply_refuses_an_offset_inside_the_file_and_keeps_null_keys() -> None:
+    table = pa.table({"device": ["root.sg.d1", None], "time": pa.array([1, 1], pa.int64())})
+    table = table.append_column("s1", pa.array([1.0, 2.0]))
+    gone = mods.parse("DELETION,root.sg.d1.s1,5,0,9\n")
+    with pytest.raises(FormatError, match="line 1: deletes only from chunks below offset 5"):
+        deletion.apply(table, gone, 6)
+    assert _rows(deletion.apply(table, gone, 5)) == [(None, 1, 2.0)]
+    assert deletion.apply(table, [], 5).equals(table)

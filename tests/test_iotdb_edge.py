@@ -19,21 +19,6 @@ from iotdb_server import RELEASES, IoTDBServer
 from sealsync.permissions import restrict_writes
 
 
-class ModsNotShipped(AssertionError):
-    """Everything arrived but the modification files."""
-
-
-# 2.x writes its modifications to <file>.mods2, which the sender does not ship yet
-# (sender/manage/snapshot.py knows .resource and .mods only): a DELETE on the edge
-# would not reach the data centre. Only that failure is expected, and strictly, so
-# the fix turns this into a failure that asks to remove the mark.
-_MODS2_NOT_SHIPPED = pytest.mark.xfail(
-    raises=ModsNotShipped,
-    strict=True,
-    reason="the sender does not ship IoTDB 2.x's .mods2 (issue 33 item 2)",
-)
-
-
 def _write_and_delete(server: IoTDBServer) -> None:
     with server.client() as client:
         create = "SET STORAGE GROUP TO" if server.release.standalone else "CREATE DATABASE"
@@ -53,13 +38,7 @@ def _point_sender_at(dep: Deployment, data_dir: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "version",
-    [
-        pytest.param(v, marks=() if RELEASES[v].tsfile_version == 3 else _MODS2_NOT_SHIPPED)
-        for v in sorted(RELEASES)
-    ],
-)
+@pytest.mark.parametrize("version", sorted(RELEASES))
 def test_send_ships_a_real_iotdb_data_folder(
     version: str,
     iotdb_server: Callable[[str], IoTDBServer],
@@ -95,6 +74,7 @@ def test_send_ships_a_real_iotdb_data_folder(
                 received[f"{name}{suffix}"] = sha256(path)
     data = {k: v for k, v in written.items() if not k.endswith(mods)}
     assert {k: v for k, v in received.items() if not k.endswith(mods)} == data
-    if set(written) - set(received):
-        raise ModsNotShipped(f"not shipped: {sorted(set(written) - set(received))}")
+    # the modifications too (2.x: the binary .mods2), byte for byte
+    deletions = {k: v for k, v in written.items() if k.endswith(mods)}
+    assert deletions and {k: received.get(k) for k in deletions} == deletions
     assert received == written

@@ -146,7 +146,29 @@ def test_only_files_with_a_mods_are_stated(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setattr(shipped_mods, "mods_identity", counting)
     assert planned(config) == (B, D)  # D is new, B has no record yet
-    assert asked == [f"{B}.mods"]
+    assert asked == [f"{B}.mods", f"{B}.mods2"]  # either may hold its deletions
+
+
+def test_a_mods2_ships_again_when_it_grows(tmp_path: Path) -> None:
+    """IoTDB 2.x's ``X.mods2`` counts as ``X.mods`` does: a file that gets one, or
+    whose one grows, ships again; one with both changes when either does."""
+    config = config_for(tmp_path)
+    data, paths = config.data_dirs[0], paths_of(config)
+    write_data_file(data, A, b"x")
+    paths.folder.mkdir(parents=True)
+    write_file_set(paths.last_local_files, [A])
+    assert planned(config) == ()
+    Path(f"{data / A}.mods2").write_bytes(b"\x01" + bytes(16))
+    assert scan(data).with_mods == {A}
+    assert planned(config) == (A,)
+    before = shipped_mods.current_identities(data, [A])[A]
+    with open(f"{data / A}.mods2", "ab") as f:
+        f.write(b"\x00")
+    assert shipped_mods.current_identities(data, [A])[A] != before
+    Path(f"{data / A}.mods").write_bytes(b"m")
+    both = shipped_mods.current_identities(data, [A])[A]
+    st1, st2 = os.stat(f"{data / A}.mods"), os.stat(f"{data / A}.mods2")
+    assert both == (st1.st_size + st2.st_size, st1.st_mtime_ns + st2.st_mtime_ns)
 
 
 def test_scan_cache_keeps_which_files_have_a_mods(

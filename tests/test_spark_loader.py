@@ -735,21 +735,23 @@ def test_without_the_keyed_writer_spark_partitioned_write_gives_the_same_table(
 def test_a_malformed_mods_skips_its_file_until_fixed(tmp_path: Path, spark: Any) -> None:
     _, recv = two_senders(tmp_path)
     ts_a, pq_a, ts_b, pq_b = list(recv.placed)
-    recv.mods_path(ts_a[1], ts_a[0]).write_text("DELETION,root.sg1.d1,soon\n")
-    recv.mods_path(pq_b[1], pq_b[0]).write_text("DELETION,root.sg2.d8,1\nhalf a line")
+    recv.mods_path(ts_a[1], ts_a[0]).write_text("DELETION,root.sg1.d1.*,9,0,soon\n")
+    recv.mods_path(pq_b[1], pq_b[0]).write_text("DELETION,root.sg2.d8.*,9,0,1\nhalf a line\n")
     config = recv.config(tmp_path)
 
     report = _load(config, spark)
 
     bad_ts, bad_pq = (str(recv.placed[key]) for key in (ts_a, pq_b))
     assert sorted(report.skipped) == sorted([bad_ts, bad_pq])
-    assert report.skipped[bad_ts] == ".mods line 1: time 'soon' is not an integer"
-    assert report.skipped[bad_pq] == ".mods line 2: not DELETION,<device>,<until_ms>"
+    assert report.skipped[bad_ts] == ".mods line 1: time 'soon' is not a long"
+    assert report.skipped[bad_pq] == ".mods line 2: unknown modification type 'half a line'"
     assert report.ingested == 2 and not report.ok
     assert table_rows(config.table_path) == source_rows(recv, without={ts_a, pq_b})
     assert len(load_state(config.state_dir).files) == 2  # not recorded: retried next run
-    recv.mods_path(ts_a[1], ts_a[0]).write_text("DELETION,root.sg1.d1,0\n")
-    recv.mods_path(pq_b[1], pq_b[0]).write_text("DELETION,root.sg2.d8,1000\n")
+    recv.mods_path(ts_a[1], ts_a[0]).write_text("")
+    recv.mods_path(pq_b[1], pq_b[0]).write_text("")
+    recv.add_mods(ts_a[1], "root.sg1.d1", 0, ts_a[0])
+    recv.add_mods(pq_b[1], "root.sg2.d8", 1000, pq_b[0])
 
     report = _load(config, spark)
 

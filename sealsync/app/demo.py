@@ -173,13 +173,14 @@ def _start_ms(group: int, index: int) -> int:
 def _expected_rows_per_device(data_dir: Path, names: list[str]) -> dict[str, int]:
     """Rows the edge still has: each sealed file's rows minus what its ``.mods`` deleted."""
     from sealsync import formats
-    from sealsync.formats import mods
+    from sealsync.formats import deletion, mods
     from sealsync.names import MODS_SUFFIX
 
     counts: Counter[str] = Counter()
     for name in names:
         table = formats.format_for(name).to_arrow(data_dir / name)
-        table = mods.apply(table, mods.read(data_dir / (name + MODS_SUFFIX)))
+        gone = list(mods.read(data_dir / (name + MODS_SUFFIX)))
+        table = deletion.apply(table, gone, (data_dir / name).stat().st_size)
         counts.update(table.column("device").to_pylist())
     return dict(sorted(counts.items()))
 

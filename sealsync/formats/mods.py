@@ -1,68 +1,113 @@
-"""``X.mods``: the points a database deleted from a data file after sealing it.
+"""``X.mods``: the text deletion file IoTDB 0.11-1.x keeps beside a data file.
 
-One deletion per line, ``DELETION,<device>,<until_ms>``: every point of ``<device>``
-whose time is at most ``<until_ms>`` is gone (the device name may itself contain
-commas; the time is the last field). IoTDB appends a line for each ``DELETE``
-statement that reaches a sealed file, so the file only grows; its identity (size and
-mtime) says whether the deletions changed.
+Read as IoTDB's ``LocalTextModificationAccessor`` reads it (0.12: ``server/.../engine/
+modification/io/``; 1.x: ``iotdb-core/datanode/.../modification/io/``): one
+modification per line, fields split at commas,
 
-The one reader of this format: the simulator writes it, the Spark loader applies it.
-A line that does not parse makes the whole file unreadable (a deletion silently
-skipped would keep deleted points in the table); an empty line is allowed.
+* ``DELETION,<path>,<fileOffset>,<startTime>,<endTime>`` -- every point of the series
+  ``<path>`` (a series path or pattern, :mod:`sealsync.formats.deletion`) with
+  ``startTime <= time <= endTime``, in the chunks that start below ``fileOffset`` (the
+  data file's length when the deletion was written; ``Long.MAX_VALUE`` while the file
+  is being compacted);
+* ``DELETION,<path>,<version>,<endTime>`` -- older writers: the same with start
+  ``Long.MIN_VALUE`` (IoTDB reads the third field as the offset here too);
+* a line that is exactly ``aborted`` (0.11-0.13 write it when writing a modification
+  failed) cancels the modification read just before it, once per line.
+
+IoTDB tells the forms apart as its reader does: when the third field from the end is
+an integer the line is the 5-field form and the path is every field between the type
+and it (a path may hold commas); otherwise the 4-field form. Java's split drops
+trailing empty fields, so ``...,5,`` reads as ``...,5``.
+
+IoTDB's reader logs a line it cannot decode and ignores the rest of the file; here
+such a file is unreadable as a whole (:class:`FormatError` names the line), since
+loading it would keep points IoTDB may have deleted. So is an ``aborted`` with no
+modification before it (IoTDB fails on it the same way) and a last line without its
+line end (a write in progress; 1.x truncates such a line when it restarts).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-
-import pyarrow as pa
-import pyarrow.compute as pc
+import re
 
 from sealsync.errors import FormatError
-from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion, check_pattern
 
 MAX_MODS_SIZE = 1 << 30  # what the protocol accepts for a sidecar
-_MIN_TIME, _MAX_TIME = -(1 << 63), (1 << 63) - 1
+ABORTED = "aborted"
+_LONG = re.compile(r"[+-]?[0-9]+")
 
 
-@dataclass(frozen=True)
-class Deletion:
-    device: str
-    until_ms: int
+def _long(text: str) -> int | None:
+    """``text`` as Java's ``Long.parseLong`` reads it, or None where it throws."""
+    if not _LONG.fullmatch(text):
+        return None
+    value = int(text)
+    return value if MIN_TIME <= value <= MAX_TIME else None
 
-    def line(self) -> str:
-        return f"DELETION,{self.device},{self.until_ms}\n"
+
+def _decode(line: str, where: str) -> SeriesDeletion:
+    fields = line.split(",")
+    while len(fields) > 1 and fields[-1] == "":
+        fields.pop()  # Java's String.split drops trailing empty strings
+    if fields[0] != "DELETION":
+        raise FormatError(f"{where}: unknown modification type {fields[0][:40]!r}")
+    if len(fields) < 4:
+        raise FormatError(f"{where}: {len(fields)} fields, a deletion has 4 or 5")
+    offset = _long(fields[-3])
+    if offset is not None:
+        path_fields, start_text, end_text = fields[1:-3], fields[-2], fields[-1]
+    else:
+        path_fields, start_text, end_text = fields[1:-2], None, fields[-1]
+        offset = _long(fields[-2])
+        if offset is None:
+            raise FormatError(f"{where}: version {fields[-2][:40]!r} is not a long")
+    start = MIN_TIME if start_text is None else _long(start_text)
+    end = _long(end_text)
+    if start is None or end is None:
+        bad = end_text if end is None else start_text
+        raise FormatError(f"{where}: time {str(bad)[:40]!r} is not a long")
+    path = ",".join(path_fields)
+    return SeriesDeletion(check_pattern(path, where), start, end, offset, where)
 
 
-def parse(text: str) -> list[Deletion]:
-    """The deletions of a ``.mods`` text, in file order; FormatError names a bad line."""
-    out = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+def parse(text: str) -> list[SeriesDeletion]:
+    """The deletions of a ``.mods`` text in file order, ``aborted`` ones taken out;
+    FormatError names the first line that does not read."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] != "":
+        raise FormatError(
+            f".mods line {len(lines)} has no line end: IoTDB is still writing it (the next "
+            "round ships the whole line)"
+        )
+    out: list[SeriesDeletion] = []
+    for number, raw in enumerate(lines[:-1], start=1):
+        line = raw[:-1] if raw.endswith("\r") else raw
+        if line == ABORTED:
+            if not out:
+                raise FormatError(f".mods line {number}: 'aborted' with no modification before it")
+            out.pop()
             continue
-        parts = line.rsplit(",", 1)
-        head = parts[0].split(",", 1)
-        if len(parts) != 2 or len(head) != 2 or head[0] != "DELETION" or not head[1]:
-            raise FormatError(f".mods line {number}: not DELETION,<device>,<until_ms>")
-        try:
-            until = int(parts[1])
-        except ValueError:
-            raise FormatError(f".mods line {number}: time {parts[1]!r} is not an integer") from None
-        if not _MIN_TIME <= until <= _MAX_TIME:
-            raise FormatError(f".mods line {number}: time {until} out of range")
-        out.append(Deletion(head[1], until))
+        out.append(_decode(line, f".mods line {number}"))
     return out
 
 
-def read(path: str | os.PathLike[str]) -> list[Deletion]:
+def line(path: str, offset: int, start: int, end: int) -> str:
+    """One deletion in the 5-field form IoTDB 0.12-1.x writes (with its line end)."""
+    return f"DELETION,{path},{offset},{start},{end}\n"
+
+
+def read(path: str | os.PathLike[str]) -> list[SeriesDeletion]:
     """The deletions in ``path``; none when it does not exist."""
     return read_version(path)[0]
 
 
 def read_version(
     path: str | os.PathLike[str],
-) -> tuple[list[Deletion], tuple[int, int] | None]:
+) -> tuple[list[SeriesDeletion], tuple[int, int] | None]:
     """The deletions in ``path`` and the ``(size, mtime_ns)`` of the file they were read from.
 
     Both come from one open file, so a caller that identifies a ``.mods`` by its size
@@ -79,26 +124,8 @@ def read_version(
     if len(raw) > MAX_MODS_SIZE:
         raise FormatError(f".mods larger than {MAX_MODS_SIZE} bytes")
     try:
-        return parse(raw.decode("utf-8")), version
-    except UnicodeDecodeError:
-        raise FormatError(".mods is not UTF-8 text") from None
-
-
-def apply(table: pa.Table | pa.RecordBatch, deletions: list[Deletion]) -> pa.Table:
-    """``table`` without the points ``deletions`` remove (needs time and device).
-
-    A row whose time or device is null is no point of any device, so no deletion
-    removes it (the Spark loader's filter on Parquet scans agrees).
-    """
-    if not isinstance(table, pa.Table):
-        table = pa.Table.from_batches([table])
-    if not deletions or table.num_rows == 0:
-        return table
-    gone = None
-    for d in deletions:
-        hit = pc.and_(
-            pc.equal(table.column(DEVICE_COLUMN), d.device),
-            pc.less_equal(table.column(TIME_COLUMN), d.until_ms),
-        )
-        gone = hit if gone is None else pc.or_(gone, hit)
-    return table.filter(pc.invert(pc.fill_null(gone, False)))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        number = raw[: exc.start].count(b"\n") + 1
+        raise FormatError(f".mods line {number}: not UTF-8 text") from None
+    return parse(text), version

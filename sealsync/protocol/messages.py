@@ -251,8 +251,11 @@ class DeleteAck(Message):
 class FileBegin(Message):
     """Opens a file stream: ``size`` bytes of data file, then its sidecars' bytes.
 
-    ``mods_size`` is -1 when the file has no ``X.mods``. The stream's bytes follow in
-    CHUNK frames in that order; FILE_END carries the MD5 of the whole stream.
+    ``mods_size`` is -1 when the file has no ``X.mods``; the optional ``mods2_size``
+    (IoTDB 2.x's binary deletions, ``X.mods2``) is sent only when the file has one, so
+    a file without it has the frame it always had. The stream's bytes follow in CHUNK
+    frames in that order (data, ``.resource``, ``.mods``, ``.mods2``); FILE_END carries
+    the MD5 of the whole stream.
 
     Two optional keys, sent only for data files of at least :data:`RESUME_MIN` bytes
     (a small file's frame is unchanged): ``mtime``, the data file's mtime in
@@ -270,8 +273,9 @@ class FileBegin(Message):
     mods_size: int
     mtime: int = -1
     offset: int = 0
+    mods2_size: int = -1
 
-    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"mtime", "offset"})
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset({"mtime", "offset", "mods2_size"})
 
     def payload(self) -> bytes:
         body: dict[str, Any] = {
@@ -285,6 +289,8 @@ class FileBegin(Message):
             body["mtime"] = self.mtime
         if self.offset:
             body["offset"] = self.offset
+        if self.mods2_size >= 0:
+            body["mods2_size"] = self.mods2_size
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     @classmethod
@@ -299,6 +305,8 @@ class FileBegin(Message):
             _int(body["mtime"], "FILE_BEGIN.mtime", 0, MAX_MTIME_NS)
         if "offset" in body:
             _int(body["offset"], "FILE_BEGIN.offset", 1, MAX_FILE_SIZE)
+        if "mods2_size" in body:
+            _int(body["mods2_size"], "FILE_BEGIN.mods2_size", 0, MAX_SIDECAR_SIZE)
         msg = cls(**body)
         msg.validate()
         return msg
@@ -309,6 +317,7 @@ class FileBegin(Message):
         _int(self.size, "FILE_BEGIN.size", 0, MAX_FILE_SIZE)
         _int(self.resource_size, "FILE_BEGIN.resource_size", 0, MAX_SIDECAR_SIZE)
         _int(self.mods_size, "FILE_BEGIN.mods_size", -1, MAX_SIDECAR_SIZE)
+        _int(self.mods2_size, "FILE_BEGIN.mods2_size", -1, MAX_SIDECAR_SIZE)
         _int(self.mtime, "FILE_BEGIN.mtime", -1, MAX_MTIME_NS)
         _int(self.offset, "FILE_BEGIN.offset", 0, self.size)
         if self.offset and self.mtime < 0:
@@ -316,7 +325,7 @@ class FileBegin(Message):
 
     @property
     def stream_size(self) -> int:
-        return self.size + self.resource_size + max(self.mods_size, 0)
+        return self.size + self.resource_size + max(self.mods_size, 0) + max(self.mods2_size, 0)
 
     @property
     def resumable(self) -> bool:

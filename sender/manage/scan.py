@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sealsync.errors import LocalIOError
-from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, MODS_SUFFIX, data_name_problem
+from sealsync.names import (
+    DATA_ROOTS,
+    DATA_SUFFIXES,
+    MODS2_SUFFIX,
+    MODS_SUFFIX,
+    data_name_problem,
+)
 from sender.manage.scan_cache import Key, Listing, ScanCache, folder_key
 
 SYMLINK = "symbolic link, not followed"
@@ -39,8 +45,8 @@ class DataDirScan:
     folders: tuple[tuple[str, Key], ...] = field(default=(), compare=False)
     """With a cache: every folder walked and its key as stat'ed before it was read."""
     with_mods: frozenset[str] = frozenset()
-    """Sealed files that have an ``X.mods`` (a regular file): the only ones whose
-    ``.mods`` selection needs to ``stat`` (:mod:`.shipped_mods`)."""
+    """Sealed files that have an ``X.mods`` or ``X.mods2`` (a regular file): the only
+    ones whose deletions selection needs to ``stat`` (:mod:`.shipped_mods`)."""
 
 
 def scan(data_dir: os.PathLike[str] | str, cache: Path | None = None) -> DataDirScan:
@@ -155,7 +161,7 @@ def _walk(
             present.append(relname)
             if f"{name}.resource" in regular and f"{name}.merge" not in names:
                 sealed.append(relname)
-                has_mods = name + MODS_SUFFIX in regular
+                has_mods = name + MODS_SUFFIX in regular or name + MODS2_SUFFIX in regular
                 if has_mods:
                     with_mods.append(relname)
                 if cache is not None:

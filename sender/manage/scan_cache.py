@@ -6,7 +6,7 @@ change without its modification and change times changing, so a folder whose ``(
 st_ino, st_mtime_ns, st_ctime_ns)`` is what it was last round still holds what it held
 then: one ``lstat`` replaces its listing. What selection needs of a folder is only names
 (sub-folders, data files, which of them are sealed, which sealed ones have an
-``X.mods``), never file contents, so that is all a listing keeps, data names already
+``X.mods`` or ``X.mods2``), never file contents, so that is all a listing keeps, data names already
 relative to the data dir. (An append to an ``X.mods`` leaves its folder unchanged; that
 is why selection ``stat``-s those files itself, :mod:`.shipped_mods`.)
 
@@ -32,7 +32,7 @@ from sealsync import durable
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
-HEADER = "sealsync scan cache 3"
+HEADER = "sealsync scan cache 4"  # 4: "has deletions" counts X.mods2 too
 RACY_NS = 2_000_000_000
 TAB = "\t"
 _BAD = (TAB, "\n", "\r")

@@ -55,13 +55,13 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from sealsync import durable
-from sealsync.names import MODS_SUFFIX, data_name_problem, require_data_name
+from sealsync.names import MODS2_SUFFIX, MODS_SUFFIX, data_name_problem, require_data_name
 from sealsync.synclog import SyncLogState, read_sync_log
 from sender.manage.layout import SenderPaths
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
-MODS = MODS_SUFFIX
+MODS, MODS2 = MODS_SUFFIX, MODS2_SUFFIX
 
 ModsId = tuple[int, int]
 """``(st_size, st_mtime_ns)`` of a ``.mods``."""
@@ -84,17 +84,23 @@ def mods_identity(path: str | os.PathLike[str]) -> ModsId | None:
 
 
 def current_identities(root: str | os.PathLike[str], names: Iterable[str]) -> dict[str, ModsId]:
-    """``name -> identity`` of ``<root>/<name>.mods`` for the names that have one now.
+    """``name -> identity`` of ``<root>/<name>.mods`` and ``.mods2`` for the names that
+    have either now.
 
-    ``root`` is a data dir (selection) or a snapshot folder (what ships). One ``lstat``
-    per name: callers pass only names the scan saw with a ``.mods``.
+    IoTDB 2.x keeps its deletions in ``X.mods2`` (binary, also only appended to or
+    replaced whole): a file with one has its identity; with both (a data dir IoTDB 2.x
+    took over from 1.x), the sums of their sizes and of their mtimes, which an append
+    to or a replacement of either changes. A file with only a ``.mods`` keeps the
+    identity it always had. ``root`` is a data dir (selection) or a snapshot folder
+    (what ships). Callers pass only names the scan saw with a ``.mods`` or ``.mods2``.
     """
     base = os.fspath(root)
     out = {}
     for name in names:
-        ident = mods_identity(os.path.join(base, name + MODS))
-        if ident is not None:
-            out[name] = ident
+        path = os.path.join(base, name)
+        found = [i for i in (mods_identity(path + MODS), mods_identity(path + MODS2)) if i]
+        if found:
+            out[name] = (sum(i[0] for i in found), sum(i[1] for i in found))
     return out
 
 

@@ -43,12 +43,16 @@ class _Gone(Exception):
     """The source vanished or is not a regular file: the file leaves this round."""
 
 
-_PIECES = (("", True), (".resource", True), (".mods", False))
+# ``.mods2``: IoTDB 2.x's deletions, shipped as ``.mods`` is. Its ``.compaction.mods2``
+# is not: IoTDB writes each of its entries to the file's own ``.mods2`` too
+# (sealsync.formats.mods2).
+_PIECES = (("", True), (".resource", True), (".mods", False), (".mods2", False))
 
 
 def pieces(mods: bool = True) -> tuple[tuple[str, bool], ...]:
     """A file's pieces in the snapshot: each suffix, and whether the file cannot go
-    without it. ``mods=False``: the file has no ``.mods`` here, so none is looked for."""
+    without it. ``mods=False``: the file has no ``.mods``/``.mods2`` here, so none is
+    looked for."""
     return _PIECES if mods else _PIECES[:2]
 
 
@@ -71,7 +75,8 @@ class Placed(NamedTuple):
     size: int
     """The data file's."""
     stream_size: int
-    """The data file's, its ``.resource``'s and its ``.mods``'s, as they are streamed."""
+    """The data file's, its ``.resource``'s and its ``.mods``'s/``.mods2``'s, as they are
+    streamed."""
     has_mods: bool
 
 
@@ -86,8 +91,8 @@ def take_snapshot(
     """Link each data file with its ``.resource`` and, if any, ``.mods``; the files
     linked, by name, in name order.
 
-    ``with_mods``: the names the scan saw a ``.mods`` for (None: look for one at every
-    file). A ``.mods`` is looked for only there: the link that finds none is a failed
+    ``with_mods``: the names the scan saw a ``.mods`` or ``.mods2`` for (None: look for
+    them at every file). A ``.mods`` is looked for only there: the link that finds none is a failed
     system call per file on the round's serial path. One that appears after the scan
     is shipped by the next round, as a ``.mods`` that changed (docs/design.md §3.7).
 

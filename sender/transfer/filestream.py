@@ -56,6 +56,7 @@ class OpenedFile:
     mods_size: int
     mtime: int = -1
     """The data file's mtime in ns (part of a partial upload's identity)."""
+    mods2_size: int = -1
 
     @property
     def stream_size(self) -> int:
@@ -67,9 +68,23 @@ class OpenedFile:
 
     def begin(self, file_id: int, offset: int = 0) -> FileBegin:
         if not self.resumable:  # a small file's frame is as it always was
-            return FileBegin(file_id, self.name, self.size, self.resource_size, self.mods_size)
+            return FileBegin(
+                file_id,
+                self.name,
+                self.size,
+                self.resource_size,
+                self.mods_size,
+                mods2_size=self.mods2_size,
+            )
         return FileBegin(
-            file_id, self.name, self.size, self.resource_size, self.mods_size, self.mtime, offset
+            file_id,
+            self.name,
+            self.size,
+            self.resource_size,
+            self.mods_size,
+            self.mtime,
+            offset,
+            self.mods2_size,
         )
 
     def head_md5(self) -> str:
@@ -87,11 +102,12 @@ class OpenedFile:
 
 
 def open_snapshot_file(snapshot_dir: Path, name: str, mods: bool = True) -> OpenedFile:
-    """Open ``name`` with its ``.resource`` and, if present, ``.mods`` from the snapshot;
-    ``mods=False``: the snapshot has no ``.mods`` for it (``Placed.has_mods``), so none
-    is looked for."""
+    """Open ``name`` with its ``.resource`` and, if present, ``.mods`` and ``.mods2``
+    from the snapshot; ``mods=False``: the snapshot has neither for it
+    (``Placed.has_mods``), so none is looked for."""
     path = snapshot_path(snapshot_dir, name)
     opened: list[tuple[io.FileIO, int]] = []
+    by_suffix: dict[str, int] = {}
     mtime = -1
     try:
         for suffix, required in pieces(mods):
@@ -103,6 +119,7 @@ def open_snapshot_file(snapshot_dir: Path, name: str, mods: bool = True) -> Open
                 continue
             st = os.fstat(f.fileno())
             opened.append((f, st.st_size))
+            by_suffix[suffix] = st.st_size
             if not suffix:
                 mtime = st.st_mtime_ns
     except OSError as exc:
@@ -114,7 +131,15 @@ def open_snapshot_file(snapshot_dir: Path, name: str, mods: bool = True) -> Open
             f.close()
         raise
     sizes = [size for _, size in opened]
-    result = OpenedFile(name, opened, sizes[0], sizes[1], sizes[2] if len(sizes) > 2 else -1, mtime)
+    result = OpenedFile(
+        name,
+        opened,
+        sizes[0],
+        sizes[1],
+        by_suffix.get(".mods", -1),
+        mtime,
+        by_suffix.get(".mods2", -1),
+    )
     if result.size > MAX_FILE_SIZE or max(sizes[1:]) > MAX_SIDECAR_SIZE:
         result.close()
         raise Unsendable(f"{name} is larger than the protocol allows")

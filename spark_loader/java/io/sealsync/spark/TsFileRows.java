@@ -23,8 +23,8 @@ import org.apache.tsfile.enums.TSDataType;
  * TsFiles read into Spark rows on the executors, with Apache TsFile's Java reader.
  *
  * <p>The input is the loader's files DataFrame: {@code path, file_id, key, deletions}, the
- * deletions already parsed (an array of {@code device, measurement, since, until}; a null
- * measurement is every measurement of the device). Two passes, as for any reader whose output
+ * deletions already parsed (an array of {@code pattern, since, until, below, where}: IoTDB's
+ * deletions, {@link io.sealsync.tsfile.TsFilePoints.Deletion}). Two passes, as for any reader whose output
  * schema must be known first: {@link #schema} lists each file's measurements and their types
  * (from metadata), the driver merges them, and {@link #data} reads every row in that shape. A
  * file that fails makes the data pass fail with {@code sealsync-file-error[<file id>]: <reason>}
@@ -151,12 +151,14 @@ public final class TsFileRows {
       return out;
     }
     for (Row d : file.<Row>getList(index)) {
+      List<String> pattern = d.getList(0);
       out.add(
           new TsFilePoints.Deletion(
-              d.getString(0),
-              d.isNullAt(1) ? null : d.getString(1),
-              d.isNullAt(2) ? Long.MIN_VALUE : d.getLong(2),
-              d.isNullAt(3) ? Long.MAX_VALUE : d.getLong(3)));
+              pattern.toArray(new String[0]),
+              d.getLong(1),
+              d.getLong(2),
+              d.isNullAt(3) ? Long.MAX_VALUE : d.getLong(3),
+              d.getString(4)));
     }
     return out;
   }

@@ -49,25 +49,43 @@ public final class TsFilePoints implements AutoCloseable {
     void row(String device, long time, Object[] values);
   }
 
-  /** A deletion of the points of one device (one measurement, or all when null) in a range. */
+  /**
+   * An IoTDB deletion ({@code sealsync.formats.deletion.SeriesDeletion}): the points of every
+   * series {@code pattern} matches ({@link PathPattern}) with {@code since <= time <= until}, in
+   * the chunks whose header starts below {@code below} (IoTDB 0.12-1.x compare the deletion's file
+   * offset with the chunk's: points written to the file after the DELETE stay; {@code
+   * Long.MAX_VALUE}: every chunk). {@code where} names its line or byte for messages.
+   */
   public static final class Deletion implements java.io.Serializable {
-    private static final long serialVersionUID = 1L;
-    final String device;
-    final String measurement;
+    private static final long serialVersionUID = 2L;
+    final String[] pattern;
     final long since;
     final long until;
+    final long below;
+    final String where;
 
-    public Deletion(String device, String measurement, long since, long until) {
-      this.device = device;
-      this.measurement = measurement;
+    public Deletion(String[] pattern, long since, long until, long below, String where) {
+      this.pattern = pattern;
       this.since = since;
       this.until = until;
+      this.below = below;
+      this.where = where;
     }
 
-    boolean covers(String device, String measurement) {
-      return this.device.equals(device)
-          && (this.measurement == null || this.measurement.equals(measurement));
+    boolean covers(String device, String measurement) throws IOException {
+      return PathPattern.matches(pattern, device, measurement, where);
     }
+  }
+
+  private static List<Deletion> covering(List<Deletion> deletions, String device, String name)
+      throws IOException {
+    List<Deletion> out = new ArrayList<>();
+    for (Deletion d : deletions) {
+      if (d.covers(device, name)) {
+        out.add(d);
+      }
+    }
+    return out;
   }
 
   static {
@@ -186,14 +204,12 @@ public final class TsFilePoints implements AutoCloseable {
     Pair<IDeviceID, Boolean> next = devices.next();
     IDeviceID id = next.left;
     String device = id.toString();
-    List<Series> series = Boolean.TRUE.equals(next.right) ? aligned(id) : nonAligned(id);
+    List<Series> series =
+        Boolean.TRUE.equals(next.right)
+            ? aligned(id, device, deletions)
+            : nonAligned(id, device, deletions);
     List<Series> kept = new ArrayList<>(series.size());
     for (Series s : series) {
-      for (Deletion d : deletions) {
-        if (d.covers(device, s.name)) {
-          s.delete(d.since, d.until);
-        }
-      }
       s.settle();
       if (s.n > 0) {
         kept.add(s);
@@ -202,28 +218,33 @@ public final class TsFilePoints implements AutoCloseable {
     return merge(device, kept, columns, new Object[width], sink);
   }
 
-  private List<Series> nonAligned(IDeviceID device) throws IOException {
+  private List<Series> nonAligned(IDeviceID device, String path, List<Deletion> deletions)
+      throws IOException {
     List<Series> out = new ArrayList<>();
     for (TimeseriesMetadata meta : reader.getDeviceTimeseriesMetadata(device)) {
       if (meta.getTsDataType() == TSDataType.VECTOR) {
         continue;
       }
       Series s = new Series(meta.getMeasurementId(), meta.getTsDataType());
+      List<Deletion> hits = covering(deletions, path, s.name);
       List<ChunkMetadata> chunks = new ArrayList<>(reader.readChunkMetaDataList(meta));
       chunks.sort((a, b) -> Long.compare(a.getOffsetOfChunkHeader(), b.getOffsetOfChunkHeader()));
       for (ChunkMetadata chunk : chunks) {
+        int from = s.n;
         IChunkReader chunkReader = new ChunkReader(readChunk(chunk));
         for (IPageReader page : chunkReader.loadPageReaderList()) {
           TsBlock block = page.getAllSatisfiedData();
           s.add(block, 0);
         }
+        s.deleteFrom(from, hits, chunk.getOffsetOfChunkHeader());
       }
       out.add(s);
     }
     return out;
   }
 
-  private List<Series> aligned(IDeviceID device) throws IOException {
+  private List<Series> aligned(IDeviceID device, String path, List<Deletion> deletions)
+      throws IOException {
     List<Series> out = new ArrayList<>();
     for (TimeseriesMetadata meta : reader.getDeviceTimeseriesMetadataWithoutChunkMetadata(device)) {
       if (meta.getTsDataType() != TSDataType.VECTOR && !meta.getMeasurementId().isEmpty()) {
@@ -231,9 +252,12 @@ public final class TsFilePoints implements AutoCloseable {
       }
     }
     List<TSDataType> types = new ArrayList<>(out.size());
+    List<List<Deletion>> hits = new ArrayList<>(out.size());
     for (Series s : out) {
       types.add(s.type);
+      hits.add(covering(deletions, path, s.name));
     }
+    int[] from = new int[out.size()];
     List<AbstractAlignedChunkMetadata> chunks =
         new ArrayList<>(reader.getAlignedChunkMetadata(device, false));
     chunks.sort(
@@ -258,6 +282,9 @@ public final class TsFilePoints implements AutoCloseable {
         valueChunks.add(v == null ? null : readChunk((ChunkMetadata) v));
       }
       Chunk time = readChunk((ChunkMetadata) chunk.getTimeChunkMetadata());
+      for (int i = 0; i < out.size(); i++) {
+        from[i] = out.get(i).n;
+      }
       IChunkReader chunkReader = new AlignedChunkReader(time, valueChunks);
       for (IPageReader page : chunkReader.loadPageReaderList()) {
         page.initTsBlockBuilder(types); // an aligned page builds its block for these types
@@ -265,6 +292,12 @@ public final class TsFilePoints implements AutoCloseable {
         for (int i = 0; i < out.size(); i++) {
           out.get(i).add(block, i);
         }
+      }
+      long timeOffset = chunk.getTimeChunkMetadata().getOffsetOfChunkHeader();
+      for (int i = 0; i < out.size(); i++) {
+        IChunkMetadata v = valueMetas.get(i);
+        long offset = v == null ? timeOffset : v.getOffsetOfChunkHeader();
+        out.get(i).deleteFrom(from[i], hits.get(i), offset);
       }
     }
     return out;
@@ -491,16 +524,24 @@ public final class TsFilePoints implements AutoCloseable {
       }
     }
 
-    /** Drop the points in [since, until]. */
-    void delete(long since, long until) {
-      int w = 0;
-      for (int r = 0; r < n; r++) {
-        if (times[r] >= since && times[r] <= until) {
-          continue;
+    /**
+     * Drop the points from index {@code from} on (one chunk's) that a deletion of {@code hits}
+     * covers: one written below the chunk's header offset, over its closed time range.
+     */
+    void deleteFrom(int from, List<Deletion> hits, long chunkOffset) {
+      for (Deletion d : hits) {
+        if (d.below <= chunkOffset) {
+          continue; // the chunk was written after the deletion: IoTDB keeps its points
         }
-        move(r, w++);
+        int w = from;
+        for (int r = from; r < n; r++) {
+          if (times[r] >= d.since && times[r] <= d.until) {
+            continue;
+          }
+          move(r, w++);
+        }
+        n = w;
       }
-      n = w;
     }
 
     private void move(int from, int to) {

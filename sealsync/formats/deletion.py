@@ -1,0 +1,267 @@
+"""A deletion IoTDB recorded beside a sealed file, as both of its formats give it.
+
+IoTDB writes deletions in two formats: the text ``X.mods`` of 0.11-1.x
+(:mod:`sealsync.formats.mods`) and the binary ``X.mods2`` of 2.x
+(:mod:`sealsync.formats.mods2`). Each parser turns its format into the records here,
+so the loader applies one kind of record whatever release wrote the file:
+
+* :class:`SeriesDeletion` -- a tree-model deletion: every point of every series whose
+  path the pattern matches, with ``start <= time <= end`` (a closed interval), is gone.
+  In 0.12-1.x the deletion carries the data file's length when it was written and
+  removes points only from chunks that start below it (``ModificationUtils``/
+  ``QueryUtils.modifyChunkMetaData``: ``fileOffset > offsetOfChunkHeader``), so points
+  written to the same file after the ``DELETE`` survive; ``.mods2`` entries carry no
+  offset and cover every chunk (``below_offset`` None).
+* :class:`TableDeletion` -- a table-model deletion of 2.x. Parsed so a file holding
+  one reads, never applied: the loader refuses the file with one line instead of
+  guessing which rows the predicate meant.
+
+Path patterns follow IoTDB 0.13 and later (``PartialPath.matchFullPath``,
+``PathPatternUtil``): a pattern matches a series path of the same shape node by
+node; ``*`` is any one node, ``**`` one or more nodes (anywhere in the pattern), and a
+node that starts or ends with ``*`` (``d*``, ``*1``) matches names by that glob.
+Nodes are split at dots outside backquotes (1.x, 2.x) or double quotes (0.12);
+inside backquotes a doubled backquote is one. A quoted node is a name, never a
+wildcard. IoTDB 0.12 matched a pattern as a *prefix* (``root.sg.d1`` covered every
+series under ``d1``); where that reading and the later one disagree for a series of
+the file, :func:`matches` refuses rather than guess which release wrote the line.
+
+The Java reader of the loader matches with the same rules
+(``io.sealsync.tsfile.PathPattern``); both are held to one table of cases,
+``tests/path_pattern_cases.json``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sealsync.errors import FormatError
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+
+MIN_TIME, MAX_TIME = -(1 << 63), (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class SeriesDeletion:
+    """Points of the series ``pattern`` matches with ``start <= time <= end``, in the
+    chunks that start below ``below_offset`` (None: in every chunk)."""
+
+    pattern: tuple[str, ...]  # the nodes, as the file writes them (quotes kept)
+    start: int
+    end: int
+    below_offset: int | None
+    where: str  # "line 3" / "byte 17": where the file holds it, for messages
+
+    @property
+    def path(self) -> str:
+        return ".".join(self.pattern)
+
+
+@dataclass(frozen=True)
+class TableDeletion:
+    """A 2.x table-model deletion: kept as read, applied never (see the module doc)."""
+
+    table: str
+    start: int
+    end: int
+    predicate: str  # IoTDB's id predicate, described
+    measurements: tuple[str, ...]  # empty: every column
+    where: str
+
+
+Deletion = SeriesDeletion | TableDeletion
+
+
+def split_path(text: str) -> tuple[str, ...]:
+    """The nodes of a path or pattern, each as written (quotes kept); ValueError names
+    what is wrong (an empty node, an unclosed quote)."""
+    nodes: list[str] = []
+    i, n = 0, len(text)
+    while True:
+        if i < n and text[i] in '`"':
+            quote = text[i]
+            j = i + 1
+            while True:
+                k = text.find(quote, j)
+                if k < 0:
+                    raise ValueError(f"unclosed {quote} in {text!r}")
+                if quote == "`" and k + 1 < n and text[k + 1] == "`":
+                    j = k + 2  # a doubled backquote is one, inside the node
+                    continue
+                break
+            node, i = text[i : k + 1], k + 1
+            if i < n and text[i] != ".":
+                raise ValueError(f"{node} is followed by {text[i]!r}, not a dot, in {text!r}")
+        else:
+            k = text.find(".", i)
+            k = n if k < 0 else k
+            node, i = text[i:k], k
+        if not node:
+            raise ValueError(f"an empty node in {text!r}")
+        nodes.append(node)
+        if i >= n:
+            return tuple(nodes)
+        i += 1  # the dot
+        if i >= n:
+            raise ValueError(f"an empty node in {text!r}")
+
+
+def node_name(node: str) -> str:
+    """A node's name: its text without enclosing quotes (a doubled backquote is one)."""
+    if len(node) >= 2 and node[0] == node[-1] == "`":
+        return node[1:-1].replace("``", "`")
+    if len(node) >= 2 and node[0] == node[-1] == '"':
+        return node[1:-1]
+    return node
+
+
+def _is_quoted(node: str) -> bool:
+    return len(node) >= 2 and node[0] == node[-1] and node[0] in '`"'
+
+
+@lru_cache(maxsize=4096)
+def _glob(node: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in node.split("*")), re.DOTALL)
+
+
+def _node_matches(pattern: str, name: str) -> bool:
+    if _is_quoted(pattern):
+        return node_name(pattern) == name
+    if pattern in ("*", "**"):
+        return True
+    if pattern.startswith("*") or pattern.endswith("*"):
+        return _glob(pattern).fullmatch(name) is not None
+    return pattern == name
+
+
+def _match(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
+    """IoTDB 0.13+ matching of ``pattern`` against a path's node names."""
+    # reach: how many names the pattern's nodes so far can have consumed
+    reach = {0}
+    for node in pattern:
+        nxt: set[int] = set()
+        multi = node == "**"
+        for j in reach:
+            if multi:
+                nxt.update(range(j + 1, len(names) + 1))
+            elif j < len(names) and _node_matches(node, names[j]):
+                nxt.add(j + 1)
+        if not nxt:
+            return False
+        reach = nxt
+    return len(names) in reach
+
+
+def _only_as_prefix(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
+    """Whether IoTDB 0.12, which read a pattern as a prefix of the paths it covers, would
+    delete from this path where 0.13 and later do not: the pattern is shorter than the
+    path and matches its first nodes. (0.12 knew no ``**`` and no globs in a node.)"""
+    return (
+        "**" not in pattern
+        and len(pattern) < len(names)
+        and all(_node_matches(p, n) for p, n in zip(pattern, names, strict=False))
+    )
+
+
+def series_names(device: str, measurement: str) -> tuple[str, ...]:
+    """The node names of series ``measurement`` of ``device`` (a device path as the
+    TsFile names it; the measurement one node, quoted or not)."""
+    return tuple(node_name(n) for n in split_path(device)) + (node_name(measurement),)
+
+
+def matches(deletion: SeriesDeletion, device: str, measurement: str) -> bool:
+    """Whether ``deletion`` covers series ``measurement`` of ``device``.
+
+    FormatError when IoTDB 0.12 (prefix patterns) and 0.13+ (whole-path patterns)
+    disagree for this series: applying either reading might delete what the IoTDB that
+    wrote the line kept, so the file is refused with the cause.
+    """
+    try:
+        names = series_names(device, measurement)
+    except ValueError as exc:
+        raise FormatError(f"series {device}.{measurement}: {exc}") from None
+    if _only_as_prefix(deletion.pattern, names):
+        raise FormatError(
+            f"{deletion.where}: pattern {deletion.path} covers {device}.{measurement} in "
+            "IoTDB 0.12 (a prefix) but not in 0.13 and later (a whole path); not applied "
+            "(delete those points in IoTDB again with a whole-path pattern, e.g. ending in .**)"
+        )
+    return _match(deletion.pattern, names)
+
+
+def check_pattern(path: str, where: str) -> tuple[str, ...]:
+    """``path`` split into nodes, or FormatError naming ``where`` and the cause."""
+    try:
+        nodes = split_path(path)
+    except ValueError as exc:
+        raise FormatError(f"{where}: path {path!r}: {exc}") from None
+    if node_name(nodes[0]) != "root":
+        raise FormatError(f"{where}: path {path!r} does not start with root")
+    return nodes
+
+
+def refuse_table_deletions(deletions: Sequence[Deletion]) -> None:
+    """FormatError for the first table-model deletion: the loader applies none."""
+    for d in deletions:
+        if isinstance(d, TableDeletion):
+            raise FormatError(
+                f"{d.where}: a table-model deletion (table {d.table}, {d.predicate}) is not "
+                "applied by this loader; the file stays out of the table"
+            )
+
+
+def apply(
+    table: pa.Table | pa.RecordBatch, deletions: Sequence[Deletion], file_size: int | None = None
+) -> pa.Table:
+    """``table`` (device, time and one column per measurement, as the Python TsFile
+    reader gives a file) without the points ``deletions`` remove; a row that had points
+    and has none left goes.
+
+    Without chunk offsets at hand, a deletion that covers only the chunks below an
+    offset is applied only when that offset is past ``file_size`` (then it covers every
+    chunk); otherwise FormatError, as for table-model deletions. A row whose time or
+    device is null is no point of any series, so nothing removes it.
+    """
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_batches([table])
+    refuse_table_deletions(deletions)
+    if not deletions or table.num_rows == 0:
+        return table
+    names = [n for n in table.column_names if n not in (DEVICE_COLUMN, TIME_COLUMN)]
+    devices = [d for d in pc.unique(table.column(DEVICE_COLUMN)).to_pylist() if d is not None]
+    columns = {n: table.column(n) for n in names}
+    touched = pa.array([False] * table.num_rows)
+    for d in deletions:
+        assert isinstance(d, SeriesDeletion)
+        if d.below_offset is not None and (file_size is None or d.below_offset < file_size):
+            raise FormatError(
+                f"{d.where}: deletes only from chunks below offset {d.below_offset} of the "
+                "data file, which needs the Java TsFile reader (it knows where chunks start)"
+            )
+        in_range = pc.and_(
+            pc.greater_equal(table.column(TIME_COLUMN), d.start),
+            pc.less_equal(table.column(TIME_COLUMN), d.end),
+        )
+        for device in devices:
+            hit = [n for n in names if matches(d, device, n)]
+            if not hit:
+                continue
+            mask = pc.fill_null(
+                pc.and_(pc.equal(table.column(DEVICE_COLUMN), device), in_range), False
+            )
+            touched = pc.or_(touched, mask)
+            for n in hit:
+                col = columns[n]
+                columns[n] = pc.if_else(mask, pa.nulls(table.num_rows, col.type), col)
+    for n in names:
+        table = table.set_column(table.column_names.index(n), n, columns[n])
+    keep = pc.invert(touched)
+    for n in names:
+        keep = pc.or_(keep, pc.is_valid(columns[n]))
+    return table.filter(keep)

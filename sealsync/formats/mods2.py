@@ -1,0 +1,183 @@
+"""``X.mods2``: the binary deletion file IoTDB 2.x keeps beside a data file.
+
+Read as IoTDB 2.x's ``ModificationFile`` reads it (``iotdb-core/datanode/.../
+dataregion/modification/``): entries back to back from the first byte to the last, no
+header, each a ``ModEntry`` (``ModEntry.createFrom``):
+
+* one type byte: ``0x01`` a tree-model deletion (``TreeDeletionEntry``), ``0x00`` a
+  table-model deletion (``TableDeletionEntry``);
+* the closed time range: start, then end, each a big-endian int64;
+* tree: the path pattern, a string; table: a ``DeletionPredicate`` -- the table name
+  (a string), an id predicate (one type byte: 0 none, 1 a whole device id, 2 one
+  segment equal to a string, 3 all of several predicates), then a varint count of
+  measurement names and each name (a string; none: every column).
+
+A string is a varint length then that many UTF-8 bytes; a varint is zigzag-encoded,
+seven bits a byte, low bits first, high bit set on every byte but the last
+(``ReadWriteIOUtils.writeVar``, ``ReadWriteForEncodingUtils.writeVarInt``). Entries
+carry no file offset: a deletion covers every chunk of its file.
+
+A tree entry becomes a :class:`~sealsync.formats.deletion.SeriesDeletion`, a table
+entry a :class:`~sealsync.formats.deletion.TableDeletion` (kept, never applied). An
+entry that does not read -- an unknown type, a truncated tail, a bad string -- makes
+the file unreadable; :class:`FormatError` names its byte offset.
+
+``X.compaction.mods2`` is not read and not shipped: IoTDB writes every deletion that
+reaches a file being compacted to the file's own ``X.mods2`` and, as a cascade, to
+``X.compaction.mods2``, which it later moves onto the target's ``.mods2``
+(``ModificationFile.write``, ``getCompactionMods``). Its entries are in ``.mods2``
+files the sender ships already.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sealsync.errors import FormatError
+from sealsync.formats.deletion import (
+    Deletion,
+    SeriesDeletion,
+    TableDeletion,
+    check_pattern,
+)
+
+MAX_MODS2_SIZE = 1 << 30  # what the protocol accepts for a sidecar
+TREE, TABLE = 0x01, 0x00
+_NOP, _FULL, _SEGMENT, _AND = 0, 1, 2, 3
+_MAX_AND_DEPTH = 64
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.at = 0
+        self.entry = 0  # where the entry being read starts
+
+    def fail(self, what: str) -> FormatError:
+        return FormatError(f".mods2 byte {self.at} (entry at byte {self.entry}): {what}")
+
+    def take(self, n: int, what: str) -> bytes:
+        if self.at + n > len(self.data):
+            raise self.fail(f"the file ends inside {what}")
+        out = self.data[self.at : self.at + n]
+        self.at += n
+        return out
+
+    def byte(self, what: str) -> int:
+        return self.take(1, what)[0]
+
+    def int64(self, what: str) -> int:
+        return int.from_bytes(self.take(8, what), "big", signed=True)
+
+    def varint(self, what: str) -> int:
+        value = shift = 0
+        while True:
+            b = self.byte(what)
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift >= 35:
+                raise self.fail(f"{what}: a varint longer than 5 bytes")
+        value &= 0xFFFFFFFF
+        return (value >> 1) ^ -(value & 1)
+
+    def string(self, what: str) -> str:
+        at = self.at
+        n = self.varint(what)
+        if n < 0:
+            self.at = at
+            raise self.fail(f"{what}: length {n}")
+        raw = self.take(n, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.at = at
+            raise self.fail(f"{what} is not UTF-8") from None
+
+    def predicate(self, depth: int = 0) -> str:
+        kind = self.byte("an id predicate")
+        if kind == _NOP:
+            return "every device"
+        if kind == _SEGMENT:
+            pattern = self.string("an id predicate's segment")
+            index = self.varint("an id predicate's segment index")
+            return f"segment {index} = {pattern!r}"
+        if kind == _AND and depth < _MAX_AND_DEPTH:
+            count = self.varint("an id predicate's count")
+            if count < 0:
+                raise self.fail(f"an id predicate of {count} parts")
+            return " and ".join(self.predicate(depth + 1) for _ in range(count)) or "every device"
+        self.at -= 1
+        if kind == _FULL:
+            raise self.fail("a table deletion naming one whole device id: not supported")
+        raise self.fail(f"unknown id predicate type {kind}")
+
+
+def parse(data: bytes) -> list[Deletion]:
+    """The entries of a ``.mods2`` file's bytes, in file order."""
+    r = _Reader(data)
+    out: list[Deletion] = []
+    while r.at < len(data):
+        r.entry = r.at
+        kind = r.byte("an entry type")
+        if kind not in (TREE, TABLE):
+            r.at -= 1
+            raise r.fail(f"unknown entry type 0x{kind:02x}")
+        start = r.int64("a start time")
+        end = r.int64("an end time")
+        where = f".mods2 entry at byte {r.entry}"
+        if kind == TREE:
+            path = r.string("a path pattern")
+            out.append(SeriesDeletion(check_pattern(path, where), start, end, None, where))
+            continue
+        table = r.string("a table name")
+        predicate = r.predicate()
+        count = r.varint("a measurement count")
+        if count < 0:
+            raise r.fail(f"{count} measurements")
+        names = tuple(r.string("a measurement name") for _ in range(count))
+        out.append(TableDeletion(table, start, end, predicate, names, where))
+    return out
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    n = (len(raw) << 1) & 0xFFFFFFFF
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + raw
+
+
+def tree_entry(path: str, start: int, end: int) -> bytes:
+    """One tree-model deletion as IoTDB 2.x writes it."""
+    return (
+        bytes([TREE])
+        + start.to_bytes(8, "big", signed=True)
+        + end.to_bytes(8, "big", signed=True)
+        + _string(path)
+    )
+
+
+def read(path: str | os.PathLike[str]) -> list[Deletion]:
+    """The deletions in ``path``; none when it does not exist."""
+    return read_version(path)[0]
+
+
+def read_version(
+    path: str | os.PathLike[str],
+) -> tuple[list[Deletion], tuple[int, int] | None]:
+    """The deletions in ``path`` and the ``(size, mtime_ns)`` of the file read (from one
+    open file, as :func:`sealsync.formats.mods.read_version`); ``([], None)`` if absent."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            raw = f.read(MAX_MODS2_SIZE + 1)
+    except FileNotFoundError:
+        return [], None
+    if len(raw) > MAX_MODS2_SIZE:
+        raise FormatError(f".mods2 larger than {MAX_MODS2_SIZE} bytes")
+    return parse(raw), (st.st_size, st.st_mtime_ns)
