@@ -33,6 +33,7 @@ from state_helpers import sync_log_lines
 
 from receiver.inspect_pool import InspectPool
 from receiver.layout import SenderFolder
+from receiver.limits import SESSION_WAIT
 from receiver.load.owners import DeviceOwners
 from receiver.serve import serve
 from receiver.service import ReceiverService
@@ -377,6 +378,39 @@ def test_hostile_frame_ends_only_that_session(
 
 
 # --- bounds and lifecycle -------------------------------------------------------------------------
+
+
+def test_a_key_over_its_connections_and_a_receiver_at_its_limit_say_so(
+    tmp_path: Path, keys: dict[str, Path], pool: InspectPool
+) -> None:
+    """Connections count from authentication: a key's third one hears that its key has
+    its connections open; past the receiver's bound, one hears that the receiver is at
+    its connection limit (not a close before the banner); idle authenticated ones are
+    closed after SESSION_WAIT."""
+    from security.attacks import AuthOnly
+
+    config = make_config(tmp_path, keys, max_startups="1", max_sessions=1)
+    with ReceiverService(config, inspect=pool.inspect) as svc:
+        assert svc.max_connections == 7
+        held = [AuthOnly(svc.address, "127.0.0.2", keys["edge_a"]) for _ in range(2)]
+        try:
+            with Client(svc.address, keys["edge_a"]) as third:
+                answer = third.hello(UUID_A)
+            assert isinstance(answer, Error) and answer.code == "busy", answer
+            assert "connections open (max_sessions_per_key)" in answer.message
+            held += [AuthOnly(svc.address, "127.0.0.2", keys["edge_b"]) for _ in range(5)]
+            with Client(svc.address, keys["edge_b"]) as over:
+                answer = over.hello(UUID_B)
+            assert isinstance(answer, Error) and answer.code == "busy", answer
+            assert "at its connection limit" in answer.message
+            deadline = time.monotonic() + SESSION_WAIT + 3
+            while any(h.alive() for h in held) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not any(h.alive() for h in held)  # closed: no session within SESSION_WAIT
+        finally:
+            for h in held:
+                h.close()
+        good_round(svc, keys, tmp_path)  # another source: the idle ones' penalty is theirs
 
 
 def test_max_sessions_bound_answers_busy(
