@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from receiver.layout import RECEIVER_FOLDER
+from receiver.storage import refuse_links
 from sealsync.errors import LockHeld, SealsyncError
 
 LOCK_NAME = "receiver.lock"
@@ -96,9 +97,11 @@ class StorageLock:
     def _take(self, path: Path) -> int:
         try:
             # The configured folder exists (the config checks it); its sync/ or
-            # sync-receiver/ subfolder is the receiver's own to make.
+            # sync-receiver/ subfolder is the receiver's own to make, and never a link
+            # (everything the receiver writes there would go where it points).
+            refuse_links(path.parent.parent, path)
             path.parent.mkdir(exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             raise SealsyncError(
                 f"cannot open the receiver lock {path}: {exc.strerror or exc}"

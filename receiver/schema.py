@@ -17,6 +17,7 @@ import os
 import threading
 from pathlib import Path
 
+from receiver.storage import refuse_links
 from sealsync.durable import fsync_dir
 from sealsync.protocol import ErrorCode, ProtocolError
 
@@ -63,8 +64,10 @@ class SchemaStore:
             if not new:
                 return size
             created = not path.exists()
+            # No link below the schema dir is followed: it would carry the appends out.
+            refuse_links(self.root.parent.parent, path.parent)
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
             try:
                 view = memoryview(new)
                 while view:

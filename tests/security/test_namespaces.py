@@ -37,6 +37,7 @@ from sealsync.protocol import (
     RoundDone,
     RoundEnd,
     RoundReady,
+    Schema,
     Welcome,
 )
 from security.attacks import Site, SourcedClient, snapshot
@@ -276,5 +277,52 @@ def test_no_link_under_the_receivers_folders_is_followed(tmp_path: Path, where: 
     assert after_restart == before, "something outside the receiver's folders changed"
     assert snapshot(outside) == before
     assert "Traceback" not in first.stderr + log
+    assert code == 0, stderr
+    assert site.honest_files_loaded()
+
+
+def test_a_link_at_the_receivers_own_state_folders_is_refused(tmp_path: Path) -> None:
+    """``sync-receiver`` in a data dir a link: ``serve`` stops at start in one line naming
+    it, writing nothing outside. A link at a sender's schema-copy folder: that sender's
+    SCHEMA is refused, nothing is appended outside, the honest sender is served."""
+    site = Site(tmp_path / "site")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    before = snapshot(outside)
+    state = site.dep.receiver_data / "sync-receiver"
+    moved = tmp_path / "moved-state"
+    if state.exists():
+        state.rename(moved)
+    state.symlink_to(outside, target_is_directory=True)
+    site.dep.start_receiver(wait=False)
+    assert site.dep.proc is not None
+    code = site.dep.proc.wait(60)
+    site.dep.proc = None
+    refused_start = snapshot(outside) == before and code != 0
+    assert code != 0
+    assert "is a symbolic link, and the receiver follows none" in site.dep.log()
+    assert snapshot(outside) == before
+    state.unlink()
+    if moved.exists():
+        moved.rename(state)
+
+    b = str(uuid.uuid4())
+    copy = site.dep.receiver_schema / "sync" / "senders" / b
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.symlink_to(outside, target_is_directory=True)
+    site.start()
+    try:
+        with SourcedClient(site.address, site.hostile_key, "127.0.0.2") as client:
+            assert isinstance(client.hello(b), Welcome)
+            client.send(Schema(0, b"create timeseries root.x.s1\n"))
+            answer = client.recv()
+        code, stderr = site.honest_round()
+    finally:
+        site.stop()
+    held = refused_start and snapshot(outside) == before and code == 0
+    record("security", attack="link at the receiver's own state folders", tried=2, held=held)
+    assert isinstance(answer, Error) and "symbolic link" in answer.message, answer
+    assert snapshot(outside) == before
     assert code == 0, stderr
     assert site.honest_files_loaded()
