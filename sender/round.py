@@ -6,12 +6,18 @@ Recovery runs first (docs/design.md §9.1): the diff must start from what the la
 really achieved. Clean-up after a data dir *is* recovery (``recover(paths)``), so the
 path a crash takes is the path every round takes.
 
-A connection that drops mid-round is retried (tenacity, ``max_retries`` connections):
-each new connection recovers again, which folds what ``sync.log`` recorded into
-``last_local_files.txt``, and redoes select/snapshot/transfer for what is left; data
-dirs already finished are not touched again. A connection that cannot be made at
-all on the first try, a refused key or an unknown host key are not retried:
-they would fail the same way.
+A connection that drops mid-round is retried (tenacity, ``max_retries`` connections
+that were made and lost): each new connection recovers again, which folds what
+``sync.log`` recorded into ``last_local_files.txt``, and redoes select/snapshot/transfer
+for what is left; data dirs already finished are not touched again. A receiver that
+ends the session with ERROR ``busy`` once it is under way (it is stopping: "retry
+later") has dropped the connection too. Reconnecting to a receiver that went away
+(restarting: connection refused; unreachable) waits with exponential backoff and full
+jitter, so that the senders of a fleet do not all come back at the same instant, and
+goes on for ``reconnect_time`` seconds (a minute by default: longer than a restart)
+from the first failed reconnect, however many connections that takes. A connection
+that cannot be made at all on the first try, a refused key or an unknown host key
+are not retried: they would fail the same way (cron runs again later anyway).
 
 The caller (:mod:`sender.attempt`) holds the receiver's ``sync.lock`` around this. A
 ``Cancel`` lets another thread end the attempt early (``sender.fleet`` does, when the
@@ -30,7 +36,7 @@ import tenacity
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import naming_os_errors
-from sealsync.protocol import PROTOCOL_VERSION, Hello, Stream, encode
+from sealsync.protocol import PROTOCOL_VERSION, ErrorCode, Hello, ProtocolError, Stream, encode
 from sender.fleet import Cancel
 from sender.manage import idle_mark, shipped_mods
 from sender.manage.data_owner import claim
@@ -53,8 +59,48 @@ from sender.transfer.throttle import TokenBucket
 
 __all__ = ["AttemptReport", "DirReport", "new_report", "sync_to_receiver"]
 
-ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_exponential(multiplier=0.2, max=5.0)
-"""Backoff between connections after a dropped one."""
+ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_random_exponential(multiplier=0.5, max=10.0)
+"""Backoff between connections: exponential with full jitter, at most 10 s."""
+
+
+class _Reconnects:
+    """tenacity's stop and wait for one attempt's connections (see the module's doc):
+    ``max_retries`` lost connections; reconnect failures for ``reconnect_time`` seconds
+    from the first of a streak, the last wait cut so that one try falls at its end."""
+
+    def __init__(
+        self, max_retries: int, reconnect_time: float, cancel: Cancel, wait: tenacity.wait.wait_base
+    ) -> None:
+        self.max_retries = max_retries
+        self.reconnect_time = reconnect_time
+        self.cancel = cancel
+        self.backoff = wait
+        self.lost = 0
+        self.down_since: float | None = None
+        """When the current streak of failed reconnects began (monotonic)."""
+
+    def _down_for(self) -> float | None:
+        return None if self.down_since is None else time.monotonic() - self.down_since
+
+    def stop(self, state: tenacity.RetryCallState) -> bool:
+        if self.cancel.is_set:
+            return True
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, Unreachable):
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+            down = self._down_for()
+            return down is None or down >= self.reconnect_time
+        self.down_since = None  # a connection was made: a new streak starts from zero
+        self.lost += 1
+        return self.lost >= self.max_retries
+
+    def wait(self, state: tenacity.RetryCallState) -> float:
+        seconds = float(self.backoff(state))
+        down = self._down_for()
+        if down is not None:
+            seconds = min(seconds, max(self.reconnect_time - down, 0.0))
+        return seconds
 
 
 class OpenConnection(Protocol):
@@ -108,10 +154,10 @@ def sync_to_receiver(
         config, receiver, report, own_uuid, connector or _greeting(own_uuid), progress, cancel
     )
     state.reconcile = reconcile
+    reconnects = _Reconnects(config.max_retries, config.reconnect_time, cancel, ROUND_WAIT)
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(config.max_retries)
-        | tenacity.stop_when_event_set(cancel.event),
-        wait=ROUND_WAIT,
+        stop=reconnects.stop,
+        wait=reconnects.wait,
         sleep=_until(cancel),
         retry=_retryable,
         before_sleep=state.before_sleep,
@@ -157,8 +203,8 @@ def _retryable(state: tenacity.RetryCallState) -> bool:
     exc = state.outcome.exception() if state.outcome is not None else None
     if isinstance(exc, ConnectionLost):
         return True
-    # Unreachable on a reconnect: the receiver may be restarting; on the first
-    # connection it is the answer (cron runs again later anyway).
+    # Unreachable on a reconnect: the receiver may be restarting (the stop rule bounds
+    # it by time); on the first connection it is the answer (cron runs again later).
     return isinstance(exc, Unreachable) and state.attempt_number > 1
 
 
@@ -241,26 +287,37 @@ class _Attempt:
         )
         try:
             session.hello(self.own_uuid, hostname(), sent=getattr(conn, "greeted", False))
-            schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
-            shipped_from = read_position(schema.schema_pos)
             try:
-                session.ship_schema(schema.schema_log, schema.schema_pos)
-            finally:  # pieces acknowledged before a dropped connection count too
-                shipped_to = read_position(schema.schema_pos)
-                self.report.schema_bytes += max(shipped_to - shipped_from, 0)
-            if self.reconcile:
-                self.findings = self._compare(session)
-            todo = [
-                i for i, d in enumerate(self.report.dirs) if not d.complete and d.note is None
-            ]  # the others finished (or were told busy) over an earlier connection
-            for i in todo:
-                # the last round's ROUND_END takes the BYE along: no round trip of its own
-                session.closing = i == todo[-1]
-                with naming_os_errors("update"):  # what the steps did not name
-                    self.data_dir(session, i, Path(config.data_dirs[i]), self.report.dirs[i])
-            session.bye()
+                self._rounds(session)
+            except ProtocolError as exc:
+                if exc.code != ErrorCode.BUSY:
+                    raise
+                # under way, busy means the receiver is stopping: reconnect, retry later
+                raise ConnectionLost(f"receiver ended the session: {exc}") from None
         finally:
             session.close()
+
+    def _rounds(self, session: SenderSession) -> None:
+        """Schema, the reconcile's comparison, a round per unfinished data dir, BYE."""
+        config, receiver = self.config, self.receiver
+        schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
+        shipped_from = read_position(schema.schema_pos)
+        try:
+            session.ship_schema(schema.schema_log, schema.schema_pos)
+        finally:  # pieces acknowledged before a dropped connection count too
+            shipped_to = read_position(schema.schema_pos)
+            self.report.schema_bytes += max(shipped_to - shipped_from, 0)
+        if self.reconcile:
+            self.findings = self._compare(session)
+        todo = [
+            i for i, d in enumerate(self.report.dirs) if not d.complete and d.note is None
+        ]  # the others finished (or were told busy) over an earlier connection
+        for i in todo:
+            # the last round's ROUND_END takes the BYE along: no round trip of its own
+            session.closing = i == todo[-1]
+            with naming_os_errors("update"):  # what the steps did not name
+                self.data_dir(session, i, Path(config.data_dirs[i]), self.report.dirs[i])
+        session.bye()
 
     def _compare(self, session: SenderSession) -> list[Findings]:
         held = session.inventory()

@@ -56,6 +56,9 @@ class SenderConfig:
     receivers: list[ReceiverEndpoint] = field(metadata=not_a_key("the [[receiver]] tables"))
     max_retries: int = field(default=5, metadata=setting(Integer(1, 1000)))
     connect_timeout: float = field(default=10.0, metadata=setting(Number(0, 3600)))
+    #: Seconds a round keeps reconnecting, with backoff and jitter, to a receiver that
+    #: went away mid-round (restarting, unreachable); 0: give up at the first failure.
+    reconnect_time: float = field(default=60.0, metadata=setting(Number(0, 3600)))
     chunk_size: int = field(default=262144, metadata=setting(Integer(1024, 16 * 1024 * 1024)))
     pipeline_depth: int = field(default=1024, metadata=setting(Integer(1, 4096)))
     #: Bytes/s each receiver's round may send (0: no cap); a [[receiver]] may set its own.

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from deploy_helpers import SEALSYNC, Deployment, Sender, free_port, make_deployment, populate
+from deploy_helpers import (
+    SEALSYNC,
+    Deployment,
+    Sender,
+    free_port,
+    make_deployment,
+    mark_storage,
+    populate,
+)
 from reliability.faultproxy import FREEZE, UP, Fault, FaultProxy
 
 from sender.manage.history import last_attempt, read_round_record
@@ -54,6 +62,7 @@ def second_receiver(dep: Deployment) -> Deployment:
     config.write_text(text)
     (root / "data").mkdir()
     (root / "schema").mkdir()
+    mark_storage(config)
     return Deployment(root, port, config, root / "data", root / "schema", list(dep.senders))
 
 
@@ -78,7 +87,9 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
     text = text.replace(
         "max_retries = 3\n",
         f"max_retries = {RETRIES}\nconnect_timeout = {CONNECT_TIMEOUT}\n"
-        f"server_alive_interval = {INTERVAL}\nserver_alive_count_max = {COUNT}\n",
+        f"server_alive_interval = {INTERVAL}\nserver_alive_count_max = {COUNT}\n"
+        # reconnects stop once one timed out and a second has gone by: RETRIES in all
+        "reconnect_time = 1.0\n",
     )
     sender.config.write_text(text)
     dead.start_receiver()
