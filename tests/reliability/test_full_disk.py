@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from deploy_helpers import Deployment, make_deployment, populate
+from deploy_helpers import Deployment, make_deployment, mark_storage, populate
 from reliability.figures import record
 
 from receiver.incoming import TEMP_PREFIX
@@ -180,6 +180,7 @@ def site(
     try:
         if mounted:
             disk: Disk = Tmpfs(dep.receiver_data)
+            mark_storage(dep.receiver_config)  # a new disk: what `serve --init` does
             dep.start_receiver()
             stop: Callable[[], None] = dep.stop_receiver
         else:  # also where mounting is not permitted: the test still runs
