@@ -80,6 +80,28 @@ def session_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def ship_packages(spark: Any) -> None:
+    """Make the executors of a non-local master load the packages' jars as jars.
+
+    ``spark-submit`` puts the jars it resolves for ``spark.jars.packages`` on the
+    driver's class path, but, since the session names its own ``spark.jars`` (the
+    loader's jar), hands them to a Python application's executors only as files, not
+    on their class path. Added as jars here, before any job, executors fetch them with
+    the loader's jar into the one class loader.
+    """
+    sc = spark.sparkContext
+    if sc.master.startswith("local"):
+        return  # the executors are the driver, which has them
+    conf = sc.getConf()
+    listed = str(sc._jsc.sc().listJars().mkString(","))
+    shipped = {j.rsplit("/", 1)[-1] for j in listed.split(",") if j}
+    for jar in (conf.get("spark.repl.local.jars") or "").split(","):
+        name = jar.rsplit("/", 1)[-1]
+        if jar and name.endswith(".jar") and name not in shipped:
+            sc._jsc.addJar(jar)
+            shipped.add(name)
+
+
 def tsfile_reader(spark: Any) -> bool:
     """Whether this session can read TsFiles with the Java reader: the jar's classes and
     the TsFile library are on its class path (a session the loader started has both)."""

@@ -200,6 +200,7 @@ def create_session(
         first = last_error_line(_tail(log, since=before)) or describe(exc).reason
         raise SealsyncError(f"cannot start Spark on {master}: {first} (see {log})") from None
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    jvm.ship_packages(spark)
     return spark
 
 
