@@ -7,12 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
+from sender_transfer_helpers import FAKE_RECEIVER, FakeReceiver, fake_round_config, round_with_fake
 from state_helpers import write_data_file
 
 from receiver.storage import DELETE_ORDER, LOAD_ORDER
 from sealsync.formats import mods2
 from sealsync.protocol.messages import FileBegin
 from sealsync.protocol.spec import ProtocolError
+from sender.manage.layout import SenderPaths
 from sender.manage.snapshot import take_snapshot
 from sender.transfer.filestream import open_snapshot_file
 
@@ -56,3 +58,33 @@ def test_the_snapshot_and_the_stream_hold_the_mods2(tmp_path: Path) -> None:
 def test_the_receiver_moves_and_deletes_a_mods2_with_its_file() -> None:
     assert ".mods2" in LOAD_ORDER and LOAD_ORDER[-1] == ".resource"  # complete when it shows
     assert ".mods2" in DELETE_ORDER and DELETE_ORDER[0] == ".resource"
+
+
+@pytest.mark.usefixtures("trusting")  # every listing here is milliseconds old
+def test_a_growing_mods2_ships_its_file_again_past_the_idle_mark(tmp_path: Path) -> None:
+    """An append to ``X.mods2`` changes no folder: the idle mark checks it as it checks
+    ``X.mods``, and the file ships again with the longer ``.mods2``."""
+    config = fake_round_config(tmp_path)
+    data = config.data_dirs[0]
+    paths = SenderPaths(data, FAKE_RECEIVER.host, FAKE_RECEIVER.port)
+    write_data_file(data, NAME, b"x" * 100)
+    mods2_path = Path(f"{data / NAME}.mods2")
+    mods2_path.write_bytes(mods2.tree_entry("root.sg.d1.s1", 0, 1))
+
+    def begins() -> list[tuple[str, int]]:
+        got: list[tuple[str, int]] = []
+        peer = FakeReceiver()
+        peer.on_frame = lambda msg, sock: (
+            got.append((msg.name, msg.mods2_size)) if isinstance(msg, FileBegin) else None
+        )
+        report, _ = round_with_fake(config, peer)
+        assert report.ok
+        return got
+
+    assert begins() == [(NAME, 31)]
+    assert begins() == []
+    assert paths.idle_mark.exists()
+    with open(mods2_path, "ab") as f:
+        f.write(mods2.tree_entry("root.sg.**", 5, 6))
+    assert begins() == [(NAME, 31 + 28)]
+    assert begins() == []

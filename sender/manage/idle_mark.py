@@ -4,7 +4,8 @@ A round that finds nothing new and nothing deleted writes down what it looked at
 the key ``(st_dev, st_ino, st_mtime_ns, st_ctime_ns)`` of every folder its scan
 walked, the data roots (``sequence/``, ``unsequence/``) that did not exist, the
 identities of ``last_local_files.txt`` and ``shipped_mods.txt``, and the
-``(size, mtime_ns)`` of every sealed file's ``X.mods`` as selection saw it. A data
+``(size, mtime_ns)`` of every sealed file's ``X.mods`` (with IoTDB 2.x's ``X.mods2``,
+their sums: :func:`.shipped_mods.current_identities`) as selection saw it. A data
 file cannot appear, vanish, gain its ``X.resource``, an ``X.merge`` or an ``X.mods``
 without changing its folder's key, a new folder changes its parent's, and the state
 files are only ever replaced whole (a new inode). An *append* to an existing
@@ -30,7 +31,7 @@ from pathlib import Path
 from sealsync import durable
 from sealsync.names import DATA_ROOTS
 from sender.manage import scan_cache
-from sender.manage.shipped_mods import MODS, ModsId, mods_stat
+from sender.manage.shipped_mods import MODS, MODS2, ModsId, mods_stat
 
 HEADER = "sealsync idle mark 2"
 ABSENT = "absent"
@@ -55,18 +56,22 @@ def _optional_identity(path: Path) -> str | None:
     return ABSENT if not os.path.lexists(path) else _file_identity(path)
 
 
-def _mods_now(data_dir: Path, rel: str) -> os.stat_result | None:
-    return mods_stat(os.path.join(data_dir, rel + MODS))
+def _mods_now(data_dir: Path, rel: str) -> tuple[ModsId, bool] | None:
+    """The identity of the file's ``.mods``/``.mods2`` as :func:`.shipped_mods.
+    current_identities` takes it, and whether either changed too recently to rely on;
+    None if it has neither."""
+    base = os.path.join(data_dir, rel)
+    found = [st for st in (mods_stat(base + MODS), mods_stat(base + MODS2)) if st is not None]
+    if not found:
+        return None
+    ident = (sum(st.st_size for st in found), sum(st.st_mtime_ns for st in found))
+    return ident, any(_fresh(st.st_mtime_ns, st.st_ctime_ns) for st in found)
 
 
 def _mods_still(data_dir: Path, rel: str, ident: ModsId) -> bool:
-    """The ``.mods`` is still the one selection saw, and old enough to rely on."""
-    st = _mods_now(data_dir, rel)
-    return (
-        st is not None
-        and (st.st_size, st.st_mtime_ns) == ident
-        and not _fresh(st.st_mtime_ns, st.st_ctime_ns)
-    )
+    """The ``.mods``/``.mods2`` are still the ones selection saw, and old enough to rely on."""
+    now = _mods_now(data_dir, rel)
+    return now is not None and now[0] == ident and not now[1]
 
 
 def _still(data_dir: Path, rel: str, key: scan_cache.Key) -> bool:
@@ -107,8 +112,8 @@ def unchanged(mark: Path, data_dir: Path, last_local_files: Path, shipped_mods: 
                 return False
         elif kind == "mods":
             ident, _, rel = rest.partition("\t")
-            mods = _mods_now(data_dir, rel)
-            if mods is None or ident != f"{mods.st_size} {mods.st_mtime_ns}":
+            now = _mods_now(data_dir, rel)
+            if now is None or ident != f"{now[0][0]} {now[0][1]}":
                 return False
         else:
             return False
