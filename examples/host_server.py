@@ -31,7 +31,7 @@ except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from receiver import ReceiverService, StorageError, load_receiver_config, recorded_md5
 
-SIDECARS = (".mods", ".resource")
+SIDECARS = (".mods", ".mods2", ".resource")  # .mods2: IoTDB 2.x's deletions
 
 
 class CatalogueStorage:
