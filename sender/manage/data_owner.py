@@ -112,8 +112,7 @@ def claim(data_dir: Path, own_uuid: str) -> None:
         return
     except OSError as exc:
         raise LocalIOError(
-            f"cannot create {owner_path(data_dir)} (the data dir's owner): "
-            f"{exc.strerror or exc}"
+            f"cannot create {owner_path(data_dir)} (the data dir's owner): {exc.strerror or exc}"
         ) from None
     if earlier:
         log.info(
