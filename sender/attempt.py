@@ -218,7 +218,7 @@ def run_attempt(
     from sender.lock import receiver_lock
     from sender.round import sync_to_receiver
 
-    start = time.time()
+    start, started = time.time(), time.monotonic()
     report: AttemptReport | None = None
     error: BaseException | None = None
     try:
@@ -239,7 +239,9 @@ def run_attempt(
     stopped = cancel.reason if cancel is not None else None
     if isinstance(stopped, KeyboardInterrupt) and (report is None or not report.ok):
         error = stopped  # cancelled by the main thread's interruption: recorded as such
-    attempt = _attempt(receiver, start, report, error)
+    # the end is the start plus the time measured on the monotonic clock: a wall-clock
+    # step during the attempt must not make its duration (a metric) wrong or negative
+    attempt = _attempt(receiver, start, start + (time.monotonic() - started), report, error)
     result = AttemptResult(attempt, report, _exit_code(attempt, error), error)
     try:
         append_attempt(SchemaPaths(config.schema_dir, receiver.host, receiver.port), attempt)
@@ -251,6 +253,7 @@ def run_attempt(
 def _attempt(
     receiver: ReceiverEndpoint,
     start: float,
+    end: float,
     report: AttemptReport | None,
     error: BaseException | None,
 ) -> Attempt:
@@ -258,7 +261,7 @@ def _attempt(
         receiver=receiver.name,
         address=receiver.address,
         start=start,
-        end=time.time(),
+        end=end,
         outcome=OK,
     )
     if report is not None:

@@ -152,3 +152,23 @@ def test_a_round_over_ssh_goes_on_while_the_wall_clock_steps(
         assert report.shipped_files == len(names)
     finally:
         site.service.stop()
+
+
+def test_an_attempts_duration_is_measured_on_the_monotonic_clock(
+    tmp_path: Path, stepping_clock: None
+) -> None:
+    """The history's and the metrics' duration of an attempt: end minus start."""
+    from sealsync.errors import ConfigError
+    from sender.attempt import run_attempt
+
+    endpoint = ReceiverEndpoint("dc", "127.0.0.1", 5555)
+    config = SenderConfig(
+        schema_dir=tmp_path,
+        data_dirs=[tmp_path],
+        identity=tmp_path / "unused",
+        known_hosts=tmp_path / "unused",
+        receivers=[endpoint],
+    )
+    result = run_attempt(config, endpoint, preflight=ConfigError("stopped before any round"))
+    assert result.attempt.kind == "config"
+    assert 0.0 <= result.attempt.seconds < 5.0
