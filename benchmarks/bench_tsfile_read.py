@@ -108,7 +108,7 @@ def main() -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="sealsync-bench-read-"))
     t0 = time.monotonic()
     package = generate(work / "tree", args.files, args.rows)
-    total = args.files * args.rows
+    total: int = args.files * args.rows
     v3, v4 = tsfile_corpus.bench(total, work / "iotdb")
     sets = {SETS[0]: package, SETS[1]: [v4], SETS[2]: [v3]}
     for name, paths in sets.items():
