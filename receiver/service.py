@@ -19,11 +19,18 @@
    :mod:`sealsync.keepalive`) that close it once the sender has gone silent, so a
    dead link frees its session;
 5. gives it ``login_grace_time`` from accept to open the ``sealsync`` subsystem on one
-   ``session`` channel; the connection leaves the startup counts once its key is
-   accepted, and one that fails or runs out of time earns its source a penalty;
+   ``session`` channel, and ``SESSION_WAIT`` from its key's acceptance; the
+   connection leaves the startup counts once its key is accepted (and takes one of
+   the key's ``max_sessions_per_key`` connection slots), and one that fails, runs out
+   of time, or authenticates and opens no session earns its source a penalty;
 6. runs a :class:`~receiver.session.Session` on the subsystem's thread. Over
-   ``max_sessions``, or over ``max_sessions_per_key`` for its key, the sender gets
-   an ERROR frame ``busy`` after its HELLO and retries later.
+   ``max_sessions``, over ``max_sessions_per_key`` for its key, or past the bound on
+   connections (a few are served only for this), the sender gets an ERROR frame
+   ``busy`` after its HELLO saying which, and retries later.
+
+Log lines about refused connections go through a :class:`~receiver.limits.RefusalLog`
+(one per kind and interval, then a summary). A housekeeping thread ends the sessions
+of senders retired meanwhile and sweeps expired partial uploads on a timer.
 
 Failures in a connection are logged and end that connection only. ``start()``
 takes the storage lock (one receiver per storage, receiver/lock.py), replays
@@ -124,6 +131,11 @@ class ReceiverService:
             config = ReceiverConfig.from_mapping(config, Path(base_dir or Path.cwd()))
         self.config = config
         use_monotonic_clock()  # paramiko's timeouts must not end on a wall-clock step
+        self._own_storage = storage is None and config.storage == "iotdb"
+        if storage is None and config.storage == "iotdb":
+            from receiver.iotdb_storage import storage_for  # the IoTDB client only if asked
+
+            storage = storage_for(config)
         self.storage: Storage = (
             storage if storage is not None else DirectoryStorage(list(config.data_dirs))
         )
@@ -288,6 +300,8 @@ class ReceiverService:
         if self._pool is not None:
             self._pool.close()
         self.owners.close()
+        if self._own_storage:
+            self.storage.close()  # type: ignore[attr-defined]
         self._storage_lock.release()  # last: nothing of this service touches the storage now
         if was_running:
             log.info("receiver stopped")

@@ -8,7 +8,8 @@ whatever way a session ends it gives back exactly what it took.
 * sessions per UUID, taken at HELLO (ERROR ``busy`` beyond ``max_sessions_per_sender``);
 * bytes of unfinished uploads, reserved at each FILE_BEGIN by the announced size: a
   file that does not fit is refused (read and dropped, never written) and offered
-  again next round;
+  again next round; kept partial uploads count too, the sender's in every data dir
+  whichever address kept them;
 * bytes stored, against the sender's quota: past it the session ends with ERROR
   ``quota``, since nothing more can be stored until files are deleted or the quota
   is raised.
