@@ -149,30 +149,39 @@ def run_load(
     return run.report  # the caller prints the summary: once, where it wants it
 
 
-def _deletions_read(
+def _deletions_unreadable(
     files: list[SourceFile], loaded: set[str], report: LoadReport
-) -> list[SourceFile]:
-    """``files`` without the new versions whose ``.mods``/``.mods2`` do not read.
+) -> set[str]:
+    """The ids of the new versions in ``files`` whose ``.mods``/``.mods2`` do not read,
+    each reported (the file kind and the line or byte offset).
 
-    Such a version is reported (the file kind and the line or byte offset) and left
-    out of this run as if not listed: the table keeps the rows of the version it holds
-    (a version missing without a logged deletion is kept, :mod:`.removals`), and they
-    change only on a run where the deletions read. A version already in the table was
-    read when it was loaded.
+    Such a version is not loaded, and the rows of the version of that file the table
+    holds stay (:func:`_hold_for_unreadable`): they change only on a run where the
+    deletions read. A version already in the table was read when it was loaded.
     """
-    out = []
+    out = set()
     for f in files:
         if (f.mods is not None or f.mods2 is not None) and f.file_id not in loaded:
             try:
                 read_deletions(f)
             except FormatError as exc:
                 report.skip(str(f.path), str(exc))
-                continue
+                out.add(f.file_id)
             except OSError as exc:
                 report.skip(str(f.path), f"cannot read its deletions: {exc.strerror or exc}")
-                continue
-        out.append(f)
+                out.add(f.file_id)
     return out
+
+
+def _hold_for_unreadable(
+    verdict: removals.Verdict, files: list[SourceFile], unreadable: set[str]
+) -> list[str]:
+    """Take out of ``verdict.remove`` the older versions of the files whose new version
+    is unreadable (listed, so they would go as replaced); their ids."""
+    names = {f"{f.sender}:{f.name}" for f in files if f.file_id in unreadable}
+    held = [fid for fid in verdict.remove if verdict.labels.get(fid) in names]
+    verdict.remove = [fid for fid in verdict.remove if fid not in held]
+    return held
 
 
 class _Run:
@@ -208,7 +217,7 @@ class _Run:
         senders = len({f.sender for f in found.files})
         self.say(f"found {len(found.files)} loaded files from {senders} senders")
         partitions = table.partitions()
-        found.files = _deletions_read(found.files, {*partitions, *state.files}, report)
+        unreadable = _deletions_unreadable(found.files, {*partitions, *state.files}, report)
         wanted = {f.file_id: f for f in found.files}
         changed = _reconcile(state, table, partitions, wanted, report)
         verdict = removals.decide(
@@ -223,11 +232,14 @@ class _Run:
                 f"--prune-missing: removed the rows of {verdict.pruned} files missing "
                 "from the receiver without a logged deletion"
             )
+        held = _hold_for_unreadable(verdict, found.files, unreadable)
         if verdict.kept:
             report.kept_missing = len(verdict.kept)
             report.kept_example = verdict.labels[verdict.kept[0]]
+        verdict.kept += held  # carried into a --full build, as files kept for lack of evidence
+        readable = [f for f in found.files if f.file_id not in unreadable]
         if self.options.full:
-            self.full(state, partitions, verdict, found.files)
+            self.full(state, partitions, verdict, readable)
             return
         present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
         if verdict.remove:
@@ -242,8 +254,8 @@ class _Run:
             report.rows_removed += rows
         if verdict.remove or changed:
             save_state(self.state_dir, state)
-        todo = [f for f in found.files if f.file_id not in present]
-        report.unchanged = len(found.files) - len(todo)
+        todo = [f for f in readable if f.file_id not in present]
+        report.unchanged = len(readable) - len(todo)
         if todo:
             self.ingest(todo, state)
 

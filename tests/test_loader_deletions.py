@@ -23,8 +23,8 @@ from spark_loader import run_load
 pytestmark = pytest.mark.slow  # Spark
 
 
-def _load(config: LoaderConfig, spark: Any) -> Any:
-    return run_load(config, spark=spark)
+def _load(config: LoaderConfig, spark: Any, **options: Any) -> Any:
+    return run_load(config, spark=spark, **options)
 
 
 def test_an_unreadable_deletion_file_keeps_the_rows_already_loaded(
@@ -51,10 +51,11 @@ def test_an_unreadable_deletion_file_keeps_the_rows_already_loaded(
     entry = mods2.tree_entry("root.sg2.d9.**", MIN_TIME, 5000)
     mods2_b.write_bytes(entry[:20])  # cut inside the path
 
-    for _ in range(2):  # and again: nothing changes until the files read
-        report = _load(config, spark)
+    # and again, pruning, and rebuilding: nothing changes until the files read
+    for options in ({}, {"prune_missing": True}, {"full": True}):
+        report = _load(config, spark, **options)
 
-        assert not report.ok and report.removed == 0 and report.ingested == 0
+        assert not report.ok and report.removed == 0, options
         assert report.skipped == {
             str(recv.placed[ts_a]): ".mods line 3 has no line end: IoTDB is still writing "
             "it (the next round ships the whole line)",
