@@ -1,7 +1,7 @@
 """The receiver's open-files limit, raised to what its sessions can hold.
 
 Every complete stream waiting for its batch's commit keeps its temporaries open (the
-data file, its ``.resource``, its ``.mods``), up to ``MAX_ARRIVED`` of them per
+data file, its ``.resource``, its ``.mods`` or ``.mods2``), up to ``MAX_ARRIVED`` of them per
 session, so ``max_sessions`` senders of small files hold thousands of descriptors at
 once; the usual soft limit of 1024 would turn the excess into refused files
 ("Too many open files"). Like most servers (nginx's ``worker_rlimit_nofile``, the Go
@@ -19,7 +19,8 @@ from receiver.commit import MAX_ARRIVED
 log = logging.getLogger(f"sealsync.{__name__}")
 
 PER_STREAM = 3
-"""Descriptors one waiting stream holds: data file, ``.resource``, ``.mods``."""
+"""Descriptors one waiting stream holds: data file, ``.resource``, ``.mods`` or ``.mods2``
+(a release of IoTDB writes one of the two; a file with both holds one more)."""
 BASE = 256
 """Descriptors besides the streams: listening and session sockets, logs, locks, the
 inspection workers' pipes."""
