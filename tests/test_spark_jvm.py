@@ -36,6 +36,7 @@ def test_the_shipped_jar_is_built_from_the_shipped_source(tmp_path: Path) -> Non
         *(f"io/sealsync/spark/TsFileRows{c}.class" for c in ("$1", "$DataPass", "$Rows")),
         "io/sealsync/spark/TsFileRows$SchemaPass.class",
         "io/sealsync/spark/TsFileRows.class",
+        "io/sealsync/tsfile/PathPattern.class",
         *(f"io/sealsync/tsfile/TsFilePoints{c}.class" for c in ("$1", "$Deletion", "$Series")),
         "io/sealsync/tsfile/TsFilePoints$Sink.class",
         "io/sealsync/tsfile/TsFilePoints.class",
