@@ -196,8 +196,8 @@ def test_kill9_during_a_resumed_transfer_ends_with_the_senders_bytes(
     time.sleep(rng.uniform(0.0, 0.5))
     if victim == "receiver":
         site.dep.stop_receiver(signal.SIGKILL)
-        proc.wait(60)  # the sender gives up or is still retrying against a dead port
-        site.dep.start_receiver()
+        site.dep.start_receiver()  # restarted at once: the sender's reconnects find it
+        proc.wait(120)  # within reconnect_time: finished, or given up for the next run
     else:
         proc.kill()
         proc.wait()
