@@ -8,15 +8,18 @@ from pathlib import Path
 
 import pytest
 from sender_transfer_helpers import FAKE_RECEIVER, FakeReceiver, fake_round_config, round_with_fake
+from spark_loader_helpers import SENDER_A, Receiver
 from state_helpers import write_data_file
 
 from receiver.storage import DELETE_ORDER, LOAD_ORDER
 from sealsync.formats import mods2
 from sealsync.protocol.messages import FileBegin
 from sealsync.protocol.spec import ProtocolError
+from sealsync.simulator import EdgeInstance
 from sender.manage.layout import SenderPaths
 from sender.manage.snapshot import take_snapshot
 from sender.transfer.filestream import open_snapshot_file
+from spark_loader.discovery import SourceFile, discover, file_id
 
 NAME = "sequence/root.sg/1/0/1-1-0-0.tsfile"
 
@@ -88,3 +91,32 @@ def test_a_growing_mods2_ships_its_file_again_past_the_idle_mark(tmp_path: Path)
         f.write(mods2.tree_entry("root.sg.**", 5, 6))
     assert begins() == [(NAME, 31 + 28)]
     assert begins() == []
+
+
+def test_the_mods2_is_part_of_the_loaded_files_identity(tmp_path: Path) -> None:
+    """On the loader's side a ``.mods2`` that appears or grows gives the file a new id
+    (its rows are rewritten with the deletions), as a ``.mods`` does."""
+    edge = EdgeInstance(tmp_path / "edge")
+    recv = Receiver(tmp_path)
+    rel = edge.write_file("root.sg1", 0, devices=["root.sg1.d1"], rows_per_device=3)
+    recv.place(edge, rel, SENDER_A)
+
+    def only() -> SourceFile:
+        found = discover(recv.data_dirs)
+        assert found.skipped == {} and len(found.files) == 1
+        return found.files[0]
+
+    plain = only()
+    path = Path(f"{recv.placed[(SENDER_A, rel)]}.mods2")
+    path.write_bytes(mods2.tree_entry("root.sg1.d1.**", 0, 1000))
+    first = only()
+    st = path.stat()
+    assert (first.mods, first.mods2) == (None, (st.st_size, st.st_mtime_ns))
+    assert first.file_id == file_id(SENDER_A, rel, plain.size, plain.mtime_ns, None, first.mods2)
+    with open(path, "ab") as f:
+        f.write(mods2.tree_entry("root.sg1.d1.s1", 5, 6))
+    grown = only()
+    assert len({plain.file_id, first.file_id, grown.file_id}) == 3
+    assert grown.unchanged() and not first.unchanged()
+    path.unlink()
+    assert only().file_id == plain.file_id
