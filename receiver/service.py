@@ -131,6 +131,11 @@ class ReceiverService:
             config = ReceiverConfig.from_mapping(config, Path(base_dir or Path.cwd()))
         self.config = config
         use_monotonic_clock()  # paramiko's timeouts must not end on a wall-clock step
+        self._own_storage = storage is None and config.storage == "iotdb"
+        if storage is None and config.storage == "iotdb":
+            from receiver.iotdb_storage import storage_for  # the IoTDB client only if asked
+
+            storage = storage_for(config)
         self.storage: Storage = (
             storage if storage is not None else DirectoryStorage(list(config.data_dirs))
         )
@@ -295,6 +300,8 @@ class ReceiverService:
         if self._pool is not None:
             self._pool.close()
         self.owners.close()
+        if self._own_storage:
+            self.storage.close()  # type: ignore[attr-defined]
         self._storage_lock.release()  # last: nothing of this service touches the storage now
         if was_running:
             log.info("receiver stopped")

@@ -261,10 +261,12 @@ def _same_content(a: str, b: str) -> bool:
 
 
 def _replaceable(dst: str) -> bool:
-    """``.mods`` (``.mods2`` in IoTDB 2.x) is the one sidecar that legitimately changes
-    after sealing (points deleted later, docs/design.md §3.7, §9.2): a newer list
-    replaces the older one."""
-    return dst.endswith((".mods", ".mods2"))
+    """``.mods`` (``.mods2`` in IoTDB 2.x) legitimately changes after sealing (points
+    deleted later, docs/design.md §3.7, §9.2): a newer list replaces the older one. So
+    does ``.resource``: IoTDB 0.12 rewrites a sealed file's ``.resource`` when a
+    ``DELETE`` reaches the file (docs/iotdb.md); the data file itself must still be
+    identical (it is compared before anything moves)."""
+    return dst.endswith((".mods", ".mods2", ".resource"))
 
 
 def _target(data_dir: str | os.PathLike[str], sender: str, name: str) -> str:

@@ -15,6 +15,7 @@ from sealsync.config.document import load_file, role_values
 from sealsync.config.schema import (
     MAPPING_SOURCE,
     Choice,
+    Host,
     Integer,
     ListenAddress,
     Networks,
@@ -22,6 +23,7 @@ from sealsync.config.schema import (
     PathList,
     PathValue,
     Startups,
+    Text,
     not_a_key,
     setting,
 )
@@ -70,6 +72,18 @@ class ReceiverConfig:
     client_alive_interval: float = field(default=15.0, metadata=setting(Number(0, 3600)))
     #: Unanswered keepalive intervals after which the connection is closed.
     client_alive_count_max: int = field(default=3, metadata=setting(Integer(1, 100)))
+    #: Where verified files go: "directory" (the data dirs) or "iotdb" (the data dirs,
+    #: and loaded into a running IoTDB with its LOAD statement: receiver/iotdb_storage.py).
+    storage: str = field(default="directory", metadata=setting(Choice(("directory", "iotdb"))))
+    iotdb_host: str = field(default="127.0.0.1", metadata=setting(Host()))
+    iotdb_port: int = field(default=6667, metadata=setting(Integer(1, 65535)))
+    iotdb_user: str = field(default="root", metadata=setting(Text()))
+    #: A file whose first line is the IoTDB user's password (none: IoTDB's default).
+    iotdb_password_file: Path | None = field(default=None, metadata=setting(PathValue()))
+    #: The statements' dialect: "0.12" (0.12, 0.13) or "2.0" (1.x, 2.x).
+    iotdb_dialect: str = field(default="2.0", metadata=setting(Choice(("0.12", "2.0"))))
+    #: The Python that runs IoTDB's client (``sealsync[iotdb]``); none: this one.
+    iotdb_python: Path | None = field(default=None, metadata=setting(PathValue()))
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
 
     @property

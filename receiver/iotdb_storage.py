@@ -1,0 +1,382 @@
+"""The IoTDB storage: the data centre is a running Apache IoTDB (``storage = "iotdb"``).
+
+A verified file is placed in the receiver's data dirs exactly as the default storage
+places it (:class:`DirectoryStorage`: ownership, quotas, ``send --reconcile``, the Spark
+loader and recovery all keep working on those copies), and then loaded into IoTDB with
+its ``LOAD`` statement. IoTDB reads the path on its own file system, so it runs on the
+receiver's host.
+
+Per dialect (``iotdb_dialect``), as observed on the releases the tests start:
+
+* ``"0.12"`` (0.12, 0.13): ``LOAD '<path>'``. The server *moves* the ``.tsfile`` and
+  its ``.resource`` into its data folder, and reads a ``.mods`` beside the path only
+  from where it was (lost at its next start). So the backend gives it hard links
+  to the data file and ``.resource`` in ``<data dir>/iotdb-load/<sender>/`` (the
+  receiver's copy stays whole), no ``.mods``, and applies every deletion of the
+  file's ``.mods`` itself as ``DELETE FROM <path> [WHERE time >= a AND time <= b]``.
+* ``"2.0"`` (1.x, 2.x): ``LOAD '<path>' WITH ('on-success'='none')``: the server
+  keeps the source (it hard-links or copies it) and takes the ``.mods2`` beside it
+  into the loaded file's own, so a file's deletions at its load are IoTDB's exact
+  ones; only entries appended later are sent as ``DELETE`` statements.
+
+Later deletions (the sender ships a grown ``.mods``/``.mods2`` of a file already
+loaded) become ``DELETE`` statements for the entries beyond those applied. A
+statement covers every point IoTDB holds in its range, where the edge's entry
+covered the points of one file (and, in 0.12, only its chunks below the entry's
+offset): points written at the edge after the ``DELETE`` into the same range go too
+(docs/operations.md says so). An entry that covers none of its file's chunks (its
+offset at the file's head) is skipped.
+
+A file deleted by the sender (compaction or TTL at the edge) leaves the receiver's
+data dirs as with the default storage; IoTDB has no statement that unloads one file,
+and the points live on in the file that replaced it, so the backend leaves IoTDB's
+points alone.
+
+Which files IoTDB has loaded, and how many of each file's deletions it has applied,
+is the ``<schema dir>/iotdb-loaded.log`` (fsynced lines, :class:`durable.AppendLog`),
+so a replay of ``load.log`` after a crash neither loads a file twice nor skips one.
+The one window left is a crash after ``LOAD`` returned and before its line is on
+disk: the replay loads the file again, which holds the same points, and applies its
+deletions again after it.
+
+IoTDB's Python client runs in a worker process (``receiver/iotdb_worker.py``) with
+``iotdb_python`` (default: this Python), never imported here: it is needed only when
+this storage is configured (``pip install 'sealsync[iotdb]'``), and its package
+brings a top-level ``tests`` package and numpy/pandas pins of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from receiver.storage import DirectoryStorage, StorageError, make_dirs
+from sealsync import durable
+from sealsync.errors import ConfigError, SealsyncError
+from sealsync.formats import mods, mods2
+from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion
+
+log = logging.getLogger(f"sealsync.{__name__}")
+
+WORKER = Path(__file__).with_name("iotdb_worker.py")
+STATE_NAME = "iotdb-loaded.log"
+LOAD_DIR = "iotdb-load"
+DIALECTS = ("0.12", "2.0")
+CONNECT_TIMEOUT = 60.0
+TSFILE_HEAD = 7  # "TsFile" and the version byte: a deletion offset here covers no chunk
+_MISSING, _UNREACHABLE = 3, 4
+
+
+@dataclass(frozen=True)
+class IoTDBSettings:
+    """Where the IoTDB is and how to speak to it (the ``iotdb_*`` keys of [receiver])."""
+
+    host: str = "127.0.0.1"
+    port: int = 6667
+    user: str = "root"
+    password: str = "root"
+    dialect: str = "2.0"
+    python: str = sys.executable
+    connect_timeout: float = CONNECT_TIMEOUT
+
+    @classmethod
+    def from_config(cls, config: Any) -> IoTDBSettings:
+        """From a :class:`ReceiverConfig`; an unreadable password file is a ConfigError."""
+        password = "root"
+        if config.iotdb_password_file is not None:
+            try:
+                with open(config.iotdb_password_file, encoding="utf-8") as f:
+                    password = f.readline().rstrip("\r\n")
+            except OSError as exc:
+                raise ConfigError(
+                    f"{config.source}: [receiver] iotdb_password_file: cannot read "
+                    f"{config.iotdb_password_file}: {exc.strerror or exc}"
+                ) from None
+        python = str(config.iotdb_python) if config.iotdb_python is not None else sys.executable
+        return cls(
+            host=config.iotdb_host,
+            port=config.iotdb_port,
+            user=config.iotdb_user,
+            password=password,
+            dialect=config.iotdb_dialect,
+            python=python,
+        )
+
+
+def load_statement(dialect: str, path: str) -> str:
+    """The ``LOAD`` of one file, in ``dialect``."""
+    quoted = path.replace("'", "''")
+    if dialect == "0.12":
+        return f"LOAD '{quoted}'"
+    return f"LOAD '{quoted}' WITH ('on-success'='none')"
+
+
+def delete_statement(deletion: SeriesDeletion) -> str:
+    """IoTDB's ``DELETE`` for one deletion record: its pattern over its closed range."""
+    bounds = []
+    if deletion.start != MIN_TIME:
+        bounds.append(f"time >= {deletion.start}")
+    if deletion.end != MAX_TIME:
+        bounds.append(f"time <= {deletion.end}")
+    where = f" WHERE {' AND '.join(bounds)}" if bounds else ""
+    return f"DELETE FROM {deletion.path}{where}"
+
+
+class IoTDBClient:
+    """One session of IoTDB's client, in a worker process; statements in turn."""
+
+    def __init__(self, settings: IoTDBSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[str] | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        s = self.settings
+        try:
+            process = subprocess.Popen(
+                [s.python, str(WORKER), s.host, str(s.port), s.user, str(s.connect_timeout)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"[receiver] iotdb_python: cannot run {s.python}: {exc.strerror or exc}"
+            ) from None
+        stdin = process.stdin
+        assert stdin is not None
+        stdin.write(s.password + "\n")
+        stdin.flush()
+        hello = self._read(process)
+        if hello.get("ready"):
+            return process
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+        process.wait()
+        if "missing" in hello:
+            raise ConfigError(
+                f'storage = "iotdb" needs IoTDB\'s Python client, which {s.python} lacks: '
+                "pip install 'sealsync[iotdb]' there, or set [receiver] iotdb_python to a "
+                "Python that has it"
+            )
+        raise SealsyncError(
+            f"IoTDB at {s.host}:{s.port} did not accept a session: {hello.get('error')}; "
+            "start it, or fix [receiver] iotdb_host/iotdb_port/iotdb_user"
+        )
+
+    @staticmethod
+    def _read(process: subprocess.Popen[str]) -> dict[str, Any]:
+        stdout: IO[str] | None = process.stdout
+        assert stdout is not None
+        line = stdout.readline()
+        if not line:
+            code = process.wait()
+            return {"ok": False, "error": f"the IoTDB client process exited ({code})"}
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def connect(self) -> None:
+        """Start the session now (serve's start): a missing client stops it there."""
+        with self._lock:
+            if self._process is None:
+                self._process = self._start()
+
+    def sql(self, statement: str) -> None:
+        """Run one statement; StorageError with the server's message if refused."""
+        with self._lock:
+            for attempt in (1, 2):  # a session lost (IoTDB restarted) is opened once more
+                if self._process is None or self._process.poll() is not None:
+                    self._process = self._start()
+                stdin = self._process.stdin
+                assert stdin is not None
+                try:
+                    stdin.write(json.dumps({"sql": statement}) + "\n")
+                    stdin.flush()
+                except BrokenPipeError:
+                    self._process = None
+                    continue
+                answer = self._read(self._process)
+                if answer.get("ok"):
+                    return
+                if self._process.poll() is None or attempt == 2:
+                    raise StorageError(f"IoTDB refused {statement}: {answer.get('error')}")
+                self._process = None
+            raise StorageError(f"IoTDB's client stopped during {statement}")
+
+    def close(self) -> None:
+        with self._lock:
+            process, self._process = self._process, None
+        if process is None:
+            return
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class IoTDBStorage(DirectoryStorage):
+    """The default storage's copies, each loaded into IoTDB once, its deletions applied."""
+
+    def __init__(self, data_dirs: list[Path], schema_dir: Path, settings: IoTDBSettings) -> None:
+        super().__init__(data_dirs)
+        if settings.dialect not in DIALECTS:
+            raise ConfigError(f"[receiver] iotdb_dialect: must be one of {DIALECTS}")
+        self.settings = settings
+        self.client = IoTDBClient(settings)
+        self._state_path = Path(schema_dir) / STATE_NAME
+        self._state_lock = threading.Lock()
+        self._loaded: dict[tuple[str, str], int] = {}  # -> deletions applied
+        for line in durable.read_lines(self._state_path):
+            kind, _, rest = line.partition(" ")
+            sender, _, rest = rest.partition(" ")
+            if kind == "load":
+                self._loaded[(sender, rest)] = 0
+            elif kind == "mods":
+                count, _, name = rest.partition(" ")
+                self._loaded[(sender, name)] = int(count)
+            elif kind == "forget":
+                self._loaded.pop((sender, rest), None)
+        self._state = durable.AppendLog(self._state_path)
+
+    def connect(self) -> IoTDBStorage:
+        self.client.connect()
+        return self
+
+    def close(self) -> None:
+        self.client.close()
+        self._state.close()
+
+    def loaded_into_iotdb(self, sender: str) -> set[str]:
+        """Names of ``sender`` IoTDB has loaded (for tests and status)."""
+        with self._state_lock:
+            return {name for s, name in self._loaded if s == sender}
+
+    def _record(self, line: str) -> None:
+        with self._state_lock:
+            self._state.append(line)
+
+    def load(self, sender: str, name: str, staged: Path) -> None:
+        super().load(sender, name, staged)
+        data_dir = next((d for d in self.data_dirs if self.target(d, sender, name).exists()), None)
+        if data_dir is None:
+            raise StorageError(f"{name}: placed, but no data dir holds it")
+        target = self.target(data_dir, sender, name)
+        key = (sender, name)
+        with self._state_lock:
+            applied = self._loaded.get(key)
+        deletions = self._deletions(target)
+        if applied is None:
+            self._load(data_dir, sender, target)
+            # 2.x takes the .mods2 beside the file into the loaded file itself.
+            applied = 0 if self.settings.dialect == "0.12" else len(deletions)
+            self._record(f"load {sender} {name}")
+            with self._state_lock:
+                self._loaded[key] = 0
+            if applied:
+                self._record(f"mods {sender} {applied} {name}")
+                with self._state_lock:
+                    self._loaded[key] = applied
+        if len(deletions) < applied:
+            log.warning(
+                "%s of %s: its deletions were rewritten (%d, %d applied before); "
+                "IoTDB keeps what it applied",
+                name,
+                sender,
+                len(deletions),
+                applied,
+            )
+            return
+        if len(deletions) == applied:
+            return
+        size = target.stat().st_size
+        for deletion in deletions[applied:]:
+            if not isinstance(deletion, SeriesDeletion):
+                raise StorageError(
+                    f"{name}: {deletion.where} of its deletions is a table-model deletion, "
+                    "which the IoTDB storage does not apply; delete those rows in IoTDB"
+                )
+            if deletion.below_offset is not None and deletion.below_offset <= TSFILE_HEAD:
+                continue  # reached the file before any chunk was in it: covers none
+            if deletion.below_offset is not None and deletion.below_offset < size:
+                log.warning(
+                    "%s of %s: the deletion at %s covers only the chunks below byte %d; "
+                    "IoTDB's DELETE covers the whole range",
+                    name,
+                    sender,
+                    deletion.where,
+                    deletion.below_offset,
+                )
+            self.client.sql(delete_statement(deletion))
+        self._record(f"mods {sender} {len(deletions)} {name}")
+        with self._state_lock:
+            self._loaded[key] = len(deletions)
+
+    def _deletions(self, target: Path) -> list[Any]:
+        """The deletion records shipped beside ``target`` (``.mods`` or ``.mods2``)."""
+        for suffix, reader in ((".mods2", mods2.read), (".mods", mods.read)):
+            path = Path(f"{target}{suffix}")
+            if path.exists():
+                return list(reader(path))
+        return []
+
+    def _load(self, data_dir: Path, sender: str, target: Path) -> None:
+        """Hard links to the placed file for IoTDB to load (0.12 moves them away)."""
+        folder = data_dir / LOAD_DIR / sender
+        make_dirs(folder)
+        suffixes = ("", ".resource") + ((".mods2",) if self.settings.dialect == "2.0" else ())
+        links = []
+        for suffix in suffixes:
+            src, dst = Path(f"{target}{suffix}"), folder / f"{target.name}{suffix}"
+            durable.unlink(dst)
+            if src.exists():
+                os.link(src, dst)
+                links.append(dst)
+        try:
+            self.client.sql(load_statement(self.settings.dialect, str(folder / target.name)))
+        finally:
+            for link in links:
+                durable.unlink(link)
+
+    def delete(self, sender: str, name: str) -> bool:
+        """The receiver's copy goes; in 0.12 IoTDB's copy too (``REMOVE``), in 2.x IoTDB
+        keeps the points (it has no statement that unloads a file)."""
+        removed = super().delete(sender, name)
+        with self._state_lock:
+            known = (sender, name) in self._loaded
+        if known and self.settings.dialect == "0.12":
+            # 0.12 finds the file by its name and its storage group, virtual storage
+            # group and partition by the three folders above it, which the name has.
+            path = str(self.data_dirs[0] / LOAD_DIR / sender / name).replace("'", "''")
+            try:
+                self.client.sql(f"REMOVE '{path}'")
+            except StorageError as exc:  # compacted by IoTDB meanwhile: its points stay
+                log.warning("%s of %s: IoTDB did not remove it: %s", name, sender, exc)
+        if known:
+            self._record(f"forget {sender} {name}")
+            with self._state_lock:
+                self._loaded.pop((sender, name), None)
+        return removed
+
+
+def storage_for(config: Any) -> IoTDBStorage:
+    """The IoTDB storage a receiver config asks for, its session open."""
+    settings = IoTDBSettings.from_config(config)
+    storage = IoTDBStorage(list(config.data_dirs), config.schema_dir, settings)
+    try:
+        return storage.connect()
+    except BaseException:
+        storage.close()
+        raise

@@ -1,0 +1,63 @@
+"""Runs IoTDB's Python client (``apache-iotdb``) for the IoTDB storage backend: one JSON
+request per line on stdin, one JSON answer per line on stdout.
+
+Why a process of its own, started with a configured Python: the client is a run-time
+need only of the IoTDB storage, and its package installs a top-level ``tests`` package
+and pins numpy and pandas, none of which belongs in the receiver's own process. So this
+file imports nothing of sealsync and runs under any Python that has the client.
+
+Arguments: host, port, user, connect timeout (s); the password is the first line of
+stdin. Requests ``{"sql": "..."}`` answer ``{"ok": true}`` or ``{"ok": false, "error":
+"..."}``. A Python without the client answers ``{"ok": false, "missing": "..."}`` at
+once and exits 3; a server that does not answer in time, ``{"ok": false, "error":
+...}`` and exit 4.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+MISSING = 3
+UNREACHABLE = 4
+
+
+def _say(answer: dict[str, Any]) -> None:
+    print(json.dumps(answer), flush=True)
+
+
+def main() -> int:
+    host, port, user, timeout = sys.argv[1:5]
+    password = sys.stdin.readline().rstrip("\n")
+    try:
+        from iotdb.Session import Session  # type: ignore[import-not-found]
+    except ImportError as exc:
+        _say({"ok": False, "missing": str(exc)})
+        return MISSING
+    deadline = time.monotonic() + float(timeout)
+    while True:  # a DataNode accepts connections a moment before it serves them
+        session = Session(host, int(port), user, password)
+        try:
+            session.open(False)
+            break
+        except Exception as exc:
+            if time.monotonic() >= deadline:
+                _say({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+                return UNREACHABLE
+            time.sleep(0.5)
+    _say({"ok": True, "ready": True})
+    for line in sys.stdin:
+        statement = json.loads(line)["sql"]
+        try:
+            session.execute_non_query_statement(statement)
+            _say({"ok": True})
+        except Exception as exc:  # the backend decides what a refusal means
+            _say({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+    session.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

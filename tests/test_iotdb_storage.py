@@ -1,0 +1,180 @@
+"""The IoTDB storage's statements and its record of what IoTDB loaded, with the client
+replaced by a list of the statements it was given (the real server: test_iotdb_pipeline)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from receiver_load_helpers import UUID_A, copy_file, stage
+
+from receiver.iotdb_storage import (
+    IoTDBClient,
+    IoTDBSettings,
+    IoTDBStorage,
+    delete_statement,
+    load_statement,
+)
+from receiver.layout import SenderFolder
+from receiver.storage import StorageError
+from sealsync.errors import ConfigError
+from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion
+
+NAME = "sequence/root.sg/0/0/100-1-0-0.tsfile"
+TSFILE_SIZE_FLOOR = 8
+
+
+def _deletion(path: str, start: int, end: int) -> SeriesDeletion:
+    return SeriesDeletion(tuple(path.split(".")), start, end, None, "line 1")
+
+
+def test_statements_per_dialect() -> None:
+    assert load_statement("0.12", "/d/it's.tsfile") == "LOAD '/d/it''s.tsfile'"
+    assert load_statement("2.0", "/d/a.tsfile") == "LOAD '/d/a.tsfile' WITH ('on-success'='none')"
+    assert delete_statement(_deletion("root.sg.*.s1", 3, 9)) == (
+        "DELETE FROM root.sg.*.s1 WHERE time >= 3 AND time <= 9"
+    )
+    assert delete_statement(_deletion("root.sg.d1.s1", MIN_TIME, 4)) == (
+        "DELETE FROM root.sg.d1.s1 WHERE time <= 4"
+    )
+    assert delete_statement(_deletion("root.**", MIN_TIME, MAX_TIME)) == "DELETE FROM root.**"
+
+
+class Recorder:
+    def __init__(self, refuse: str = "") -> None:
+        self.statements: list[str] = []
+        self.refuse = refuse
+
+    def sql(self, statement: str) -> None:
+        if self.refuse and statement.startswith(self.refuse):
+            raise StorageError(f"IoTDB refused {statement}")
+        self.statements.append(statement)
+
+    def connect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _storage(tmp_path: Path, dialect: str, recorder: Recorder) -> IoTDBStorage:
+    storage = IoTDBStorage([tmp_path / "data"], tmp_path / "schema", IoTDBSettings(dialect=dialect))
+    storage.client = recorder  # type: ignore[assignment]
+    return storage
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> Path:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "schema").mkdir()
+    return tmp_path
+
+
+def _mods(*lines: tuple[str, int, int, int]) -> bytes:
+    return "".join(f"DELETION,{p},{o},{a},{b}\n" for p, o, a, b in lines).encode()
+
+
+def test_a_file_loads_once_and_its_deletions_follow_0_12(dirs: Path) -> None:
+    recorder = Recorder()
+    storage = _storage(dirs, "0.12", recorder)
+    folder = SenderFolder(dirs / "data", "10.0.0.1", UUID_A)
+    staged = stage(folder, NAME, mods=_mods(("root.sg.d0.s1", 1 << 40, MIN_TIME, 5)))
+    keep = dirs / "keep.tsfile"
+    copy_file(staged, keep)
+    storage.load(UUID_A, NAME, staged)
+    load, delete = recorder.statements
+    assert load.startswith("LOAD '") and load.endswith(
+        "/iotdb-load/" + UUID_A + "/100-1-0-0.tsfile'"
+    )
+    assert delete == "DELETE FROM root.sg.d0.s1 WHERE time <= 5"
+    target = storage.target(dirs / "data", UUID_A, NAME)
+    assert target.exists() and Path(f"{target}.resource").exists()  # the receiver's copy
+    assert not list((dirs / "data" / "iotdb-load" / UUID_A).iterdir())  # links gone
+
+    # A replay of the same load (a crash before load.log): nothing sent again.
+    storage.load(UUID_A, NAME, staged)
+    assert len(recorder.statements) == 2
+    # A restart reads what IoTDB has: the same again; a grown .mods sends only the new.
+    storage.close()
+    again = _storage(dirs, "0.12", Recorder())
+    copy_file(keep, staged)
+    Path(f"{staged}.resource").write_bytes(b"resource")
+    Path(f"{staged}.mods").write_bytes(
+        _mods(("root.sg.d0.s1", 1 << 40, MIN_TIME, 5), ("root.sg.*.s2", 1 << 40, 7, 8))
+    )
+    again.load(UUID_A, NAME, staged)
+    assert again.client.statements == [  # type: ignore[attr-defined]
+        "DELETE FROM root.sg.*.s2 WHERE time >= 7 AND time <= 8"
+    ]
+    assert again.loaded_into_iotdb(UUID_A) == {NAME}
+    # A file deleted by the sender: 0.12 removes IoTDB's copy; loaded again if shipped again.
+    assert again.delete(UUID_A, NAME)
+    assert again.client.statements[-1].startswith("REMOVE '")  # type: ignore[attr-defined]
+    assert again.client.statements[-1].endswith(f"/{NAME}'")  # type: ignore[attr-defined]
+    assert again.loaded_into_iotdb(UUID_A) == set()
+    again.close()
+    assert _storage(dirs, "0.12", Recorder()).loaded_into_iotdb(UUID_A) == set()
+
+
+def test_a_deletion_at_the_file_head_covers_nothing(dirs: Path) -> None:
+    recorder = Recorder()
+    storage = _storage(dirs, "0.12", recorder)
+    folder = SenderFolder(dirs / "data", "10.0.0.1", UUID_A)
+    staged = stage(folder, NAME, mods=_mods(("root.sg.d0.s1", 7, MIN_TIME, 5)))
+    storage.load(UUID_A, NAME, staged)
+    assert [s.split()[0] for s in recorder.statements] == ["LOAD"]
+
+
+def test_2_0_loads_the_mods2_with_the_file_and_keeps_points_of_a_deleted_file(
+    dirs: Path,
+) -> None:
+    from sealsync.formats.mods2 import tree_entry
+
+    recorder = Recorder()
+    storage = _storage(dirs, "2.0", recorder)
+    folder = SenderFolder(dirs / "data", "10.0.0.1", UUID_A)
+    staged = stage(folder, NAME)
+    Path(f"{staged}.mods2").write_bytes(tree_entry("root.sg.d0.s1", 1, 2))
+    keep = dirs / "keep.tsfile"
+    copy_file(staged, keep)
+    storage.load(UUID_A, NAME, staged)
+    assert len(recorder.statements) == 1
+    assert recorder.statements[0].endswith("100-1-0-0.tsfile' WITH ('on-success'='none')")
+    copy_file(keep, staged)
+    Path(f"{staged}.resource").write_bytes(b"resource")
+    Path(f"{staged}.mods2").write_bytes(
+        tree_entry("root.sg.d0.s1", 1, 2) + tree_entry("root.sg.**", 5, 6)
+    )
+    storage.load(UUID_A, NAME, staged)
+    assert recorder.statements[1:] == ["DELETE FROM root.sg.** WHERE time >= 5 AND time <= 6"]
+    storage.delete(UUID_A, NAME)
+    assert len(recorder.statements) == 2  # no statement unloads a file in 2.x
+
+
+def test_a_refused_load_is_a_storage_error_and_is_tried_again(dirs: Path) -> None:
+    storage = _storage(dirs, "2.0", Recorder(refuse="LOAD"))
+    folder = SenderFolder(dirs / "data", "10.0.0.1", UUID_A)
+    staged = stage(folder, NAME)
+    with pytest.raises(StorageError, match="refused LOAD"):
+        storage.load(UUID_A, NAME, staged)
+    assert storage.loaded_into_iotdb(UUID_A) == set()
+    storage.client = Recorder()  # type: ignore[assignment]
+    storage.load(UUID_A, NAME, staged)  # the replay: placed already, now loaded
+    assert storage.loaded_into_iotdb(UUID_A) == {NAME}
+
+
+@pytest.mark.slow
+def test_a_python_without_the_client_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    # This project's environment does not have apache-iotdb (its stray 'tests' package).
+    probe = subprocess.run([sys.executable, "-c", "import iotdb"], capture_output=True)
+    assert probe.returncode != 0
+    client = IoTDBClient(IoTDBSettings(python=sys.executable, connect_timeout=1))
+    with pytest.raises(ConfigError, match=r"pip install 'sealsync\[iotdb\]'") as caught:
+        client.connect()
+    assert caught.value.exit_code == 2
+    assert "\n" not in str(caught.value)
+    missing = IoTDBClient(IoTDBSettings(python=str(tmp_path / "no-python")))
+    with pytest.raises(ConfigError, match="iotdb_python"):
+        missing.connect()
