@@ -1,6 +1,8 @@
 """A host server process that embeds the sealsync receiver plugin with its own storage.
 
     python examples/host_server.py --config receiver.toml --store ./host-store [--init]
+    python examples/host_server.py --config receiver.toml --iotdb 127.0.0.1:6667 \
+        [--iotdb-dialect 0.12] [--iotdb-python /opt/iotdb-client/bin/python]
 
 The receiver runs *inside* the host (here: this script), as it would inside a
 database server, and the host imports it only from the ``receiver`` package (its
@@ -8,7 +10,9 @@ docstring is the plugin's reference). The host decides where loaded files live a
 how it registers them by implementing ``receiver.Storage``; this one keeps every
 sender's files in ``<store>/<sender uuid>/<relative name>`` and a catalogue
 ``<store>/catalogue.json`` (sender -> names) that stands for the database's own file
-registry.
+registry. With ``--iotdb`` the host is an IoTDB's companion instead: it passes the
+plugin's own ``IoTDBStorage``, which keeps the files in the receiver's data dirs and
+loads each into that IoTDB (docs/operations.md section 14).
 
 Because the receiver reads untrusted files in worker processes (forkserver), the
 embedding program must guard its entry point with ``if __name__ == "__main__":``.
@@ -26,10 +30,24 @@ import threading
 from pathlib import Path
 
 try:
-    from receiver import ReceiverService, StorageError, load_receiver_config, recorded_md5
+    from receiver import (
+        IoTDBSettings,
+        IoTDBStorage,
+        ReceiverService,
+        StorageError,
+        load_receiver_config,
+        recorded_md5,
+    )
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from receiver import ReceiverService, StorageError, load_receiver_config, recorded_md5
+    from receiver import (
+        IoTDBSettings,
+        IoTDBStorage,
+        ReceiverService,
+        StorageError,
+        load_receiver_config,
+        recorded_md5,
+    )
 
 SIDECARS = (".mods", ".mods2", ".resource")  # .mods2: IoTDB 2.x's deletions
 
@@ -114,7 +132,10 @@ class CatalogueStorage:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, type=Path, help="receiver TOML")
-    parser.add_argument("--store", required=True, type=Path, help="the host's file store")
+    parser.add_argument("--store", type=Path, help="the host's file store")
+    parser.add_argument("--iotdb", metavar="HOST:PORT", help="load the files into this IoTDB")
+    parser.add_argument("--iotdb-dialect", default="2.0", choices=("0.12", "2.0"))
+    parser.add_argument("--iotdb-python", default=sys.executable, help="runs IoTDB's client")
     parser.add_argument(
         "--init", action="store_true", help="create the receiver's schema and data dirs"
     )
@@ -122,15 +143,34 @@ def main() -> int:
     # The receiver's folders are created only when asked: a typo'd or unmounted one
     # must stop the host, not become an empty folder.
     config = load_receiver_config(args.config, init=args.init)
+    if (args.store is None) == (args.iotdb is None):
+        parser.error("give --store or --iotdb")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with ReceiverService(config, storage=CatalogueStorage(args.store)) as service:
+    storage: IoTDBStorage | CatalogueStorage
+    if args.iotdb is not None:
+        iotdb_host, _, iotdb_port = args.iotdb.rpartition(":")
+        settings = IoTDBSettings(
+            host=iotdb_host,
+            port=int(iotdb_port),
+            dialect=args.iotdb_dialect,
+            python=args.iotdb_python,
+        )
+        storage = IoTDBStorage(list(config.data_dirs), config.schema_dir, settings).connect()
+        where = f"IoTDB {args.iotdb}"
+    else:
+        storage = CatalogueStorage(args.store)
+        where = f"store {args.store}"
+    with ReceiverService(config, storage=storage) as service:
         host, port = service.address
-        print(f"host server: sealsync receiver on {host}:{port}, store {args.store}", flush=True)
+        print(f"host server: sealsync receiver on {host}:{port}, {where}", flush=True)
         stop.wait()
     print("host server: stopped", flush=True)
-    shutil.rmtree(args.store / "tmp", ignore_errors=True)
+    if isinstance(storage, IoTDBStorage):
+        storage.close()  # the host made it, the host closes it
+    else:
+        shutil.rmtree(args.store / "tmp", ignore_errors=True)
     return 0
 
 

@@ -36,6 +36,11 @@ The receiver reads untrusted files in worker processes (forkserver): the embeddi
 program must guard its entry point with ``if __name__ == "__main__":``.
 ``examples/host_server.py`` is a complete host with its own storage.
 
+:class:`IoTDBStorage`, :class:`IoTDBSettings`
+    The storage of ``storage = "iotdb"``: the default storage's copies, each also
+    loaded into a running IoTDB (receiver/iotdb_storage.py); a host passes
+    ``IoTDBStorage(config.data_dirs, config.schema_dir, IoTDBSettings(...)).connect()``.
+
 The names are imported on first use, so that importing one module of the package
 (``receiver.layout``, as ``sealsync status`` does) does not start the SSH stack.
 """
@@ -47,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from receiver.inventory import recorded_md5
+    from receiver.iotdb_storage import IoTDBSettings, IoTDBStorage
     from receiver.service import ReceiverService
     from receiver.storage import DirectoryStorage, Storage, StorageError
     from sealsync.config import ReceiverConfig, load_receiver_config
@@ -55,6 +61,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ConfigError",
     "DirectoryStorage",
+    "IoTDBSettings",
+    "IoTDBStorage",
     "ReceiverConfig",
     "ReceiverService",
     "SealsyncError",
@@ -66,6 +74,8 @@ __all__ = [
 _HOMES = {
     "ConfigError": "sealsync.errors",
     "DirectoryStorage": "receiver.storage",
+    "IoTDBSettings": "receiver.iotdb_storage",
+    "IoTDBStorage": "receiver.iotdb_storage",
     "ReceiverConfig": "sealsync.config",
     "ReceiverService": "receiver.service",
     "SealsyncError": "sealsync.errors",

@@ -27,10 +27,14 @@ offset): points written at the edge after the ``DELETE`` into the same range go 
 (docs/operations.md says so). An entry that covers none of its file's chunks (its
 offset at the file's head) is skipped.
 
-A file deleted by the sender (compaction or TTL at the edge) leaves the receiver's
-data dirs as with the default storage; IoTDB has no statement that unloads one file,
-and the points live on in the file that replaced it, so the backend leaves IoTDB's
-points alone.
+A file deleted by the sender (a merge or compaction at the edge, whose result the
+sender ships as a new file; a TTL expiry) leaves the receiver's data dirs as with the
+default storage. At the edge its points live on only in the file that replaced it,
+so IoTDB's copy should go too: 0.12 has ``REMOVE '<path>'`` (found by the file's name
+and the storage group, virtual storage group and partition folders above it), which
+the backend sends; 1.x and 2.x have no statement that unloads one file, so there IoTDB
+keeps the points (a file IoTDB compacted itself meanwhile cannot be removed either;
+the warning says so).
 
 Which files IoTDB has loaded, and how many of each file's deletions it has applied,
 is the ``<schema dir>/iotdb-loaded.log`` (fsynced lines, :class:`durable.AppendLog`),

@@ -1,0 +1,338 @@
+"""The differential test: an edge IoTDB, a data-centre IoTDB and the Spark table give the
+same answer.
+
+For each release that starts here (0.12.0, 2.0.1-beta), two servers of that release: the
+edge, written through IoTDB's client by a random workload (in-order inserts, out-of-order
+inserts, aligned devices on 2.x, every data type of the release, nulls, ``DELETE`` of a
+series, of ``*`` and ``**`` patterns and of time ranges, ``FLUSH``), while ``sealsync
+send`` ships its data folder in a round after each batch to ``sealsync serve`` with
+``storage = "iotdb"`` (receiver/iotdb_storage.py), which loads each file into the data
+centre's server; then ``sealsync load`` builds the table. ``SELECT * FROM root.** ALIGN BY
+DEVICE`` (``root.sg`` on 0.12, which has no ``**``) on the edge, the same on the data
+centre and the table are compared row by row, value by value, nulls and types included.
+
+The seed is printed (``-s`` shows it) and can be set with ``SEALSYNC_IOTDB_SEED`` to
+replay a failure.
+
+Pending (docs/operations.md): out-of-order inserts that *overwrite* a point held by
+another file (IoTDB answers the unsequence file's, later version's value) need the
+loader's cross-file resolution; until it is there the workload's out-of-order inserts
+write times no file holds (``OVERWRITES`` off), and the assertions are the same either way.
+Likewise points written at the edge into a range after a ``DELETE`` of it
+(``AFTER_DELETIONS`` off): the data centre applies a file's deletions as ``DELETE``
+statements, which cannot spare the points of another file, or of the chunks IoTDB 0.12's
+in-place merge appended to the same file, that the edge's deletion did not reach.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from config_helpers import write_config
+from deploy_helpers import Deployment, make_deployment
+from iotdb_server import RELEASES, IoTDBClient, IoTDBServer, client_python
+
+from sealsync.permissions import restrict_writes
+from spark_loader import read_arrow
+
+ROUNDS = 3
+POINTS = 40  # in-order points per device per round
+OVERWRITES = False  # pending: cross-file overwrites in the loader (module docstring)
+AFTER_DELETIONS = False  # pending: points written into a range after its DELETE (docstring)
+
+# One measurement name per type: 0.12 refuses ALIGN BY DEVICE over one name of two types.
+TYPES_012 = {
+    "b": "BOOLEAN",
+    "i32": "INT32",
+    "i64": "INT64",
+    "f": "FLOAT",
+    "d": "DOUBLE",
+    "t": "TEXT",
+}
+TYPES_2 = {**TYPES_012, "ts": "TIMESTAMP", "dt": "DATE", "bl": "BLOB", "st": "STRING"}
+# The table's column type per IoTDB type: integers widen to long and floating point to
+# double (spark_loader/schema.py), exactly; the others keep their kind.
+ARROW = {
+    "BOOLEAN": pa.bool_(),
+    "INT32": pa.int64(),
+    "INT64": pa.int64(),
+    "FLOAT": pa.float64(),
+    "DOUBLE": pa.float64(),
+    "TEXT": pa.string(),
+    "STRING": pa.string(),
+    "TIMESTAMP": pa.int64(),
+    "DATE": pa.date32(),
+    "BLOB": pa.binary(),
+}
+
+Row = tuple[str, int, tuple[Any, ...]]  # device, time, values in column order
+
+
+def _value(rng: random.Random, type_name: str) -> Any:
+    if rng.random() < 0.15:
+        return None
+    n = rng.randrange(-1000, 1000)
+    return {
+        "BOOLEAN": n % 2 == 0,
+        "INT32": n,
+        "INT64": n * 1_000_003,
+        "FLOAT": n / 4,  # exact in float32
+        "DOUBLE": n / 8,
+        "TEXT": f"v{n}",
+        "STRING": f"s{n}",
+        "TIMESTAMP": 1_700_000_000_000 + n,
+        "DATE": (datetime.date(2024, 1, 1) + datetime.timedelta(days=n % 300)).isoformat(),
+        "BLOB": (n & 0xFFFF).to_bytes(2, "big").hex(),
+    }[type_name]
+
+
+class Workload:
+    """The statements of one run, drawn from ``seed``."""
+
+    def __init__(self, seed: int, two: bool) -> None:
+        self.rng = random.Random(seed)
+        self.two = two
+        self.types = TYPES_2 if two else TYPES_012
+        self.devices = {"root.sg.d1": False, "root.sg.d2": False, "root.sg.d3": False}
+        if two:
+            self.devices["root.sg.a1"] = True  # aligned
+        self.written: dict[str, set[int]] = {d: set() for d in self.devices}
+        self.deleted: list[tuple[int, int]] = []  # every DELETE's time range
+
+    def create(self, client: IoTDBClient) -> None:
+        client.sql("CREATE DATABASE root.sg" if self.two else "SET STORAGE GROUP TO root.sg")
+        for device, aligned in self.devices.items():
+            names = list(self.types)
+            if aligned:
+                spec = ", ".join(f"{m} {self.types[m]}" for m in names)
+                client.sql(f"CREATE ALIGNED TIMESERIES {device}({spec})")
+            else:
+                for m in names:
+                    encoding = "PLAIN"
+                    client.sql(
+                        f"CREATE TIMESERIES {device}.{m} WITH DATATYPE={self.types[m]}, "
+                        f"ENCODING={encoding}"
+                    )
+
+    def _insert(self, client: IoTDBClient, device: str, times: list[int]) -> None:
+        records = []
+        for t in times:
+            names = [m for m in self.types if self.rng.random() > 0.1] or ["i64"]
+            values = [_value(self.rng, self.types[m]) for m in names]
+            kept = [(m, v) for m, v in zip(names, values, strict=True) if v is not None]
+            if not kept:
+                kept = [("i64", 1)]
+            records.append(
+                (
+                    device,
+                    t,
+                    [m for m, _ in kept],
+                    [self.types[m] for m, _ in kept],
+                    [v for _, v in kept],
+                )
+            )
+            self.written[device].add(t)
+        client.insert(records, aligned=self.devices[device])
+
+    def round(self, client: IoTDBClient, r: int) -> list[str]:
+        """One batch: in-order inserts, out-of-order ones, FLUSH, deletions, FLUSH."""
+        done = []
+        base = r * 10_000
+        for device in self.devices:
+            self._insert(client, device, [base + 2 * k for k in range(POINTS)])
+        client.sql("FLUSH")
+        if r:  # out of order: into the previous round's range, below what is flushed
+            for device in self.devices:
+                low = (r - 1) * 10_000
+                pool = (
+                    sorted(self.written[device] & set(range(low, low + 2 * POINTS)))
+                    if OVERWRITES
+                    else [low + 2 * k + 1 for k in range(POINTS)]
+                )
+                if not AFTER_DELETIONS:
+                    pool = [t for t in pool if not any(a <= t <= b for a, b in self.deleted)]
+                if pool:
+                    self._insert(client, device, sorted(self.rng.sample(pool, min(8, len(pool)))))
+        client.sql("FLUSH")
+        statements = self._deletions(base)
+        self.deleted += [_range(statement) for statement in statements]
+        for statement in statements:
+            client.sql(statement)
+        done += statements
+        client.sql("FLUSH")
+        return done
+
+    def _deletions(self, base: int) -> list[str]:
+        rng = self.rng
+        low = max(0, base - 10_000)
+        a = rng.randrange(low, base + 2 * POINTS - 10)
+        b = a + rng.randrange(0, 12)
+        series = f"{rng.choice(sorted(self.devices))}.{rng.choice(sorted(self.types))}"
+        out = [
+            f"DELETE FROM {series} WHERE time >= {a} AND time <= {b}",
+            f"DELETE FROM root.sg.d2.* WHERE time >= {b} AND time <= {b + 5}",
+            f"DELETE FROM root.sg.*.{rng.choice(sorted(self.types))} WHERE time <= {a - 3}",
+            f"DELETE FROM root.sg.d1.i64 WHERE time >= {base + 2 * POINTS - 4}",
+        ]
+        if self.two:
+            out.append(f"DELETE FROM root.sg.** WHERE time >= {a + 20} AND time <= {a + 23}")
+            out.append(f"DELETE FROM root.**.b WHERE time >= {b} AND time <= {b + 9}")
+            out.append(f"DELETE FROM root.sg.a1.t WHERE time >= {a} AND time <= {a + 7}")
+        return out
+
+
+def _range(statement: str) -> tuple[int, int]:
+    """The closed time range of a ``DELETE`` statement of the workload."""
+    low = re.search(r"time >= (-?\d+)", statement)
+    high = re.search(r"time <= (-?\d+)", statement)
+    return (
+        int(low.group(1)) if low else -(1 << 63),
+        int(high.group(1)) if high else (1 << 63) - 1,
+    )
+
+
+def _query(server: IoTDBServer) -> str:
+    return (
+        "SELECT * FROM root.sg ALIGN BY DEVICE"
+        if server.release.standalone
+        else "SELECT * FROM root.** ALIGN BY DEVICE"
+    )
+
+
+def _answer(server: IoTDBServer) -> tuple[dict[str, str], list[Row]]:
+    """Column -> type and the rows, sorted by device and time (rows of nulls left out)."""
+    with server.client() as client:
+        result = client.query(_query(server))
+    assert result.columns[:2] == ["Time", "Device"], result.columns
+    columns = dict(sorted(zip(result.columns[2:], result.types[2:], strict=True)))
+    order = [result.columns.index(c) for c in columns]  # by name: servers order them apart
+    rows = [
+        (row[1], row[0], tuple(row[i] for i in order))
+        for row in result.rows
+        if any(v is not None for v in row[2:])
+    ]
+    return columns, sorted(rows, key=lambda r: (r[0], r[1]))
+
+
+def _json(type_name: str, value: Any) -> Any:
+    """A table value as the client worker gives IoTDB's."""
+    if value is None:
+        return None
+    if type_name == "BLOB":
+        return bytes(value).hex()
+    if type_name == "DATE":
+        return value.isoformat()
+    return value
+
+
+def _table(table_path: Path, columns: dict[str, str]) -> list[Row]:
+    table = read_arrow(table_path)
+    schema = {f.name: f.type for f in table.schema}
+    for name, type_name in columns.items():
+        assert name in schema, f"column {name} missing from the table: {table.schema}"
+        assert schema[name] == ARROW[type_name], (name, schema[name], type_name)
+    extra = set(schema) - set(columns) - {"device", "time"}
+    rows = []
+    for row in table.to_pylist():
+        values = tuple(_json(columns[c], row[c]) for c in columns)
+        for name in extra & set(TYPES_2):  # a measurement IoTDB no longer answers
+            assert row[name] is None, (name, row)
+        if any(v is not None for v in values):
+            rows.append((row["device"], row["time"], values))
+    return sorted(rows, key=lambda r: (r[0], r[1]))
+
+
+def _diff(name_a: str, a: list[Row], name_b: str, b: list[Row]) -> str:
+    lines = [f"{name_a}: {len(a)} rows, {name_b}: {len(b)} rows"]
+    sa, sb = {(r[0], r[1]): r[2] for r in a}, {(r[0], r[1]): r[2] for r in b}
+    for key in sorted(set(sa) | set(sb)):
+        if sa.get(key) != sb.get(key):
+            lines.append(f"  {key}: {name_a} {sa.get(key)} != {name_b} {sb.get(key)}")
+            if len(lines) > 20:
+                break
+    return "\n".join(lines)
+
+
+def _receiver_on_iotdb(dep: Deployment, dc: IoTDBServer) -> None:
+    dialect = "0.12" if dc.release.standalone else "2.0"
+    text = dep.receiver_config.read_text() + (
+        f'storage = "iotdb"\niotdb_port = {dc.rpc_port}\niotdb_dialect = "{dialect}"\n'
+        f'iotdb_python = "{client_python()}"\n'
+    )
+    dep.receiver_config.chmod(0o600)
+    dep.receiver_config.write_text(text)
+    restrict_writes(dep.receiver_config)
+
+
+def _sender_at(dep: Deployment, data_dir: Path) -> None:
+    sender = dep.senders[0]
+    text = re.sub(r"data_dirs = \[.*\]", f'data_dirs = ["{data_dir}"]', sender.config.read_text())
+    sender.config.chmod(0o600)
+    sender.config.write_text(text)
+    restrict_writes(sender.config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", sorted(RELEASES))
+def test_edge_data_centre_and_table_answer_alike(
+    version: str, tmp_path: Path, iotdb_server: Callable[[str], IoTDBServer]
+) -> None:
+    seed = int(os.environ.get("SEALSYNC_IOTDB_SEED") or random.randrange(1 << 32))
+    print(f"workload seed {seed} (SEALSYNC_IOTDB_SEED={seed} replays it)")
+    edge, dc = iotdb_server(version), iotdb_server(version)
+    workload = Workload(seed, two=not edge.release.standalone)
+    dep = make_deployment(tmp_path / "site")
+    _receiver_on_iotdb(dep, dc)
+    _sender_at(dep, edge.data_dir)
+    dep.start_receiver()
+    try:
+        with edge.client() as client:
+            workload.create(client)
+            for r in range(ROUNDS):
+                for statement in workload.round(client, r):
+                    print(statement)
+                sent = dep.senders[0].send()
+                assert sent.returncode == 0, sent.stderr
+        sent = dep.senders[0].send()  # the final round
+        assert sent.returncode == 0, sent.stderr
+    finally:
+        assert dep.stop_receiver() == 0, dep.log()
+        print(dep.log())
+    toml = write_config(
+        tmp_path / "loader.toml",
+        {
+            "loader": {
+                "receiver_data_dirs": [str(dep.receiver_data)],
+                "table_path": str(tmp_path / "table"),
+                "state_dir": str(tmp_path / "state"),
+                "master": "local[1]",
+            }
+        },
+    )
+    load = subprocess.run(
+        [sys.executable, "-m", "sealsync", "load", "--config", str(toml)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert load.returncode == 0, load.stderr
+
+    edge_columns, edge_rows = _answer(edge)
+    dc_columns, dc_rows = _answer(dc)
+    table_rows = _table(tmp_path / "table", edge_columns)
+    counts = f"edge {len(edge_rows)}, data centre {len(dc_rows)}, table {len(table_rows)}"
+    print(f"{version}: rows compared: {counts}")
+    assert len(edge_rows) > ROUNDS * POINTS  # the workload wrote and kept rows
+    assert dc_columns == edge_columns
+    assert dc_rows == edge_rows, _diff("edge", edge_rows, "data centre", dc_rows)
+    assert table_rows == edge_rows, _diff("edge", edge_rows, "table", table_rows)
