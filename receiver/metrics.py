@@ -8,6 +8,15 @@ each folder) is read when Prometheus asks, by :meth:`ReceiverMetrics.collect`; d
 space in particular is the file system's answer at scrape time (``statvfs``), never
 a stale copy.
 
+Per sender (the ``sender`` label, its UUID) the receiver counts what a data centre
+needs to see each edge: its last round's end, files and bytes received, refusals by
+kind, and how long ago its newest file was stored for the loader. A sender gets
+series only once its HELLO was accepted (its UUID bound to its key), so the series
+are bounded by the number of known senders, never by what a client claims; the
+sender's self-chosen name is one ``sealsync_receiver_sender_info`` sample, not a
+label on every series. Ages are measured on the monotonic clock, so a wall-clock
+step does not make an edge look stale or fresh.
+
 :class:`MetricsServer` serves them with prometheus_client's HTTP server, on its own
 registry (nothing else in the host process leaks into it), on a thread the service
 starts and stops with itself.
@@ -18,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,8 +35,10 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from sealsync.buildinfo import build_info_family
 from sealsync.config import format_endpoint
 from sealsync.errors import SealsyncError, listen_error
+from sealsync.printable import printable
 from sealsync.protocol import Verdict
 
 log = logging.getLogger(f"sealsync.{__name__}")
@@ -43,6 +55,25 @@ REFUSALS = {
 }
 """Why the receiver turned a connection, session or round away (the ``reason`` label)."""
 ROUND_OUTCOMES = ("done", "abandoned")
+SENDER_REFUSALS = (Verdict.MISMATCH, Verdict.CONFLICT, Verdict.REFUSED, "round_busy")
+"""What a known sender was refused, per file (its verdicts) or per round (busy)."""
+
+
+class _SenderCounts:
+    """What one known sender did since the service started."""
+
+    __slots__ = ("name", "last_round", "files", "bytes", "refusals", "newest_file")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.last_round = 0.0
+        """Wall-clock time its last round ended (0: none since the start)."""
+        self.files = 0
+        self.bytes = 0
+        self.refusals: dict[str, int] = dict.fromkeys(SENDER_REFUSALS, 0)
+        self.newest_file: float | None = None
+        """Monotonic time its newest file was verified and stored (None: none yet)."""
+
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -66,6 +97,7 @@ class ReceiverMetrics:
         self._verdicts = dict.fromkeys(VERDICTS, 0)
         self._refusals = dict.fromkeys(REFUSALS, 0)
         self._rounds = dict.fromkeys(ROUND_OUTCOMES, 0)
+        self._senders: dict[str, _SenderCounts] = {}
 
     # --- events -------------------------------------------------------------------
 
@@ -78,28 +110,55 @@ class ReceiverMetrics:
         with self._lock:
             self._sessions_open -= 1
 
-    def refused(self, reason: str) -> None:
-        """A connection, session or round turned away; ``reason`` is a key of REFUSALS."""
+    def sender_accepted(self, uuid: str, name: str) -> None:
+        """A sender's HELLO was accepted: from now on it has series of its own."""
+        with self._lock:
+            counts = self._senders.get(uuid)
+            if counts is None:
+                self._senders[uuid] = _SenderCounts(name)
+            else:
+                counts.name = name
+
+    def refused(self, reason: str, sender: str | None = None) -> None:
+        """A connection, session or round turned away; ``reason`` is a key of REFUSALS,
+        ``sender`` the accepted sender it was refused to, if any."""
         with self._lock:
             self._refusals[reason] += 1
+            counts = self._senders.get(sender) if sender is not None else None
+            if counts is not None and reason in counts.refusals:
+                counts.refusals[reason] += 1
 
-    def received(self, nbytes: int) -> None:
+    def received(self, nbytes: int, sender: str | None = None) -> None:
         """A file stream received whole (its data file and sidecars), whatever its verdict."""
         with self._lock:
             self._bytes += nbytes
+            counts = self._senders.get(sender) if sender is not None else None
+            if counts is not None:
+                counts.bytes += nbytes
 
-    def verdict(self, kind: str) -> None:
+    def verdict(self, kind: str, sender: str | None = None) -> None:
         with self._lock:
             self._verdicts[kind] = self._verdicts.get(kind, 0) + 1
+            counts = self._senders.get(sender) if sender is not None else None
+            if counts is None:
+                return
+            if kind == Verdict.VERIFIED:
+                counts.files += 1
+                counts.newest_file = time.monotonic()
+            elif kind in counts.refusals:
+                counts.refusals[kind] += 1
 
     def deleted(self) -> None:
         with self._lock:
             self._deleted += 1
 
-    def round_ended(self, outcome: str) -> None:
+    def round_ended(self, outcome: str, sender: str | None = None) -> None:
         """``done`` at ROUND_END, ``abandoned`` when the session ended inside a round."""
         with self._lock:
             self._rounds[outcome] += 1
+            counts = self._senders.get(sender) if sender is not None else None
+            if counts is not None and outcome == "done":
+                counts.last_round = time.time()
 
     def tracked(self, inspect: _F, count: Callable[..., int] = lambda *_: 1) -> _F:
         """``inspect`` counting its checks in flight (``count``: how many a call makes)."""
@@ -120,6 +179,7 @@ class ReceiverMetrics:
 
     def snapshot(self) -> dict[str, Any]:
         """The event counts as plain values (tests, and one consistent read per scrape)."""
+        now = time.monotonic()
         with self._lock:
             return {
                 "sessions_open": self._sessions_open,
@@ -131,6 +191,17 @@ class ReceiverMetrics:
                 "verdicts": dict(self._verdicts),
                 "refusals": dict(self._refusals),
                 "rounds": dict(self._rounds),
+                "senders": {
+                    uuid: {
+                        "name": c.name,
+                        "last_round": c.last_round,
+                        "files": c.files,
+                        "bytes": c.bytes,
+                        "refusals": dict(c.refusals),
+                        "newest_file_age": (None if c.newest_file is None else now - c.newest_file),
+                    }
+                    for uuid, c in sorted(self._senders.items())
+                },
             }
 
     def describe(self) -> list[Metric]:
@@ -180,6 +251,8 @@ class ReceiverMetrics:
         for outcome, n in s["rounds"].items():
             rounds.add_metric([outcome], n)
         yield rounds
+        yield from _sender_families(s["senders"])
+        yield build_info_family("receiver")
         yield gauge(
             "inspect_checks_in_flight",
             "Format checks of received files submitted and not yet answered.",
@@ -215,6 +288,51 @@ class ReceiverMetrics:
             size.add_metric([role, str(path)], st.f_blocks * st.f_frsize)
         yield free
         yield size
+
+
+def _sender_families(senders: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    """The per-sender families (label ``sender``: the UUID), one sample per known sender."""
+    label = ["sender"]
+    info = GaugeMetricFamily(
+        f"{PREFIX}_sender_info",
+        "1 per known sender; 'name' is the name it gave in its last HELLO.",
+        labels=["sender", "name"],
+    )
+    last_round = GaugeMetricFamily(
+        f"{PREFIX}_sender_last_round_timestamp_seconds",
+        "When the sender's last round ended (0: none since the receiver started).",
+        labels=label,
+    )
+    files = CounterMetricFamily(
+        f"{PREFIX}_sender_files_received", "Files of the sender verified and stored.", labels=label
+    )
+    nbytes = CounterMetricFamily(
+        f"{PREFIX}_sender_bytes_received",
+        "Bytes of the sender's file streams received whole.",
+        labels=label,
+    )
+    refusals = CounterMetricFamily(
+        f"{PREFIX}_sender_refusals",
+        "The sender's files refused (verdict mismatch, conflict, refused) and rounds turned "
+        "away busy (round_busy).",
+        labels=["sender", "kind"],
+    )
+    age = GaugeMetricFamily(
+        f"{PREFIX}_sender_newest_file_age_seconds",
+        "Seconds since the sender's newest file was verified and stored for the loader "
+        "(no sample: none since the receiver started).",
+        labels=label,
+    )
+    for uuid, s in senders.items():
+        info.add_metric([uuid, printable(s["name"])], 1)
+        last_round.add_metric([uuid], s["last_round"])
+        files.add_metric([uuid], s["files"])
+        nbytes.add_metric([uuid], s["bytes"])
+        for kind, n in s["refusals"].items():
+            refusals.add_metric([uuid, kind], n)
+        if s["newest_file_age"] is not None:
+            age.add_metric([uuid], s["newest_file_age"])
+    yield from (info, last_round, files, nbytes, refusals, age)
 
 
 class MetricsServer:

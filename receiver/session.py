@@ -300,6 +300,7 @@ class Session:
             )
         self._admission.open_session(msg.uuid, self.peer_ip)
         self.uuid, self.name = msg.uuid, msg.name
+        self.ctx.metrics.sender_accepted(msg.uuid, msg.name)
         self._io.send(Welcome(PROTOCOL_VERSION, f"sealsync {__version__}"))
 
     # --- dispatch --------------------------------------------------------------------
@@ -357,7 +358,7 @@ class Session:
             loader = self.ctx.rounds.begin(folder, wait=self.ctx.load_wait)
         except Busy as exc:
             log.info("sender %s: round on %s refused: busy: %s", self.uuid, folder.root, exc)
-            self.ctx.metrics.refused("round_busy")
+            self.ctx.metrics.refused("round_busy", self.uuid)
             self._io.send(RoundReady("busy", clean_text(str(exc))))
             return
         try:
@@ -413,7 +414,7 @@ class Session:
         self._round = None
         self._partials = None
         self.ctx.rounds.end(rnd.folder)
-        self.ctx.metrics.round_ended("done")
+        self.ctx.metrics.round_ended("done", self.uuid)
         log.info(
             "sender %s at %s: round done in %s: %d files received (%s), %d deleted, "
             "%d refused, %.1f s%s",
@@ -503,7 +504,7 @@ class Session:
         incoming.finish_writes()
         item = Arrived(begin, incoming)
         self._require_round().bytes += incoming.received
-        self.ctx.metrics.received(incoming.received)
+        self.ctx.metrics.received(incoming.received, self.uuid)
         if incoming.error is not None:
             item.verdict(Verdict.REFUSED, store_failure_reason(incoming.error))
         else:
@@ -524,7 +525,7 @@ class Session:
     def _answer(self, item: Arrived) -> bytes:
         """Count and log ``item``'s verdict; returns its frame for the caller to send."""
         status = item.status or Verdict.REFUSED
-        self.ctx.metrics.verdict(status)
+        self.ctx.metrics.verdict(status, self.uuid)
         rnd = self._round
         if status == Verdict.VERIFIED:
             self.files_verified += 1

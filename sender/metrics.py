@@ -9,16 +9,27 @@ yet reports 0 for its timestamps, so "no success for a while" fires for it too.
 
 Every label value a counter can take is written from the start (at 0), so that
 ``increase()`` sees the first failure of a kind as an increase.
+
+What is still to ship (``pending_files``, ``pending_bytes``, the oldest pending file's
+age) is not in the history: it is what a round would ship now, planned as
+``send --dry-run`` plans it (reading only) when the textfile is written, so a
+backlog that grows while every attempt "succeeds" is visible. A receiver whose plan
+cannot be made (a damaged state file) has no pending samples rather than wrong ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from sealsync.config import SenderConfig
+from sealsync.buildinfo import build_info_family
+from sealsync.config import ReceiverEndpoint, SenderConfig
+from sealsync.errors import SealsyncError
 from sealsync.metrics import as_number as _number
 from sealsync.metrics import snapshot_registry, write_textfile
 from sender.manage.history import OK, OUTCOMES, last_attempt, last_success_time
@@ -57,11 +68,16 @@ _TOTALS = (
 
 
 def sender_families(config: SenderConfig) -> Iterator[Metric]:
-    """The metric families of every receiver of ``config``, from their histories."""
-    lasts = [
-        (r.name, last_attempt(SchemaPaths(config.schema_dir, r.host, r.port)))
-        for r in config.receivers
-    ]
+    """The metric families of every receiver of ``config``: their histories, what is
+    pending for each, and the build info."""
+    yield from history_families(config.schema_dir, config.receivers)
+    yield from _pending_families(config)
+    yield build_info_family("sender")
+
+
+def history_families(schema_dir: Path, receivers: Sequence[ReceiverEndpoint]) -> Iterator[Metric]:
+    """The families the receivers' histories under ``schema_dir`` give."""
+    lasts = [(r.name, last_attempt(SchemaPaths(schema_dir, r.host, r.port))) for r in receivers]
     label = ["receiver"]
 
     def gauge(name: str, doc: str) -> GaugeMetricFamily:
@@ -112,6 +128,49 @@ def sender_families(config: SenderConfig) -> Iterator[Metric]:
         yield counter
     yield outcomes
     yield failures
+
+
+def pending(config: SenderConfig, receiver: ReceiverEndpoint) -> tuple[int, int, float | None]:
+    """(files, bytes, oldest mtime) a round to ``receiver`` would ship now, over every
+    data dir; a file gone since the scan is left out."""
+    from sender.plan import plan_dir
+
+    files, nbytes, oldest = 0, 0, None
+    for data_dir in config.data_dirs:
+        for name in plan_dir(data_dir, receiver).new:
+            try:
+                st = os.stat(data_dir / name)
+            except FileNotFoundError:
+                continue
+            files += 1
+            nbytes += st.st_size
+            oldest = st.st_mtime if oldest is None else min(oldest, st.st_mtime)
+    return files, nbytes, oldest
+
+
+def _pending_families(config: SenderConfig) -> Iterator[Metric]:
+    label = ["receiver"]
+    files = GaugeMetricFamily(
+        PREFIX + "pending_files", "Sealed files a round would ship now.", labels=label
+    )
+    nbytes = GaugeMetricFamily(
+        PREFIX + "pending_bytes", "Bytes of the data files a round would ship now.", labels=label
+    )
+    age = GaugeMetricFamily(
+        PREFIX + "oldest_pending_age_seconds",
+        "Age (by its mtime) of the oldest file a round would ship now; 0 when none is pending.",
+        labels=label,
+    )
+    now = time.time()
+    for receiver in config.receivers:
+        try:
+            n, b, oldest = pending(config, receiver)
+        except (OSError, SealsyncError):
+            continue
+        files.add_metric([receiver.name], n)
+        nbytes.add_metric([receiver.name], b)
+        age.add_metric([receiver.name], 0.0 if oldest is None else max(now - oldest, 0.0))
+    yield from (files, nbytes, age)
 
 
 def write_sender_metrics(config: SenderConfig) -> None:

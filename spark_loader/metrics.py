@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from sealsync.buildinfo import build_info_family
 from sealsync.metrics import as_number as _number
 from sealsync.metrics import snapshot_registry, write_textfile
 from spark_loader.outcomes import FAILURE_KINDS, OK, OUTCOMES
@@ -87,6 +88,7 @@ def loader_families(doc: dict[str, Any] | None) -> Iterator[Metric]:
     for kind in (*FAILURE_KINDS, *sorted(set(by_kind) - set(FAILURE_KINDS))):
         failures.add_metric([kind], _number(by_kind.get(kind)))
     yield failures
+    yield build_info_family("loader")
 
 
 def write_loader_metrics(textfile: Path, doc: dict[str, Any] | None) -> None:

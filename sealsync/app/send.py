@@ -84,9 +84,11 @@ def send(
     Every attempt, however it ends (failed, interrupted, refused by the lock), is
     added to the receiver's history: `sealsync status` shows the last attempt and
     the last success, and with metrics_textfile set the send rewrites that file for
-    Prometheus. An attempt that ships and deletes nothing prints nothing on stdout
-    (cron mails nothing; -v prints its summary). --json prints one document in
-    every case, errors included. A data dir that holds neither sequence/ nor
+    Prometheus. A config that does not load is recorded too, as a failed attempt
+    (kind config) at each receiver it still names that has a history. An attempt
+    that ships and deletes nothing prints nothing on stdout (cron mails nothing;
+    -v prints its summary). --json prints one document in every case, errors
+    included. A data dir that holds neither sequence/ nor
     unsequence/ is a configuration error (exit 2).
 
     --dry-run prints, per receiver and data dir, the files a round would ship and
@@ -105,6 +107,12 @@ def send(
     """
     try:
         config = load_sender_config(config_path)
+    except SealsyncError as e:
+        late = [] if dry_run else _record_config_failure(config_path, e)
+        if as_json:
+            echo_json(_send_document(None, [single_line(str(e)), *late], e.exit_code))
+        raise
+    try:
         if bwlimit is not None:
             config = config.with_bwlimit(bwlimit)
         receivers = _receivers(config, receiver_name)
@@ -145,6 +153,18 @@ def send(
             raise result.error
     if sent.exit_code:
         raise click.exceptions.Exit(sent.exit_code)
+
+
+def _record_config_failure(config_path: Path, error: SealsyncError) -> list[str]:
+    """A config that does not load is recorded as an attempt where it still names a
+    receiver's existing history (:mod:`sender.config_failure`); returns, after printing
+    them, the lines of records that could not be written."""
+    from sender.config_failure import record_config_failure
+
+    problems = record_config_failure(config_path, error)
+    for line in problems:
+        click.echo(f"sealsync: error: {line}", err=True)
+    return problems
 
 
 def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: bool) -> list[str]:
