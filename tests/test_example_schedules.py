@@ -31,9 +31,12 @@ def _parses(argv: list[str]) -> str:
     """The subcommand ``argv`` (after the binary) names, its options parsed as click
     would (an option it does not take raises)."""
     name, *rest = argv
-    command = cli.get_command(click.Context(cli), name)
+    # the group's context settings (-h), as the console script has: click keeps the
+    # first help option a command makes
+    ctx = click.Context(cli, info_name="sealsync", **cli.context_settings)
+    command = cli.get_command(ctx, name)
     assert command is not None, f"no sealsync {name}"
-    command.make_context(name, rest)
+    command.make_context(name, rest, parent=ctx)
     return name
 
 

@@ -34,7 +34,7 @@ def test_the_committed_page_is_up_to_date(generator: dict[str, Any]) -> None:
 
 def test_the_page_names_every_command_option_and_exit_code(generator: dict[str, Any]) -> None:
     page = generator["render"]()
-    ctx = click.Context(cli, info_name="sealsync")
+    ctx = click.Context(cli, info_name="sealsync", **cli.context_settings)
     for name in cli.list_commands(ctx):
         command = cli.get_command(ctx, name)
         assert command is not None
