@@ -10,11 +10,12 @@ a stale copy.
 
 Per sender (the ``sender`` label, its UUID) the receiver counts what a data centre
 needs to see each edge: its last round's end, files and bytes received, refusals by
-kind, and how long ago its newest file was stored for the loader. A sender gets
-series only once its HELLO was accepted (its UUID bound to its key), so the series
-are bounded by the number of known senders, never by what a client claims; the
-sender's self-chosen name is one ``sealsync_receiver_sender_info`` sample, not a
-label on every series. Ages are measured on the monotonic clock, so a wall-clock
+kind, and how long ago its newest file was stored for the loader. A sender has
+series once its HELLO was accepted (its UUID bound to its key) and, in a service,
+from the start for every UUID ``sender_keys.txt`` binds, until it is retired: the
+series are bounded by the number of known senders, never by what a client claims.
+The sender's self-chosen name is one ``sealsync_receiver_sender_info`` sample, not
+a label on every series. Ages are measured on the monotonic clock, so a wall-clock
 step does not make an edge look stale or fresh.
 
 :class:`MetricsServer` serves them with prometheus_client's HTTP server, on its own
@@ -28,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,6 +89,10 @@ class ReceiverMetrics:
         """The inspect pool's live worker count, if the service has a pool."""
         self.workers_unavailable: Callable[[], bool] | None = None
         """Whether the pool's workers do not start (the format check cannot run)."""
+        self.known_senders: Callable[[], Iterable[str]] | None = None
+        """The UUIDs the receiver knows now (bound to a key, not retired): each has
+        series from the start, and a sender no longer among them (retired, its line
+        deleted) loses its series."""
         self._lock = threading.Lock()
         self._sessions_open = 0
         self._sessions = 0
@@ -179,8 +184,19 @@ class ReceiverMetrics:
 
     def snapshot(self) -> dict[str, Any]:
         """The event counts as plain values (tests, and one consistent read per scrape)."""
+        known: set[str] | None = None
+        if self.known_senders is not None:
+            try:
+                known = set(self.known_senders())
+            except (OSError, SealsyncError) as exc:  # keep the series the receiver has
+                log.warning("metrics: cannot read the known senders: %s", exc)
         now = time.monotonic()
         with self._lock:
+            if known is not None:
+                for gone in self._senders.keys() - known:
+                    del self._senders[gone]
+                for uuid in known - self._senders.keys():
+                    self._senders[uuid] = _SenderCounts("")
             return {
                 "sessions_open": self._sessions_open,
                 "sessions": self._sessions,

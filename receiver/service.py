@@ -159,12 +159,16 @@ class ReceiverService:
         self._inspect = inspect
         self.owners = DeviceOwners(config.schema_dir)
         self.rounds = Rounds(self.storage, self.owners, inspect)
+        sender_keys = SenderKeys(config.schema_dir, config.max_uuids_per_key)
+        self.metrics.known_senders = lambda: [
+            uuid for uuid, b in sender_keys.bindings().items() if b.fingerprint != RETIRED
+        ]
         self.context = SessionContext(
             data_dirs=list(config.data_dirs),
             owners=self.owners,
             inspect=inspect,
             inspect_many=inspect_many,
-            sender_keys=SenderKeys(config.schema_dir, config.max_uuids_per_key),
+            sender_keys=sender_keys,
             schema=SchemaStore(config.schema_dir),
             rounds=self.rounds,
             load_wait=load_wait,

@@ -209,3 +209,30 @@ def test_a_config_that_does_not_load_is_recorded_as_an_attempt(tmp_path: Path) -
     path.write_text("[sender\n")
     assert _send(path).returncode == EXIT_USAGE
     assert len(read_history(dc1)) == 2
+
+
+def test_known_senders_have_series_from_the_start_and_retired_ones_lose_them() -> None:
+    m = ReceiverMetrics()
+    known = [A, B]
+    m.known_senders = lambda: known
+    m.sender_accepted(A, "edge-a")
+    m.verdict(Verdict.VERIFIED, A)
+    s = receiver_samples(m)
+    # B has not connected since the start: its series are there, at zero
+    assert s[("sealsync_receiver_sender_files_received_total", (("sender", B),))] == 0
+    assert s[("sealsync_receiver_sender_last_round_timestamp_seconds", (("sender", B),))] == 0
+    assert s[("sealsync_receiver_sender_files_received_total", (("sender", A),))] == 1
+    known = [B]  # A retired (sealsync senders remove)
+    s = receiver_samples(m)
+    senders = {dict(labels).get("sender") for (name, labels) in s if "_sender_" in name}
+    assert senders == {B}
+    m.verdict(Verdict.VERIFIED, A)  # a late event of the retired sender adds no series
+    assert ("sealsync_receiver_sender_files_received_total", (("sender", A),)) not in (
+        receiver_samples(m)
+    )
+
+    def unreadable() -> list[str]:
+        raise OSError(5, "Input/output error")
+
+    m.known_senders = unreadable  # the series the receiver has stay
+    assert ("sealsync_receiver_sender_info", (("name", ""), ("sender", B))) in receiver_samples(m)
