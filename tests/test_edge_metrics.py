@@ -203,12 +203,30 @@ def test_a_config_that_does_not_load_is_recorded_as_an_attempt(tmp_path: Path) -
     assert s[("sealsync_sender_last_attempt_success", (("receiver", "dc1"),))] == 0
     assert build_info(s)["role"] == "sender"
 
+    # a private key others can read, a malformed known_hosts: recorded the same way
+    write_config(
+        path, {**doc, "sender": {k: v for k, v in doc["sender"].items() if k != "max_retrys"}}
+    )
+    (tmp_path / "keys/edge").chmod(0o644)
+    result = _send(path)
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert read_history(dc1)[-1]["kind"] == "config"
+    assert "keys/edge" in read_history(dc1)[-1]["error"]
+    (tmp_path / "keys/edge").chmod(0o600)
+    (tmp_path / "keys/known_hosts").write_text("not a known_hosts line\n")
+    assert _send(path).returncode == EXIT_USAGE
+    assert "known_hosts" in read_history(dc1)[-1]["error"]
+    s = parse((tmp_path / "prom/sender.prom").read_text())
+    assert s[("sealsync_sender_failures_total", key)] == 3
+    doc["sender"]["max_retrys"] = 5
+
     # --dry-run records nothing; a config too broken to name a schema dir records nothing
+    write_config(path, doc)
     _send(path, "--dry-run")
-    assert len(read_history(dc1)) == 2
+    assert len(read_history(dc1)) == 4
     path.write_text("[sender\n")
     assert _send(path).returncode == EXIT_USAGE
-    assert len(read_history(dc1)) == 2
+    assert len(read_history(dc1)) == 4
 
 
 def test_known_senders_have_series_from_the_start_and_retired_ones_lose_them() -> None:
