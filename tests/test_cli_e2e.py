@@ -60,7 +60,8 @@ def test_conflict_exits_1_with_one_line_per_refused_file(dep: Deployment) -> Non
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert lines[0].startswith(f"sealsync: dc: refused {theirs[0]}: ")
-    assert a.uuid in lines[0]
+    assert "owned by another sender" in lines[0]
+    assert a.uuid not in lines[0]  # one sender never learns another's id
     assert set(dep.loaded_hashes(b)) == set(mine)
     doc = json.loads(b.send("--json").stdout)
     assert doc["ok"] is False

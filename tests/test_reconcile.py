@@ -123,6 +123,7 @@ def test_reconcile_repairs_a_damaged_receiver_and_dry_run_changes_nothing(
     sender.edge.delete(names[-1])
     assert sender.send().returncode == 0
     back = storage.target(dep.receiver_data, sender.uuid, names[-1])
+    back.parent.mkdir(parents=True, exist_ok=True)  # the deletion removed the folder it emptied
     back.write_bytes(kept)
     expected = damage(dep, sender.uuid, sorted(names[:-1]))
 
