@@ -37,11 +37,14 @@ class Site:
     def __init__(self, root: Path, *, chunk_size: int | None = None, data_dirs: int = 1) -> None:
         self.dep: Deployment = make_deployment(root, senders=2, data_dirs=data_dirs)
         self.a, self.b = self.dep.senders
-        if chunk_size is not None:  # small chunks: multi-chunk streams even for small files
-            text = self.a.config.read_text()
-            self.a.config.write_text(
-                text.replace("max_retries = 3\n", f"max_retries = 3\nchunk_size = {chunk_size}\n")
-            )
+        # A receiver killed at a crash point stays down until the case restarts it after
+        # the send has ended: a second of reconnects, not reconnect_time's default minute.
+        for sender in self.dep.senders:
+            keys = "reconnect_time = 1.0\n"
+            if chunk_size is not None and sender is self.a:  # multi-chunk streams, small files
+                keys += f"chunk_size = {chunk_size}\n"
+            text = sender.config.read_text()
+            sender.config.write_text(text.replace("max_retries = 3\n", f"max_retries = 3\n{keys}"))
         self.batch = 0
         self.healthy = False
 
