@@ -85,11 +85,16 @@ def spread(base_times: list[float], times: list[float], rows_ratio: float) -> st
 
 
 def make_table(rng: np.random.Generator, index: int, rows: int) -> pa.Table:
-    """One file's rows: 10 devices, a double, an int64, a float and a boolean."""
+    """One file's rows: 10 devices, a double, an int64, a float and a boolean.
+
+    Each file's times follow the previous file's, as a sequence file's do: no file holds
+    another's (device, time), so no point is overwritten and every row stays.
+    """
     devices = np.array([f"root.sg{index % 5}.d{j}" for j in range(10)])
+    first = index * rows + np.arange(rows, dtype=np.int64)
     return pa.table(
         {
-            "time": pa.array(1_700_000_000_000 + np.arange(rows, dtype=np.int64) // 10 * 1000),
+            "time": pa.array(1_700_000_000_000 + first // 10 * 1000),
             "device": pa.array(devices[np.arange(rows) % 10]),
             "s1": pa.array(np.cumsum(rng.normal(size=rows))),
             "s2": pa.array(rng.integers(0, 1000, rows)),

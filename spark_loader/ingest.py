@@ -38,7 +38,7 @@ from typing import Any
 from sealsync import durable
 from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
-from spark_loader import lastrun, removals, swap, table_binding
+from spark_loader import lastrun, removals, resolve, swap, table_binding
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile, discover
 from spark_loader.job import Ingest, Prepared, read_deletions
@@ -242,6 +242,11 @@ class _Run:
             self.full(state, partitions, verdict, readable)
             return
         present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
+        # The senders whose overlapping files must be resolved again (:mod:`.resolve`),
+        # recorded before anything changes: a run killed after this is completed by the next.
+        changed_senders = {partitions[f].sender for f in verdict.remove if f in partitions}
+        changed_senders |= {f.sender for f in readable if f.file_id not in present}
+        settle = resolve.mark_pending(self.state_dir, changed_senders)
         if verdict.remove:
             self.say(f"removing the rows of {len(verdict.remove)} files the receiver deleted")
         for fid in verdict.remove:
@@ -257,7 +262,9 @@ class _Run:
         todo = [f for f in readable if f.file_id not in present]
         report.unchanged = len(readable) - len(todo)
         if todo:
-            self.ingest(todo, state)
+            self.ingest(todo, state, settle=settle, wanted=wanted)
+        elif settle:
+            self.ingest([], state, settle=settle, wanted=wanted)
 
     def full(
         self,
@@ -289,7 +296,9 @@ class _Run:
                     _adopt_columns(state, p)
             self.say(f"full rebuild: building the new table in {build.path}")
             if files:
-                self.ingest(files, state, build, build_state_dir)
+                senders = {f.sender for f in files}
+                wanted = {f.file_id: f for f in files}
+                self.ingest(files, state, build, build_state_dir, settle=senders, wanted=wanted)
             if self.options.sync:
                 durable.fsync_dir(build.path)
             atomic = swap.swap_in(build.path, self.table.path)
@@ -299,11 +308,32 @@ class _Run:
         finally:
             shutil.rmtree(build_state_dir, ignore_errors=True)
         save_state(self.state_dir, state)
+        resolve.clear_pending(self.state_dir)  # the new table was resolved whole
         how = "exchanged atomically" if atomic else "renamed into place (no RENAME_EXCHANGE)"
         self.report.notes.append(
             f"full rebuild: a new table of {len(self.table.partitions())} partitions was "
             f"built beside the old one ({len(partitions)} partitions) and {how}"
         )
+
+    def _settle(
+        self,
+        job: Ingest,
+        table: Table,
+        ours: bool,
+        senders: set[str],
+        wanted: dict[str, SourceFile],
+    ) -> None:
+        """Rewrite the stale groups of overlapping files (:mod:`.resolve`); on the
+        loader's own table, forget the pending senders once all are settled."""
+        numbers = iter(range(1_000_000, 2_000_000))
+
+        def rewrite(group: list[resolve.Member]) -> bool:
+            return job.rewrite_group(group, next(numbers))
+
+        done = resolve.settle(
+            table, self.state_dir if ours else None, senders, wanted, rewrite, self.say
+        )
+        self.report.resolved += done
 
     def _session(self) -> tuple[Any, bool]:
         if self.options.spark is not None:
@@ -329,11 +359,16 @@ class _Run:
         state: IngestState,
         table: Table | None = None,
         state_dir: Path | None = None,
+        *,
+        settle: set[str] | None = None,
+        wanted: dict[str, SourceFile] | None = None,
     ) -> None:
         """Ingest ``todo`` into ``table`` (default: the table), recording in
-        ``state_dir``'s state file (default: the loader's)."""
+        ``state_dir``'s state file (default: the loader's); then resolve the overlapping
+        files of the ``settle`` senders among the ``wanted`` ones (:mod:`.resolve`)."""
         table = table or self.table
-        self.say(f"ingesting {len(todo)} files")
+        if todo:
+            self.say(f"ingesting {len(todo)} files")
         session, owned = self._session()
         run_id = uuid.uuid4().hex
         try:
@@ -368,6 +403,8 @@ class _Run:
                     label = f"batch {i}/{len(batches)}"
                     self.say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
                     job.write(batch, i, label)
+                if settle:
+                    self._settle(job, table, state_dir is None, settle, wanted or {})
         finally:
             remove_run_folder(table.path / LINKS / run_id)
             if owned:

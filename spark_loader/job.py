@@ -67,7 +67,7 @@ from sealsync.errors import FormatError
 from sealsync.formats import deletion, mods, mods2
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from sealsync.formats.deletion import SeriesDeletion
-from spark_loader import jvm, localfs
+from spark_loader import jvm, localfs, resolve
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import Failure, SplitRetry, describe
@@ -432,12 +432,19 @@ class Ingest:
             parts.append(conform(df, target))
         return functools.reduce(DataFrame.union, parts)
 
-    def _write(self, batch: list[Prepared], staging: Path) -> None:
+    def _write(
+        self, batch: list[Prepared], staging: Path, ranks: dict[int, int] | None = None
+    ) -> None:
+        """Write the batch's rows by key; with ``ranks`` (key -> priority), resolved
+        to one row per (device, time) first (:mod:`.resolve`)."""
         from pyspark.sql.types import DoubleType, FloatType
 
         names = {n for p in batch for n in schemas.measurements(p.columns)}
         target = schemas.target_schema(self.state.columns, sorted(names))
-        writer = self._frame(batch, target).write.mode("errorifexists")
+        frame = self._frame(batch, target)
+        if ranks is not None:
+            frame = resolve.resolved_frame(frame, ranks, target)
+        writer = frame.write.mode("errorifexists")
         if jvm.loadable(self.spark, KEYED_FORMAT, probe=True):
             writer = writer.format(KEYED_FORMAT)  # the same folders, without the sort
         else:
@@ -543,3 +550,43 @@ class Ingest:
             if key in by_key:
                 return by_key[key]
         return None
+
+    # ------------------------------------------------------------------ resolve
+
+    def rewrite_group(self, group: list[resolve.Member], number: int) -> bool:
+        """Read a group of overlapping files together and write each file's partition
+        anew with the rows it wins (:mod:`.resolve`); False, and nothing changed, if a
+        member cannot be read now (reported; the next run tries again)."""
+        by_id = {m.source.file_id: m for m in group}
+        ids = sorted(by_id)
+        items = self.prepare([m.source for m in group])
+        for item in items:
+            reason = schemas.admit(self.state.columns, item.columns)
+            if reason:
+                self._skip(item.source, reason)
+                return False
+        if len(items) != len(group):
+            return False
+        linked = self._link_batch(items, number)
+        if len(linked) != len(group):
+            return False
+        order = sorted(linked, key=lambda p: resolve.priority(p.source.name))
+        ranks = {p.key: rank for rank, p in enumerate(order) if p.key is not None}
+        keyed = [(p.key, by_id[p.file_id]) for p in linked if p.key is not None]
+        staging = resolve.new_staging(self.table)
+        try:
+            with stage_progress(self.spark, self.progress, f"resolving {len(group)} files"):
+                self._write(linked, staging, ranks)
+            resolve.write_sidecars(staging, keyed, ids)
+            resolve.replace_partitions(self.table, staging, keyed)
+        except Exception as exc:
+            for item in linked:
+                self._skip(
+                    item.source, f"resolving its overlapping files failed: {describe(exc).reason}"
+                )
+            return False
+        finally:
+            remove_run_folder(staging)
+        if self.sync:
+            self.table.sync([m.partition for m in group])
+        return True

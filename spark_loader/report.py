@@ -24,6 +24,8 @@ class LoadReport:
     #: Senders a file of which killed its Spark job even alone this run: their files
     #: run in batches of their own next run (spark_loader.ingest), the others' never wait.
     quarantined: set[str] = field(default_factory=set)
+    #: Groups of overlapping files rewritten to one row per (device, time) (.resolve).
+    resolved: int = 0
 
     @property
     def ok(self) -> bool:
@@ -55,6 +57,8 @@ class LoadReport:
             f"removed {self.removed} ({self.rows_removed} rows), "
             f"unchanged {self.unchanged}, in {self.seconds:.1f}s"
         )
+        if self.resolved:
+            text += f"; resolved {self.resolved} groups of overlapping files"
         if self.kept_missing:
             text += f"; kept {self.kept_missing} missing"
         if self.skipped:

@@ -114,17 +114,53 @@ def file_rows(path: Path) -> pa.Table:
     return deletion.apply(table, gone, os.path.getsize(path))
 
 
+def iotdb_rank(rel: str) -> tuple[Any, ...]:
+    """IoTDB's priority of a file (higher wins), from its relative name: unsequence
+    over sequence, then the version, then the time of ``<time>-<version>-...``."""
+    unseq = rel.startswith("unsequence/")
+    fields = rel.rsplit("/", 1)[-1].split(".")[0].split("-")
+    numbers = [int(f) for f in fields] if all(f.isdigit() for f in fields) else []
+    if len(numbers) < 2:
+        return (unseq, -1, -1, (), rel)
+    return (unseq, numbers[1], numbers[0], tuple(numbers[2:]), rel)
+
+
+def answer(files: dict[tuple[str, str], list[dict[str, Any]]]) -> list[tuple]:
+    """The rows IoTDB answers from these files' points ((sender, rel) -> rows): per
+    sender and (device, time), each measurement's value from the highest-ranked file
+    holding one, the row put in the highest-ranked file holding the (device, time)."""
+    best: dict[tuple[str, str, int], dict[str, Any]] = {}
+    owner: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+    for (sender, rel), rows in files.items():
+        rank = iotdb_rank(rel)
+        for row in rows:
+            key = (sender, row["device"], row["time"])
+            if key not in owner or rank > owner[key]:
+                owner[key] = rank
+            values = best.setdefault(key, {})
+            for name, value in row.items():
+                if name in ("time", "device") or value is None:
+                    continue
+                if name not in values or rank > values[name][0]:
+                    values[name] = (rank, value)
+    out = []
+    for (sender, device, t), rank in owner.items():
+        row = {name: v for name, (_, v) in best[(sender, device, t)].items()}
+        row.update({"time": t, "device": device, SENDER_COLUMN: sender, SOURCE_COLUMN: rank[-1]})
+        out.append(row)
+    return canonical(out)
+
+
 def source_rows(receiver: Receiver, without: Collection[tuple[str, str]] = ()) -> list[tuple]:
-    """What the table must hold: every placed file's rows (but those of the
-    ``(sender, rel)`` in ``without``), read independently, deletions applied."""
-    rows: list[dict[str, Any]] = []
-    for (sender, rel), path in receiver.placed.items():
-        if (sender, rel) in without:
-            continue
-        table = file_rows(path)
-        for row in table.to_pylist():
-            rows.append({**row, SENDER_COLUMN: sender, SOURCE_COLUMN: rel})
-    return canonical(rows)
+    """What the table must hold: IoTDB's answer (:func:`answer`) from every placed
+    file's rows (but those of the ``(sender, rel)`` in ``without``), read
+    independently, deletions applied."""
+    files = {
+        key: file_rows(path).to_pylist()
+        for key, path in receiver.placed.items()
+        if key not in without
+    }
+    return answer(files)
 
 
 def partition_dirs(table_path: Path) -> set[str]:
@@ -150,8 +186,14 @@ def snapshot(path: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
+#: Where sender A's Parquet file of :func:`two_senders` starts: after its TsFile's
+#: points, so that no file holds another's (device, time) and each keeps all its rows.
+PARQUET_A_START = 100_000
+
+
 def two_senders(tmp_path: Path) -> tuple[EdgeInstance, Receiver]:
-    """Both formats, both roots, two senders, files with different measurements."""
+    """Both formats, both roots, two senders, files with different measurements, no
+    (device, time) in two files."""
     edge = EdgeInstance(tmp_path / "edge")
     recv = Receiver(tmp_path)
     files = [
@@ -168,6 +210,7 @@ def two_senders(tmp_path: Path) -> tuple[EdgeInstance, Receiver]:
                 1,
                 devices=["root.sg1.d1"],
                 rows_per_device=25,
+                start_ms=PARQUET_A_START,
                 fmt="parquet",
                 measurements=("s1", "s3"),
             ),

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from config_helpers import loader_config_file, write_config
 from spark_loader_helpers import (
+    PARQUET_A_START,
     SENDER_A,
     SENDER_B,
     Receiver,
@@ -333,8 +334,9 @@ def test_odd_names_keep_their_exact_source_file(tmp_path: Path, spark: Any) -> N
     recv = Receiver(tmp_path)
     long_group = "root." + "g" * 230
     placed = {}
-    for group in ("root.ü sg#1", "root.中国", long_group, "root.a=b%c"):
-        rel = edge.write_file(group, 0, devices=["root.x.d1"], rows_per_device=4, fmt="parquet")
+    for i, group in enumerate(("root.ü sg#1", "root.中国", long_group, "root.a=b%c")):
+        device = f"root.x.d{i}"  # no point in two files: each keeps its rows
+        rel = edge.write_file(group, 0, devices=[device], rows_per_device=4, fmt="parquet")
         placed[group] = recv.place(edge, rel)
     config = recv.config(tmp_path)
 
@@ -498,7 +500,8 @@ def _parquet_receiver(root: Path, files: int, rows: int, master: str = "local[2]
         folder = data_dir / "sequence" / f"root.sg{i % 3}" / "0" / sender
         folder.mkdir(parents=True, exist_ok=True)
         n = pa.array(range(rows), pa.int64())
-        table = pa.table({"time": n, "device": pa.array([f"root.sg{i % 3}.d1"] * rows), "s1": n})
+        at = pa.array(range(i * rows, (i + 1) * rows), pa.int64())  # no point in two files
+        table = pa.table({"time": at, "device": pa.array([f"root.sg{i % 3}.d1"] * rows), "s1": n})
         pq.write_table(table, folder / f"{1_700_000_000_000 + i}-{i}-0.parquet")
     doc = {"receiver_data_dirs": ["data"], "table_path": "table", "state_dir": "state"}
     return write_config(root / "loader.toml", {"loader": {**doc, "master": master}})
@@ -620,6 +623,7 @@ def test_mods_deletions_are_applied_on_both_formats(tmp_path: Path, spark: Any) 
             2,
             devices=["root.sg1.d1"],
             rows_per_device=25,
+            start_ms=2 * PARQUET_A_START,  # no point of another file's: all its own
             fmt="parquet",
             measurements=("s1", "s3"),
         ),
@@ -628,7 +632,7 @@ def test_mods_deletions_are_applied_on_both_formats(tmp_path: Path, spark: Any) 
     edge.add_mods(ts_a[1], "root.sg1.d1", 9000)  # times 0..9000: 10 points
     edge.add_mods(ts_a[1], "root.sg1.d1", 4000)  # covered by the line before
     edge.add_mods(ts_a[1], "root.sg1.d7", 99000)  # a device the file does not hold
-    edge.add_mods(pq_a[1], "root.sg1.d1", 2000)  # 3 points
+    edge.add_mods(pq_a[1], "root.sg1.d1", PARQUET_A_START + 2000)  # 3 points
     edge.add_mods(pq_a[1], "root.sg1.d2", 99000)  # only the TsFile has d2: not touched
     edge.add_mods(pq_b[1], "root.sg2.d8", 19000)  # every point: no rows remain
     edge.add_mods(ts_b[1], "root.sg2.d9", -1)  # before the first point: nothing goes
@@ -648,8 +652,9 @@ def test_mods_deletions_are_applied_on_both_formats(tmp_path: Path, spark: Any) 
     points = _points(rows)
     assert (*ts_a, 9000, "root.sg1.d1") not in points
     assert (*ts_a, 10000, "root.sg1.d1") in points and (*ts_a, 0, "root.sg1.d2") in points
-    assert (*pq_a, 2000, "root.sg1.d1") not in points and (*pq_a, 3000, "root.sg1.d1") in points
-    assert (*twin, 0, "root.sg1.d1") in points
+    assert (*pq_a, PARQUET_A_START + 2000, "root.sg1.d1") not in points
+    assert (*pq_a, PARQUET_A_START + 3000, "root.sg1.d1") in points
+    assert (*twin, 2 * PARQUET_A_START, "root.sg1.d1") in points
     assert len(partition_dirs(config.table_path)) == 4  # pq_b: recorded, no partition
     assert sorted(r.rows for r in load_state(config.state_dir).files.values()) == [
         0,
@@ -663,13 +668,13 @@ def test_mods_deletions_are_applied_on_both_formats(tmp_path: Path, spark: Any) 
 def test_a_growing_mods_takes_exactly_those_points_out(tmp_path: Path, spark: Any) -> None:
     edge, recv = two_senders(tmp_path)
     ts_a, pq_a, ts_b, pq_b = list(recv.placed)
-    edge.add_mods(pq_a[1], "root.sg1.d1", 2000)
+    edge.add_mods(pq_a[1], "root.sg1.d1", PARQUET_A_START + 2000)
     recv.place(edge, pq_a[1], pq_a[0])
     config = recv.config(tmp_path)
     _load(config, spark)
     before = table_rows(config.table_path)
     before_parts = partition_dirs(config.table_path)
-    recv.add_mods(pq_a[1], "root.sg1.d1", 5000, pq_a[0])  # appended: 3000, 4000, 5000 go
+    recv.add_mods(pq_a[1], "root.sg1.d1", PARQUET_A_START + 5000, pq_a[0])  # 3 more go
     recv.add_mods(ts_b[1], "root.sg2.d9", 1000, ts_b[0])  # a first .mods: 0 and 1000 go
 
     report = _load(config, spark)
@@ -681,9 +686,9 @@ def test_a_growing_mods_takes_exactly_those_points_out(tmp_path: Path, spark: An
     assert after == source_rows(recv)
     assert _points(after) <= _points(before)
     assert _points(before) - _points(after) == {
-        (*pq_a, 3000, "root.sg1.d1"),
-        (*pq_a, 4000, "root.sg1.d1"),
-        (*pq_a, 5000, "root.sg1.d1"),
+        (*pq_a, PARQUET_A_START + 3000, "root.sg1.d1"),
+        (*pq_a, PARQUET_A_START + 4000, "root.sg1.d1"),
+        (*pq_a, PARQUET_A_START + 5000, "root.sg1.d1"),
         (*ts_b, 0, "root.sg2.d9"),
         (*ts_b, 1000, "root.sg2.d9"),
     }

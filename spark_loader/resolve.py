@@ -1,0 +1,291 @@
+"""One row per (device, time): the answer IoTDB gives from a sender's live files.
+
+IoTDB keeps one value per (series, time). When several live files hold a point, a
+query returns the value of the file of highest priority; its merge readers compare
+(``MergeReaderPriority`` in IoTDB 1.x/2.x): an unsequence file over a sequence one,
+then the higher file version, then the higher time in the file name; inside one file
+a later chunk wins (our readers already resolve that). IoTDB 0.12/0.13 compare the
+version alone, and every file of a time partition, sequence or unsequence, draws its
+version from one counter, so a later write has the higher version there too: the
+rule below gives the same answer on both. The version and time come from the name
+IoTDB gives a file, ``<time>-<version>-<inner>-<cross>.tsfile`` (``TsFileNameGenerator``);
+the compaction counts and then the name break what is left of a tie, so the order is
+total. A name of another shape ranks below every IoTDB name of its folder kind.
+
+**How the table holds it.** Each file keeps its own partition. The live files of a
+sender whose (device, time) bounds overlap, transitively, form a *group*; a file
+overlapping no other is alone and its partition holds all its points, as it always
+did. A group's files are read together and resolved per (device, time, measurement)
+by the priority above (an absent value never hides a present one); each resolved row
+is written into the partition of the highest-priority file contributing to it. Each
+partition written that way carries a hidden ``_sealsync_group.json``: the ids of its
+group and the bounds of its file's own points (the partition may hold fewer).
+
+**When a group is rewritten.** After each run's removals and ingest, for every sender
+whose files changed (new, new ``.mods``/``.mods2``, removed), the groups are worked out
+again from the partitions' bounds (the sidecar's, else the Parquet footers' statistics,
+no data read); a group whose members' sidecars do not all name exactly its members is
+read from the source files and rewritten, each partition replaced by one rename. So a
+file that leaves takes its points out unless another live file holds them: the group
+left behind is read again. The senders still to resolve are recorded in the state dir
+before anything changes and forgotten after, so a run killed at any point is completed
+by the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from sealsync import durable
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from spark_loader.discovery import SourceFile
+from spark_loader.table import KEY_COLUMN, STAGING, Partition, Table, part_files, remove_run_folder
+
+#: The senders whose groups a run must settle, in the state dir.
+PENDING = "resolve-pending.json"
+#: In a partition written resolved: its group's ids and its file's own bounds.
+SIDECAR = "_sealsync_group.json"
+_PRIORITY_COLUMN = "__sealsync_priority"
+
+Priority = tuple[int, int, int, tuple[int, ...], str]
+#: (first device, last device, first time, last time) of a file's points.
+Bounds = tuple[str, str, int, int]
+
+
+def priority(name: str) -> Priority:
+    """Where a file ranks among its sender's files (higher wins); see the module text."""
+    path = PurePosixPath(name)
+    unsequence = 1 if path.parts and path.parts[0] == "unsequence" else 0
+    fields = path.name.split(".", 1)[0].split("-")
+    try:
+        numbers = [int(f) for f in fields]
+    except ValueError:
+        numbers = []
+    if len(numbers) < 2:
+        return (unsequence, -1, -1, (), name)
+    return (unsequence, numbers[1], numbers[0], tuple(numbers[2:]), name)
+
+
+@dataclass
+class Member:
+    """A live file with a partition: its place, bounds (None: no points) and the group
+    its partition was resolved in (None: written alone)."""
+
+    source: SourceFile
+    partition: Partition
+    bounds: Bounds | None
+    group: list[str] | None
+
+
+def read_member(source: SourceFile, partition: Partition) -> Member:
+    sidecar = partition.path / SIDECAR
+    try:
+        data = json.loads(sidecar.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Member(source, partition, footer_bounds(partition.path), None)
+    bounds = data.get("bounds")
+    return Member(
+        source,
+        partition,
+        None if bounds is None else (bounds[0], bounds[1], int(bounds[2]), int(bounds[3])),
+        [str(g) for g in data["group"]],
+    )
+
+
+def footer_bounds(folder: Path) -> Bounds | None:
+    """The (device, time) bounds of a partition from its footers' statistics; a
+    column without statistics gives the widest bounds."""
+    found: Bounds | None = None
+    for path in part_files(folder):
+        meta = pq.read_metadata(path)
+        names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        for r in range(meta.num_row_groups):
+            group = meta.row_group(r)
+            if group.num_rows == 0:
+                continue
+            stats = {n: group.column(i).statistics for i, n in enumerate(names)}
+            dev, tim = stats.get(DEVICE_COLUMN), stats.get(TIME_COLUMN)
+            lo_d, hi_d = ("", "\U0010ffff")
+            lo_t, hi_t = (-(1 << 63), (1 << 63) - 1)
+            if dev is not None and dev.has_min_max:
+                lo_d, hi_d = _text(dev.min), _text(dev.max)
+            if tim is not None and tim.has_min_max:
+                lo_t, hi_t = int(tim.min), int(tim.max)
+            if found is None:
+                found = (lo_d, hi_d, lo_t, hi_t)
+            else:
+                found = (
+                    min(found[0], lo_d),
+                    max(found[1], hi_d),
+                    min(found[2], lo_t),
+                    max(found[3], hi_t),
+                )
+    return found
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def _overlap(a: Bounds, b: Bounds) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1] and a[2] <= b[3] and b[2] <= a[3]
+
+
+def groups(members: list[Member]) -> list[list[Member]]:
+    """The members joined by overlapping bounds, transitively (a sweep over time)."""
+    parent = list(range(len(members)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    placed = sorted(
+        (i for i, m in enumerate(members) if m.bounds is not None),
+        key=lambda i: members[i].bounds[2],  # type: ignore[index]
+    )
+    active: list[int] = []
+    for i in placed:
+        b = members[i].bounds
+        assert b is not None
+        active = [j for j in active if members[j].bounds[3] >= b[2]]  # type: ignore[index]
+        for j in active:
+            if _overlap(b, members[j].bounds):  # type: ignore[arg-type]
+                parent[root(i)] = root(j)
+        active.append(i)
+    out: dict[int, list[Member]] = {}
+    for i, m in enumerate(members):
+        out.setdefault(root(i), []).append(m)
+    return list(out.values())
+
+
+def stale(group: list[Member]) -> bool:
+    """Whether a group's partitions are not the resolved answer of exactly its files."""
+    ids = sorted(m.source.file_id for m in group)
+    if len(group) == 1 and group[0].group is None:
+        return False
+    return any(m.group != ids for m in group)
+
+
+def resolved_frame(df: Any, ranks: dict[int, int], target: Any) -> Any:
+    """``df`` (rows of several files, by key) as one row per (device, time): each
+    measurement from the highest-ranked file holding it, the row's key that of the
+    highest-ranked file holding the (device, time)."""
+    from pyspark.sql import functions as F
+
+    pairs = [F.lit(x) for key, rank in sorted(ranks.items()) for x in (key, rank)]
+    rank = F.element_at(F.create_map(*pairs), F.col(KEY_COLUMN))
+    df = df.withColumn(_PRIORITY_COLUMN, rank)
+    keys = {TIME_COLUMN, DEVICE_COLUMN}
+    aggs = []
+    for field in target.fields:
+        if field.name in keys:
+            continue
+        col = F.col("`" + field.name.replace("`", "``") + "`")
+        if field.name == KEY_COLUMN:
+            aggs.append(F.max_by(col, F.col(_PRIORITY_COLUMN)).alias(field.name))
+        else:
+            held = F.when(col.isNotNull(), F.col(_PRIORITY_COLUMN))
+            aggs.append(F.max_by(col, held).alias(field.name))
+    out = df.groupBy(TIME_COLUMN, DEVICE_COLUMN).agg(*aggs)
+    names = ["`" + f.name.replace("`", "``") + "`" for f in target.fields]
+    tasks = max(1, min(len(ranks), df.sparkSession.sparkContext.defaultParallelism))
+    return out.select(*names).repartition(tasks, KEY_COLUMN).sortWithinPartitions(KEY_COLUMN)
+
+
+# ---------------------------------------------------------------- pending senders
+
+
+def pending(state_dir: Path) -> set[str]:
+    try:
+        return set(json.loads((state_dir / PENDING).read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return set()
+
+
+def mark_pending(state_dir: Path, senders: Iterable[str]) -> set[str]:
+    """Record (durably) that these senders' groups must be settled; all recorded."""
+    now = pending(state_dir) | set(senders)
+    if now:
+        durable.atomic_write(state_dir / PENDING, json.dumps(sorted(now)))
+    return now
+
+
+def clear_pending(state_dir: Path) -> None:
+    (state_dir / PENDING).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- the rewrite
+
+
+def stale_groups(
+    table: Table, senders: set[str], wanted: dict[str, SourceFile]
+) -> list[list[Member]]:
+    """The groups of ``senders``' live files whose partitions must be rewritten."""
+    by_sender: dict[str, list[Member]] = {}
+    for fid, partition in table.partitions().items():
+        source = wanted.get(fid)
+        if source is None or source.sender not in senders:
+            continue  # a file kept without its source stays as it is
+        by_sender.setdefault(source.sender, []).append(read_member(source, partition))
+    out = []
+    for sender in sorted(by_sender):
+        out += [g for g in groups(by_sender[sender]) if stale(g)]
+    return out
+
+
+def write_sidecars(staging: Path, keyed: list[tuple[int, Member]], ids: list[str]) -> None:
+    for key, member in keyed:
+        folder = staging / f"{KEY_COLUMN}={key}"
+        folder.mkdir(parents=True, exist_ok=True)  # a file that owns no row keeps its place
+        body = {"group": ids, "bounds": None if member.bounds is None else list(member.bounds)}
+        (folder / SIDECAR).write_text(json.dumps(body), encoding="utf-8")
+
+
+def replace_partitions(table: Table, staging: Path, keyed: list[tuple[int, Member]]) -> None:
+    for key, member in keyed:
+        if member.partition.path.is_dir():
+            table.delete(member.partition)
+        table.move_in(staging / f"{KEY_COLUMN}={key}", member.partition)
+
+
+def new_staging(table: Table) -> Path:
+    return table.path / STAGING / uuid.uuid4().hex
+
+
+def cleanup(staging: Path) -> None:
+    remove_run_folder(staging)
+
+
+Rewrite = Callable[[list[Member]], bool]
+
+
+def settle(
+    table: Table,
+    state_dir: Path | None,
+    senders: set[str],
+    wanted: dict[str, SourceFile],
+    rewrite: Rewrite,
+    say: Callable[[str], None],
+) -> int:
+    """Rewrite every stale group of ``senders``; forget them once all are settled.
+
+    Returns how many groups were rewritten. A group that could not be read stays as it
+    was and stays pending (``rewrite`` reported why).
+    """
+    todo = stale_groups(table, senders, wanted)
+    if todo:
+        files = sum(len(g) for g in todo)
+        say(f"resolving {len(todo)} groups of overlapping files ({files} files)")
+    done = sum(1 for g in todo if rewrite(g))
+    if state_dir is not None and done == len(todo):
+        clear_pending(state_dir)
+    return done

@@ -1,0 +1,258 @@
+"""Files that hold the same points: the table answers what IoTDB answers from the live
+files (one row per (device, time), the highest-priority file's values), run after run,
+whatever order the files arrive and leave in, compaction windows included."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from spark_loader_helpers import SENDER_A, Receiver, answer, source_rows, table_rows
+
+from sealsync.config import LoaderConfig
+from sealsync.simulator import EdgeInstance
+from spark_loader import read_arrow, run_load
+from spark_loader.resolve import PENDING, priority
+
+pytestmark = pytest.mark.slow
+
+GROUP = "root.sg"
+D1, D2 = "root.sg.d1", "root.sg.d2"
+
+
+def _load(config: LoaderConfig, spark: Any) -> Any:
+    report = run_load(config, spark=spark, sync=False)
+    assert report.ok, report.skipped
+    return report
+
+
+def _rows(device: str, times: range, **columns: Any) -> pa.Table:
+    """Points of one device; a column's value is ``f(time)`` or None (absent)."""
+    data: dict[str, Any] = {
+        "time": pa.array(list(times), pa.int64()),
+        "device": pa.array([device] * len(times)),
+    }
+    for name, f in columns.items():
+        data[name] = pa.array([f(t) for t in times], pa.float64())
+    return pa.table(data)
+
+
+def _write(edge: EdgeInstance, table: pa.Table, name: str, unsequence: bool = False) -> str:
+    return edge.write_table(table, GROUP, 0, name, unsequence=unsequence)
+
+
+def _check(config: LoaderConfig, recv: Receiver) -> list[tuple]:
+    """The table is IoTDB's answer over the placed files, and no (device, time) twice."""
+    rows = table_rows(config.table_path)
+    assert rows == source_rows(recv)
+    keys = Counter((r[0], r[3], r[2]) for r in rows)
+    assert max(keys.values(), default=1) == 1
+    return rows
+
+
+def _values(config: LoaderConfig) -> dict[tuple[str, int], dict[str, Any]]:
+    """(device, time) -> the row's non-null values and its source file."""
+    out = {}
+    for row in read_arrow(config.table_path).to_pylist():
+        key = (row["device"], row["time"])
+        assert key not in out, f"{key} twice"
+        out[key] = {k: v for k, v in row.items() if v is not None and k not in ("time", "device")}
+    return out
+
+
+def test_priority_is_iotdbs() -> None:
+    seq = priority("sequence/root.sg/0/1000-9-0-0.tsfile")
+    assert priority("unsequence/root.sg/0/10-1-0-0.tsfile") > seq  # unsequence wins
+    assert priority("sequence/root.sg/0/10-10-0-0.tsfile") > seq  # then the version
+    assert priority("sequence/root.sg/0/2000-9-0-0.tsfile") > seq  # then the name's time
+    assert priority("sequence/root.sg/0/1000-9-1-0.tsfile") > seq  # compaction count
+    assert priority("sequence/root.sg/0/odd.tsfile") < seq
+    # the test's own reference ranks the same way
+    names = [
+        "sequence/root.sg/0/1000-9-0-0.tsfile",
+        "unsequence/root.sg/0/10-1-0-0.tsfile",
+        "sequence/root.sg/0/10-10-0-0.tsfile",
+        "sequence/root.sg/0/2000-9-0-0.tsfile",
+        "sequence/root.sg/0/1000-9-1-0.tsfile",
+    ]
+    from spark_loader_helpers import iotdb_rank
+
+    assert sorted(names, key=priority) == sorted(names, key=iotdb_rank)
+
+
+def test_an_unsequence_file_overwrites_a_sequence_file(tmp_path: Path, spark: Any) -> None:
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    seq = _write(
+        edge,
+        pa.concat_tables(
+            [
+                _rows(D1, range(1, 11), s1=lambda t: 1.0, s2=lambda t: 10.0 + t),
+                _rows(D2, range(1, 11), s1=lambda t: 1.0, s2=lambda t: 10.0 + t),
+            ]
+        ),
+        "1-1-0-0.tsfile",
+    )
+    recv.place(edge, seq)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    assert len(_check(config, recv)) == 20
+    # an out-of-order write: d1 at 5..6 with s1 only (s2 absent there: the sequence value stays)
+    unseq = _write(
+        edge,
+        _rows(D1, range(5, 7), s1=lambda t: 2.0, s2=lambda t: None),
+        "7-2-0-0.tsfile",
+        unsequence=True,
+    )
+    recv.place(edge, unseq)
+
+    report = _load(config, spark)
+
+    assert report.resolved == 1
+    _check(config, recv)
+    got = _values(config)
+    assert len(got) == 20
+    assert got[(D1, 5)] == {
+        "s1": 2.0,
+        "s2": 15.0,
+        "sender": SENDER_A,
+        "source_file": unseq,
+        "file_id": got[(D1, 5)]["file_id"],
+    }
+    assert got[(D1, 4)]["s1"] == 1.0 and got[(D1, 4)]["source_file"] == seq
+    assert got[(D2, 5)]["s1"] == 1.0  # another device: untouched
+    # a rerun with nothing new changes nothing and resolves nothing
+    again = _load(config, spark)
+    assert (again.ingested, again.resolved) == (0, 0)
+    assert not (Path(config.state_dir) / PENDING).exists()
+
+
+def test_two_sequence_files_with_the_same_points_the_higher_version_wins(
+    tmp_path: Path, spark: Any
+) -> None:
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    low = _write(edge, _rows(D1, range(0, 20), s1=lambda t: 1.0), "100-3-0-0.tsfile")
+    high = _write(edge, _rows(D1, range(10, 30), s1=lambda t: 2.0), "50-4-0-0.tsfile")
+    recv.place(edge, low)
+    recv.place(edge, high)
+    config = recv.config(tmp_path)
+
+    _load(config, spark)
+
+    _check(config, recv)
+    got = _values(config)
+    assert len(got) == 30
+    assert {t for (_, t), v in got.items() if v["s1"] == 2.0} == set(range(10, 30))
+    assert {v["source_file"] for (_, t), v in got.items() if t >= 10} == {high}
+
+
+def test_a_deleted_file_gives_back_the_points_another_file_holds(
+    tmp_path: Path, spark: Any
+) -> None:
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    a = _write(edge, _rows(D1, range(0, 10), s1=lambda t: 1.0), "0-1-0-0.tsfile")
+    b = _write(edge, _rows(D1, range(5, 15), s1=lambda t: 2.0), "5-2-0-0.tsfile")
+    recv.place(edge, a)
+    recv.place(edge, b)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    assert _values(config)[(D1, 7)]["s1"] == 2.0
+
+    recv.remove(b)
+    report = _load(config, spark)
+
+    assert report.removed == 1
+    _check(config, recv)
+    got = _values(config)
+    assert sorted(t for _, t in got) == list(range(10))
+    assert all(v["s1"] == 1.0 and v["source_file"] == a for v in got.values())
+
+
+def _compaction(
+    tmp_path: Path, spark: Any, sources: list[tuple[pa.Table, str, bool]], target_name: str
+) -> None:
+    """Sources loaded; then the target sealed beside them (the window), then the
+    sources deleted; and the window seen in the other order too (target first)."""
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    placed = [_write(edge, t, name, unseq) for t, name, unseq in sources]
+    expected = answer(
+        {(SENDER_A, rel): t.to_pylist() for rel, (t, _, _) in zip(placed, sources, strict=True)}
+    )
+    # the target holds what IoTDB's compaction writes: the answer over its sources
+    merged = pa.Table.from_pylist(
+        [{"time": r[2], "device": r[3], **dict(r[4])} for r in expected]
+    ).sort_by([("device", "ascending"), ("time", "ascending")])
+    target = _write(edge, merged, target_name)
+    for rel in placed:
+        recv.place(edge, rel)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    _check(config, recv)
+
+    recv.place(edge, target)  # mid-way: target sealed, sources still there
+    _load(config, spark)
+    rows = _check(config, recv)
+    assert len(rows) == len(expected)
+    assert sorted(r[2:] for r in rows) == sorted(r[2:] for r in expected)
+
+    for rel in placed:  # after: the sources deleted
+        recv.remove(rel)
+    _load(config, spark)
+    rows = _check(config, recv)
+    assert sorted(r[2:] for r in rows) == sorted(r[2:] for r in expected)
+    assert {r[1] for r in rows} == {target}
+
+
+def test_an_inner_space_compaction_mid_way_and_after(tmp_path: Path, spark: Any) -> None:
+    _compaction(
+        tmp_path,
+        spark,
+        [
+            (_rows(D1, range(0, 10), s1=lambda t: 1.0), "0-1-0-0.tsfile", False),
+            (_rows(D1, range(10, 20), s1=lambda t: 2.0), "10-2-0-0.tsfile", False),
+            (_rows(D1, range(18, 25), s1=lambda t: 3.0), "18-3-0-0.tsfile", False),
+        ],
+        "0-1-1-0.tsfile",
+    )
+
+
+def test_a_cross_space_compaction_mid_way_and_after(tmp_path: Path, spark: Any) -> None:
+    _compaction(
+        tmp_path,
+        spark,
+        [
+            (_rows(D1, range(0, 10), s1=lambda t: 1.0, s2=lambda t: 5.0), "0-1-0-0.tsfile", False),
+            (_rows(D1, range(4, 8), s1=lambda t: 9.0, s2=lambda t: None), "4-2-0-0.tsfile", True),
+        ],
+        "0-1-0-1.tsfile",
+    )
+
+
+def test_a_run_killed_before_resolving_is_completed_by_the_next(
+    tmp_path: Path, spark: Any, monkeypatch: Any
+) -> None:
+    from spark_loader import job
+
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    a = _write(edge, _rows(D1, range(0, 10), s1=lambda t: 1.0), "0-1-0-0.tsfile")
+    b = _write(edge, _rows(D1, range(5, 15), s1=lambda t: 2.0), "5-2-0-0.tsfile")
+    recv.place(edge, a)
+    recv.place(edge, b)
+    config = recv.config(tmp_path)
+
+    def killed(*args: Any, **kwargs: Any) -> bool:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(job.Ingest, "rewrite_group", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run_load(config, spark=spark, sync=False)
+    assert (Path(config.state_dir) / PENDING).exists()
+
+    report = _load(config, spark)
+
+    assert (report.ingested, report.resolved) == (0, 1)
+    _check(config, recv)
+    assert not (Path(config.state_dir) / PENDING).exists()
