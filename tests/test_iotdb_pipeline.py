@@ -18,10 +18,11 @@ Pending (docs/operations.md): out-of-order inserts that *overwrite* a point held
 another file (IoTDB answers the unsequence file's, later version's value) need the
 loader's cross-file resolution; until it is there the workload's out-of-order inserts
 write times no file holds (``OVERWRITES`` off), and the assertions are the same either way.
-Likewise points written at the edge into a range after a ``DELETE`` of it
-(``AFTER_DELETIONS`` off): the data centre applies a file's deletions as ``DELETE``
-statements, which cannot spare the points of another file, or of the chunks IoTDB 0.12's
-in-place merge appended to the same file, that the edge's deletion did not reach.
+Out-of-order inserts do land in ranges deleted in earlier rounds. Not produced: a
+deletion that reaches the data centre after points written later into its range (a
+grown ``.mods`` shipped in the same round as the file holding those points, loaded
+first): the data centre applies it as a ``DELETE`` statement, which removes them too
+(docs/operations.md section 14).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ ROUNDS = 3
 POINTS = 40  # in-order points per device per round
 OVERWRITES = False  # pending: cross-file overwrites in the loader (module docstring)
 MERGE_WAIT = 60.0
-AFTER_DELETIONS = False  # pending: points written into a range after its DELETE (docstring)
 
 # One measurement name per type: 0.12 refuses ALIGN BY DEVICE over one name of two types.
 TYPES_012 = {
@@ -109,7 +109,6 @@ class Workload:
         if two:
             self.devices["root.sg.a1"] = True  # aligned
         self.written: dict[str, set[int]] = {d: set() for d in self.devices}
-        self.deleted: list[tuple[int, int]] = []  # every DELETE's time range
         self.settle: Callable[[IoTDBClient], None] | None = None
         """Run before a round's deletions (0.12: the merge of its unsequence files)."""
 
@@ -163,15 +162,12 @@ class Workload:
                     if OVERWRITES
                     else [low + 2 * k + 1 for k in range(POINTS)]
                 )
-                if not AFTER_DELETIONS:
-                    pool = [t for t in pool if not any(a <= t <= b for a, b in self.deleted)]
                 if pool:
                     self._insert(client, device, sorted(self.rng.sample(pool, min(8, len(pool)))))
         client.sql("FLUSH")
         if self.settle is not None:
             self.settle(client)
         statements = self._deletions(base)
-        self.deleted += [_range(statement) for statement in statements]
         for statement in statements:
             client.sql(statement)
         done += statements
@@ -211,16 +207,6 @@ def _merged(server: IoTDBServer) -> Callable[[IoTDBClient], None]:
             time.sleep(0.2)
 
     return settle
-
-
-def _range(statement: str) -> tuple[int, int]:
-    """The closed time range of a ``DELETE`` statement of the workload."""
-    low = re.search(r"time >= (-?\d+)", statement)
-    high = re.search(r"time <= (-?\d+)", statement)
-    return (
-        int(low.group(1)) if low else -(1 << 63),
-        int(high.group(1)) if high else (1 << 63) - 1,
-    )
 
 
 def _query(server: IoTDBServer) -> str:
