@@ -167,8 +167,8 @@ def test_built_files_of_both_versions_are_accepted(version: int, degree: int) ->
     built = Built(version=version, devices=("root.sg.a", "root.sg.b", "root.sg.c"), degree=degree)
     summary = tsfile_meta.parse(built.data)
     assert summary == tsfile_meta.Summary(
-        version, ("root.sg.a", "root.sg.b", "root.sg.c"), series=6, chunks=6
-    )
+        version, ("root.sg.a", "root.sg.b", "root.sg.c"), series=6, chunks=6, points=6 * 3
+    )  # each series' statistics count 3 points
 
 
 def test_a_file_with_no_device_is_accepted() -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from sealsync.errors import FormatError
 from sealsync.formats.common import one_line, unreadable
+from sealsync.formats.javaio import I32, I64, Cursor, Malformed, utf8, uvar_at
 
 KIND = "TsFile"
 MAGIC = b"TsFile"
@@ -104,17 +105,15 @@ DeviceKey = bytes | tuple[bytes | None, ...]
 _Entry = tuple[DeviceKey, int]  # an index entry: key (device id or measurement), offset
 _Node = tuple[list[_Entry], int, int]  # MetadataIndexNode: entries, end offset, type
 
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 _SMALL_FILE = 4 << 20
 """Files up to this size are read whole at once; larger ones are mapped, so that only
 the pages holding chunk headers and metadata are read."""
 
 
-class Corrupt(Exception):
-    """The bytes contradict the format; the message says where. Internal: the file's
-    entry points turn it into one FormatError line."""
+Corrupt = Malformed
+"""The bytes contradict the format; the message says where. Internal: the file's
+entry points turn it into one FormatError line."""
 
 
 class OldVersion(Exception):
@@ -132,159 +131,16 @@ class Summary:
     points: int  # the series' statistics counts, an aligned device's time column excluded
 
 
-# --------------------------------------------------------------------------- primitives
-
-
-class _Cursor:
-    """Bounded reads of TsFile's serialisation primitives from ``data[pos:end]``.
-
-    Offsets are the file's: ``base`` is the file offset of ``data[0]``.
-    """
-
-    __slots__ = ("base", "data", "end", "pos")
-
-    def __init__(self, data: bytes, base: int, start: int, end: int) -> None:
-        self.data = data
-        self.base = base
-        self.pos = start - base
-        self.end = end - base
-
-    def at(self) -> int:
-        return self.base + self.pos
-
-    def left(self) -> int:
-        return self.end - self.pos
-
-    def u8(self) -> int:
-        pos = self.pos
-        if pos >= self.end:
-            raise Corrupt(f"ends early at {self.base + pos}")
-        self.pos = pos + 1
-        return self.data[pos]
-
-    def uvar(self) -> int:
-        """An unsigned varint of at most 32 bits (ReadWriteForEncodingUtils)."""
-        data, pos, end = self.data, self.pos, self.end
-        value = shift = 0
-        while True:
-            if pos >= end:
-                raise Corrupt(f"ends early at {self.base + pos}")
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                break
-            shift += 7
-            if shift > 28:
-                raise Corrupt(f"varint longer than 5 bytes at {self.base + pos}")
-        self.pos = pos
-        if value > 0xFFFFFFFF:
-            raise Corrupt(f"varint over 32 bits at {self.base + pos}")
-        return value
-
-    def var(self) -> int:
-        """A zig-zag varint: string lengths, where -1 means null."""
-        raw = self.uvar()
-        return ~(raw >> 1) if raw & 1 else raw >> 1
-
-    def count(self, min_size: int) -> int:
-        """An element count, each element at least ``min_size`` bytes: so bounded."""
-        n = self.uvar()
-        if n * min_size > self.left():
-            raise Corrupt(f"count {n} larger than its bytes at {self.at()}")
-        return n
-
-    def raw(self, n: int) -> bytes:
-        if n < 0 or n > self.end - self.pos:
-            raise Corrupt(f"length {n} out of range at {self.at()}")
-        pos = self.pos
-        self.pos = pos + n
-        return self.data[pos : pos + n]
-
-    def skip(self, n: int) -> None:
-        if n < 0 or n > self.end - self.pos:
-            raise Corrupt(f"length {n} out of range at {self.at()}")
-        self.pos += n
-
-    def var_bytes(self) -> bytes:
-        """A string with a zig-zag varint length (``ReadWriteIOUtils.readVarIntString``)."""
-        return self.raw(self.var())
-
-    def var_bytes_or_none(self) -> bytes | None:
-        """The same, where length -1 stands for null."""
-        n = self.var()
-        return None if n == -1 else self.raw(n)
-
-    def i32(self) -> int:
-        pos = self.pos
-        if self.end - pos < 4:
-            raise Corrupt(f"ends early at {self.base + pos}")
-        self.pos = pos + 4
-        value: int = _I32.unpack_from(self.data, pos)[0]
-        return value
-
-    def i64(self) -> int:
-        pos = self.pos
-        if self.end - pos < 8:
-            raise Corrupt(f"ends early at {self.base + pos}")
-        self.pos = pos + 8
-        value: int = _I64.unpack_from(self.data, pos)[0]
-        return value
-
-    def i32_bytes_or_none(self) -> bytes | None:
-        """A string with an int32 length, -1 for null (``ReadWriteIOUtils.readString``)."""
-        n = self.i32()
-        return None if n == -1 else self.raw(n)
-
-    def statistics(self, data_type: int) -> None:
-        """Skip one statistics block (``Statistics.deserialize``), bounds checked."""
-        self.uvar()  # count
-        self.skip(16)  # start and end time
-        fixed = _STAT_FIXED.get(data_type)
-        if fixed is not None:
-            self.skip(fixed)
-            return
-        for _ in range(_STAT_BINARIES[data_type]):
-            self.raw(self.i32())
-
-
-def _text(raw: bytes, what: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Corrupt(f"{what} is not UTF-8") from None
-
-
-def _uvar(data: bytes, pos: int) -> tuple[int, int]:
-    """An unsigned varint of at most 5 bytes at ``data[pos]``: (value, next position).
-    IndexError past the end of ``data``."""
-    byte = data[pos]
-    if byte < 0x80:
-        return byte, pos + 1
-    value, shift = byte & 0x7F, 7
-    while True:
-        pos += 1
-        byte = data[pos]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if value > 0xFFFFFFFF:
-                raise Corrupt("varint over 32 bits")
-            return value, pos + 1
-        shift += 7
-        if shift > 28:
-            raise Corrupt("varint longer than 5 bytes")
-
-
 def _skip_statistics(data: bytes, pos: int, data_type: int) -> int:
     """The position after a statistics block (``Statistics.deserialize``) at ``pos``:
     count, start and end time, then what the data type keeps. IndexError or
     struct.error past the end of ``data``; the caller bounds the result."""
-    pos = _uvar(data, pos)[1] + 16
+    pos = uvar_at(data, pos)[1] + 16
     fixed = _STAT_FIXED.get(data_type)
     if fixed is not None:
         return pos + fixed
     for _ in range(_STAT_BINARIES[data_type]):
-        (length,) = _I32.unpack_from(data, pos)
+        (length,) = I32.unpack_from(data, pos)
         if length < 0:
             raise Corrupt("negative length in statistics")
         pos += 4 + length
@@ -330,7 +186,7 @@ class _Walk:
     def file_metadata(self, meta_start: int, meta_end: int) -> list[_Region]:
         """Parse ``TsFileMetadata``; return the regions its root nodes point at."""
         self._load(meta_start, meta_end)
-        cur = _Cursor(self.data, self.base, meta_start, meta_end)
+        cur = Cursor(self.data, self.base, meta_start, meta_end)
         roots: list[tuple[_Node, bytes | None]] = []
         if self.version == 3:
             roots.append((self._node_body(cur, device_level=True), None))
@@ -370,7 +226,7 @@ class _Walk:
         return pending
 
     @staticmethod
-    def _table_schema(cur: _Cursor) -> None:
+    def _table_schema(cur: Cursor) -> None:
         for _ in range(cur.count(12)):  # columns: MeasurementSchema + category
             cur.i32_bytes_or_none()
             if cur.u8() not in DATA_TYPES:
@@ -395,7 +251,7 @@ class _Walk:
         else:
             self.data, self.base = self.file[start:end], start
 
-    def _bloom_filter(self, cur: _Cursor) -> None:
+    def _bloom_filter(self, cur: Cursor) -> None:
         """Its bytes, then its size and hash count (format 4: only if it has bytes)."""
         size = cur.uvar()
         cur.skip(size)
@@ -405,7 +261,7 @@ class _Walk:
 
     # ------------------------------------------------------------------ index nodes
 
-    def _device_id(self, cur: _Cursor) -> DeviceKey:
+    def _device_id(self, cur: Cursor) -> DeviceKey:
         """Format 3: ``PlainDeviceID``, one string; 4: ``StringArrayDeviceID``."""
         if self.version == 3:
             return cur.var_bytes()
@@ -414,7 +270,7 @@ class _Walk:
             return (b"",)
         return tuple(cur.var_bytes_or_none() for _ in range(n))
 
-    def _node_body(self, cur: _Cursor, device_level: bool) -> _Node:
+    def _node_body(self, cur: Cursor, device_level: bool) -> _Node:
         """``MetadataIndexNode``: entries (device id or measurement name, offset), end
         offset, node type."""
         entries: list[_Entry] = []
@@ -467,7 +323,7 @@ class _Walk:
                 continue
             if region.depth > MAX_DEPTH:
                 raise Corrupt("index tree deeper than any writer makes it")
-            cur = _Cursor(self.data, self.base, region.start, region.end)
+            cur = Cursor(self.data, self.base, region.start, region.end)
             device_level = region.kind == INTERNAL_DEVICE
             entries, end_offset, node_type = self._node_body(cur, device_level)
             if cur.left():
@@ -492,7 +348,7 @@ class _Walk:
         """A run of ``TimeseriesMetadata`` filling the region, and every chunk they list.
 
         The hot loop of the walk (one pass per series and per chunk), so it reads the
-        bytes inline instead of through :class:`_Cursor`: values read past the region
+        bytes inline instead of through :class:`Cursor`: values read past the region
         (``data`` may hold more) are never used, because every position is compared
         with the region's end before what was read there is acted on.
         """
@@ -503,7 +359,7 @@ class _Walk:
             while pos < end:
                 kind = data[pos]
                 field_start = pos + 1
-                length, pos = _uvar(data, field_start)
+                length, pos = uvar_at(data, field_start)
                 length = ~(length >> 1) if length & 1 else length >> 1
                 if not 0 <= length <= end - pos:
                     raise Corrupt(f"bad measurement name length at {base + field_start}")
@@ -515,16 +371,16 @@ class _Walk:
                 encoded_name = data[field_start:pos]  # as a chunk header holds it too
                 data_type = data[pos]
                 mask = self._chunk_mask(kind, data_type, region.device, base + pos)
-                size, pos = _uvar(data, pos + 1)
+                size, pos = uvar_at(data, pos + 1)
                 if data_type != VECTOR:
-                    self.points += _uvar(data, pos)[0]
+                    self.points += uvar_at(data, pos)[0]
                 pos = _skip_statistics(data, pos, data_type)
                 chunks_end = pos + size
                 if chunks_end > end:
                     raise Corrupt(f"series at {base + field_start - 1} overruns its region")
                 per_chunk_stats = kind & 0x3F
                 while pos < chunks_end:
-                    (offset,) = _I64.unpack_from(data, pos)
+                    (offset,) = I64.unpack_from(data, pos)
                     pos += 8
                     if per_chunk_stats:
                         pos = _skip_statistics(data, pos, data_type)
@@ -574,7 +430,7 @@ class _Walk:
         if head[1:pos] != encoded_name:
             raise Corrupt(f"chunk at {offset} is not of the series that lists it")
         try:
-            size, pos = _uvar(head, pos)
+            size, pos = uvar_at(head, pos)
             codes = head[pos : pos + 3]
             if len(codes) < 3:
                 raise IndexError
@@ -616,8 +472,8 @@ class _Walk:
     @staticmethod
     def _device_name(device: DeviceKey) -> str:
         if isinstance(device, bytes):
-            return _text(device, "device id")
-        return ".".join("null" if s is None else _text(s, "device id") for s in device)
+            return utf8(device, "device id")
+        return ".".join("null" if s is None else utf8(s, "device id") for s in device)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -632,7 +488,7 @@ def parse(file: bytes | mmap.mmap) -> Summary:
     _check_version(head)
     if size < HEAD_LEN + TAIL_LEN or file[size - len(MAGIC) :] != MAGIC:
         raise Corrupt("no TsFile magic at the tail (truncated?)")
-    (meta_len,) = _I32.unpack_from(file, size - TAIL_LEN)
+    (meta_len,) = I32.unpack_from(file, size - TAIL_LEN)
     meta_start = size - TAIL_LEN - meta_len
     if meta_len <= 0 or meta_start <= HEAD_LEN:
         raise Corrupt(f"metadata length {meta_len} does not fit the file")
