@@ -14,11 +14,9 @@ centre and the table are compared row by row, value by value, nulls and types in
 The seed is printed (``-s`` shows it) and can be set with ``SEALSYNC_IOTDB_SEED`` to
 replay a failure.
 
-Pending (docs/operations.md): out-of-order inserts that *overwrite* a point held by
-another file (IoTDB answers the unsequence file's, later version's value) need the
-loader's cross-file resolution; until it is there the workload's out-of-order inserts
-write times no file holds (``OVERWRITES`` off), and the assertions are the same either way.
-Out-of-order inserts do land in ranges deleted in earlier rounds. Not produced: a
+Out-of-order inserts overwrite points a sequence file holds (IoTDB answers the later
+write: the loader resolves overlapping files the same way) and write times no file holds.
+They also land in ranges deleted in earlier rounds. Not produced: a
 deletion that reaches the data centre after points written later into its range (a
 grown ``.mods`` shipped in the same round as the file holding those points, loaded
 first): the data centre applies it as a ``DELETE`` statement, which removes them too
@@ -49,7 +47,6 @@ from spark_loader import read_arrow
 
 ROUNDS = 3
 POINTS = 40  # in-order points per device per round
-OVERWRITES = False  # pending: cross-file overwrites in the loader (module docstring)
 MERGE_WAIT = 60.0
 
 # One measurement name per type: 0.12 refuses ALIGN BY DEVICE over one name of two types.
@@ -109,6 +106,7 @@ class Workload:
         if two:
             self.devices["root.sg.a1"] = True  # aligned
         self.written: dict[str, set[int]] = {d: set() for d in self.devices}
+        self.overwritten = 0  # inserts at a time the device already had
         self.settle: Callable[[IoTDBClient], None] | None = None
         """Run before a round's deletions (0.12: the merge of its unsequence files)."""
 
@@ -144,6 +142,7 @@ class Workload:
                     [v for _, v in kept],
                 )
             )
+            self.overwritten += t in self.written[device]
             self.written[device].add(t)
         client.insert(records, aligned=self.devices[device])
 
@@ -157,13 +156,12 @@ class Workload:
         if r:  # out of order: into the previous round's range, below what is flushed
             for device in self.devices:
                 low = (r - 1) * 10_000
-                pool = (
-                    sorted(self.written[device] & set(range(low, low + 2 * POINTS)))
-                    if OVERWRITES
-                    else [low + 2 * k + 1 for k in range(POINTS)]
-                )
+                # Times a sequence file holds (overwritten: the later write wins) and
+                # times none holds, among them times deleted in earlier rounds.
+                pool = sorted(self.written[device] & set(range(low, low + 2 * POINTS)))
+                pool += [low + 2 * k + 1 for k in range(POINTS)]
                 if pool:
-                    self._insert(client, device, sorted(self.rng.sample(pool, min(8, len(pool)))))
+                    self._insert(client, device, sorted(self.rng.sample(pool, min(12, len(pool)))))
         client.sql("FLUSH")
         if self.settle is not None:
             self.settle(client)
@@ -341,8 +339,9 @@ def test_edge_data_centre_and_table_answer_alike(
     dc_columns, dc_rows = _answer(dc)
     table_rows = _table(tmp_path / "table", edge_columns)
     counts = f"edge {len(edge_rows)}, data centre {len(dc_rows)}, table {len(table_rows)}"
-    print(f"{version}: rows compared: {counts}")
+    print(f"{version}: rows compared: {counts}; points overwritten {workload.overwritten}")
     assert len(edge_rows) > ROUNDS * POINTS  # the workload wrote and kept rows
+    assert workload.overwritten > 0, "no out-of-order insert overwrote a point"
     assert dc_columns == edge_columns
     assert dc_rows == edge_rows, _diff("edge", edge_rows, "data centre", dc_rows)
     assert table_rows == edge_rows, _diff("edge", edge_rows, "table", table_rows)
