@@ -256,3 +256,121 @@ def test_a_run_killed_before_resolving_is_completed_by_the_next(
     assert (report.ingested, report.resolved) == (0, 1)
     _check(config, recv)
     assert not (Path(config.state_dir) / PENDING).exists()
+
+
+def test_a_new_mods_on_the_winning_file_gives_back_the_other_value_and_full_agrees(
+    tmp_path: Path, spark: Any
+) -> None:
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    seq = _write(edge, _rows(D1, range(0, 10), s1=lambda t: 1.0), "0-1-0-0.tsfile")
+    unseq = _write(edge, _rows(D1, range(3, 6), s1=lambda t: 2.0), "3-2-0-0.tsfile", True)
+    recv.place(edge, seq)
+    recv.place(edge, unseq)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    assert _values(config)[(D1, 4)]["s1"] == 2.0
+
+    recv.add_mods(unseq, D1, 4)  # the unsequence file's points up to 4 deleted
+    report = _load(config, spark)
+
+    assert (report.ingested, report.removed, report.resolved) == (1, 1, 1)
+    _check(config, recv)
+    got = _values(config)
+    assert [got[(D1, t)]["s1"] for t in range(0, 10)] == [1.0] * 5 + [2.0] + [1.0] * 4
+    incremental = table_rows(config.table_path)
+
+    full = run_load(config, spark=spark, sync=False, full=True)
+
+    assert full.ok and full.resolved == 1
+    assert table_rows(config.table_path) == incremental
+    assert (_load(config, spark).resolved, _load(config, spark).ingested) == (0, 0)
+
+
+def _chain(tmp_path: Path, files: int = 6) -> tuple[EdgeInstance, Receiver]:
+    """``files`` files of one sender, each overlapping the next: one group."""
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    for i in range(files):
+        table = _rows(D1, range(i * 100, i * 100 + 150), s1=lambda t, i=i: float(i))
+        rel = _write(edge, table, f"{i * 100}-{i + 1}-0-0.tsfile", unsequence=i % 2 == 1)
+        recv.place(edge, rel)
+    return edge, recv
+
+
+def test_a_crash_between_the_partitions_of_a_group_is_repaired_by_the_rerun(
+    tmp_path: Path, spark: Any, monkeypatch: Any
+) -> None:
+    from spark_loader import resolve, table
+
+    _, recv = _chain(tmp_path)
+    config = recv.config(tmp_path)
+    moved: list[Path] = []
+    real = table.Table.move_in
+
+    def crash_after_two(self: Any, folder: Path, partition: Any) -> None:
+        if (folder / resolve.SIDECAR).exists() and len(moved) == 2:
+            raise KeyboardInterrupt  # killed between two partitions of the group
+        real(self, folder, partition)
+        if (partition.path / resolve.SIDECAR).exists():
+            moved.append(partition.path)
+
+    with monkeypatch.context() as m:
+        m.setattr(table.Table, "move_in", crash_after_two)
+        with pytest.raises(KeyboardInterrupt):
+            run_load(config, spark=spark, sync=False)
+    assert len(moved) == 2
+    assert (Path(config.state_dir) / PENDING).exists()
+
+    report = _load(config, spark)
+
+    assert report.resolved == 1
+    rows = _check(config, recv)
+    assert len(rows) == 650  # times 0..649, each once
+    assert not (Path(config.state_dir) / PENDING).exists()
+
+
+def test_a_kill_during_the_group_job_then_a_rerun_equals_one_clean_run(
+    tmp_path: Path, spark: Any
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _, recv = _chain(tmp_path, files=8)
+    crashed = recv.config(tmp_path, "crashed")
+    script = (
+        "from pathlib import Path\n"
+        "from sealsync.config import LoaderConfig\n"
+        "from spark_loader import run_load\n"
+        f"config = LoaderConfig([Path({str(crashed.receiver_data_dirs[0])!r})], "
+        f"Path({str(crashed.table_path)!r}), Path({str(crashed.state_dir)!r}), 'local[1]')\n"
+        "run_load(config)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    table = Path(crashed.table_path)
+
+    def in_group_job() -> bool:  # every file in, plain; the group's job writing
+        parts = list(table.glob("sender=*/source_file=*/file_id=*"))
+        staging = table / ".sealsync-staging"
+        return len(parts) == 8 and staging.is_dir() and any(staging.iterdir())
+
+    deadline = time.monotonic() + 240
+    while not in_group_job():
+        assert proc.poll() is None, "the loader finished before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (Path(crashed.state_dir) / PENDING).exists()
+
+    report = _load(crashed, spark)
+
+    assert report.resolved == 1 and report.ingested == 0
+    rows = _check(crashed, recv)
+    clean = recv.config(tmp_path, "clean")
+    _load(clean, spark)
+    assert rows == table_rows(clean.table_path)
+    assert len(rows) == 850  # times 0..849, each once
