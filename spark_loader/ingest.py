@@ -327,8 +327,8 @@ class _Run:
         loader's own table, forget the pending senders once all are settled."""
         numbers = iter(range(1_000_000, 2_000_000))
 
-        def rewrite(group: list[resolve.Member]) -> bool:
-            return job.rewrite_group(group, next(numbers))
+        def rewrite(groups: list[list[resolve.Member]]) -> bool:
+            return job.rewrite_groups(groups, next(numbers))
 
         done = resolve.settle(
             table, self.state_dir if ours else None, senders, wanted, rewrite, self.say

@@ -433,17 +433,20 @@ class Ingest:
         return functools.reduce(DataFrame.union, parts)
 
     def _write(
-        self, batch: list[Prepared], staging: Path, ranks: dict[int, int] | None = None
+        self,
+        batch: list[Prepared],
+        staging: Path,
+        ranks: tuple[dict[int, int], dict[int, int]] | None = None,
     ) -> None:
-        """Write the batch's rows by key; with ``ranks`` (key -> priority), resolved
-        to one row per (device, time) first (:mod:`.resolve`)."""
+        """Write the batch's rows by key; with ``ranks`` (key -> priority, key ->
+        group), resolved to one row per group and (device, time) first (:mod:`.resolve`)."""
         from pyspark.sql.types import DoubleType, FloatType
 
         names = {n for p in batch for n in schemas.measurements(p.columns)}
         target = schemas.target_schema(self.state.columns, sorted(names))
         frame = self._frame(batch, target)
         if ranks is not None:
-            frame = resolve.resolved_frame(frame, ranks, target)
+            frame = resolve.resolved_frame(frame, ranks[0], ranks[1], target)
         writer = frame.write.mode("errorifexists")
         if jvm.loadable(self.spark, KEYED_FORMAT, probe=True):
             writer = writer.format(KEYED_FORMAT)  # the same folders, without the sort
@@ -553,31 +556,38 @@ class Ingest:
 
     # ------------------------------------------------------------------ resolve
 
-    def rewrite_group(self, group: list[resolve.Member], number: int) -> bool:
-        """Read a group of overlapping files together and write each file's partition
-        anew with the rows it wins (:mod:`.resolve`); False, and nothing changed, if a
+    def rewrite_groups(self, groups: list[list[resolve.Member]], number: int) -> bool:
+        """Read groups of overlapping files and write each file's partition anew with
+        the rows it wins (:mod:`.resolve`), in one Spark job: two groups share no
+        (device, time), their bounds being apart. False, and nothing changed, if a
         member cannot be read now (reported; the next run tries again)."""
-        by_id = {m.source.file_id: m for m in group}
-        ids = sorted(by_id)
-        items = self.prepare([m.source for m in group])
+        members = [m for g in groups for m in g]
+        by_id = {m.source.file_id: m for m in members}
+        group_of = {m.source.file_id: n for n, g in enumerate(groups) for m in g}
+        ids = [sorted(m.source.file_id for m in g) for g in groups]
+        items = self.prepare([m.source for m in members])
         for item in items:
             reason = schemas.admit(self.state.columns, item.columns)
             if reason:
                 self._skip(item.source, reason)
                 return False
-        if len(items) != len(group):
+        if len(items) != len(members):
             return False
         linked = self._link_batch(items, number)
-        if len(linked) != len(group):
+        if len(linked) != len(members):
             return False
         order = sorted(linked, key=lambda p: resolve.priority(p.source.name))
         ranks = {p.key: rank for rank, p in enumerate(order) if p.key is not None}
+        sets = {p.key: group_of[p.file_id] for p in linked if p.key is not None}
         keyed = [(p.key, by_id[p.file_id]) for p in linked if p.key is not None]
         staging = resolve.new_staging(self.table)
         try:
-            with stage_progress(self.spark, self.progress, f"resolving {len(group)} files"):
-                self._write(linked, staging, ranks)
-            resolve.write_sidecars(staging, keyed, ids)
+            with stage_progress(self.spark, self.progress, f"resolving {len(members)} files"):
+                self._write(linked, staging, (ranks, sets))
+            for key, member in keyed:
+                resolve.write_sidecars(
+                    staging, [(key, member)], ids[group_of[member.source.file_id]]
+                )
             resolve.replace_partitions(self.table, staging, keyed)
         except Exception as exc:
             for item in linked:
@@ -588,5 +598,5 @@ class Ingest:
         finally:
             remove_run_folder(staging)
         if self.sync:
-            self.table.sync([m.partition for m in group])
+            self.table.sync([m.partition for m in members])
         return True

@@ -53,6 +53,7 @@ PENDING = "resolve-pending.json"
 #: In a partition written resolved: its group's ids and its file's own bounds.
 SIDECAR = "_sealsync_group.json"
 _PRIORITY_COLUMN = "__sealsync_priority"
+_GROUP_COLUMN = "__sealsync_group"
 
 Priority = tuple[int, int, int, tuple[int, ...], str]
 #: (first device, last device, first time, last time) of a file's points.
@@ -175,15 +176,17 @@ def stale(group: list[Member]) -> bool:
     return any(m.group != ids for m in group)
 
 
-def resolved_frame(df: Any, ranks: dict[int, int], target: Any) -> Any:
-    """``df`` (rows of several files, by key) as one row per (device, time): each
-    measurement from the highest-ranked file holding it, the row's key that of the
-    highest-ranked file holding the (device, time)."""
+def resolved_frame(df: Any, ranks: dict[int, int], sets: dict[int, int], target: Any) -> Any:
+    """``df`` (rows of several files, by key) as one row per group (``sets``: key ->
+    group) and (device, time): each measurement from the highest-ranked file holding
+    it, the row's key that of the highest-ranked file holding the (device, time)."""
     from pyspark.sql import functions as F
 
-    pairs = [F.lit(x) for key, rank in sorted(ranks.items()) for x in (key, rank)]
-    rank = F.element_at(F.create_map(*pairs), F.col(KEY_COLUMN))
-    df = df.withColumn(_PRIORITY_COLUMN, rank)
+    def lookup(mapping: dict[int, int]) -> Any:
+        pairs = [F.lit(x) for key, value in sorted(mapping.items()) for x in (key, value)]
+        return F.element_at(F.create_map(*pairs), F.col(KEY_COLUMN))
+
+    df = df.withColumn(_PRIORITY_COLUMN, lookup(ranks)).withColumn(_GROUP_COLUMN, lookup(sets))
     keys = {TIME_COLUMN, DEVICE_COLUMN}
     aggs = []
     for field in target.fields:
@@ -195,7 +198,7 @@ def resolved_frame(df: Any, ranks: dict[int, int], target: Any) -> Any:
         else:
             held = F.when(col.isNotNull(), F.col(_PRIORITY_COLUMN))
             aggs.append(F.max_by(col, held).alias(field.name))
-    out = df.groupBy(TIME_COLUMN, DEVICE_COLUMN).agg(*aggs)
+    out = df.groupBy(_GROUP_COLUMN, TIME_COLUMN, DEVICE_COLUMN).agg(*aggs)
     names = ["`" + f.name.replace("`", "``") + "`" for f in target.fields]
     tasks = max(1, min(len(ranks), df.sparkSession.sparkContext.defaultParallelism))
     return out.select(*names).repartition(tasks, KEY_COLUMN).sortWithinPartitions(KEY_COLUMN)
@@ -265,7 +268,7 @@ def cleanup(staging: Path) -> None:
     remove_run_folder(staging)
 
 
-Rewrite = Callable[[list[Member]], bool]
+Rewrite = Callable[[list[list[Member]]], bool]
 
 
 def settle(
@@ -279,13 +282,18 @@ def settle(
     """Rewrite every stale group of ``senders``; forget them once all are settled.
 
     Returns how many groups were rewritten. A group that could not be read stays as it
-    was and stays pending (``rewrite`` reported why).
+    was and stays pending (``rewrite`` reported why); the others are rewritten alone.
     """
     todo = stale_groups(table, senders, wanted)
     if todo:
         files = sum(len(g) for g in todo)
         say(f"resolving {len(todo)} groups of overlapping files ({files} files)")
-    done = sum(1 for g in todo if rewrite(g))
+    if not todo:
+        done = 0
+    elif rewrite(todo):  # one job for all: the common case
+        done = len(todo)
+    else:  # one group's file could not be read: the others still go
+        done = sum(1 for g in todo if len(todo) > 1 and rewrite([g]))
     if state_dir is not None and done == len(todo):
         clear_pending(state_dir)
     return done

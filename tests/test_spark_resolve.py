@@ -246,7 +246,7 @@ def test_a_run_killed_before_resolving_is_completed_by_the_next(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(job.Ingest, "rewrite_group", killed)
+        m.setattr(job.Ingest, "rewrite_groups", killed)
         with pytest.raises(KeyboardInterrupt):
             run_load(config, spark=spark, sync=False)
     assert (Path(config.state_dir) / PENDING).exists()
@@ -374,3 +374,30 @@ def test_a_kill_during_the_group_job_then_a_rerun_equals_one_clean_run(
     _load(clean, spark)
     assert rows == table_rows(clean.table_path)
     assert len(rows) == 850  # times 0..849, each once
+
+
+def test_two_groups_are_resolved_in_one_job_each_on_its_own(tmp_path: Path, spark: Any) -> None:
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    for base, version in ((0, 1), (1000, 3)):
+        low = _write(
+            edge,
+            _rows(D1, range(base, base + 20), s1=lambda t: 1.0),
+            f"{base}-{version}-0-0.tsfile",
+        )
+        high = _write(
+            edge,
+            _rows(D1, range(base + 10, base + 30), s1=lambda t: 2.0),
+            f"{base + 10}-{version + 1}-0-0.tsfile",
+        )
+        recv.place(edge, low)
+        recv.place(edge, high)
+    alone = _write(edge, _rows(D2, range(0, 5), s1=lambda t: 7.0), "0-9-0-0.tsfile")
+    recv.place(edge, alone)
+    config = recv.config(tmp_path)
+
+    report = _load(config, spark)
+
+    assert report.resolved == 2
+    rows = _check(config, recv)
+    assert len(rows) == 30 + 30 + 5
+    assert {r[1] for r in rows if r[3] == D2} == {alone}
