@@ -45,6 +45,16 @@ LAYOUT = 1
 # A corpus of other generators (or a build left by a killed run) is removed once this old.
 STALE_SECONDS = 7 * 24 * 3600
 MAVEN_TIMEOUT = 900
+# The format v3 generator is one source: common/v3/Generate.java, written against
+# org.apache.tsfile 1.x (iotdb-1.3 links it). iotdb-0.13 gets a copy whose imports name
+# 0.13's packages (the same classes there; TSDataType sat one package deeper), rewritten
+# in this order; what else the two libraries do apart is in each project's Line.java.
+V3_SOURCE = FIXTURES / "common" / "v3" / "Generate.java"
+V3_LINE = "iotdb-0.13"
+V3_IMPORTS = (
+    ("import org.apache.tsfile.enums.", "import org.apache.tsfile.file.metadata.enums."),
+    ("import org.apache.tsfile.", "import org.apache.iotdb.tsfile."),
+)
 GENERATE_TIMEOUT = 600
 
 EXIT_BUILD_FAILED = 3
@@ -109,7 +119,7 @@ def _sources() -> Iterator[Path]:
 
 def source_hash() -> str:
     """Hash of every generator source and pom (symlinks read through), and of LAYOUT."""
-    h = hashlib.sha256(f"layout {LAYOUT}\n".encode())
+    h = hashlib.sha256(f"layout {LAYOUT}\n{V3_IMPORTS!r}\n".encode())
     for path in _sources():
         h.update(str(path.relative_to(FIXTURES)).encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
@@ -138,12 +148,29 @@ def _run(cmd: list[str], cwd: Path, timeout: int, what: str, log: Path) -> None:
         )
 
 
+def v3_source_for_013() -> str:
+    """The shared v3 generator with its imports naming IoTDB 0.13's TsFile packages."""
+    text = V3_SOURCE.read_text(encoding="utf-8")
+    for old, new in V3_IMPORTS:
+        text = text.replace(old, new)
+    if "org.apache.tsfile." in text:
+        raise CorpusBuildError(
+            f"{V3_SOURCE} names org.apache.tsfile outside an import line; "
+            f"0.13 has no such package: move that use into {V3_LINE}'s Line.java"
+        )
+    return text
+
+
 def _compile(line: str, build: Path) -> str:
     """Copies one generator project (symlinks resolved) into ``build`` and compiles it with
     Maven; returns the class path of its dependencies (in ~/.m2)."""
     mvn = _tool("mvn", "install Maven 3 (apt-get install maven) and Java 17")
     project = build / line
     shutil.copytree(FIXTURES / line, project, symlinks=False)
+    if line == V3_LINE:
+        (project / "src" / "main" / "java" / "Generate.java").write_text(
+            v3_source_for_013(), encoding="utf-8"
+        )
     _run(
         [mvn, "-B", "-q", "-Dstyle.color=never", "compile"],
         project,

@@ -2,48 +2,43 @@ import java.io.File;
 import java.nio.charset.StandardCharsets;
 import java.time.LocalDate;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
-import java.util.Map;
-import org.apache.iotdb.tsfile.common.conf.TSFileConfig;
-import org.apache.iotdb.tsfile.common.conf.TSFileDescriptor;
-import org.apache.iotdb.tsfile.file.metadata.enums.TSDataType;
-import org.apache.iotdb.tsfile.file.metadata.AlignedChunkMetadata;
-import org.apache.iotdb.tsfile.file.metadata.ChunkMetadata;
-import org.apache.iotdb.tsfile.file.metadata.IChunkMetadata;
-import org.apache.iotdb.tsfile.read.common.Path;
-import org.apache.iotdb.tsfile.write.schema.IMeasurementSchema;
-import org.apache.iotdb.tsfile.file.metadata.TimeseriesMetadata;
-import org.apache.iotdb.tsfile.file.metadata.enums.CompressionType;
-import org.apache.iotdb.tsfile.file.metadata.enums.TSEncoding;
-import org.apache.iotdb.tsfile.read.TsFileDeviceIterator;
-import org.apache.iotdb.tsfile.read.TsFileSequenceReader;
-import org.apache.iotdb.tsfile.read.common.BatchData;
-import org.apache.iotdb.tsfile.read.common.Chunk;
-import org.apache.iotdb.tsfile.read.reader.chunk.AlignedChunkReader;
-import org.apache.iotdb.tsfile.read.reader.chunk.ChunkReader;
-import org.apache.iotdb.tsfile.utils.Binary;
-import org.apache.iotdb.tsfile.utils.Pair;
-import org.apache.iotdb.tsfile.utils.TsPrimitiveType;
-import org.apache.iotdb.tsfile.write.TsFileWriter;
-import org.apache.iotdb.tsfile.write.chunk.AlignedChunkWriterImpl;
-import org.apache.iotdb.tsfile.write.chunk.ChunkWriterImpl;
-import org.apache.iotdb.tsfile.write.writer.TsFileIOWriter;
-import org.apache.iotdb.tsfile.write.record.TSRecord;
-import org.apache.iotdb.tsfile.write.record.Tablet;
-import org.apache.iotdb.tsfile.write.record.datapoint.BooleanDataPoint;
-import org.apache.iotdb.tsfile.write.record.datapoint.DataPoint;
-import org.apache.iotdb.tsfile.write.record.datapoint.DoubleDataPoint;
-import org.apache.iotdb.tsfile.write.record.datapoint.FloatDataPoint;
-import org.apache.iotdb.tsfile.write.record.datapoint.IntDataPoint;
-import org.apache.iotdb.tsfile.write.record.datapoint.LongDataPoint;
-import org.apache.iotdb.tsfile.write.record.datapoint.StringDataPoint;
-import org.apache.iotdb.tsfile.write.schema.MeasurementSchema;
+import org.apache.tsfile.common.conf.TSFileConfig;
+import org.apache.tsfile.common.conf.TSFileDescriptor;
+import org.apache.tsfile.enums.TSDataType;
+import org.apache.tsfile.file.metadata.AlignedChunkMetadata;
+import org.apache.tsfile.file.metadata.ChunkMetadata;
+import org.apache.tsfile.file.metadata.IChunkMetadata;
+import org.apache.tsfile.read.common.Path;
+import org.apache.tsfile.write.schema.IMeasurementSchema;
+import org.apache.tsfile.file.metadata.TimeseriesMetadata;
+import org.apache.tsfile.file.metadata.enums.CompressionType;
+import org.apache.tsfile.file.metadata.enums.TSEncoding;
+import org.apache.tsfile.read.TsFileSequenceReader;
+import org.apache.tsfile.read.common.BatchData;
+import org.apache.tsfile.read.common.Chunk;
+import org.apache.tsfile.utils.Binary;
+import org.apache.tsfile.utils.TsPrimitiveType;
+import org.apache.tsfile.write.TsFileWriter;
+import org.apache.tsfile.write.chunk.AlignedChunkWriterImpl;
+import org.apache.tsfile.write.chunk.ChunkWriterImpl;
+import org.apache.tsfile.write.writer.TsFileIOWriter;
+import org.apache.tsfile.write.record.TSRecord;
+import org.apache.tsfile.write.record.Tablet;
+import org.apache.tsfile.write.record.datapoint.BooleanDataPoint;
+import org.apache.tsfile.write.record.datapoint.DataPoint;
+import org.apache.tsfile.write.record.datapoint.DoubleDataPoint;
+import org.apache.tsfile.write.record.datapoint.FloatDataPoint;
+import org.apache.tsfile.write.record.datapoint.IntDataPoint;
+import org.apache.tsfile.write.record.datapoint.LongDataPoint;
+import org.apache.tsfile.write.record.datapoint.StringDataPoint;
+import org.apache.tsfile.write.schema.MeasurementSchema;
 
 /**
- * The corpus as IoTDB 0.13 writes it: org.apache.iotdb:tsfile 0.13.x, IoTDB's own TsFile module
- * of that release (format v3, tree model, six data types).
+ * The corpus in format v3, tree model, as IoTDB 0.13 and 1.3 write it. One source serves both
+ * projects: written against 1.x's packages (iotdb-1.3 links it), its imports rewritten to 0.13's
+ * by tests/tsfile_corpus.py; what the two libraries do differently is in each project's Line.
  */
 public final class Generate implements Corpus.Lib {
   private final TSFileConfig conf = TSFileDescriptor.getInstance().getConfig();
@@ -56,17 +51,17 @@ public final class Generate implements Corpus.Lib {
 
   @Override
   public String line() {
-    return "iotdb-0.13";
+    return Line.NAME;
   }
 
   @Override
   public String library() {
-    return Corpus.mavenVersion("org.apache.iotdb", "tsfile");
+    return Corpus.mavenVersion(Line.GROUP, "tsfile");
   }
 
   @Override
   public List<String> types() {
-    return Arrays.asList("BOOLEAN", "INT32", "INT64", "FLOAT", "DOUBLE", "TEXT");
+    return Line.types();
   }
 
   @Override
@@ -89,41 +84,12 @@ public final class Generate implements Corpus.Lib {
 
   @Override
   public String defaultEncoding(String type) {
-    return defaults(type);
+    return Line.defaultEncoding(type);
   }
 
-  static String defaults(String type) {
-    switch (type) {
-      case "BOOLEAN":
-        return "RLE";
-      case "INT32":
-      case "INT64":
-        return "RLE";
-      case "FLOAT":
-      case "DOUBLE":
-        return "GORILLA";
-      default:
-        return "PLAIN";
-    }
-  }
-
-  /** IoTDB 0.13's server (SchemaUtils) checks a new series' encoding against this list. */
   @Override
   public List<String> iotdbEncodings(String type) {
-    switch (type) {
-      case "BOOLEAN":
-        return Arrays.asList("PLAIN", "RLE");
-      case "INT32":
-      case "INT64":
-        return Arrays.asList("PLAIN", "RLE", "TS_2DIFF", "GORILLA");
-      case "FLOAT":
-      case "DOUBLE":
-        return Arrays.asList("PLAIN", "RLE", "TS_2DIFF", "GORILLA_V1", "GORILLA");
-      case "TEXT":
-        return Arrays.asList("PLAIN", "DICTIONARY");
-      default:
-        return null;
-    }
+    return Line.iotdbEncodings(type);
   }
 
   @Override
@@ -296,7 +262,7 @@ public final class Generate implements Corpus.Lib {
 
   static void raw(TsFileIOWriter io, String device, boolean aligned, List<Corpus.Col> cols,
       long[] times, Object[][] rows) throws Exception {
-    io.startChunkGroup(device);
+    io.startChunkGroup(Line.device(device));
     if (aligned) {
       AlignedChunkWriterImpl aw = new AlignedChunkWriterImpl(new ArrayList<IMeasurementSchema>(schemas(cols)));
       for (int r = 0; r < times.length; r++) {
@@ -391,15 +357,11 @@ public final class Generate implements Corpus.Lib {
   @Override
   public void readBack(File file, Corpus.Sink sink) throws Exception {
     try (TsFileSequenceReader r = new TsFileSequenceReader(file.getPath())) {
-      List<Pair<String, Boolean>> devices = new ArrayList<>();
-      TsFileDeviceIterator it = r.getAllDevicesIteratorWithIsAligned();
-      while (it.hasNext()) {
-        devices.add(it.next());
-      }
-      Map<String, List<TimeseriesMetadata>> all = r.getAllTimeseriesMetadata(true);
-      for (Pair<String, Boolean> dv : devices) {
-        String dev = dv.left;
-        String name = dev;
+      var devices = Line.devices(r);
+      var all = r.getAllTimeseriesMetadata(true);
+      for (var dv : devices) {
+        var dev = dv.left;
+        String name = Line.name(dev);
         List<String> seg = null;
         if (dv.right) {
           for (AlignedChunkMetadata acm : r.getAlignedChunkMetadata(dev)) {
@@ -416,7 +378,7 @@ public final class Generate implements Corpus.Lib {
               ms.add(v.getMeasurementUid());
               ts.add(v.getDataType().name());
             }
-            AlignedChunkReader cr = new AlignedChunkReader(tc, vcs, null);
+            var cr = Line.alignedChunkReader(tc, vcs);
             int pages = 0;
             while (cr.hasNextSatisfiedPage()) {
               pages++;
@@ -441,7 +403,7 @@ public final class Generate implements Corpus.Lib {
             for (IChunkMetadata cm : cms) {
               String type = cm.getDataType().name();
               Chunk chunk = r.readMemChunk((ChunkMetadata) cm);
-              ChunkReader cr = new ChunkReader(chunk, null);
+              var cr = Line.chunkReader(chunk);
               int pages = 0;
               while (cr.hasNextSatisfiedPage()) {
                 pages++;
