@@ -13,26 +13,20 @@ the same file (IoTDB keeps that point: in 0.12-1.x by the deletion's file offset
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from config_helpers import write_config
 from deploy_helpers import Deployment
+from iotdb_helpers import Points, iotdb_answer, load_table, point_sender_at, rows_of, table_rows
 from iotdb_server import RELEASES, IoTDBServer
-
-from sealsync.permissions import restrict_writes
-from spark_loader import read_arrow
 
 SERIES = {"root.sg.d1": ("s1", "s2"), "root.sg.d2": ("s1", "s2"), "root.sg.a.d3": ("s1",)}
 # 0.12 reads root.sg.*.* as a prefix, so it deletes from root.sg.a.d3.s1 too (seen on
 # 0.12.0), where 0.13 and later do not: the loader refuses such a line rather than guess
 # the release (sealsync.formats.deletion), so the 0.12 run keeps every series at 4 levels.
 DEEP = "root.sg.a.d3"
-Points = dict[tuple[str, str], dict[int, int]]  # (device, measurement) -> time -> value
 
 
 def _regex(pattern: str) -> re.Pattern[str]:
@@ -49,14 +43,6 @@ def _delete(points: Points, pattern: str, start: int, end: int) -> None:
         if regex.fullmatch(f"{device}.{measurement}"):
             for t in [t for t in values if start <= t <= end]:
                 del values[t]
-
-
-def _rows(points: Points) -> dict[tuple[str, int], dict[str, int]]:
-    rows: dict[tuple[str, int], dict[str, int]] = {}
-    for (device, measurement), values in points.items():
-        for t, v in values.items():
-            rows.setdefault((device, t), {})[measurement] = v
-    return rows
 
 
 def _run(server: IoTDBServer) -> Points:
@@ -110,42 +96,6 @@ def _run(server: IoTDBServer) -> Points:
     return points
 
 
-def _iotdb_answer(server: IoTDBServer) -> dict[tuple[str, int], dict[str, int]]:
-    statement = (
-        "SELECT * FROM root.sg ALIGN BY DEVICE"
-        if server.release.standalone
-        else "SELECT * FROM root.** ALIGN BY DEVICE"
-    )
-    with server.client() as client:
-        result = client.query(statement)
-    columns = [c for c in result.columns if c != "Time"]
-    answer: dict[tuple[str, int], dict[str, int]] = {}
-    for row in result.rows:
-        t, device, *values = row
-        got = {c: v for c, v in zip(columns[1:], values, strict=True) if v is not None}
-        if got:
-            answer[(device, t)] = got
-    return answer
-
-
-def _table(table_path: Path) -> dict[tuple[str, int], dict[str, int]]:
-    table = read_arrow(table_path)
-    names = [n for n in table.column_names if re.fullmatch(r"s\d+", n)]
-    out: dict[tuple[str, int], dict[str, int]] = {}
-    for row in table.to_pylist():
-        key = (row["device"], row["time"])
-        assert key not in out, f"{key} twice in the table"
-        out[key] = {n: row[n] for n in names if row[n] is not None}
-    return out
-
-
-def _point_sender_at(dep: Deployment, data_dir: Path) -> None:
-    sender = dep.senders[0]
-    text = re.sub(r"data_dirs = \[.*\]", f'data_dirs = ["{data_dir}"]', sender.config.read_text())
-    sender.config.write_text(text)
-    restrict_writes(sender.config)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("version", sorted(RELEASES))
 def test_the_table_holds_what_iotdb_answers_after_its_deletions(
@@ -155,8 +105,8 @@ def test_the_table_holds_what_iotdb_answers_after_its_deletions(
     start_deployment: Callable[..., Deployment],
 ) -> None:
     server = iotdb_server(version)
-    expected = _rows(_run(server))
-    assert _iotdb_answer(server) == expected  # the reference reads IoTDB as IoTDB does
+    expected = rows_of(_run(server))
+    assert iotdb_answer(server) == expected  # the reference reads IoTDB as IoTDB does
     suffix = ".mods" if server.release.tsfile_version == 3 else ".mods2"
     written = sorted(server.data_dir.glob(f"sequence/root.sg/*/*/*.tsfile{suffix}"))
     assert written, f"no {suffix} written"
@@ -167,29 +117,10 @@ def test_the_table_holds_what_iotdb_answers_after_its_deletions(
         assert offset < Path(str(written[0])[: -len(suffix)]).stat().st_size
 
     dep = start_deployment()
-    _point_sender_at(dep, server.data_dir)
+    point_sender_at(dep, server.data_dir)
     sent = dep.senders[0].send()
     assert sent.returncode == 0, sent.stderr
-    toml = write_config(
-        tmp_path / "loader.toml",
-        {
-            "loader": {
-                "receiver_data_dirs": [str(dep.receiver_data)],
-                "table_path": str(tmp_path / "table"),
-                "state_dir": str(tmp_path / "state"),
-                "master": "local[1]",
-            }
-        },
-    )
-    load = subprocess.run(
-        [sys.executable, "-m", "sealsync", "load", "--config", str(toml)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert load.returncode == 0, load.stderr
-
-    got: Any = _table(tmp_path / "table")
+    got: Any = table_rows(load_table(dep, tmp_path))
     assert got == expected
     assert ("root.sg.d2", 5) not in got  # every value of the device deleted: no row
     assert got[("root.sg.d1", 2)]["s2"] == 999  # written after the deletion: kept

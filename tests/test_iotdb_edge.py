@@ -8,15 +8,13 @@ answers can match, every file and every modification IoTDB wrote must arrive.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from deploy_helpers import Deployment, sha256
+from iotdb_helpers import point_sender_at
 from iotdb_server import RELEASES, IoTDBServer
-
-from sealsync.permissions import restrict_writes
 
 
 def _write_and_delete(server: IoTDBServer) -> None:
@@ -28,13 +26,6 @@ def _write_and_delete(server: IoTDBServer) -> None:
             client.insert([(device, t, ["s1"], ["INT64"], [t * 10]) for t in range(1, 11)])
         client.sql("FLUSH")
         client.sql("DELETE FROM root.sg.d1.s1 WHERE time <= 4")
-
-
-def _point_sender_at(dep: Deployment, data_dir: Path) -> None:
-    sender = dep.senders[0]
-    text = re.sub(r"data_dirs = \[.*\]", f'data_dirs = ["{data_dir}"]', sender.config.read_text())
-    sender.config.write_text(text)
-    restrict_writes(sender.config)
 
 
 @pytest.mark.slow
@@ -57,7 +48,7 @@ def test_send_ships_a_real_iotdb_data_folder(
                 written[str(path.relative_to(server.data_dir))] = sha256(path)
 
     dep = start_deployment()
-    _point_sender_at(dep, server.data_dir)
+    point_sender_at(dep, server.data_dir)
     sender = dep.senders[0]
     result = sender.send()
     assert result.returncode == 0, result.stderr

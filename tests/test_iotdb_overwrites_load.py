@@ -8,18 +8,14 @@ statements run (the last write of a (series, time) wins) and with IoTDB's own an
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from config_helpers import write_config
 from deploy_helpers import Deployment
+from iotdb_helpers import Points, iotdb_answer, load_table, point_sender_at, rows_of, table_rows
 from iotdb_server import RELEASES, IoTDBServer
-from test_iotdb_deletions_load import _iotdb_answer, _point_sender_at, _rows, _table
 
-Points = dict[tuple[str, str], dict[int, int]]
 SERIES = {"root.sg.d1": ("s1", "s2"), "root.sg.d2": ("s1",)}
 
 
@@ -73,35 +69,16 @@ def test_the_table_holds_what_iotdb_answers_after_overwrites(
     start_deployment: Callable[..., Deployment],
 ) -> None:
     server = iotdb_server(version)
-    expected = _rows(_write(server))
-    assert _iotdb_answer(server) == expected  # the reference reads IoTDB as IoTDB does
+    expected = rows_of(_write(server))
+    assert iotdb_answer(server) == expected  # the reference reads IoTDB as IoTDB does
     unseq = sorted(server.data_dir.glob("unsequence/root.sg/*/*/*.tsfile"))
     assert len(unseq) >= 2, "no unsequence files written"
 
     dep = start_deployment()
-    _point_sender_at(dep, server.data_dir)
+    point_sender_at(dep, server.data_dir)
     sent = dep.senders[0].send()
     assert sent.returncode == 0, sent.stderr
-    toml = write_config(
-        tmp_path / "loader.toml",
-        {
-            "loader": {
-                "receiver_data_dirs": [str(dep.receiver_data)],
-                "table_path": str(tmp_path / "table"),
-                "state_dir": str(tmp_path / "state"),
-                "master": "local[1]",
-            }
-        },
-    )
-    load = subprocess.run(
-        [sys.executable, "-m", "sealsync", "load", "--config", str(toml)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert load.returncode == 0, load.stderr
-
-    got = _table(tmp_path / "table")  # asserts no (device, time) twice
+    got = table_rows(load_table(dep, tmp_path))  # asserts no (device, time) twice
     assert got == expected
     assert got[("root.sg.d1", 13)] == {"s1": 213, "s2": 113}
     assert got[("root.sg.d2", 20)] == {"s1": 420}

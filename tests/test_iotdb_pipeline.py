@@ -28,9 +28,6 @@ from __future__ import annotations
 import datetime
 import os
 import random
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,8 +35,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from config_helpers import write_config
 from deploy_helpers import Deployment, make_deployment
+from iotdb_helpers import load_table, point_sender_at, select_all
 from iotdb_server import RELEASES, IoTDBClient, IoTDBServer, client_python
 
 from sealsync.permissions import restrict_writes
@@ -207,18 +204,10 @@ def _merged(server: IoTDBServer) -> Callable[[IoTDBClient], None]:
     return settle
 
 
-def _query(server: IoTDBServer) -> str:
-    return (
-        "SELECT * FROM root.sg ALIGN BY DEVICE"
-        if server.release.standalone
-        else "SELECT * FROM root.** ALIGN BY DEVICE"
-    )
-
-
 def _answer(server: IoTDBServer) -> tuple[dict[str, str], list[Row]]:
     """Column -> type and the rows, sorted by device and time (rows of nulls left out)."""
     with server.client() as client:
-        result = client.query(_query(server))
+        result = client.query(select_all(server))
     assert result.columns[:2] == ["Time", "Device"], result.columns
     columns = dict(sorted(zip(result.columns[2:], result.types[2:], strict=True)))
     order = [result.columns.index(c) for c in columns]  # by name: servers order them apart
@@ -280,14 +269,6 @@ def _receiver_on_iotdb(dep: Deployment, dc: IoTDBServer) -> None:
     restrict_writes(dep.receiver_config)
 
 
-def _sender_at(dep: Deployment, data_dir: Path) -> None:
-    sender = dep.senders[0]
-    text = re.sub(r"data_dirs = \[.*\]", f'data_dirs = ["{data_dir}"]', sender.config.read_text())
-    sender.config.chmod(0o600)
-    sender.config.write_text(text)
-    restrict_writes(sender.config)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("version", sorted(RELEASES))
 def test_edge_data_centre_and_table_answer_alike(
@@ -301,7 +282,7 @@ def test_edge_data_centre_and_table_answer_alike(
         workload.settle = _merged(edge)
     dep = make_deployment(tmp_path / "site")
     _receiver_on_iotdb(dep, dc)
-    _sender_at(dep, edge.data_dir)
+    point_sender_at(dep, edge.data_dir)
     dep.start_receiver()
     try:
         with edge.client() as client:
@@ -316,28 +297,11 @@ def test_edge_data_centre_and_table_answer_alike(
     finally:
         assert dep.stop_receiver() == 0, dep.log()
         print(dep.log())
-    toml = write_config(
-        tmp_path / "loader.toml",
-        {
-            "loader": {
-                "receiver_data_dirs": [str(dep.receiver_data)],
-                "table_path": str(tmp_path / "table"),
-                "state_dir": str(tmp_path / "state"),
-                "master": "local[1]",
-            }
-        },
-    )
-    load = subprocess.run(
-        [sys.executable, "-m", "sealsync", "load", "--config", str(toml)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert load.returncode == 0, load.stderr
+    table = load_table(dep, tmp_path, timeout=900)
 
     edge_columns, edge_rows = _answer(edge)
     dc_columns, dc_rows = _answer(dc)
-    table_rows = _table(tmp_path / "table", edge_columns)
+    table_rows = _table(table, edge_columns)
     counts = f"edge {len(edge_rows)}, data centre {len(dc_rows)}, table {len(table_rows)}"
     print(f"{version}: rows compared: {counts}; points overwritten {workload.overwritten}")
     assert len(edge_rows) > ROUNDS * POINTS  # the workload wrote and kept rows

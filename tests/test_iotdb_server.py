@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from iotdb_helpers import iotdb_answer
 from iotdb_server import RELEASES, IoTDBServer, group_alive
 
 # device -> (aligned, [(measurement, type, encoding)]); a measurement name has one type
@@ -94,26 +95,6 @@ def _write(server: IoTDBServer) -> dict[tuple[str, int], dict[str, Any]]:
     return expected
 
 
-def _answer(server: IoTDBServer) -> dict[tuple[str, int], dict[str, Any]]:
-    # 0.12 has no '**'; a path there is a prefix, so root.sg means every series under it.
-    statement = (
-        "SELECT * FROM root.sg ALIGN BY DEVICE"
-        if server.release.standalone
-        else "SELECT * FROM root.** ALIGN BY DEVICE"
-    )
-    with server.client() as client:
-        result = client.query(statement)
-    columns = [c for c in result.columns if c != "Time"]
-    assert columns[0] == "Device", result.columns
-    answer: dict[tuple[str, int], dict[str, Any]] = {}
-    for row in result.rows:
-        time_, device, *values = row
-        answer[(device, time_)] = {
-            c: v for c, v in zip(columns[1:], values, strict=True) if v is not None
-        }
-    return answer
-
-
 def _tree(root: Path) -> str:
     lines = []
     for path in sorted(root.rglob("*")):
@@ -152,7 +133,7 @@ def test_real_iotdb_writes_sealed_files_and_mods(
         assert head[6] == release.tsfile_version, (tsfile, head[6])
     print(f"data folder after FLUSH ({server.data_dir}):\n{_tree(server.data_dir)}")
 
-    assert _answer(server) == expected
+    assert iotdb_answer(server, keep_empty=True) == expected
 
     with server.client() as client:
         client.sql(f"DELETE FROM root.sg.d1.s1 WHERE time <= {DELETE_UNTIL}")
@@ -168,7 +149,7 @@ def test_real_iotdb_writes_sealed_files_and_mods(
         print(f"{path.relative_to(server.data_dir)}:\n{_dump(path.read_bytes())}")
     print(f"data folder after DELETE:\n{_tree(server.data_dir)}")
 
-    assert _answer(server) == expected
+    assert iotdb_answer(server, keep_empty=True) == expected
 
     # Patterns and ranges: one level (*), any levels (** from 0.13 on), closed intervals.
     every = "root.sg.**" if not release.standalone else "root.sg.*.*"
@@ -185,7 +166,7 @@ def test_real_iotdb_writes_sealed_files_and_mods(
     for path in sorted(sequence.glob(f"*/*/*{mods_suffix}")):
         print(f"{path.relative_to(server.data_dir)}:\n{_dump(path.read_bytes())}")
     # A device whose every value at a time is deleted has no row at that time.
-    assert _answer(server) == expected
+    assert iotdb_answer(server, keep_empty=True) == expected
 
     groups = [process.pid for _, process in server.processes]
     server.stop()

@@ -1,0 +1,108 @@
+"""What the tests against a real IoTDB share: a sender pointed at a server's data folder,
+``sealsync load`` run on what the receiver holds, and IoTDB's answer and the table read
+into rows that compare with ``==``.
+
+Kept apart from iotdb_server.py, which starts and stops the servers and knows nothing of
+sealsync.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from config_helpers import write_config
+from deploy_helpers import Deployment
+from iotdb_server import IoTDBServer
+
+from sealsync.permissions import restrict_writes
+from spark_loader import read_arrow
+
+Points = dict[tuple[str, str], dict[int, Any]]  # (device, measurement) -> time -> value
+Rows = dict[tuple[str, int], dict[str, Any]]  # (device, time) -> measurement -> value
+
+
+def point_sender_at(dep: Deployment, data_dir: Path) -> None:
+    """Make the deployment's first sender ship ``data_dir`` (a server's data folder), as an
+    operator would configure it."""
+    sender = dep.senders[0]
+    text = re.sub(r"data_dirs = \[.*\]", f'data_dirs = ["{data_dir}"]', sender.config.read_text())
+    sender.config.chmod(0o600)
+    sender.config.write_text(text)
+    restrict_writes(sender.config)
+
+
+def load_table(dep: Deployment, tmp_path: Path, timeout: int = 600) -> Path:
+    """Run ``sealsync load`` (a real process, Spark local[1]) over the receiver's data
+    folder; the table it built, under ``tmp_path``."""
+    table = tmp_path / "table"
+    toml = write_config(
+        tmp_path / "loader.toml",
+        {
+            "loader": {
+                "receiver_data_dirs": [str(dep.receiver_data)],
+                "table_path": str(table),
+                "state_dir": str(tmp_path / "state"),
+                "master": "local[1]",
+            }
+        },
+    )
+    load = subprocess.run(
+        [sys.executable, "-m", "sealsync", "load", "--config", str(toml)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert load.returncode == 0, load.stderr
+    return table
+
+
+def select_all(server: IoTDBServer) -> str:
+    """Every series of the server, one row per (device, time): 0.12 has no ``**``, and a
+    path there is a prefix, so ``root.sg`` means every series under it."""
+    return (
+        "SELECT * FROM root.sg ALIGN BY DEVICE"
+        if server.release.standalone
+        else "SELECT * FROM root.** ALIGN BY DEVICE"
+    )
+
+
+def iotdb_answer(server: IoTDBServer, *, keep_empty: bool = False) -> Rows:
+    """The server's answer to ``select_all`` as rows; a row with no value is left out
+    unless ``keep_empty`` (to see whether IoTDB answers one)."""
+    with server.client() as client:
+        result = client.query(select_all(server))
+    columns = [c for c in result.columns if c != "Time"]
+    assert columns[0] == "Device", result.columns
+    answer: Rows = {}
+    for row in result.rows:
+        t, device, *values = row
+        got = {c: v for c, v in zip(columns[1:], values, strict=True) if v is not None}
+        if got or keep_empty:
+            answer[(device, t)] = got
+    return answer
+
+
+def rows_of(points: Points) -> Rows:
+    """The rows a query answers for ``points``: a (device, time) with no value has none."""
+    rows: Rows = {}
+    for (device, measurement), values in points.items():
+        for t, v in values.items():
+            rows.setdefault((device, t), {})[measurement] = v
+    return rows
+
+
+def table_rows(table_path: Path) -> Rows:
+    """The table's measurement columns (``s<N>``) as rows, nulls left out; asserts no
+    (device, time) is in it twice."""
+    table = read_arrow(table_path)
+    names = [n for n in table.column_names if re.fullmatch(r"s\d+", n)]
+    out: Rows = {}
+    for row in table.to_pylist():
+        key = (row["device"], row["time"])
+        assert key not in out, f"{key} twice in the table"
+        out[key] = {n: row[n] for n in names if row[n] is not None}
+    return out
