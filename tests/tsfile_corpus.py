@@ -46,10 +46,11 @@ LAYOUT = 1
 STALE_SECONDS = 7 * 24 * 3600
 MAVEN_TIMEOUT = 900
 # The format v3 generator is one source: common/v3/Generate.java, written against
-# org.apache.tsfile 1.x (iotdb-1.3 links it). iotdb-0.13 gets a copy whose imports name
-# 0.13's packages (the same classes there; TSDataType sat one package deeper), rewritten
-# in this order; what else the two libraries do apart is in each project's Line.java.
-V3_SOURCE = FIXTURES / "common" / "v3" / "Generate.java"
+# org.apache.tsfile 1.x (iotdb-1.3 links it), as is common/Chunks.java (every line's chunk
+# writing and reading; iotdb-1.3 and tsfile-2 link it). iotdb-0.13 gets copies whose
+# imports name 0.13's packages (the same classes there; TSDataType sat one package deeper),
+# rewritten in this order; what else the libraries do apart is in each project's Line.java.
+V3_SOURCES = (FIXTURES / "common" / "v3" / "Generate.java", FIXTURES / "common" / "Chunks.java")
 V3_LINE = "iotdb-0.13"
 V3_IMPORTS = (
     ("import org.apache.tsfile.enums.", "import org.apache.tsfile.file.metadata.enums."),
@@ -148,14 +149,14 @@ def _run(cmd: list[str], cwd: Path, timeout: int, what: str, log: Path) -> None:
         )
 
 
-def v3_source_for_013() -> str:
-    """The shared v3 generator with its imports naming IoTDB 0.13's TsFile packages."""
-    text = V3_SOURCE.read_text(encoding="utf-8")
+def source_for_013(source: Path) -> str:
+    """A shared generator source with its imports naming IoTDB 0.13's TsFile packages."""
+    text = source.read_text(encoding="utf-8")
     for old, new in V3_IMPORTS:
         text = text.replace(old, new)
     if "org.apache.tsfile." in text:
         raise CorpusBuildError(
-            f"{V3_SOURCE} names org.apache.tsfile outside an import line; "
+            f"{source} names org.apache.tsfile outside an import line; "
             f"0.13 has no such package: move that use into {V3_LINE}'s Line.java"
         )
     return text
@@ -168,9 +169,9 @@ def _compile(line: str, build: Path) -> str:
     project = build / line
     shutil.copytree(FIXTURES / line, project, symlinks=False)
     if line == V3_LINE:
-        (project / "src" / "main" / "java" / "Generate.java").write_text(
-            v3_source_for_013(), encoding="utf-8"
-        )
+        for source in V3_SOURCES:
+            target = project / "src" / "main" / "java" / source.name
+            target.write_text(source_for_013(source), encoding="utf-8")
     _run(
         [mvn, "-B", "-q", "-Dstyle.color=never", "compile"],
         project,

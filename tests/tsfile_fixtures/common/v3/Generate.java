@@ -141,13 +141,8 @@ public final class Generate implements Corpus.Lib {
       case "DATE":
         return new IntDataPoint(c.name, Corpus.dateInt((LocalDate) v));
       default:
-        return new StringDataPoint(c.name, binary(v));
+        return new StringDataPoint(c.name, Chunks.binary(v));
     }
-  }
-
-  static Binary binary(Object v) {
-    return new Binary(v instanceof byte[] ? (byte[]) v
-        : ((String) v).getBytes(StandardCharsets.UTF_8));
   }
 
   static void put(Tablet t, int row, int col, String type, Object v) {
@@ -170,7 +165,7 @@ public final class Generate implements Corpus.Lib {
     } else if (a instanceof LocalDate[]) {
       ((LocalDate[]) a)[row] = (LocalDate) v;
     } else {
-      ((Binary[]) a)[row] = binary(v);
+      ((Binary[]) a)[row] = Chunks.binary(v);
     }
   }
 
@@ -265,93 +260,14 @@ public final class Generate implements Corpus.Lib {
     io.startChunkGroup(Line.device(device));
     if (aligned) {
       AlignedChunkWriterImpl aw = new AlignedChunkWriterImpl(new ArrayList<IMeasurementSchema>(schemas(cols)));
-      for (int r = 0; r < times.length; r++) {
-        for (int c = 0; c < cols.size(); c++) {
-          Object v = rows[r][c];
-          boolean n = v == null;
-          long t = times[r];
-          switch (cols.get(c).type) {
-            case "BOOLEAN":
-              aw.write(t, !n && (Boolean) v, n);
-              break;
-            case "INT32":
-              aw.write(t, n ? 0 : (Integer) v, n);
-              break;
-            case "DATE":
-              aw.write(t, n ? 0 : Corpus.dateInt((LocalDate) v), n);
-              break;
-            case "INT64":
-            case "TIMESTAMP":
-              aw.write(t, n ? 0L : (Long) v, n);
-              break;
-            case "FLOAT":
-              aw.write(t, n ? 0f : (Float) v, n);
-              break;
-            case "DOUBLE":
-              aw.write(t, n ? 0.0 : (Double) v, n);
-              break;
-            default:
-              aw.write(t, n ? new Binary(new byte[0]) : binary(v), n);
-          }
-        }
-        aw.write(times[r]);
-      }
-      aw.writeToFileWriter(io);
+      Chunks.writeAligned(io, aw, cols, times, rows);
     } else {
       for (int c = 0; c < cols.size(); c++) {
         ChunkWriterImpl cw = new ChunkWriterImpl(schema(cols.get(c)));
-        for (int r = 0; r < times.length; r++) {
-          Object v = rows[r][c];
-          long t = times[r];
-          if (v == null) {
-            continue;
-          }
-          switch (cols.get(c).type) {
-            case "BOOLEAN":
-              cw.write(t, (boolean) (Boolean) v);
-              break;
-            case "INT32":
-              cw.write(t, (int) (Integer) v);
-              break;
-            case "DATE":
-              cw.write(t, (int) Corpus.dateInt((LocalDate) v));
-              break;
-            case "INT64":
-            case "TIMESTAMP":
-              cw.write(t, (long) (Long) v);
-              break;
-            case "FLOAT":
-              cw.write(t, (float) (Float) v);
-              break;
-            case "DOUBLE":
-              cw.write(t, (double) (Double) v);
-              break;
-            default:
-              cw.write(t, binary(v));
-          }
-        }
-        cw.writeToFileWriter(io);
+        Chunks.writeSeries(io, cw, cols, c, times, rows);
       }
     }
     io.endChunkGroup();
-  }
-
-  static Object value(String type, Object v) {
-    if (v instanceof TsPrimitiveType) {
-      v = ((TsPrimitiveType) v).getValue();
-    }
-    if (v instanceof Binary) {
-      return ((Binary) v).getValues();
-    }
-    if (type.equals("DATE") && v instanceof Integer) {
-      return Corpus.intDate((Integer) v);
-    }
-    return v;
-  }
-
-  /** A chunk of one page has its own header type and no page statistics. */
-  static boolean onePage(Chunk c) {
-    return (c.getHeader().getChunkType() & 0x3F) == 5;
   }
 
   @Override
@@ -388,13 +304,13 @@ public final class Generate implements Corpus.Lib {
                 for (int j = 0; j < ms.size(); j++) {
                   if (vals[j] != null) {
                     sink.point(name, seg, ms.get(j), ts.get(j), bd.currentTime(),
-                        value(ts.get(j), vals[j]), tcm.getOffsetOfChunkHeader(), true);
+                        Chunks.value(ts.get(j), vals[j]), tcm.getOffsetOfChunkHeader(), true);
                   }
                 }
                 bd.next();
               }
             }
-            sink.chunk(name, "", pages, onePage(tc));
+            sink.chunk(name, "", pages, Chunks.onePage(tc));
           }
         } else {
           for (TimeseriesMetadata tm : all.get(dev)) {
@@ -410,11 +326,11 @@ public final class Generate implements Corpus.Lib {
                 BatchData bd = cr.nextPageData();
                 while (bd.hasCurrent()) {
                   sink.point(name, seg, tm.getMeasurementId(), type, bd.currentTime(),
-                      value(type, bd.currentValue()), cm.getOffsetOfChunkHeader(), false);
+                      Chunks.value(type, bd.currentValue()), cm.getOffsetOfChunkHeader(), false);
                   bd.next();
                 }
               }
-              sink.chunk(name, tm.getMeasurementId(), pages, onePage(chunk));
+              sink.chunk(name, tm.getMeasurementId(), pages, Chunks.onePage(chunk));
             }
           }
         }
