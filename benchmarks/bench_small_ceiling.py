@@ -390,6 +390,10 @@ def _stop(children: list[subprocess.Popen[str]], grace: float = 0.0) -> None:
                     child.wait()
                 else:
                     child.send_signal(signal.SIGINT)
+    for child in children:  # their pipes too, once they are gone
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def _child(role: str, *args: str) -> subprocess.Popen[str]:
