@@ -105,6 +105,8 @@ def test_the_nth_hit_of_a_stop_point_freezes_the_process_until_continued() -> No
     finally:
         proc.kill()
         proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 @pytest.mark.slow

@@ -162,6 +162,8 @@ def raw(msg: object) -> bytes:
                 del body["mtime"]
             if body["offset"] == 0:
                 del body["offset"]
+            if body["mods2_size"] == -1:
+                del body["mods2_size"]
         return frame(int(msg.kind), json.dumps(body).encode())
     return frame(int(msg.kind), bytes(msg.payload()))  # type: ignore[attr-defined]
 
