@@ -64,8 +64,8 @@ def checkout_copy(parent: Path) -> Path:
     return top
 
 
-@pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")
 def test_serve_started_beside_a_checkout_verifies_good_files(tmp_path: Path) -> None:
+    assert SCRIPT.exists(), "the console script is installed by the README's pip install"
     dep = make_deployment(tmp_path / "site")
     sender = dep.senders[0]
     names = populate(sender.edge, groups=1, files=3)
@@ -86,8 +86,8 @@ def test_serve_started_beside_a_checkout_verifies_good_files(tmp_path: Path) -> 
 BROKEN_TSFILE = 'raise OSError("libtsfile.so: cannot open shared object file")\n'
 
 
-@pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")
 def test_workers_that_cannot_start_are_the_receivers_fault(tmp_path: Path) -> None:
+    assert SCRIPT.exists(), "the console script is installed by the README's pip install"
     dep = make_deployment(tmp_path / "site")
     sender = dep.senders[0]
     populate(sender.edge, groups=1, files=2)
