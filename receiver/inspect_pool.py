@@ -26,6 +26,7 @@ once as an error, and the check is not tried again for ``RECHECK_AFTER`` seconds
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -34,10 +35,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -158,11 +160,28 @@ def _exit_with_host(host: int) -> None:
     threading.Thread(target=watch, name="sealsync-host-watch", daemon=True).start()
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    # Inherited by the fork server (or each spawned worker) when it starts: no working
-    # directory on its sys.path (see the module's docstring).
-    if not os.environ.get("PYTHONSAFEPATH"):
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _safe_path() -> Iterator[None]:
+    """``PYTHONSAFEPATH`` set while a worker process (or the fork server) starts, and
+    put back after: no working directory on its ``sys.path`` (see the module's
+    docstring), while the host's own environment, which its other children inherit,
+    stays as the host set it."""
+    with _ENV_LOCK:
+        before = os.environ.get("PYTHONSAFEPATH")
         os.environ["PYTHONSAFEPATH"] = "1"
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["PYTHONSAFEPATH"]
+            else:
+                os.environ["PYTHONSAFEPATH"] = before
+
+
+def _context() -> multiprocessing.context.BaseContext:
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
@@ -171,6 +190,8 @@ def _context() -> multiprocessing.context.BaseContext:
         # and a C++ library: a worker's first file would pay for them). A module that
         # cannot be imported is skipped by the fork server.
         ctx.set_forkserver_preload(list(PRELOAD))
+        with _safe_path():  # workers fork from it, its sys.path theirs
+            forkserver.ensure_running()
         return ctx
     return multiprocessing.get_context("spawn")
 

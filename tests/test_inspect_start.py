@@ -171,3 +171,15 @@ def test_a_crashing_file_is_still_refused_as_the_files_own(tmp_path: Path) -> No
         assert "crash.tsfile: the file crashed the format reader" in str(crash.value)
         assert pool.unavailable is None
         assert pool.inspect(tmp_path / "fine.tsfile").devices == ("root.fine",)
+
+
+def test_the_host_environment_is_left_as_it_was(tmp_path: Path) -> None:
+    """The workers start with PYTHONSAFEPATH, the host's environment does not keep it:
+    the host's other children (scripts run beside their own modules) would lose the
+    folder of their script on their import path."""
+    assert "PYTHONSAFEPATH" not in os.environ
+    bad = tmp_path / "x.tsfile"
+    bad.write_bytes(b"not a tsfile")
+    with InspectPool(workers=1, timeout=60.0) as pool, pytest.raises(FormatError):
+        pool.inspect(bad)
+    assert "PYTHONSAFEPATH" not in os.environ
