@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchlib import (
-    CIPHER,
     ROOT,
     SEALSYNC,
     SSHD,
@@ -34,7 +33,8 @@ class OpenSsh:
     """Our own ``sshd`` on loopback with its own keys; ``rsync_cmd`` builds rsync calls."""
 
     root: Path
-    cipher: str | None = CIPHER
+    cipher: str | None = None
+    """The client's cipher; None is OpenSSH's own choice."""
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -76,7 +76,7 @@ class OpenSsh:
         stop_pid(self.proc)
         self.proc = None
 
-    def ssh_command(self) -> str:
+    def ssh_command(self, cipher: str | None = None) -> str:
         parts = [
             "ssh",
             "-p",
@@ -94,13 +94,22 @@ class OpenSsh:
             "-o",
             "LogLevel=ERROR",
         ]
-        if self.cipher:
-            parts += ["-c", self.cipher]
+        chosen = cipher or self.cipher
+        if chosen:
+            parts += ["-c", chosen]
         return " ".join(parts)
 
-    def rsync_cmd(self, src: Path, dst: Path) -> list[str]:
+    def rsync_cmd(self, src: Path, dst: Path, cipher: str | None = None) -> list[str]:
+        """``rsync -a -e ssh`` of ``src`` into ``dst``; ``cipher`` overrides the default."""
         user = os.environ.get("USER") or __import__("pwd").getpwuid(os.getuid()).pw_name
-        return ["rsync", "-a", "-e", self.ssh_command(), f"{src}/", f"{user}@127.0.0.1:{dst}/"]
+        return [
+            "rsync",
+            "-a",
+            "-e",
+            self.ssh_command(cipher),
+            f"{src}/",
+            f"{user}@127.0.0.1:{dst}/",
+        ]
 
     def __enter__(self) -> OpenSsh:
         return self.start()
