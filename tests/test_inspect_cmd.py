@@ -4,6 +4,8 @@ what each file's metadata says; a refused file is one line and exit 1."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,19 @@ def test_every_file_iotdb_writes_is_accepted_with_the_java_readers_devices_and_p
         assert item["version"] == entry.format_version
         assert item["devices"] == sorted(entry.devices)
         assert item["points"] == entry.points, entry.path
+
+
+@pytest.mark.slow  # a fresh interpreter: this one has every library loaded
+def test_the_command_line_loads_no_format_library_until_inspect_runs() -> None:
+    """Every ``sealsync send`` from cron starts this command line: the format libraries
+    (pyarrow, numpy: a third of a second and tens of MB) load only when a command
+    needs them."""
+    heavy = ("pyarrow", "numpy", "pyspark", "tsfile")
+    code = (
+        "import sys; import sealsync.app.cli; "
+        f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert loaded == []

@@ -17,15 +17,19 @@ from typing import Any
 
 import click
 
-from sealsync import formats
 from sealsync.errors import EXIT_FAILURE, FormatError
-from sealsync.formats import parquet, tsfile_meta
 from sealsync.printable import printable
 
 
 def describe(path: Path) -> dict[str, Any]:
     """One file's findings; ``accepted`` False with the refusal's one line if the check
     refuses it."""
+    # Imported here: the formats pull in pyarrow and numpy (a third of a second and
+    # about 50 MB), and the command line that registers this command also runs every
+    # ``sealsync send`` from cron.
+    from sealsync import formats
+    from sealsync.formats import parquet, tsfile_meta
+
     found: dict[str, Any] = {"file": str(path)}
     try:
         module = formats.format_for(path)
