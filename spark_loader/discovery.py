@@ -21,6 +21,16 @@ the table never keeps a point deleted after it was loaded. Without a ``.mods`` o
 counted, so upgrading the loader does not rewrite a table of such files. The id starts
 with a letter so that no reader's partition type inference ever turns it into a
 number.
+
+**Per sender.** A file the listing sees but cannot identify (its stat fails, or its
+``.mods``/``.mods2`` is no regular file, such as a folder squatted at that path) is a
+*trouble* of its sender (:class:`Trouble`): the listing of that sender is incomplete,
+so the run leaves all of that sender's files as they are (nothing ingested, nothing
+removed) and reports why, while every other sender's files go in
+(:mod:`.removals`, :mod:`.ingest`). A folder that cannot be listed is the trouble of
+the sender it belongs to, or reported as skipped when it is a host folder above every
+sender's. A name the receiver could not have written, or a second copy of one file,
+is never loadable and is reported on its own, holding nobody.
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ import hashlib
 import os
 import stat
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sealsync.errors import BadName
@@ -135,10 +146,48 @@ class SourceFile:
         return f"{self.sender}:{self.name}"
 
 
+@dataclass(frozen=True)
+class Trouble:
+    """A file (or folder) of one sender the listing saw but could not identify."""
+
+    sender: str
+    data_dir: Path  # the configured data dir it is in
+    path: Path
+    reason: str
+
+    @property
+    def text(self) -> str:
+        """One line for reports: what and why."""
+        return f"{self.path}: {self.reason}"
+
+
+def troubled(troubles: Iterable[Trouble]) -> dict[str, str]:
+    """Sender -> why its files wait (its first trouble by path), in sender order."""
+    out: dict[str, str] = {}
+    for t in sorted(troubles, key=lambda t: (t.sender, str(t.path))):
+        out.setdefault(t.sender, f"its listing is incomplete: {t.text}")
+    return out
+
+
 @dataclass
 class Discovery:
     files: list[SourceFile]
     skipped: dict[str, str]  # storage path -> reason
+    troubles: list[Trouble] = field(default_factory=list)
+
+    @property
+    def troubled(self) -> dict[str, str]:
+        """Sender -> why its files wait this run (:func:`troubled`)."""
+        return troubled(self.troubles)
+
+    def by_sender(self) -> dict[str, list[SourceFile]]:
+        """The listed files of each sender, senders in order (troubled ones too)."""
+        out: dict[str, list[SourceFile]] = {}
+        for f in self.files:
+            out.setdefault(f.sender, []).append(f)
+        for t in self.troubles:
+            out.setdefault(t.sender, [])
+        return dict(sorted(out.items()))
 
 
 def _relative_name(parts: tuple[str, ...]) -> str | None:
@@ -148,23 +197,50 @@ def _relative_name(parts: tuple[str, ...]) -> str | None:
     return "/".join((*parts[:-2], parts[-1]))
 
 
+def _owner(rel_dir: tuple[str, ...]) -> str | None:
+    """The sender whose folder ``rel_dir`` (parts below a data dir) is or lies in."""
+    for part in reversed(rel_dir[1:]):
+        if is_sender_folder(part):
+            return part
+    return None
+
+
 def discover(data_dirs: list[Path]) -> Discovery:
     """Every loaded data file of every sender, in a stable order.
 
     A name the receiver could not have written (it fails the name gate) and a
     second copy of one (sender, name) in another data dir are reported, not read.
+    What cannot be identified is its sender's :class:`Trouble` (module docstring).
     """
     found: dict[tuple[str, str], SourceFile] = {}
     skipped: dict[str, str] = {}
+    troubles: list[Trouble] = []
     for data_dir in data_dirs:
+        data_dir = Path(data_dir)
+
+        def unlisted(exc: OSError, data_dir: Path = data_dir) -> None:
+            if isinstance(exc, FileNotFoundError) or exc.filename is None:
+                return  # a data root that does not exist, or gone while we looked
+            where = Path(exc.filename)
+            reason = f"cannot list it: {exc.strerror or exc}"
+            try:
+                owner = _owner(where.relative_to(data_dir).parts)
+            except ValueError:
+                owner = None
+            if owner is None:
+                skipped[str(where)] = reason
+            else:
+                troubles.append(Trouble(owner, data_dir, where, reason))
+
         for root in DATA_ROOTS:
-            top = Path(data_dir) / root
-            for dirpath, dirnames, filenames in os.walk(top):
+            top = data_dir / root
+            for dirpath, dirnames, filenames in os.walk(top, onerror=unlisted):
                 listed = {*filenames, *dirnames}  # a .mods that is a folder is a bad .mods
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
                 rel_dir = Path(dirpath).relative_to(data_dir).parts
                 if not rel_dir or not is_sender_folder(rel_dir[-1]):
                     continue
+                sender = rel_dir[-1]
                 for fname in sorted(filenames):
                     if fname.startswith(".") or not fname.endswith(DATA_SUFFIXES):
                         continue  # sidecars, temporaries
@@ -181,7 +257,9 @@ def discover(data_dirs: list[Path]) -> Discovery:
                     except FileNotFoundError:
                         continue  # deleted while we looked: simply not there
                     except OSError as exc:
-                        skipped[str(path)] = f"cannot stat: {exc.strerror or exc}"
+                        reason = f"cannot stat: {exc.strerror or exc}"
+                        skipped[str(path)] = reason
+                        troubles.append(Trouble(sender, data_dir, path, reason))
                         continue
                     if not stat.S_ISREG(st.st_mode):
                         continue
@@ -192,14 +270,12 @@ def discover(data_dirs: list[Path]) -> Discovery:
                             try:
                                 versions[suffix] = mods_version(path.with_name(fname + suffix))
                             except OSError as exc:
-                                skipped[str(path)] = (
-                                    f"cannot stat its {suffix}: {exc.strerror or exc}"
-                                )
+                                reason = f"cannot stat its {suffix}: {exc.strerror or exc}"
+                                skipped[str(path)] = reason
+                                troubles.append(Trouble(sender, data_dir, path, reason))
                                 break
                     if str(path) in skipped:
                         continue
-                    mods = versions[MODS_SUFFIX]
-                    sender = rel_dir[-1]
                     key = (sender, name)
                     if key in found:
                         skipped[str(path)] = (
@@ -212,9 +288,9 @@ def discover(data_dirs: list[Path]) -> Discovery:
                         name,
                         st.st_size,
                         st.st_mtime_ns,
-                        mods,
-                        Path(data_dir),
+                        versions[MODS_SUFFIX],
+                        data_dir,
                         versions[MODS2_SUFFIX],
                     )
     files = sorted(found.values(), key=lambda f: (f.sender, f.name))
-    return Discovery(files=files, skipped=skipped)
+    return Discovery(files=files, skipped=skipped, troubles=troubles)

@@ -217,7 +217,6 @@ class _Run:
         senders = len({f.sender for f in found.files})
         self.say(f"found {len(found.files)} loaded files from {senders} senders")
         partitions = table.partitions()
-        unreadable = _deletions_unreadable(found.files, {*partitions, *state.files}, report)
         wanted = {f.file_id: f for f in found.files}
         changed = _reconcile(state, table, partitions, wanted, report)
         verdict = removals.decide(
@@ -226,7 +225,13 @@ class _Run:
             found.files,
             list(self.config.receiver_data_dirs),
             self.options.prune_missing,
+            found.troubles,
         )
+        # A held sender's files all wait, none of its rows leaves; the others go on.
+        for sender, reason in verdict.held.items():
+            report.hold(sender, reason)
+        loadable = [f for f in found.files if f.sender not in verdict.held]
+        unreadable = _deletions_unreadable(loadable, {*partitions, *state.files}, report)
         if verdict.pruned:
             report.notes.append(
                 f"--prune-missing: removed the rows of {verdict.pruned} files missing "
@@ -237,7 +242,8 @@ class _Run:
             report.kept_missing = len(verdict.kept)
             report.kept_example = verdict.labels[verdict.kept[0]]
         verdict.kept += held  # carried into a --full build, as files kept for lack of evidence
-        readable = [f for f in found.files if f.file_id not in unreadable]
+        verdict.kept += verdict.waiting  # and so are a held sender's
+        readable = [f for f in loadable if f.file_id not in unreadable]
         if self.options.full:
             self.full(state, partitions, verdict, readable)
             return
@@ -246,7 +252,7 @@ class _Run:
         # recorded before anything changes: a run killed after this is completed by the next.
         changed_senders = {partitions[f].sender for f in verdict.remove if f in partitions}
         changed_senders |= {f.sender for f in readable if f.file_id not in present}
-        settle = resolve.mark_pending(self.state_dir, changed_senders)
+        settle = resolve.mark_pending(self.state_dir, changed_senders) - verdict.held.keys()
         if verdict.remove:
             self.say(f"removing the rows of {len(verdict.remove)} files the receiver deleted")
         for fid in verdict.remove:
@@ -308,7 +314,8 @@ class _Run:
         finally:
             shutil.rmtree(build_state_dir, ignore_errors=True)
         save_state(self.state_dir, state)
-        resolve.clear_pending(self.state_dir)  # the new table was resolved whole
+        if not self.report.held:  # a held sender's partitions were carried as they were
+            resolve.clear_pending(self.state_dir)  # the new table was resolved whole
         how = "exchanged atomically" if atomic else "renamed into place (no RENAME_EXCHANGE)"
         self.report.notes.append(
             f"full rebuild: a new table of {len(self.table.partitions())} partitions was "
@@ -330,6 +337,8 @@ class _Run:
         def rewrite(groups: list[list[resolve.Member]]) -> bool:
             return job.rewrite_groups(groups, next(numbers))
 
+        # A held sender stays pending (its groups are settled on the run it is back).
+        ours = ours and not (resolve.pending(self.state_dir) & self.report.held.keys())
         done = resolve.settle(
             table, self.state_dir if ours else None, senders, wanted, rewrite, self.say
         )

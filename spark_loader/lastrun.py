@@ -3,7 +3,8 @@
 ``status`` shows it and the metrics textfile is written from it, so both say the same.
 A run records itself at its end, failed or not (a missing or empty data dir, no
 Java, a full disk, Ctrl-C): start, end, outcome (``ok``, ``failed``, ``interrupted``),
-the error and its kind, what it ingested and removed, the table's totals after it,
+the error and its kind, what it ingested and removed, the senders whose files wait
+and why (``held``: the others' went in), the table's totals after it,
 the time of the last successful run, and running totals over all runs (the metrics'
 counters, which must not go back when a run fails). A run stopped by the lock (another
 ``load`` holds it) records nothing: the run holding it records its own.
@@ -67,6 +68,7 @@ def record(
     error: str | None = None,
     kind: str | None = None,
     quarantined: list[str] | None = None,
+    held: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Write this run's record, the totals carried on from the previous one."""
     previous = read(state_dir) or {}
@@ -89,6 +91,7 @@ def record(
         "table_rows": table_rows,
         "last_success": end if outcome == OK else previous.get("last_success"),
         "quarantined": sorted(quarantined or []),
+        "held": dict(sorted((held or {}).items())),
         "totals": totals,
     }
     durable.atomic_write(path(state_dir), json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -100,6 +103,15 @@ def quarantined(state_dir: Path) -> set[str]:
     last = read(state_dir) or {}
     found = last.get("quarantined")
     return {str(u) for u in found} if isinstance(found, list) else set()
+
+
+def held(state_dir: Path) -> dict[str, str]:
+    """The senders whose files waited in the last run, and why."""
+    last = read(state_dir) or {}
+    found = last.get("held")
+    if not isinstance(found, dict):
+        return {}
+    return {str(sender): str(why) for sender, why in found.items()}
 
 
 def _totals(value: object) -> dict[str, Any]:
@@ -125,7 +137,7 @@ def record_run(
     if exc is None:
         outcome = OK if report.ok else FAILED
         kind = None if report.ok else "skipped_files"
-        error = None if report.ok else f"{len(report.skipped)} files skipped"
+        error = None if report.ok else _left(report)
     elif isinstance(exc, KeyboardInterrupt):
         outcome, kind, error = INTERRUPTED, None, "interrupted"
     else:
@@ -146,8 +158,19 @@ def record_run(
             error=error,
             kind=kind,
             quarantined=sorted(report.quarantined),
+            held=report.held,
         )
     except OSError as err:
         raise LocalIOError(describe_os_error(err, "write the loader's last run record")) from err
     if config.metrics_textfile is not None:
         write_loader_metrics(config.metrics_textfile, doc)
+
+
+def _left(report: LoadReport) -> str:
+    """What a run that ended was left with: files skipped, senders whose files wait."""
+    parts = []
+    if report.skipped:
+        parts.append(f"{len(report.skipped)} files skipped")
+    if report.held:
+        parts.append(f"the files of {len(report.held)} senders wait ({', '.join(report.held)})")
+    return "; ".join(parts)

@@ -70,6 +70,12 @@ def loader_families(doc: dict[str, Any] | None) -> Iterator[Metric]:
     )
     for name, key, text in _LAST:
         yield gauge(f"last_attempt_{name}", text, _number(line.get(key)))
+    held = line.get("held")
+    yield gauge(
+        "last_attempt_held_senders",
+        "Senders whose files all waited in the last run (their trouble held only them).",
+        float(len(held)) if isinstance(held, dict) else 0.0,
+    )
     yield gauge("table_files", "Source files the table holds.", _number(line.get("table_files")))
     yield gauge("table_rows", "Rows the table holds.", _number(line.get("table_rows")))
     for name, key, text in _TOTALS:

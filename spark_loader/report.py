@@ -26,14 +26,26 @@ class LoadReport:
     quarantined: set[str] = field(default_factory=set)
     #: Groups of overlapping files rewritten to one row per (device, time) (.resolve).
     resolved: int = 0
+    #: Senders whose files all wait (nothing of theirs loaded or removed this run), and
+    #: why: their trouble is theirs alone, every other sender's files went in
+    #: (spark_loader.removals).
+    held: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """False when some file could not be ingested (CLI exit code 1)."""
-        return not self.skipped
+        """False when some file could not be ingested, or some sender's files wait
+        (CLI exit code 1: something was left)."""
+        return not self.skipped and not self.held
 
     def skip(self, name: str, reason: str) -> None:
         self.skipped.setdefault(name, reason)
+
+    def hold(self, sender: str, reason: str) -> None:
+        self.held.setdefault(sender, reason)
+
+    def held_lines(self) -> list[str]:
+        """One line per held sender: whose files wait and why."""
+        return [f"the files of sender {s} wait: {why}" for s, why in sorted(self.held.items())]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +61,7 @@ class LoadReport:
             "notes": list(self.notes),
             "kept_missing": self.kept_missing,
             "quarantined": sorted(self.quarantined),
+            "held": dict(sorted(self.held.items())),
         }
 
     def summary(self) -> str:
@@ -65,6 +78,8 @@ class LoadReport:
             text += f"; {len(self.skipped)} skipped"
         if self.quarantined:
             text += f"; {len(self.quarantined)} senders quarantined"
+        if self.held:
+            text += f"; the files of {len(self.held)} senders wait"
         return text
 
     def warning(self) -> str | None:

@@ -4,7 +4,10 @@ Read-only, no lock: safe while a run is going (the answer is then a snapshot). T
 last run comes from ``last_run.json`` (:mod:`.lastrun`), the table's totals from the
 ingest state, and what is pending from a listing of the receiver's data dirs against
 that state: files not in the table yet, and files in the table the receiver no longer
-lists (whose rows leave only on evidence, :mod:`.removals`).
+lists (whose rows leave only on evidence, :mod:`.removals`). The senders whose files
+waited in the last run, and why, are named (``held``: one sender's trouble, such as a
+folder gone or a file it cannot identify, holds its files alone); so is a sender whose
+listing is incomplete now (``troubled``), which the next run will hold.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
         "last_run": None,
         "last_success": iso_time(last.get("last_success")) if last else None,
         "quarantined": sorted(lastrun.quarantined(state_dir)),
+        "held": lastrun.held(state_dir),
+        "troubled": found.troubled,
         "pending": {
             "new_files": len(listed - recorded.keys()),
             "missing_files": len(recorded.keys() - listed),
@@ -77,6 +82,17 @@ def render_loader(doc: dict[str, Any]) -> list[str]:
             f"  quarantined:  {len(doc['quarantined'])} senders whose files killed a Spark "
             f"job (their files load in jobs of their own): {', '.join(doc['quarantined'])}"
         )
+    held = doc.get("held") or {}
+    if held:
+        lines.append(
+            f"  held:         the files of {len(held)} senders waited in the last run "
+            "(nothing of theirs loaded or removed; the others loaded):"
+        )
+        lines += [f"                {sender}: {why}" for sender, why in sorted(held.items())]
+    troubled = {s: why for s, why in (doc.get("troubled") or {}).items() if s not in held}
+    if troubled:
+        lines.append(f"  troubled:     {len(troubled)} senders whose files the next run holds:")
+        lines += [f"                {sender}: {why}" for sender, why in sorted(troubled.items())]
     pending = doc["pending"]
     lines.append(
         f"  pending:      {pending['new_files']} new files to ingest, "

@@ -123,17 +123,20 @@ def test_a_data_dir_dropped_from_the_config_is_named(tmp_path: Path) -> None:
 
 
 def test_a_senders_folders_gone_empty_are_named(tmp_path: Path) -> None:
+    """That sender is held (its files wait, none of its rows leaves), not the run."""
     _, recv = two_senders(tmp_path)
     state, _ = _table_state(recv)
     b_files = [p for (s, _), p in recv.placed.items() if s == SENDER_B]
     for path in b_files:  # sender B's folders moved away by hand
         shutil.rmtree(path.parent, ignore_errors=True)
 
-    with pytest.raises(MissingFolder) as e:
-        _decide(recv, state)
+    verdict = _decide(recv, state)
 
-    assert f"sender {SENDER_B} has no loaded files left in {recv.data_dirs[0]}" in str(e.value)
-    assert str(b_files[0].parent) in str(e.value) or str(b_files[1].parent) in str(e.value)
+    why = verdict.held[SENDER_B]
+    assert list(verdict.held) == [SENDER_B] and verdict.remove == verdict.kept == []
+    assert f"sender {SENDER_B} has no loaded files left in {recv.data_dirs[0]}" in why
+    assert str(b_files[0].parent) in why or str(b_files[1].parent) in why
+    assert verdict.waiting == sorted(f for f, r in state.files.items() if r.sender == SENDER_B)
 
 
 def test_one_file_missing_without_evidence_is_kept_with_evidence_removed(tmp_path: Path) -> None:

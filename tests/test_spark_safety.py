@@ -110,7 +110,7 @@ def test_missing_without_evidence_is_kept_until_prune_missing(tmp_path: Path, sp
     assert "kept 1 missing" in kept.stdout
     assert table_rows(config.table_path) == all_rows
 
-    # Sender B retired by hand: its folders are gone. Without --prune-missing, an error.
+    # Sender B retired by hand: its folders are gone. Without --prune-missing, B is held.
     b_paths = [p for (s, _), p in recv.placed.items() if s == SENDER_B]
     for rel in [rel for (s, rel) in recv.placed if s == SENDER_B]:
         recv.remove_by_hand(rel, SENDER_B)
@@ -118,7 +118,9 @@ def test_missing_without_evidence_is_kept_until_prune_missing(tmp_path: Path, sp
         shutil.rmtree(path.parent, ignore_errors=True)
     refused = _load(toml)
     assert refused.returncode == 1
-    assert len(_errors(refused)) == 1 and f"sender {SENDER_B}" in _errors(refused)[0]
+    held = [line for line in _errors(refused) if f"the files of sender {SENDER_B} wait" in line]
+    assert len(held) == 1 and "has no loaded files left" in held[0], refused.stderr
+    assert "the files of 1 senders wait" in refused.stdout
     assert table_rows(config.table_path) == all_rows
 
     pruned = _load(toml, "--prune-missing", "--json")

@@ -69,9 +69,11 @@ def load(
     """One Spark ingest run: every file loaded on the receiver goes into the table at
     table_path exactly once; files the receiver deleted or replaced take their rows
     out. A file missing without a logged deletion keeps its rows (a warning line);
-    a data dir or sender folder gone empty stops the run, nothing removed (exit 1);
-    --prune-missing removes them. --full builds the new table beside the old one and
-    swaps it in. A file that cannot be read is reported and retried next run (exit 1)."""
+    a data dir gone empty stops the run, nothing removed (exit 1); a sender whose
+    folders are gone or cannot be listed whole is held: its files wait, nothing of it
+    removed, the others load (exit 1); --prune-missing removes the missing ones.
+    --full builds the new table beside the old one and swaps it in. A file that cannot
+    be read is reported and retried next run (exit 1)."""
     from spark_loader import run_load
 
     config = load_loader_config(config_path)
@@ -86,6 +88,8 @@ def load(
     )
     for name, why in sorted(report.skipped.items()):
         click.echo(f"sealsync: skipped {name}: {why}", err=True)
+    for line in report.held_lines():
+        click.echo(f"sealsync: {printable(line)}", err=True)
     warning = report.warning()
     if warning is not None:
         click.echo(f"sealsync: {printable(warning)}", err=True)
