@@ -34,10 +34,7 @@ if TYPE_CHECKING:
 def _receivers(config: SenderConfig, name: str | None) -> list[ReceiverEndpoint]:
     if name is None:
         return list(config.receivers)
-    try:
-        return [config.receiver(name)]
-    except SealsyncError as e:
-        raise SealsyncError(str(e), EXIT_USAGE) from None
+    return [config.receiver(name)]  # ConfigError (exit 2) for a name not in the config
 
 
 def _rate_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
@@ -116,9 +113,10 @@ def send(
         if bwlimit is not None:
             config = config.with_bwlimit(bwlimit)
         receivers = _receivers(config, receiver_name)
-    except SealsyncError as e:
+    except SealsyncError as e:  # recorded like a config that does not load
+        late = [] if dry_run else _record_config_failure(config_path, e)
         if as_json:
-            echo_json(_send_document(None, [single_line(str(e))], e.exit_code))
+            echo_json(_send_document(None, [single_line(str(e)), *late], e.exit_code))
         raise
     if dry_run:
         from sender.attempt import check_data_dirs
