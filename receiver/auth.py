@@ -20,6 +20,12 @@ Three independent gates (docs/design.md §5.1, §9.7, §9.10):
   to claim) and retires one with ``sealsync senders remove UUID``, which keeps its line
   with the fingerprint ``retired``: no key can claim that UUID again until it is
   re-keyed explicitly.
+
+  Each of those operator changes raises the file's **generation** (a first line
+  ``# generation N``), and :mod:`receiver.key_generation` records it outside the
+  storage as well, so that a restore of an older copy of the file cannot bring a
+  retired sender or an old key back silently. A binding the receiver makes itself
+  (a new sender's first HELLO, a new address) keeps the generation it found.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from filelock import FileLock
 
@@ -150,10 +157,26 @@ class SenderBinding:
         return "\t".join((self.uuid, self.fingerprint, self.last_ip, self.first_seen))
 
 
+GENERATION_LINE = "# generation "
+"""The first line of ``sender_keys.txt`` once an operator changed a binding."""
+
+
+def parse_generation(lines: Iterable[str]) -> int:
+    """The file's generation: its ``# generation N`` line, 0 without one."""
+    for line in lines:
+        if line.startswith(GENERATION_LINE):
+            value = line[len(GENERATION_LINE) :].strip()
+            return int(value) if value.isdigit() else 0
+    return 0
+
+
 def parse_sender_keys(lines: Iterable[str]) -> dict[str, SenderBinding]:
-    """Bindings by UUID; malformed lines are skipped (the file is only written here)."""
+    """Bindings by UUID; malformed lines are skipped (the file is only written here),
+    comment lines (the generation's) are not bindings."""
     out: dict[str, SenderBinding] = {}
     for line in lines:
+        if line.startswith("#"):
+            continue
         parts = line.split("\t")
         if len(parts) != 4 or not parts[0] or not _is_key_field(parts[1]):
             if line:
@@ -167,12 +190,25 @@ def _is_key_field(value: str) -> bool:
     return value.startswith("SHA256:") or value == RETIRED
 
 
+class GenerationWitness(Protocol):
+    """The copy of ``sender_keys.txt``'s generation kept outside the storage."""
+
+    def read(self) -> int: ...
+
+    def write(self, generation: int) -> None: ...
+
+
 class KeyLimit(SealsyncError):
     """A key already acts as ``max_uuids_per_key`` senders and claims one more."""
 
 
 class Retired(SealsyncError):
     """The UUID was retired (``sealsync senders remove``): no key may act as it."""
+
+
+class RolledBack(Retired):
+    """``sender_keys.txt`` went back to a lower generation while this process read it
+    (an older copy restored under a running receiver): no sender is accepted."""
 
 
 def _now() -> str:
@@ -193,31 +229,59 @@ class SenderKeys:
     devices and folders under as many names as it likes.
     """
 
-    def __init__(self, schema_dir: Path, max_uuids_per_key: int | None = None) -> None:
+    def __init__(
+        self,
+        schema_dir: Path,
+        max_uuids_per_key: int | None = None,
+        witness: GenerationWitness | None = None,
+    ) -> None:
         self.path = Path(schema_dir) / "sync" / SENDER_KEYS_FILE
         self._file_lock = FileLock(f"{self.path}.lock")
         self.max_uuids_per_key = max_uuids_per_key
+        self.witness = witness
+        """Where an operator's change (``set_key``, ``accept``) records the file's new
+        generation outside the storage (:class:`receiver.key_generation.Witness`)."""
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int, int] | None = None
         self._bindings: dict[str, SenderBinding] = {}
         self._by_key: dict[str, set[str]] = {}
+        self._generation = 0
+        self._highest = 0  # the highest generation this process has seen
 
     def bindings(self) -> dict[str, SenderBinding]:
         with self._lock:
             return dict(self._current())
 
+    def generation(self) -> int:
+        """The file's generation (0: no operator change recorded in it)."""
+        with self._lock:
+            self._current()
+            return self._generation
+
     def _current(self) -> dict[str, SenderBinding]:
         """The bindings on disk now, re-read only if the file changed (caller holds the lock)."""
         stamp = self._file_stamp()
         if stamp is None or stamp != self._stamp:
-            bindings = parse_sender_keys(durable.read_lines(self.path)) if stamp else {}
-            self._cache(bindings, stamp)
+            lines = durable.read_lines(self.path) if stamp else []
+            self._cache(parse_sender_keys(lines), stamp, parse_generation(lines))
         return self._bindings
 
     def _cache(
-        self, bindings: dict[str, SenderBinding], stamp: tuple[int, int, int, int] | None
+        self,
+        bindings: dict[str, SenderBinding],
+        stamp: tuple[int, int, int, int] | None,
+        generation: int,
     ) -> None:
-        self._bindings, self._stamp = bindings, stamp
+        self._bindings, self._stamp, self._generation = bindings, stamp, generation
+        if generation < self._highest:
+            log.error(
+                "%s went back from generation %d to %d (an older copy restored while the "
+                "receiver runs): no sender is accepted until the receiver restarts",
+                self.path,
+                self._highest,
+                generation,
+            )
+        self._highest = max(self._highest, generation)
         self._by_key = {}
         for b in bindings.values():
             if b.fingerprint != RETIRED:
@@ -243,6 +307,11 @@ class SenderKeys:
         fp = key if isinstance(key, str) and key.startswith("SHA256:") else fingerprint(key)
         with self._lock:
             current = self._current().get(uuid)
+            if self._generation < self._highest:
+                raise RolledBack(
+                    f"{self.path} was restored from an older copy while the receiver runs: "
+                    "no sender is accepted until it restarts (serve then names the fix)"
+                )
             if current is not None and current.fingerprint == fp and current.last_ip == ip:
                 return current
         self.path.parent.mkdir(parents=True, exist_ok=True)  # where the lock file lives
@@ -289,14 +358,38 @@ class SenderKeys:
                     )
             first_seen = old.first_seen if old is not None else _now()
             last_ip = old.last_ip if old is not None else "-"
-            self._write({**bindings, uuid: SenderBinding(uuid, fp, last_ip, first_seen)})
+            new = {**bindings, uuid: SenderBinding(uuid, fp, last_ip, first_seen)}
+            self._operator_write(new)
             return old
+
+    def accept(self) -> int:
+        """Raise the file's generation past the one recorded outside the storage, its
+        bindings unchanged (``sealsync senders accept-restore``); returns it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, self._file_lock:
+            return self._operator_write(self._current())
+
+    def _operator_write(self, bindings: dict[str, SenderBinding]) -> int:
+        """An operator's change: the next generation, checked and recorded by the
+        witness before the file is replaced, then the file. A crash between the two
+        leaves the witness ahead: ``serve`` refuses until the operator looks."""
+        generation = self._generation
+        if self.witness is not None:
+            generation = max(generation, self.witness.read())
+        generation += 1
+        if self.witness is not None:
+            self.witness.write(generation)
+        self._write(bindings, generation)
+        return generation
 
     def retire(self, uuid: str) -> SenderBinding | None:
         """Mark ``uuid`` retired (no key may claim it); returns its binding before, if any."""
         return self.set_key(uuid, RETIRED)
 
-    def _write(self, bindings: dict[str, SenderBinding]) -> None:
-        """Replace the file (caller holds both locks) and the cache with ``bindings``."""
-        durable.write_lines(self.path, [b.line() for b in bindings.values()])
-        self._cache(bindings, self._file_stamp())  # what we wrote, not read back
+    def _write(self, bindings: dict[str, SenderBinding], generation: int | None = None) -> None:
+        """Replace the file (caller holds both locks) and the cache with ``bindings``,
+        at ``generation`` (None: the one it has)."""
+        generation = self._generation if generation is None else generation
+        head = [f"{GENERATION_LINE}{generation}"] if generation else []
+        durable.write_lines(self.path, head + [b.line() for b in bindings.values()])
+        self._cache(bindings, self._file_stamp(), generation)  # what we wrote, not read back

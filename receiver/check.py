@@ -1,11 +1,13 @@
 """``sealsync check`` of a receiver config: the host key loads, authorized_keys grants
 someone, the folders are there and are this receiver's storage (their markers,
-:mod:`receiver.identity`). Nothing is created and nothing listens."""
+:mod:`receiver.identity`), and its sender keys were not restored from before their last
+change (:mod:`receiver.key_generation`). Nothing is created and nothing listens."""
 
 from __future__ import annotations
 
-from receiver.identity import MARKER, inspect_storage
+from receiver.identity import MARKER, SCHEMA, inspect_storage
 from receiver.incoming import sync_method_in_effect
+from receiver.key_generation import require_generation
 from receiver.service import load_host_key
 from sealsync.config import ReceiverConfig
 from sealsync.errors import ConfigError, SealsyncError
@@ -47,6 +49,8 @@ def check_receiver(config: ReceiverConfig) -> list[Finding]:
         for d in config.data_dirs
     )
     verdict = inspect_storage(config)  # not this receiver's storage: exit 2, one line
+    if not any(folder.role == SCHEMA for folder in verdict.upgrade):
+        require_generation(config, verdict.storage)  # restored sender keys: exit 2, one line
     for folder in verdict.upgrade:
         out.append(
             sound(

@@ -4,7 +4,9 @@ The binding of a UUID to a key is what keeps one sender's folders and devices fr
 another key (receiver/auth.py). Changing it by editing ``sender_keys.txt`` left a
 window in which the UUID was free and any authorized key could claim it first; these
 operations change it in one write, under the lock the running receiver also takes,
-and never touch a sender's data files.
+and never touch a sender's data files. Each raises the file's generation, recorded
+outside the storage as well (receiver/key_generation.py), so that a restore of an
+older copy cannot undo it silently.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from receiver.auth import RETIRED, KeyLimit, SenderBinding, SenderKeys
+from receiver.auth import RETIRED, KeyLimit, SenderBinding
+from receiver.key_generation import operator_keys
 from receiver.layout import check_sender_uuid
 from receiver.load.owners import DeviceOwners
 from receiver.status import receiver_status
@@ -68,7 +71,7 @@ def rekey(config: ReceiverConfig, uuid: str, key_path: Path) -> tuple[str, Sende
         )
     fp = fingerprint(blob)
     try:
-        return fp, SenderKeys(config.schema_dir, config.max_uuids_per_key).set_key(uuid, fp)
+        return fp, operator_keys(config).set_key(uuid, fp)
     except KeyLimit as exc:
         raise ConfigError(f"--key {key_path}: {exc}") from None
 
@@ -79,7 +82,7 @@ def retire(
     """Retire a known ``uuid`` (no key may claim it again) and, if asked, free the
     devices it owns; its files stay where they are. The old binding, devices freed."""
     uuid = _uuid(uuid)
-    keys = SenderKeys(config.schema_dir)
+    keys = operator_keys(config)
     if uuid not in keys.bindings():
         raise SealsyncError(
             f"sender {uuid} is not known to this receiver (sealsync senders lists them); "
@@ -93,3 +96,9 @@ def retire(
             owned = book.by_owner().get(uuid, [])
             released = book.release(owned) if owned else []
     return old, released
+
+
+def accept_restore(config: ReceiverConfig) -> int:
+    """Take ``sender_keys.txt`` as it is after a restore: its generation is raised past
+    the one recorded outside the storage, so ``serve`` starts again; returns it."""
+    return operator_keys(config).accept()

@@ -34,15 +34,19 @@ def serve(opts: Options, config_path: Path, init: bool) -> None:
     writes (a typo or an unmounted disk is an error, exit 2, nothing written); --init
     creates the missing ones and marks them, for a receiver's first start. One
     receiver per storage: another one on the same folders exits 75, naming its pid.
+    A sender_keys.txt older than its last retirement or re-key (a restored backup)
+    is refused, exit 2, naming `senders accept-restore`.
     Logs go to stderr (and log_file) with timestamps, at INFO (-v: DEBUG).
     """
     from receiver.identity import require_storage
+    from receiver.key_generation import require_generation
     from receiver.serve import serve as serve_until_stopped
     from receiver.serve import server_logging
 
     with server_logging(opts.verbose, opts.quiet):
         config = load_receiver_config(config_path, init=init)
-        require_storage(config, init=init)  # an unmounted disk or a typo: exit 2
+        storage = require_storage(config, init=init)  # an unmounted disk or a typo: exit 2
+        require_generation(config, storage)  # sender keys restored from an older backup: 2
         code = serve_until_stopped(config)
     raise click.exceptions.Exit(code)
 
@@ -186,7 +190,7 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
     help="rekey: the sender's new public key (.pub), already in authorized_keys.",
 )
 @click.option("--release-devices", is_flag=True, help="remove: also free the devices it owns.")
-@click.argument("action", required=False, type=click.Choice(["rekey", "remove"]))
+@click.argument("action", required=False, type=click.Choice(["rekey", "remove", "accept-restore"]))
 @click.argument("uuid", required=False)
 def senders(
     config_path: Path,
@@ -199,9 +203,22 @@ def senders(
     """List sender UUIDs with their key fingerprints, last round and files;
     `senders rekey UUID --key NEW.pub` binds a sender to its new key in one write (the
     UUID is never free for another key to claim); `senders remove UUID` retires an edge
-    for good (no key may act as it again; its files stay). Safe while the receiver runs."""
-    from receiver.senders import rekey, retire, sender_rows
+    for good (no key may act as it again; its files stay). Safe while the receiver runs.
+    `senders accept-restore` takes sender_keys.txt as a restore left it, once checked
+    (serve refuses a restored one that is older than its last change)."""
+    from receiver.senders import accept_restore, rekey, retire, sender_rows
 
+    if action == "accept-restore":
+        if uuid is not None or key_path is not None or release_devices:
+            raise click.UsageError("accept-restore takes no UUID, --key or --release-devices")
+        generation = accept_restore(load_receiver_config(config_path))
+        doc0 = {"accepted": True, "generation": generation}
+        click.echo(
+            json.dumps(doc0, indent=2)
+            if as_json
+            else f"sender keys accepted as they are, now at generation {generation}"
+        )
+        return
     if action is not None and uuid is None:
         raise click.UsageError(f"{action} needs the sender's UUID")
     if action is None and uuid is not None:
