@@ -66,6 +66,8 @@ from sealsync.protocol import (
     FileBegin,
     FileEnd,
     FileVerdict,
+    Held,
+    HeldQuery,
     Hello,
     Inventory,
     InventoryQuery,
@@ -84,6 +86,8 @@ from sealsync.protocol import (
     Verdict,
     Welcome,
     encode,
+    held_digest,
+    negotiate,
 )
 from sealsync.units import human_bytes
 
@@ -163,6 +167,8 @@ class Session:
         self.key_fingerprint = key_fingerprint
         self.uuid = ""
         self.name = ""
+        self.version = PROTOCOL_VERSION
+        """The session's protocol version, as negotiated at HELLO."""
         self._round: RoundState | None = None
         self._partials: PartialStore | None = None  # the round's sender folder's
         self._held: list[tuple[str, int, str]] | None = None  # INVENTORY pages' listing
@@ -275,10 +281,19 @@ class Session:
         msg = self._io.recv(in_stream=False)
         if not isinstance(msg, Hello):
             raise _unexpected(msg, "before HELLO")
-        if msg.version != PROTOCOL_VERSION:
+        version = negotiate(msg.version)
+        if version is None:
+            log.warning(
+                "refused: sender %s from %s speaks protocol version %d, this receiver %d",
+                msg.uuid,
+                self.peer_ip,
+                msg.version,
+                PROTOCOL_VERSION,
+            )
             raise ProtocolError(
-                f"protocol version {msg.version} not supported "
-                f"(receiver speaks {PROTOCOL_VERSION})",
+                f"protocol version {msg.version} not supported (receiver speaks "
+                f"{PROTOCOL_VERSION}, and serves one version older and newer): upgrade "
+                f"the {'receiver' if msg.version > PROTOCOL_VERSION else 'sender'}",
                 code=ErrorCode.VERSION,
             )
         try:
@@ -299,9 +314,9 @@ class Session:
                 f"sender UUID {msg.uuid} is bound to another public key", code=ErrorCode.AUTH
             )
         self._admission.open_session(msg.uuid, self.peer_ip)
-        self.uuid, self.name = msg.uuid, msg.name
+        self.uuid, self.name, self.version = msg.uuid, msg.name, version
         self.ctx.metrics.sender_accepted(msg.uuid, msg.name)
-        self._io.send(Welcome(PROTOCOL_VERSION, f"sealsync {__version__}"))
+        self._io.send(Welcome(version, f"sealsync {__version__}"))
 
     # --- dispatch --------------------------------------------------------------------
 
@@ -340,6 +355,8 @@ class Session:
             self._io.send(Partials([]))
         elif isinstance(msg, InventoryQuery):
             self._inventory(msg)
+        elif isinstance(msg, HeldQuery) and self.version >= 2:
+            self._held_summary()
         else:
             raise _unexpected(msg, "outside a round")
 
@@ -396,6 +413,12 @@ class Session:
         page = self._held[start : start + MAX_INVENTORY_PAGE]
         more = start + len(page) < len(self._held)
         self._io.send(Inventory([list(entry) for entry in page], more))
+
+    def _held_summary(self) -> None:
+        """How many data files of this sender the storage holds, and the digest of
+        their names (the names only: no file is read)."""
+        names = self.ctx.rounds.storage.list(self.uuid)
+        self._io.send(Held(len(names), held_digest(names)))
 
     def _delete(self, msg: Delete) -> None:
         rnd = self._require_round()

@@ -26,6 +26,7 @@ process is interrupted while attempts at several receivers run on their own thre
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -37,6 +38,7 @@ import tenacity
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import naming_os_errors
 from sealsync.protocol import PROTOCOL_VERSION, ErrorCode, Hello, ProtocolError, Stream, encode
+from sender import lost_storage
 from sender.fleet import Cancel
 from sender.manage import idle_mark, shipped_mods
 from sender.manage.data_owner import claim
@@ -53,11 +55,13 @@ from sender.transfer.client import connect_receiver
 from sender.transfer.errors import ConnectionLost, Unreachable
 from sender.transfer.refusals import RefusalBook, refused_path
 from sender.transfer.report import AttemptReport, DirReport, new_report
-from sender.transfer.schema_pos import read_position
+from sender.transfer.schema_pos import read_position, write_position
 from sender.transfer.session import Progress, SenderSession
 from sender.transfer.throttle import TokenBucket
 
 __all__ = ["AttemptReport", "DirReport", "new_report", "sync_to_receiver"]
+
+log = logging.getLogger(f"sealsync.{__name__}")
 
 ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_random_exponential(multiplier=0.5, max=10.0)
 """Backoff between connections: exponential with full jitter, at most 10 s."""
@@ -134,11 +138,14 @@ def sync_to_receiver(
     Once ``cancel`` is set no new connection is made, and the data dirs that did
     not finish say "interrupted". ``reconcile`` first compares the receiver's
     inventory with this sender's state (:mod:`sender.reconcile`) and ships again or
-    deletes what differs.
+    deletes what differs. Without it, the first connection checks that the receiver
+    still holds what this sender shipped there (:mod:`sender.lost_storage`) and, as
+    ``on_lost_storage`` says, reconciles, raises StorageLost, or does not ask.
 
     ``progress(event, **fields)`` is called on this thread with: ``connected``
     (receiver, attempt: the connection's number), ``retry`` (attempt, reason),
-    ``schema`` (position, size), ``dir_start`` (index, files, bytes, deleted),
+    ``reconcile`` (reason: the receiver lacks what was shipped, so this attempt
+    reconciles), ``schema`` (position, size), ``dir_start`` (index, files, bytes, deleted),
     ``bytes`` (index, sent, total) after every chunk, ``file`` (index, name, status,
     reason) for each answer, ``dir_end`` (index, shipped, failed, refused).
     """
@@ -242,6 +249,10 @@ class _Attempt:
         # one bucket for the whole attempt: its connections and data dirs share the cap
         self.bucket = TokenBucket(report.bwlimit) if report.bwlimit else None
         self.reconcile = False
+        self.held_checked = False
+        """The lost-storage check (sender/lost_storage.py) ran, on the first connection."""
+        self.schema_rewound = False
+        """A reconcile offered the schema log from its start (once per attempt)."""
         self.findings: list[Findings] | None = None
         """This attempt's reconcile findings per data dir (asked again at each connection:
         what an earlier one shipped is held by then)."""
@@ -298,10 +309,20 @@ class _Attempt:
             session.close()
 
     def _rounds(self, session: SenderSession) -> None:
-        """Schema, the reconcile's comparison, a round per unfinished data dir, BYE."""
+        """The lost-storage check, schema, the reconcile's comparison, a round per
+        unfinished data dir, BYE."""
         config, receiver = self.config, self.receiver
+        if not self.reconcile and not self.held_checked:
+            self.held_checked = True
+            self._check_held(session)
         schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
         shipped_from = read_position(schema.schema_pos)
+        if self.reconcile and not self.schema_rewound:
+            # a receiver that lost files may have lost its copy of the schema log too:
+            # offered from the start once, it keeps only the bytes it lacks
+            self.schema_rewound = True
+            with naming_os_errors("write"):
+                write_position(schema.schema_pos, 0)
         try:
             session.ship_schema(schema.schema_log, schema.schema_pos)
         finally:  # pieces acknowledged before a dropped connection count too
@@ -318,6 +339,28 @@ class _Attempt:
             with naming_os_errors("update"):  # what the steps did not name
                 self.data_dir(session, i, Path(config.data_dirs[i]), self.report.dirs[i])
         session.bye()
+
+    def _check_held(self, session: SenderSession) -> None:
+        """A receiver holding other files of this sender than it shipped there: turn
+        this attempt into a reconcile, or refuse it (``on_lost_storage``)."""
+        action = self.config.on_lost_storage
+        if action == lost_storage.IGNORE:
+            return
+        with naming_os_errors("read"):
+            shipped = lost_storage.shipped_to(self.config, self.receiver)
+        if not shipped:
+            return  # nothing shipped there yet: nothing it could have lost
+        held = session.held()
+        if held is None:
+            return  # a receiver of protocol version 1: it cannot say
+        problem = lost_storage.difference(held, shipped, self.receiver.name)
+        if problem is None:
+            return
+        if action == lost_storage.FAIL:
+            raise lost_storage.refusal(self.config, self.receiver, problem)
+        log.warning("%s: reconciling, as send --reconcile does", problem)
+        self.emit("reconcile", reason=problem)
+        self.reconcile = True
 
     def _compare(self, session: SenderSession) -> list[Findings]:
         held = session.inventory()

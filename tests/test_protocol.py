@@ -41,6 +41,8 @@ SAMPLES: list[p.AnyMessage] = [
     p.Partials(
         [[NAME, 5 << 20, 1_700_000_000_000_000_000, "0123456789abcdef0123456789abcdef", 4096]]
     ),
+    p.HeldQuery(),
+    p.Held(1, p.held_digest([NAME])),
 ]
 
 

@@ -43,6 +43,7 @@ from sealsync.errors import FormatError
 from sealsync.formats.common import FileInfo
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
+    PROTOCOL_VERSION,
     Bye,
     Chunk,
     Delete,
@@ -170,7 +171,7 @@ def test_round_over_ssh_verifies_stages_and_loads_byte_identical(
     svc.storage.load = gated_load  # type: ignore[method-assign]
     with svc, Client(svc.address, keys["edge_a"]) as c:
         assert c.host_key.asbytes() == paramiko.PKey.from_path(keys["host"]).asbytes()
-        assert c.hello(UUID_A) == Welcome(1, "sealsync 0.1.0")
+        assert c.hello(UUID_A) == Welcome(PROTOCOL_VERSION, "sealsync 0.1.0")
         assert c.round_start() == RoundReady("ready", "")
         c.send(Delete(old))
         for i, (name, (data, res, mods)) in enumerate(files.items()):

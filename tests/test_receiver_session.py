@@ -390,10 +390,13 @@ def test_schema_increments_are_idempotent(env: Env) -> None:
 # --- order and identity ------------------------------------------------------------------
 
 
-def test_wrong_version_is_refused(env: Env) -> None:
+def test_a_version_two_ahead_is_refused(env: Env) -> None:
     sock = env.connect()
-    send(sock, Hello(PROTOCOL_VERSION + 1, UUID_A, "edge"))
-    assert "not supported" in expect_error(sock, "version")
+    send(sock, Hello(PROTOCOL_VERSION + 2, UUID_A, "edge"))
+    assert expect_error(sock, "version") == (
+        f"protocol version {PROTOCOL_VERSION + 2} not supported (receiver speaks "
+        f"{PROTOCOL_VERSION}, and serves one version older and newer): upgrade the receiver"
+    )
     assert not (env.schema_dir / "sync" / "sender_keys.txt").exists()
 
 

@@ -127,9 +127,21 @@ def test_reconcile_repairs_a_damaged_receiver_and_dry_run_changes_nothing(
     back.write_bytes(kept)
     expected = damage(dep, sender.uuid, sorted(names[:-1]))
 
-    # a plain run sees nothing: the sender's state says all is synced
+    # a plain run notices that the receiver holds other names than it shipped; told to
+    # fail (on_lost_storage), it says so, names the command and changes nothing
+    config = sender.config.read_text()
+    sender.config.write_text(config.replace("[sender]\n", '[sender]\non_lost_storage = "fail"\n'))
+    held_before = tree(dep.receiver_data)
     plain = sender.send("--json")
-    assert plain.returncode == 0 and json.loads(plain.stdout)["receivers"][0]["shipped_files"] == 0
+    assert plain.returncode == 1, plain.stderr
+    n = len(names) - 1
+    assert f"holds {n} files of this sender, which believes {n} synced there, not the" in (
+        plain.stderr
+    )
+    assert "sealsync send --reconcile" in plain.stderr
+    assert json.loads(plain.stdout)["receivers"] == []
+    assert tree(dep.receiver_data) == held_before
+    sender.config.write_text(config)
 
     before = (tree(dep.root), tree(sender.edge.root))
     dry = sender.send("--reconcile", "--dry-run", "--json")

@@ -12,6 +12,7 @@ from sealsync.config.checks import need_dir, need_known_hosts, need_private_key,
 from sealsync.config.document import check_top, document, kind_of, load_file, no_role
 from sealsync.config.schema import (
     MAPPING_SOURCE,
+    Choice,
     Host,
     Integer,
     Number,
@@ -28,6 +29,9 @@ from sealsync.config.schema import (
 )
 from sealsync.config.values import format_endpoint
 from sealsync.errors import ConfigError
+
+LOST_STORAGE_ACTIONS = ("reconcile", "fail", "ignore")
+"""``on_lost_storage``'s values (sender/lost_storage.py)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,13 @@ class SenderConfig:
     server_alive_count_max: int = field(default=3, metadata=setting(Integer(1, 100)))
     #: Seconds a round waits for the receiver to take bytes or to answer.
     stall_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
+    #: A plain send finds the receiver holding other files of this sender than it
+    #: shipped there (storage lost, or restored from an older backup): "reconcile"
+    #: (what ``send --reconcile`` does), "fail" (exit 1 naming that command), or
+    #: "ignore" (no check: the receiver is not asked).
+    on_lost_storage: str = field(
+        default="reconcile", metadata=setting(Choice(LOST_STORAGE_ACTIONS))
+    )
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
     #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
     metrics_textfile: Path | None = field(

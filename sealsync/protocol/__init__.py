@@ -14,6 +14,7 @@ ends that session only.
 The order of a session, sender (C) and receiver (S)::
 
     C: HELLO                       S: WELCOME | ERROR
+    C: HELD_QUERY?                 S: HELD (version 2; a plain send's lost-storage check)
     C: SCHEMA*                     S: SCHEMA_ACK (one per SCHEMA)
     C: INVENTORY_QUERY*            S: INVENTORY (one per query; send --reconcile)
     per data dir:
@@ -24,6 +25,11 @@ The order of a session, sender (C) and receiver (S)::
       C: (FILE_BEGIN CHUNK* FILE_END)*   S: VERDICT (one per file, in order, pipelined)
       C: ROUND_END                 S: ROUND_DONE
     C: BYE
+
+HELLO carries the newest version the sender speaks; WELCOME the version of the
+session, which the receiver chooses (``spec.negotiate``: one version older or newer
+than its own is served, at the older of the two). A frame a version lacks is never
+sent in a session of that version.
 
 The protocol is one package both sides import: ``spec`` (version, bounds, frame
 kinds, ERROR codes, verdicts), ``messages`` (one dataclass per frame kind, validated)
@@ -59,6 +65,8 @@ from sealsync.protocol.messages import (
     FileBegin,
     FileEnd,
     FileVerdict,
+    Held,
+    HeldQuery,
     Hello,
     Inventory,
     InventoryQuery,
@@ -75,6 +83,7 @@ from sealsync.protocol.messages import (
     SchemaAck,
     Welcome,
     check_device,
+    held_digest,
     json_object,
 )
 from sealsync.protocol.spec import (
@@ -85,12 +94,14 @@ from sealsync.protocol.spec import (
     MAX_DEVICES_PER_QUERY,
     MAX_FILE_ID,
     MAX_FILE_SIZE,
+    MAX_HELD_FILES,
     MAX_INVENTORY_PAGE,
     MAX_MTIME_NS,
     MAX_PARTIALS,
     MAX_SCHEMA_PAYLOAD,
     MAX_SIDECAR_SIZE,
     MAX_TEXT,
+    OLDEST_PROTOCOL_VERSION,
     PARTIAL_HEAD,
     PROTOCOL_VERSION,
     RESUME_MIN,
@@ -104,7 +115,9 @@ from sealsync.protocol.spec import (
     Kind,
     ProtocolError,
     Verdict,
+    negotiate,
     preferred_ciphers,
+    speaks,
 )
 
 __all__ = [
@@ -121,6 +134,8 @@ __all__ = [
     "FileEnd",
     "FileVerdict",
     "HEADER",
+    "Held",
+    "HeldQuery",
     "Hello",
     "Inventory",
     "InventoryQuery",
@@ -131,6 +146,7 @@ __all__ = [
     "MAX_DEVICES_PER_QUERY",
     "MAX_FILE_ID",
     "MAX_FILE_SIZE",
+    "MAX_HELD_FILES",
     "MAX_INVENTORY_PAGE",
     "MAX_MTIME_NS",
     "MAX_PARTIALS",
@@ -139,6 +155,7 @@ __all__ = [
     "MAX_TEXT",
     "Message",
     "ANOTHER_SENDER",
+    "OLDEST_PROTOCOL_VERSION",
     "Owners",
     "OwnersQuery",
     "PARTIAL_HEAD",
@@ -170,10 +187,13 @@ __all__ = [
     "decode_header",
     "encode",
     "expect",
+    "held_digest",
     "json_object",
+    "negotiate",
     "payload_limit",
     "preferred_ciphers",
     "receive",
     "recv_exact",
     "send",
+    "speaks",
 ]

@@ -9,9 +9,11 @@ free of NUL and newlines (they end up in line-based logs).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -22,6 +24,7 @@ from sealsync.protocol.spec import (
     MAX_DEVICES_PER_QUERY,
     MAX_FILE_ID,
     MAX_FILE_SIZE,
+    MAX_HELD_FILES,
     MAX_INVENTORY_PAGE,
     MAX_MTIME_NS,
     MAX_PARTIALS,
@@ -37,6 +40,7 @@ from sealsync.protocol.spec import (
 
 _UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 # --- field validators -------------------------------------------------------------
@@ -419,6 +423,39 @@ class Inventory(Message):
 
 
 @dataclass(frozen=True)
+class HeldQuery(Message):
+    """Asks, outside a round, for a summary of what the receiver holds of this
+    sender (protocol version 2): a plain ``send`` compares it with what it shipped,
+    so that a receiver that lost its storage is noticed (docs/design.md §3.9)."""
+
+    kind: ClassVar[Kind] = Kind.HELD_QUERY
+
+
+@dataclass(frozen=True)
+class Held(Message):
+    """The answer: ``files``, the number of this sender's data files the storage
+    holds, and ``digest``, :func:`held_digest` of their names."""
+
+    kind: ClassVar[Kind] = Kind.HELD
+    files: int
+    digest: str
+
+    def validate(self) -> None:
+        _int(self.files, "HELD.files", 0, MAX_HELD_FILES)
+        if not isinstance(self.digest, str) or not _SHA256_RE.match(self.digest):
+            raise ProtocolError("HELD.digest: not a lowercase hex SHA-256")
+
+
+def held_digest(names: Iterable[str]) -> str:
+    """SHA-256 of the names in code point order, each followed by a newline: both
+    ends compute it over what they believe the receiver holds of a sender."""
+    digest = hashlib.sha256()
+    for name in sorted(set(names)):
+        digest.update(name.encode("utf-8", "surrogateescape") + b"\n")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
 class PartialsQuery(Message):
     """Inside a round, before its files: which partial uploads of this sender does the
     receiver hold (docs/design.md §3.5)? Sent only by a round with a data file of at
@@ -534,6 +571,8 @@ CONTROL_MESSAGES: dict[Kind, type[Message]] = {
         Inventory,
         PartialsQuery,
         Partials,
+        HeldQuery,
+        Held,
     )
 }
 """The message class of each control frame kind."""

@@ -9,8 +9,33 @@ from enum import IntEnum, StrEnum
 
 from sealsync.errors import SealsyncError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""The newest version this release speaks. Version 2 added HELD_QUERY/HELD (a
+summary of what the receiver holds of a sender, docs/design.md §3.9)."""
+OLDEST_PROTOCOL_VERSION = 1
+"""The oldest version this release still speaks: one version back (docs/protocol.md,
+"Versions and upgrades")."""
 SUBSYSTEM = "sealsync"
+
+
+def negotiate(offered: int) -> int | None:
+    """The version a receiver speaks with a sender whose HELLO offers ``offered`` (the
+    newest it speaks): one version older or newer than ours is served, at the older
+    of the two; further apart, None (the receiver refuses with ERROR ``version``).
+
+    A sender one version newer than the receiver speaks the receiver's version: each
+    release speaks its predecessor's (:data:`OLDEST_PROTOCOL_VERSION`), so a fleet is
+    upgraded one end at a time, receiver first or senders first."""
+    oldest = max(OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION - 1)
+    if not oldest <= offered <= PROTOCOL_VERSION + 1:
+        return None
+    return min(offered, PROTOCOL_VERSION)
+
+
+def speaks(version: int) -> bool:
+    """This release can hold a session at ``version`` (the sender's check of WELCOME)."""
+    return OLDEST_PROTOCOL_VERSION <= version <= PROTOCOL_VERSION
+
 
 # The SSH transport both ends set up (docs/design.md §5.1): an 8 MiB window and
 # 64 KiB packets keep a loopback or LAN link full; AES-GCM first (hardware AES, and
@@ -53,6 +78,8 @@ bytes (all of it when shorter), so a different file under the same name, size an
 mtime never resumes onto old bytes."""
 MAX_PARTIALS = 1000
 """Entries in one PARTIALS answer (the newest, if a sender had more)."""
+MAX_HELD_FILES = 1 << 40
+"""The largest file count a HELD answer carries."""
 MAX_MTIME_NS = (1 << 63) - 1
 """The largest ``mtime`` a FILE_BEGIN carries: nanoseconds in a signed 64-bit count."""
 
@@ -61,7 +88,7 @@ class ErrorCode(StrEnum):
     """The codes an ``ERROR`` frame carries: these and no others (docs/protocol.md,
     "Error codes"; ``tests/test_error_codes.py`` holds the code and the table to it)."""
 
-    VERSION = "version"  # the HELLO's protocol version is not the receiver's
+    VERSION = "version"  # the HELLO's protocol version is more than one from the receiver's
     AUTH = "auth"  # the UUID is bound to another key, retired, or over max_uuids_per_key
     BUSY = "busy"  # a session cap is reached, or the receiver is stopping; retry later
     PROTOCOL = "protocol"  # a frame that does not decode or validate
@@ -110,6 +137,8 @@ class Kind(IntEnum):
     INVENTORY = 20
     PARTIALS_QUERY = 21
     PARTIALS = 22
+    HELD_QUERY = 23  # version 2
+    HELD = 24  # version 2
 
 
 class Verdict:

@@ -34,6 +34,8 @@ from sealsync.protocol import (
     Bye,
     Delete,
     DeleteAck,
+    Held,
+    HeldQuery,
     Hello,
     Inventory,
     InventoryQuery,
@@ -56,6 +58,7 @@ from sealsync.protocol import (
     encode,
     expect,
     send,
+    speaks,
 )
 from sealsync.synclog import SyncLog
 from sender.manage.snapshot import Placed, drop_from_snapshot
@@ -201,13 +204,27 @@ class SenderSession:
         if not sent:
             self.send(Hello(PROTOCOL_VERSION, uuid, name))
         welcome = self.receive(Welcome)
-        if welcome.version != PROTOCOL_VERSION:
+        if not speaks(welcome.version):
             raise ProtocolError(
-                f"receiver speaks protocol version {welcome.version}, "
-                f"this sender {PROTOCOL_VERSION}"
+                f"receiver speaks protocol version {welcome.version}, this sender "
+                f"{PROTOCOL_VERSION} and the one before: upgrade the "
+                f"{'sender' if welcome.version > PROTOCOL_VERSION else 'receiver'}"
             )
         self.welcome = welcome
         return welcome
+
+    @property
+    def version(self) -> int:
+        """The session's protocol version, as the receiver's WELCOME chose it."""
+        return self.welcome.version if self.welcome is not None else PROTOCOL_VERSION
+
+    def held(self) -> Held | None:
+        """The receiver's summary of what it holds of this sender; None from a
+        receiver whose protocol version has no HELD_QUERY."""
+        if self.version < 2:
+            return None
+        self.send(HeldQuery())
+        return self.receive(Held)
 
     def bye(self, linger: float = 2.0) -> None:
         """Say goodbye and give the receiver a moment to close its end first.

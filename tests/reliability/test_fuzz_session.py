@@ -143,6 +143,8 @@ CONTROL_FIELDS = {
     Kind.BYE: [],
     Kind.PARTIALS_QUERY: [],
     Kind.PARTIALS: ["partials"],
+    Kind.HELD_QUERY: [],
+    Kind.HELD: ["files", "digest"],
 }
 
 
