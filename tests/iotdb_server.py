@@ -517,6 +517,8 @@ class IoTDBServer:
     # Each node's exit status at the last stop (143: it ended on SIGTERM, hooks run;
     # -9: it had to be killed).
     exit_codes: dict[str, int] = field(default_factory=dict)
+    # Settings written over the fixture's own (a test's shorter check intervals).
+    properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def rpc_port(self) -> int:
@@ -552,6 +554,7 @@ class IoTDBServer:
             )
         else:
             name, properties = "iotdb-system.properties", _cluster_properties(self.home, self.ports)
+        properties = {**properties, **self.properties}
         (conf / name).write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
         logback = Template((TEMPLATES / "logback.xml.in").read_text())
         for node in self.release.nodes:

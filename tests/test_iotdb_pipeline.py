@@ -4,12 +4,23 @@ same answer.
 For each release that starts here (0.12.0, 2.0.1-beta), two servers of that release: the
 edge, written through IoTDB's client by a random workload (in-order inserts, out-of-order
 inserts, aligned devices on 2.x, every data type of the release, nulls, ``DELETE`` of a
-series, of ``*`` and ``**`` patterns and of time ranges, ``FLUSH``), while ``sealsync
-send`` ships its data folder in a round after each batch to ``sealsync serve`` with
-``storage = "iotdb"`` (receiver/iotdb_storage.py), which loads each file into the data
-centre's server; then ``sealsync load`` builds the table. ``SELECT * FROM root.** ALIGN BY
-DEVICE`` (``root.sg`` on 0.12, which has no ``**``) on the edge, the same on the data
-centre and the table are compared row by row, value by value, nulls and types included.
+series, of ``*`` and ``**`` patterns and of time ranges, ``FLUSH``, 0.12's ``MERGE``, a
+TTL under which a whole database expires, a deleted database), while ``sealsync send``
+ships its data folder in a round after each batch to ``sealsync serve`` with ``storage =
+"iotdb"`` (receiver/iotdb_storage.py), which loads each file into the data centre's
+server; one round's ``send`` is killed with SIGKILL in the middle of its transfer, and the
+next rounds recover. Then ``sealsync load`` builds the table. ``SELECT * FROM root.**
+ALIGN BY DEVICE`` (``root`` on 0.12, which has no ``**``) on the edge, the same on the
+data centre and the table are compared row by row, value by value, nulls and types
+included.
+
+The TTL and the deleted database are database settings, not files: the edge's answer
+drops their points at once, and their files leave the edge (the deleted database's at
+the statement, the expired ones at the edge's next TTL check, which the test waits for);
+sealsync ships those files' deletions, so the table drops them, and on 0.12 the receiver
+``REMOVE``s them from the data centre. 1.x and 2.x have no statement that unloads a file,
+so there the data centre drops them only by the same statement, which the test runs on
+it as its operator would (docs/operations.md section 14).
 
 The seed is printed (``-s`` shows it) and can be set with ``SEALSYNC_IOTDB_SEED`` to
 replay a failure.
@@ -28,6 +39,8 @@ from __future__ import annotations
 import datetime
 import os
 import random
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +48,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deploy_helpers import Deployment, make_deployment
+from deploy_helpers import SEALSYNC, Deployment, env_with, make_deployment
 from iotdb_helpers import load_table, point_sender_at, select_all
 from iotdb_server import RELEASES, IoTDBClient, IoTDBServer, client_python
 
@@ -45,6 +58,15 @@ from spark_loader import read_arrow
 ROUNDS = 3
 POINTS = 40  # in-order points per device per round
 MERGE_WAIT = 60.0
+KILLED_ROUND = 1  # the round whose send is killed (SIGKILL) mid-transfer
+FREEZE_AT = "sender.file.sent:1"  # where: a file streamed, its verdict not yet read
+TTL_WAIT = 180.0  # seconds for the edge's TTL check to remove the expired files
+# Databases besides root.sg: one that expires under a TTL, one that is deleted; both get
+# points in round 0 (shipped and loaded), then their statement before round 1.
+EXPIRING, DROPPED = "root.expiring", "root.dropped"
+SIDE_TYPES = {"i64": "INT64", "d": "DOUBLE"}
+# The edge's TTL check runs every 2 hours by default in 2.x (every minute in 0.12).
+EDGE_PROPERTIES = {"ttl_check_interval": "2000"}
 
 # One measurement name per type: 0.12 refuses ALIGN BY DEVICE over one name of two types.
 TYPES_012 = {
@@ -108,7 +130,15 @@ class Workload:
         """Run before a round's deletions (0.12: the merge of its unsequence files)."""
 
     def create(self, client: IoTDBClient) -> None:
-        client.sql("CREATE DATABASE root.sg" if self.two else "SET STORAGE GROUP TO root.sg")
+        for database in ("root.sg", EXPIRING, DROPPED):
+            client.sql(
+                f"CREATE DATABASE {database}" if self.two else f"SET STORAGE GROUP TO {database}"
+            )
+        for database in (EXPIRING, DROPPED):
+            for m, type_name in SIDE_TYPES.items():
+                client.sql(
+                    f"CREATE TIMESERIES {database}.d1.{m} WITH DATATYPE={type_name}, ENCODING=PLAIN"
+                )
         for device, aligned in self.devices.items():
             names = list(self.types)
             if aligned:
@@ -143,12 +173,32 @@ class Workload:
             self.written[device].add(t)
         client.insert(records, aligned=self.devices[device])
 
+    def settings(self) -> list[str]:
+        """The database statements of round 1: the whole of EXPIRING is older than its
+        TTL (its points are at the epoch's first minutes), DROPPED goes."""
+        if self.two:
+            return [f"SET TTL TO {EXPIRING}.** 3600000", f"DELETE DATABASE {DROPPED}"]
+        return [f"SET TTL TO {EXPIRING} 3600000", f"DELETE STORAGE GROUP {DROPPED}"]
+
     def round(self, client: IoTDBClient, r: int) -> list[str]:
-        """One batch: in-order inserts, out-of-order ones, FLUSH, deletions, FLUSH."""
+        """One batch: in-order inserts, out-of-order ones, FLUSH, deletions, FLUSH (the
+        side databases: points in round 0, their settings in round 1)."""
         done = []
         base = r * 10_000
+        if r == 1:
+            for statement in self.settings():
+                client.sql(statement)
+            done += self.settings()
         for device in self.devices:
             self._insert(client, device, [base + 2 * k for k in range(POINTS)])
+        if r == 0:
+            names, types = list(SIDE_TYPES), list(SIDE_TYPES.values())
+            for database in (EXPIRING, DROPPED):
+                records = [
+                    (f"{database}.d1", base + 3 * k, names, types, [k * 7, k / 2])
+                    for k in range(POINTS)
+                ]
+                client.insert(records)
         client.sql("FLUSH")
         if r:  # out of order: into the previous round's range, below what is flushed
             for device in self.devices:
@@ -204,10 +254,16 @@ def _merged(server: IoTDBServer) -> Callable[[IoTDBClient], None]:
     return settle
 
 
+def _select(server: IoTDBServer) -> str:
+    """Every series of every database: 0.12 has no ``**``, and a path there is a prefix,
+    so ``root`` means every series."""
+    return "SELECT * FROM root ALIGN BY DEVICE" if server.release.standalone else select_all(server)
+
+
 def _answer(server: IoTDBServer) -> tuple[dict[str, str], list[Row]]:
     """Column -> type and the rows, sorted by device and time (rows of nulls left out)."""
     with server.client() as client:
-        result = client.query(select_all(server))
+        result = client.query(_select(server))
     assert result.columns[:2] == ["Time", "Device"], result.columns
     columns = dict(sorted(zip(result.columns[2:], result.types[2:], strict=True)))
     order = [result.columns.index(c) for c in columns]  # by name: servers order them apart
@@ -258,6 +314,63 @@ def _diff(name_a: str, a: list[Row], name_b: str, b: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (``T``: stopped), ``""`` once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _kill_mid_round(dep: Deployment) -> None:
+    """``sealsync send`` frozen in the middle of its transfer (a file of the round
+    streamed, its verdict not read: ``SEALSYNC_STOP_AT``), then ``kill -9`` of it and
+    everything it started."""
+    sender = dep.senders[0]
+    proc = subprocess.Popen(
+        [*SEALSYNC, "send", "--config", str(sender.config)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env_with(SEALSYNC_STOP_AT=FREEZE_AT),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while _state(proc.pid) not in ("T", "") and proc.poll() is None:
+            assert time.monotonic() < deadline, "send never reached its freeze point"
+            time.sleep(0.01)
+        assert proc.poll() is None and _state(proc.pid) == "T", (
+            f"send ended ({proc.returncode}) before it was mid-round"
+        )
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    print(f"send killed with SIGKILL at {FREEZE_AT}")
+
+
+def _send(dep: Deployment, attempts: int = 5) -> None:
+    """A round that succeeds; after a killed one, the receiver may still be closing the
+    dead session for a moment, so a refusal is retried (exit 1, never a traceback)."""
+    for _ in range(attempts):
+        sent = dep.senders[0].send()
+        if sent.returncode == 0:
+            return
+        assert sent.returncode == 1 and "Traceback" not in sent.stderr, sent.stderr
+        time.sleep(1.0)
+    raise AssertionError(f"send failed {attempts} times: {sent.stderr}")
+
+
+def _wait_expired(edge: IoTDBServer) -> None:
+    """Until the edge's TTL check has removed every file of EXPIRING."""
+    deadline = time.monotonic() + TTL_WAIT
+    while left := sorted(edge.data_dir.glob(f"*/{EXPIRING}/**/*.tsfile")):
+        assert time.monotonic() < deadline, f"expired files still on the edge: {left}"
+        time.sleep(1.0)
+
+
 def _receiver_on_iotdb(dep: Deployment, dc: IoTDBServer) -> None:
     dialect = "0.12" if dc.release.standalone else "2.0"
     text = dep.receiver_config.read_text() + (
@@ -276,7 +389,16 @@ def test_edge_data_centre_and_table_answer_alike(
 ) -> None:
     seed = int(os.environ.get("SEALSYNC_IOTDB_SEED") or random.randrange(1 << 32))
     print(f"workload seed {seed} (SEALSYNC_IOTDB_SEED={seed} replays it)")
-    edge, dc = iotdb_server(version), iotdb_server(version)
+    edge = IoTDBServer(RELEASES[version], tmp_path / "edge", properties=EDGE_PROPERTIES)
+    edge.start()
+    try:
+        dc = iotdb_server(version)
+        _run(version, seed, edge, dc, tmp_path)
+    finally:
+        edge.stop()
+
+
+def _run(version: str, seed: int, edge: IoTDBServer, dc: IoTDBServer, tmp_path: Path) -> None:
     workload = Workload(seed, two=not edge.release.standalone)
     if edge.release.standalone:
         workload.settle = _merged(edge)
@@ -290,10 +412,22 @@ def test_edge_data_centre_and_table_answer_alike(
             for r in range(ROUNDS):
                 for statement in workload.round(client, r):
                     print(statement)
-                sent = dep.senders[0].send()
-                assert sent.returncode == 0, sent.stderr
-        sent = dep.senders[0].send()  # the final round
-        assert sent.returncode == 0, sent.stderr
+                if r == 1 and workload.two:
+                    # No statement unloads a file from 1.x/2.x: the operator's own.
+                    with dc.client() as dc_client:
+                        for statement in workload.settings():
+                            dc_client.sql(statement)
+                            print(f"data centre: {statement}")
+                if r == KILLED_ROUND:
+                    _kill_mid_round(dep)
+                else:
+                    _send(dep)
+                if r == 0:  # the side databases reached the data centre before they go
+                    _, rows = _answer(dc)
+                    for database in (EXPIRING, DROPPED):
+                        assert any(row[0].startswith(database) for row in rows), database
+        _wait_expired(edge)
+        _send(dep)  # the final round
     finally:
         assert dep.stop_receiver() == 0, dep.log()
         print(dep.log())
@@ -305,6 +439,8 @@ def test_edge_data_centre_and_table_answer_alike(
     counts = f"edge {len(edge_rows)}, data centre {len(dc_rows)}, table {len(table_rows)}"
     print(f"{version}: rows compared: {counts}; points overwritten {workload.overwritten}")
     assert len(edge_rows) > ROUNDS * POINTS  # the workload wrote and kept rows
+    side = [r for r in table_rows if r[0].startswith((EXPIRING, DROPPED))]
+    assert not side, f"the expired and the dropped database are in the table: {side[:3]}"
     assert workload.overwritten > 0, "no out-of-order insert overwrote a point"
     assert dc_columns == edge_columns
     assert dc_rows == edge_rows, _diff("edge", edge_rows, "data centre", dc_rows)
