@@ -23,7 +23,8 @@ Before authentication (the model is OpenSSH's ``sshd``):
 After authentication:
 
 * an authenticated connection must open its session within ``SESSION_WAIT`` seconds,
-  else it is closed and its source penalised as for a failed login;
+  else it is closed and its source and its key penalised as for a failed login
+  (:class:`KeyPenalties`: a penalised key is refused at authentication);
 * :class:`SlotCounter`: at most ``limit`` connections per key, sessions per sender UUID.
 * :class:`ByteLedger`: bytes of unfinished uploads one sender holds (temporaries).
 * :class:`Quota`: bytes one sender holds on the receiver (measured once, then counted).
@@ -73,6 +74,8 @@ asks for it right after its key is accepted."""
 PENALTY_MIN = 15.0
 """A source is refused only once its penalty exceeds this: one typo'd key or one port
 probe is not enough, a stream of failures is."""
+PENALISED = "penalised"
+"""What starts :meth:`Admission.admit`'s answer for a source refused for its failures."""
 MAX_PENALISED_SOURCES = 65536
 """Sources remembered at once; beyond this, new failures are not penalised (the
 alternative, refusing everyone, would let an attacker with many addresses lock
@@ -184,7 +187,7 @@ class Admission:
         with self._lock:
             left = self.penalties.refused_for(source, self._clock())
             if left > 0:
-                return f"penalised for failing connections ({left:.0f} s left)"
+                return f"{PENALISED} for failing connections ({left:.0f} s left)"
             here = self._by_source.get(source, 0)
             if here >= self.per_source:
                 return f"{here} unauthenticated connections from this source"
@@ -225,6 +228,37 @@ class Admission:
             self._by_source[source] = left
         else:
             del self._by_source[source]
+
+
+class KeyPenalties:
+    """Penalties per key (its fingerprint), as :class:`SourcePenalties` per address;
+    thread-safe.
+
+    A connection whose key is accepted and that then opens no session adds to its
+    key's penalty as to its source's; once the key's penalty passes ``PENALTY_MIN``,
+    the key is refused at authentication, from whatever address it comes, until the
+    penalty runs out. A compromised edge's key used from many hosts (each under its
+    own source's threshold) is stopped all the same; other keys are never affected.
+    """
+
+    def __init__(self, max_seconds: float, *, clock: Clock = time.monotonic) -> None:
+        self._penalties = SourcePenalties(max_seconds)
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def refused_for(self, key: str) -> float:
+        """Seconds ``key`` is still refused for (0: it may authenticate)."""
+        with self._lock:
+            return self._penalties.refused_for(key, self._clock())
+
+    def failed(self, key: str, outcome: Outcome) -> float:
+        """One connection of ``key`` ended with ``outcome``; returns the seconds the key
+        is refused for if this one got it refused (else 0), to be reported once."""
+        with self._lock:
+            now = self._clock()
+            was_refused = self._penalties.refused_for(key, now) > 0
+            left = self._penalties.add(key, PENALTY_SECONDS.get(outcome, 0.0), now)
+            return 0.0 if was_refused else left
 
 
 class SlotCounter:

@@ -8,6 +8,10 @@ each folder) is read when Prometheus asks, by :meth:`ReceiverMetrics.collect`; d
 space in particular is the file system's answer at scrape time (``statvfs``), never
 a stale copy.
 
+Disk space is labelled with each folder's place in the config (``schema_dir``,
+``data_dirs[0]``...), not its path, unless ``metrics_paths`` is set: whoever may read
+the endpoint learns nothing of the receiver's file system by default.
+
 Per sender (the ``sender`` label, its UUID) the receiver counts what a data centre
 needs to see each edge: its last round's end, files and bytes received, refusals by
 kind, and how long ago its newest file was stored for the loader. A sender has
@@ -18,7 +22,7 @@ The sender's self-chosen name is one ``sealsync_receiver_sender_info`` sample, n
 a label on every series. Ages are measured on the monotonic clock, so a wall-clock
 step does not make an edge look stale or fresh.
 
-:class:`MetricsServer` serves them with prometheus_client's HTTP server, on its own
+``MetricsServer`` (receiver/metrics_http.py) serves them over HTTP, on its own
 registry (nothing else in the host process leaks into it), on a thread the service
 starts and stops with itself.
 """
@@ -33,12 +37,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from sealsync.buildinfo import build_info_family
-from sealsync.config import format_endpoint
-from sealsync.errors import SealsyncError, listen_error
+from sealsync.errors import SealsyncError
 from sealsync.printable import printable
 from sealsync.protocol import Verdict
 
@@ -53,6 +55,7 @@ REFUSALS = {
     "sender_key": "the sender UUID is bound to another public key",
     "sessions": "max_sessions open: the sender was told busy",
     "round_busy": "the sender folder was busy (a round or loads in progress)",
+    "metrics": "a /metrics connection outside metrics_allow or over metrics_max_connections",
 }
 """Why the receiver turned a connection, session or round away (the ``reason`` label)."""
 ROUND_OUTCOMES = ("done", "abandoned")
@@ -82,9 +85,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 class ReceiverMetrics:
     """What one receiver service counts; every method is cheap and thread-safe."""
 
-    def __init__(self, folders: Sequence[tuple[str, Path]] = ()) -> None:
-        """``folders``: ``(role, path)`` whose free space is reported at scrape time."""
+    def __init__(self, folders: Sequence[tuple[str, Path]] = (), *, paths: bool = False) -> None:
+        """``folders``: ``(role, path)`` whose free space is reported at scrape time,
+        labelled with the path itself if ``paths`` (``metrics_paths``), else with the
+        folder's key in the config (``schema_dir``, ``data_dirs[N]``)."""
         self.folders = list(folders)
+        self.paths = paths
         self.workers_alive: Callable[[], int] | None = None
         """The inspect pool's live worker count, if the service has a pool."""
         self.workers_unavailable: Callable[[], bool] | None = None
@@ -295,15 +301,29 @@ class ReceiverMetrics:
             "Size of the file system of each folder.",
             labels=["role", "path"],
         )
-        for role, path in self.folders:
+        for role, path, place in folder_places(self.folders):
             try:
                 st = os.statvfs(path)
             except OSError:  # gone or unmounted: no sample, rather than a wrong one
                 continue
-            free.add_metric([role, str(path)], st.f_bavail * st.f_frsize)
-            size.add_metric([role, str(path)], st.f_blocks * st.f_frsize)
+            label = printable(path) if self.paths else place
+            free.add_metric([role, label], st.f_bavail * st.f_frsize)
+            size.add_metric([role, label], st.f_blocks * st.f_frsize)
         yield free
         yield size
+
+
+def folder_places(folders: Sequence[tuple[str, Path]]) -> list[tuple[str, Path, str]]:
+    """``(role, path, place)``: each folder's key in the receiver's config, the ``path``
+    label of its disk series unless paths are shown (``data_dirs[1]``, ``schema_dir``)."""
+    out: list[tuple[str, Path, str]] = []
+    seen: dict[str, int] = {}
+    for role, path in folders:
+        n = seen.get(role, 0)
+        seen[role] = n + 1
+        place = "schema_dir" if role == "schema" else f"{role}_dirs[{n}]"
+        out.append((role, path, place))
+    return out
 
 
 def _sender_families(senders: dict[str, dict[str, Any]]) -> Iterator[Metric]:
@@ -349,47 +369,3 @@ def _sender_families(senders: dict[str, dict[str, Any]]) -> Iterator[Metric]:
         if s["newest_file_age"] is not None:
             age.add_metric([uuid], s["newest_file_age"])
     yield from (info, last_round, files, nbytes, refusals, age)
-
-
-class MetricsServer:
-    """``/metrics`` over HTTP on its own thread, for as long as the service runs."""
-
-    def __init__(self, metrics: ReceiverMetrics, host: str, port: int) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(metrics)
-        ProcessCollector(registry=self.registry)  # start time, memory, open files
-        self.host, self.port = host, port
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """The bound (host, port); useful with port 0."""
-        if self._server is None:
-            raise SealsyncError("the metrics endpoint is not serving")
-        host, port = self._server.server_address[:2]
-        return host, port
-
-    def start(self) -> MetricsServer:
-        try:
-            self._server, self._thread = start_http_server(
-                self.port, addr=self.host, registry=self.registry
-            )
-        except OSError as exc:
-            where = format_endpoint(self.host, self.port)
-            raise listen_error(
-                f"cannot serve metrics on {where}", "[receiver] metrics_listen", exc
-            ) from None
-        host, port = self.address
-        log.info("metrics on http://%s/metrics", format_endpoint(host, port))
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and wait for the server's thread; idempotent."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join()

@@ -25,7 +25,15 @@ from paramiko.common import (
 
 from receiver import chunk_pipe
 from receiver.auth import AuthorizedKeys
-from receiver.limits import SESSION_WAIT, Admission, Outcome, RefusalLog, SlotCounter, Startup
+from receiver.limits import (
+    SESSION_WAIT,
+    Admission,
+    KeyPenalties,
+    Outcome,
+    RefusalLog,
+    SlotCounter,
+    Startup,
+)
 from receiver.metrics import ReceiverMetrics
 from sealsync.keepalive import ActivitySocket
 from sealsync.keys import fingerprint
@@ -79,8 +87,10 @@ class SshServer(paramiko.ServerInterface):
         startup: Startup | None = None,
         key_slots: SlotCounter | None = None,
         refusals: RefusalLog | None = None,
+        key_penalties: KeyPenalties | None = None,
     ) -> None:
         self.authorized = authorized
+        self.key_penalties = key_penalties
         self.peer_ip = peer_ip
         self.metrics = metrics
         self.admission = admission
@@ -115,6 +125,9 @@ class SshServer(paramiko.ServerInterface):
             return AUTH_FAILED  # the connection thread closes it
         if self.authorized.allows(key.asbytes()):
             fp = fingerprint(key)
+            barred = self.key_penalties.refused_for(fp) if self.key_penalties else 0.0
+            if barred > 0:
+                return self._key_penalised(fp, barred)
             if self.authenticated and fp == self.key_fingerprint:
                 return AUTH_SUCCESSFUL  # paramiko asks again once the key's signature is in
             self.release_key_slot()  # a query for another key came first
@@ -134,6 +147,20 @@ class SshServer(paramiko.ServerInterface):
         message = f"{self.peer_ip}: public key {fingerprint(key)} not authorized"
         if self.refusals is not None:
             self.refusals.refused("key not authorized", logging.WARNING, self.peer_ip, message)
+        else:
+            log.warning("%s", message)
+        self.metrics.refused("key")
+        return AUTH_FAILED
+
+    def _key_penalised(self, fp: str, left: float) -> int:
+        """An authorized key refused for a while: its connections kept opening no session."""
+        self.auth_failures += 1
+        message = (
+            f"{self.peer_ip}: key {fp} refused ({left:.0f} s left): its connections keep "
+            "authenticating and opening no session"
+        )
+        if self.refusals is not None:
+            self.refusals.refused("penalised key", logging.WARNING, self.peer_ip, message)
         else:
             log.warning("%s", message)
         self.metrics.refused("key")

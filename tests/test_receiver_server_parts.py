@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from receiver.lock import LOCK_NAME, ReceiverLocked, StorageLock, holder
-from receiver.metrics import REFUSALS, MetricsServer, ReceiverMetrics
+from receiver.metrics import REFUSALS, ReceiverMetrics
+from receiver.metrics_http import MetricsServer
 from receiver.serve import IsoFormatter
 from receiver.ssh_server import SSH_LOG
 from sealsync.errors import EXIT_LOCKED, SealsyncError
@@ -119,11 +120,16 @@ def test_counters_become_prometheus_families(tmp_path: Path) -> None:
     assert m["sealsync_receiver_inspect_workers_alive"][()] == 3
     free = m["sealsync_receiver_disk_free_bytes"]
     assert set(free) == {
-        (("path", str(schema)), ("role", "schema")),
-        (("path", str(data[0])), ("role", "data")),
-    }  # a folder statvfs cannot see has no sample rather than a wrong one
+        (("path", "schema_dir"), ("role", "schema")),
+        (("path", "data_dirs[0]"), ("role", "data")),
+    }  # a folder statvfs cannot see has no sample rather than a wrong one; no paths shown
     assert all(v > 0 for v in free.values())
     assert all(v > 0 for v in m["sealsync_receiver_disk_size_bytes"].values())
+    shown = ReceiverMetrics([("schema", schema), ("data", data[0])], paths=True)
+    assert set(_families(shown)["sealsync_receiver_disk_free_bytes"]) == {
+        (("path", str(schema)), ("role", "schema")),
+        (("path", str(data[0])), ("role", "data")),
+    }  # metrics_paths = true
 
 
 def test_checks_in_flight_are_counted_while_they_run() -> None:

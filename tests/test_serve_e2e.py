@@ -349,8 +349,8 @@ def test_metrics_count_a_real_round(dep: Deployment, servers: list[Server]) -> N
     free = m["sealsync_receiver_disk_free_bytes"]
     st = os.statvfs(dep.receiver_data)
     now = st.f_bavail * st.f_frsize
-    assert abs(free[(("path", str(dep.receiver_data)), ("role", "data"))] - now) < 64 << 20
-    assert (("path", str(dep.receiver_schema)), ("role", "schema")) in free
+    assert abs(free[(("path", "data_dirs[0]"), ("role", "data"))] - now) < 64 << 20
+    assert (("path", "schema_dir"), ("role", "schema")) in free  # keys, not paths
     assert m["process_start_time_seconds"][()] > 0
 
     assert server.signal_group(signal.SIGTERM) == 0

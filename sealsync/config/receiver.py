@@ -15,6 +15,7 @@ from sealsync.config.document import load_file, role_values
 from sealsync.config.schema import (
     MAPPING_SOURCE,
     Choice,
+    Flag,
     Host,
     Integer,
     ListenAddress,
@@ -66,6 +67,16 @@ class ReceiverConfig:
     sync_method: str = field(default=SYNCFS, metadata=setting(Choice(SYNC_METHODS)))
     #: ``host:port`` of the Prometheus ``/metrics`` endpoint (receiver/metrics.py).
     metrics_listen: tuple[str, int] | None = field(default=None, metadata=setting(ListenAddress()))
+    #: Who may read ``/metrics``: CIDR networks of peer addresses (default: loopback).
+    metrics_allow: list[IPNetwork] = field(
+        default_factory=_default_allow, metadata=setting(Networks())
+    )
+    #: ``/metrics`` connections served at once; more are closed at once.
+    metrics_max_connections: int = field(default=8, metadata=setting(Integer(1, 1000)))
+    #: Seconds one ``/metrics`` connection may take in all, however slowly it sends.
+    metrics_timeout: float = field(default=10.0, metadata=setting(Number(0, 3600)))
+    #: Disk series labelled with each folder's path (default: its key, ``data_dirs[0]``).
+    metrics_paths: bool = field(default=False, metadata=setting(Flag()))
     #: Log lines appended here too (``sealsync serve`` only; a host logs its own way).
     log_file: Path | None = field(default=None, metadata=setting(PathValue()))
     #: Seconds without a byte from a sender before a keepalive asks for one.

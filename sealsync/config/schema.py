@@ -180,6 +180,16 @@ class Choice(Reader):
 
 
 @dataclass(frozen=True)
+class Flag(Reader):
+    """``true`` or ``false`` (a TOML boolean; ``"yes"`` or ``1`` is a mistake)."""
+
+    def read(self, table: Table, key: str, value: object) -> bool:
+        if not isinstance(value, bool):
+            raise table.error(key, f"must be true or false, got {type_name(value)}")
+        return value
+
+
+@dataclass(frozen=True)
 class Integer(Reader):
     """An integer in ``[lo, hi]``."""
 

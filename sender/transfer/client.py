@@ -34,6 +34,7 @@ from sealsync.errors import ConfigError
 from sealsync.keepalive import ActivitySocket, Keepalive
 from sealsync.keys import fingerprint
 from sealsync.monoclock import use_monotonic_clock
+from sealsync.printable import printable
 from sealsync.protocol import (
     SSH_MAX_PACKET_SIZE,
     SSH_WINDOW_SIZE,
@@ -228,14 +229,49 @@ def open_socket(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def handshake_failure(address: str, exc: BaseException) -> str:
+RECEIVER_SAYS = b"sealsync: "
+"""What starts the line a receiver sends before closing a connection it refuses (its
+connection limit, a penalised address); an SSH client may be sent lines before the
+server's version line (RFC 4253 §4.2)."""
+SAID_MAX = 512
+
+
+class _FirstBytes(ActivitySocket):
+    """The connection's socket, keeping the first bytes the receiver sent: the line a
+    refusing receiver says before it closes is read, and dropped, by paramiko."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock)
+        self.said = b""
+
+    def recv(self, n: int, *flags: int) -> bytes:
+        data = super().recv(n, *flags)
+        if len(self.said) < SAID_MAX:
+            self.said += data[: SAID_MAX - len(self.said)]
+        return data
+
+
+def refusal_line(said: bytes) -> str | None:
+    """The receiver's reason for refusing the connection, if it sent one, made safe."""
+    if not said.startswith(RECEIVER_SAYS):
+        return None
+    line = said[len(RECEIVER_SAYS) :].split(b"\n", 1)[0].decode("utf-8", "replace")
+    return printable(" ".join(line.split()))[:200] or None
+
+
+def handshake_failure(address: str, exc: BaseException, said: bytes = b"") -> str:
     """The one line for a failed SSH handshake, naming the likely cause.
 
-    paramiko says "Error reading SSH protocol banner" both when the peer hung up at
-    once (a receiver whose allow list leaves this address out closes the socket
-    before saying anything) and when it said nothing in time; the exception it was
-    raised from tells them apart.
+    A receiver that refuses a connection it could serve later (at its connection limit,
+    its address penalised) says why in a line before closing (``said``, the first bytes
+    it sent); that is the cause. Otherwise paramiko says "Error reading SSH protocol
+    banner" both when the peer hung up at once (a receiver whose allow list leaves this
+    address out closes the socket before saying anything) and when it said nothing in
+    time; the exception it was raised from tells them apart.
     """
+    reason = refusal_line(said)
+    if reason is not None:
+        return f"receiver {address} refused the connection: {reason}"
     if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
         cause = exc.__context__
         if isinstance(cause, EOFError | ConnectionResetError | BrokenPipeError):
@@ -275,7 +311,7 @@ def connect(
     key = load_identity(identity)
     known = load_known_hosts(known_hosts)
     sock = open_socket(host, port, timeout)
-    watched = ActivitySocket(sock)
+    watched = _FirstBytes(sock)
     transport = paramiko.Transport(
         watched,  # type: ignore[arg-type]  # socket-like, as paramiko allows
         default_window_size=SSH_WINDOW_SIZE,
@@ -292,7 +328,7 @@ def connect(
         try:
             transport.start_client(timeout=timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise Unreachable(handshake_failure(address, exc)) from None
+            raise Unreachable(handshake_failure(address, exc, watched.said)) from None
         try:  # start_client returns quietly on timeout: only the key says it finished
             server_key = transport.get_remote_server_key()
         except paramiko.SSHException:
