@@ -34,6 +34,7 @@ from typing import Any, Generic, TextIO, TypeVar, cast
 
 from sealsync.config import ReceiverEndpoint
 from sealsync.errors import SealsyncError
+from sealsync.printable import unescaped
 
 T = TypeVar("T")
 
@@ -127,7 +128,7 @@ def run_fleet(
             return [Outcome(lane.receiver, result=run_one(lane))]
         except SealsyncError as e:
             return [Outcome(lane.receiver, error=e)]
-    line = SharedLine(stream if stream is not None else sys.stderr)
+    line = SharedLine(unescaped(stream if stream is not None else sys.stderr))  # draws \r
     lanes = [Lane(r, progress=line.slot(i)) for i, r in enumerate(receivers)]
     outcomes: list[Outcome[T]] = [Outcome(r) for r in receivers]
     bugs: list[BaseException | None] = [None] * len(lanes)

@@ -8,6 +8,10 @@ line on stderr, ``sealsync: error: ...``; an unexpected one is one line too, wit
 traceback only under ``-v``. The mapping lives in ``SealsyncGroup.invoke`` so that it
 holds for ``main()`` and for click's test runner.
 
+Whatever ``main()`` runs prints with control, C1 and bidi characters escaped
+(``sealsync.printable.escaped_std_streams``), as the receiver's log writes them, so a
+name from elsewhere never reaches a terminal raw, whichever line prints it.
+
 SIGTERM (systemd stopping a unit, ``kill``, a timeout) is handled like Ctrl-C: it
 raises :class:`~sealsync.errors.Terminated`, a KeyboardInterrupt, so every command
 stops the way it does on Ctrl-C, cleanly, with one line and exit code 143.
@@ -48,7 +52,7 @@ from sealsync.errors import (
     interrupt_exit_code,
     raise_terminated,
 )
-from sealsync.printable import single_line
+from sealsync.printable import escaped_std_streams, single_line
 
 log = logging.getLogger("sealsync")
 
@@ -209,6 +213,11 @@ for command in (send, serve, load, status, check, inspect, owners, senders, keyg
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (the console script passes it to sys.exit)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    with escaped_std_streams():  # a name from elsewhere never reaches the terminal raw
+        return _run(args)
+
+
+def _run(args: list[str]) -> int:
     try:
         rv = cli.main(args=args, prog_name="sealsync", standalone_mode=False)
     except click.ClickException as e:

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from sealsync.printable import printable, unescaped
 from sealsync.units import human_bytes
 
 MIB = 1024 * 1024
@@ -36,8 +37,9 @@ class TerminalProgress:
     """
 
     def __init__(self, label: str, stream: TextIO | None = None, enabled: bool | None = None):
-        self.label = label
-        self.stream = stream or sys.stderr
+        self.label = printable(label)
+        # its own \r and padding, not escaped; what it draws is escaped here
+        self.stream = unescaped(stream or sys.stderr)
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self._total = 0
         self._sent = 0
