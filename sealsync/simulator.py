@@ -1,7 +1,11 @@
 """A simulated edge database instance, for tests and ``sealsync demo``.
 
 It produces what a sender meets on a real edge node (docs/design.md §1.3, §2.1): data files
-under ``<data dir>/{sequence,unsequence}/<group>/<partition>/``, sealed by an
+under ``<data dir>/{sequence,unsequence}/<group>/<region>/<partition>/`` (IoTDB's
+storage group or database, virtual storage group or data region, time partition) named
+as IoTDB names them, ``<time>-<version>-<inner compactions>-<cross compactions>.tsfile``
+(``<time>`` the clock when the file was made, ``<version>`` rising per instance, also
+across a restart), sealed by an
 ``X.resource`` written only once ``X`` is complete, later deletions in
 ``X.mods``, merges that mark files with ``X.merge`` and then replace them, TTL
 deletes, and a schema log ``<schema dir>/mlog.txt``.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -42,7 +47,9 @@ SIDECARS = (RESOURCE, MODS, MERGE)
 SCHEMA_LOG = "mlog.txt"
 DEFAULT_MEASUREMENTS = ("s1", "s2")
 DEFAULT_STEP_MS = 1000
-_NAME = re.compile(r"^(-?\d+)-(\d+)-(\d+)\.")  # IoTDB style: <time>-<version>-<merges>.<ext>
+# IoTDB's (TsFileNameGenerator): <time>-<version>-<inner compactions>-<cross compactions>
+_NAME = re.compile(r"^(\d+)-(\d+)-(\d+)-(\d+)\.[a-z]+$")
+DEFAULT_REGION = 0  # 0.12/0.13 name their one virtual storage group 0
 
 
 def point_value(device: str, measurement: str, time_ms: int) -> int:
@@ -94,6 +101,28 @@ def _dedupe_keep_last(table: pa.Table) -> pa.Table:
     return table.filter(keep).drop_columns([order])
 
 
+def _compacted_name(rels: Sequence[str], unsequence: bool, suffix: str) -> str | None:
+    """The name IoTDB gives a compaction's target (``TsFileNameGenerator``): of files of
+    one space (inner compaction) the lowest time and version for sequence files, the
+    highest for unsequence ones, one more inner compaction than the most compacted
+    input; of both spaces (cross compaction, the target in sequence) the sequence
+    input's time and version with one more cross compaction. None if an input has
+    another name."""
+    names = [_NAME.match(PurePosixPath(r).name) for r in rels]
+    if not all(names):
+        return None
+    fields = [tuple(int(m.group(i)) for i in (1, 2, 3, 4)) for m in names if m]
+    spaces = {r.split("/", 1)[0] for r in rels}
+    inner = max(f[2] for f in fields)
+    cross = max(f[3] for f in fields)
+    if len(spaces) > 1:
+        seq = [f for r, f in zip(rels, fields, strict=True) if r.startswith("sequence/")]
+        low = min(seq)
+        return f"{low[0]}-{low[1]}-{inner}-{cross + 1}{suffix}"
+    pick = max if unsequence else min
+    return f"{pick(f[0] for f in fields)}-{pick(f[1] for f in fields)}-{inner + 1}-{cross}{suffix}"
+
+
 class EdgeInstance:
     """One simulated database server: a schema dir and one or more data dirs."""
 
@@ -108,7 +137,16 @@ class EdgeInstance:
             self.data_dirs = [self.root / f"data{i}" for i in range(data_dirs)]
         for folder in (self.schema_dir, *self.data_dirs):
             folder.mkdir(parents=True, exist_ok=True)
-        self._version = 0
+        # Like IoTDB at a restart: versions go on from the highest a file name holds.
+        self._version = max(
+            (
+                int(m.group(2))
+                for i in range(len(self.data_dirs))
+                for rel in self.data_files(i)
+                if (m := _NAME.match(PurePosixPath(rel).name))
+            ),
+            default=0,
+        )
 
     # ------------------------------------------------------------------ paths
 
@@ -138,11 +176,15 @@ class EdgeInstance:
             and not self.path(rel + MERGE, data_dir).exists()
         ]
 
-    def _new_name(self, folder: Path, start_ms: int, suffix: str, merges: int = 0) -> str:
+    def _free(self, folder: Path, name: str) -> bool:
+        return not any((folder / (name + extra)).exists() for extra in ("", *SIDECARS))
+
+    def _new_name(self, folder: Path, suffix: str) -> str:
+        """A flushed file's name: the clock now, the next version, no compaction yet."""
         while True:
             self._version += 1
-            name = f"{start_ms}-{self._version}-{merges}{suffix}"
-            if not any((folder / (name + extra)).exists() for extra in ("", *SIDECARS)):
+            name = f"{time.time_ns() // 1_000_000}-{self._version}-0-0{suffix}"
+            if self._free(folder, name):
                 return name
 
     # ------------------------------------------------------------------ writing
@@ -158,19 +200,19 @@ class EdgeInstance:
         fmt: str = "tsfile",
         seal: bool = True,
         data_dir: int = 0,
-        merges: int = 0,
+        region: int = DEFAULT_REGION,
     ) -> str:
-        """Write any ``to_arrow``-shaped table as a data file; returns its relative name."""
+        """Write any ``to_arrow``-shaped table as a data file; returns its relative name
+        (``<space>/<group>/<region>/<partition>/<name>``)."""
         if fmt not in FORMAT_SUFFIXES:
             raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(FORMAT_SUFFIXES)}")
         suffix = FORMAT_SUFFIXES[fmt]
         space = "unsequence" if unsequence else "sequence"
-        folder_rel = f"{space}/{group}/{partition}"
+        folder_rel = f"{space}/{group}/{region}/{partition}"
         folder = self.path(folder_rel, data_dir)
         folder.mkdir(parents=True, exist_ok=True)
         if name is None:
-            start = pc.min(table.column(TIME_COLUMN)).as_py() if table.num_rows else 0
-            name = self._new_name(folder, start, suffix, merges)
+            name = self._new_name(folder, suffix)
         elif not name.endswith(suffix):
             raise ValueError(f"name {name!r} does not end with {suffix}")
         rel = check_data_name(f"{folder_rel}/{name}")
@@ -194,11 +236,12 @@ class EdgeInstance:
         data_dir: int = 0,
         measurements: tuple[str, ...] = DEFAULT_MEASUREMENTS,
         step_ms: int = DEFAULT_STEP_MS,
+        region: int = DEFAULT_REGION,
     ) -> str:
         """Write a file of deterministic points (see :func:`expected_table`).
 
         Returns the relative POSIX name, e.g.
-        ``sequence/root.sg1/0/1700000000000-1-0.tsfile``. With ``seal`` the
+        ``sequence/root.sg1/0/0/1795720512767-1-0-0.tsfile``. With ``seal`` the
         ``X.resource`` appears only after the data file is complete.
         """
         table = expected_table(devices, rows_per_device, start_ms, measurements, step_ms)
@@ -211,6 +254,7 @@ class EdgeInstance:
             fmt=fmt,
             seal=seal,
             data_dir=data_dir,
+            region=region,
         )
 
     def _write_resource(self, rel: str, data_dir: int, table: pa.Table) -> None:
@@ -268,20 +312,22 @@ class EdgeInstance:
             gone = mods.read(self.path(rel + MODS, data_dir))
             tables.append(deletion.apply(table, list(gone), os.path.getsize(data)))
         merged = _dedupe_keep_last(pa.concat_tables(tables, promote_options="permissive"))
-        merges = 1 + max(
-            (int(m.group(3)) for m in (_NAME.match(PurePosixPath(r).name) for r in rels) if m),
-            default=0,
-        )
         fmt = "parquet" if rels[0].endswith(FORMAT_SUFFIXES["parquet"]) else "tsfile"
         unsequence = all(r.startswith("unsequence/") for r in rels)
+        parts = PurePosixPath(rels[0]).parts
+        region = int(parts[2]) if len(parts) == 5 and parts[2].isdigit() else DEFAULT_REGION
+        space = "unsequence" if unsequence else "sequence"
+        folder = self.path(f"{space}/{group}/{region}/{partition}", data_dir)
+        name = _compacted_name(rels, unsequence, FORMAT_SUFFIXES[fmt])
         new = self.write_table(
             merged,
             group,
             partition,
+            name if name is not None and self._free(folder, name) else None,
             unsequence=unsequence,
             fmt=fmt,
             data_dir=data_dir,
-            merges=merges,
+            region=region,
         )
         for rel in rels:
             self.delete(rel, data_dir)

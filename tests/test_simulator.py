@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +20,12 @@ G = "root.sg1"
 D1, D2 = "root.sg1.d1", "root.sg1.d2"
 T0 = 1_700_000_000_000
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _fields(rel: str) -> tuple[int, int, int, int]:
+    """``<time>-<version>-<inner>-<cross>`` of a data file's name, as integers."""
+    a, b, c, d = rel.rsplit("/", 1)[1].split(".", 1)[0].split("-")
+    return int(a), int(b), int(c), int(d)
 
 
 def _files_under(folder: Path) -> set[str]:
@@ -39,7 +47,10 @@ def test_instance_creates_schema_and_data_dirs(tmp_path: Path) -> None:
 def test_write_file_layout_resource_and_content(tmp_path: Path, fmt: str) -> None:
     edge = EdgeInstance(tmp_path)
     rel = edge.write_file(G, 7, devices=[D2, D1], rows_per_device=5, start_ms=T0, fmt=fmt)
-    assert rel == f"sequence/{G}/7/{T0}-1-0.{fmt}"
+    folder, name = rel.rsplit("/", 1)
+    assert folder == f"sequence/{G}/0/7"  # <group>/<region>/<partition>, as IoTDB lays it out
+    assert re.fullmatch(rf"(\d{{13}})-1-0-0\.{fmt}", name), name  # <time>-<version>-0-0
+    assert abs(int(name.split("-")[0]) - time.time() * 1000) < 60_000  # the clock, as IoTDB
     assert _files_under(edge.data_dirs[0]) == {rel, rel + ".resource"}
     resource = json.loads((edge.data_dirs[0] / (rel + ".resource")).read_text())
     assert resource == {"devices": [D1, D2], "start_ms": T0, "end_ms": T0 + 4000, "rows": 10}
@@ -63,7 +74,7 @@ def test_write_file_options_place_files(tmp_path: Path) -> None:
         data_dir=1,
         measurements=("a", "b", "c"),
     )
-    assert unseq == f"unsequence/{G}/0/custom.tsfile"
+    assert unseq == f"unsequence/{G}/0/0/custom.tsfile"
     assert _files_under(edge.data_dirs[0]) == set()
     assert _files_under(edge.data_dirs[1]) == {unseq, unseq + ".resource"}
     assert formats.tsfile.to_arrow(edge.path(unseq, 1)).column_names == [
@@ -83,8 +94,10 @@ def test_default_names_never_collide(tmp_path: Path) -> None:
     edge = EdgeInstance(tmp_path)
     rels = [edge.write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0) for _ in range(3)]
     again = EdgeInstance(tmp_path).write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0)
-    assert rels == [f"sequence/{G}/0/{T0}-{v}-0.tsfile" for v in (1, 2, 3)]
-    assert again == f"sequence/{G}/0/{T0}-4-0.tsfile"
+    # versions go on across a restart (a new instance on the same folders), as IoTDB's
+    assert [_fields(r)[1:] for r in rels] == [(v, 0, 0) for v in (1, 2, 3)]
+    assert _fields(again)[1:] == (4, 0, 0)
+    assert len({rel.rsplit("/", 1)[1] for rel in [*rels, again]}) == 4
 
 
 def test_unsealed_file_then_seal(tmp_path: Path) -> None:
@@ -135,14 +148,17 @@ def test_merge_keeps_every_row_and_removes_inputs(tmp_path: Path) -> None:
     total = sum(formats.inspect(edge.path(r)).rows for r in rels)
     expected = pa.concat_tables([formats.tsfile.to_arrow(edge.path(r)) for r in rels])
     new = edge.merge(rels, G, 0)
-    assert new == f"sequence/{G}/0/{T0}-4-1.tsfile"
+    # a cross compaction (both spaces): the sequence input's time and version, cross + 1
+    first = _fields(rels[0])
+    assert new == f"sequence/{G}/0/0/{first[0]}-{first[1]}-0-1.tsfile"
     assert _files_under(edge.data_dirs[0]) == {new, new + ".resource"}
     assert edge.sealed_files() == [new]
     assert formats.inspect(edge.path(new)) == FileInfo(devices=(D1, D2), rows=total)
     sort = [("device", "ascending"), ("time", "ascending")]
     assert formats.tsfile.to_arrow(edge.path(new)).equals(expected.sort_by(sort))
     again = edge.merge([new], G, 0)
-    assert again == f"sequence/{G}/0/{T0}-5-2.tsfile"
+    # an inner compaction: inner + 1, the rest kept
+    assert again == f"sequence/{G}/0/0/{first[0]}-{first[1]}-1-1.tsfile"
 
 
 def test_merge_applies_mods_and_later_file_wins_ties(tmp_path: Path) -> None:
@@ -166,7 +182,9 @@ def test_merge_applies_mods_and_later_file_wins_ties(tmp_path: Path) -> None:
         fmt="parquet",
     )
     merged = edge.merge([old, newer], G, 1)
-    assert merged.startswith(f"unsequence/{G}/1/") and merged.endswith("-1.parquet")
+    # unsequence inputs: the highest time and version, inner + 1
+    a, b = _fields(old), _fields(newer)
+    assert merged == f"unsequence/{G}/0/1/{max(a[0], b[0])}-{max(a[1], b[1])}-1-0.parquet"
     table = formats.parquet.to_arrow(edge.path(merged))
     assert table.num_rows == 10 - 2
     rows = {(r["device"], r["time"]): (r["s1"], r["s2"]) for r in table.to_pylist()}
