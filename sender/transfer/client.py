@@ -232,7 +232,7 @@ def open_socket(host: str, port: int, timeout: float) -> socket.socket:
 RECEIVER_SAYS = b"sealsync: "
 """What starts the line a receiver sends before closing a connection it refuses (its
 connection limit, a penalised address); an SSH client may be sent lines before the
-server's version line (RFC 4253 §4.2)."""
+server's version line (RFC 4253, section 4.2)."""
 SAID_MAX = 512
 
 
