@@ -1,8 +1,8 @@
 """The Spark loader (``sealsync load``, docs/design.md §6): the receiver's files into a table.
 
-Entry point :func:`run_load`; the table layout and how to read it are described
-in :mod:`spark_loader.table` (readers merge schemas: Spark's
-``mergeSchema`` option or :func:`read_arrow`).
+Entry point :func:`run_load`; the table is a Delta Lake table, its layout described in
+:mod:`spark_loader.table` (read it as Delta: Spark's ``format("delta")``, the
+``deltalake`` package, or :func:`read_arrow`, any version of it).
 """
 
 from __future__ import annotations

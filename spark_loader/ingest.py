@@ -3,28 +3,31 @@
 Exactly once, built on three facts:
 
 1. Each source file version has its own partition ``file_id=<id>`` (identity in
-   :mod:`.discovery`); a run writes it into a private staging folder and then
-   renames it into the table, after deleting any earlier copy, so writing a file
-   again (a rerun after a crash) replaces it instead of adding rows.
-2. A partition enters and leaves the table by one rename (:mod:`.table`), so a
-   crash never leaves part of a file's rows.
-3. The partitions in the table are the truth; ``ingested.json`` is reconciled
-   against them at the start of every run (recorded but missing: re-ingested;
-   present but not recorded: adopted), and then the wanted set (the files on the
-   receiver now) decides: files without a partition are ingested, and partitions
-   of files no longer listed are deleted only on evidence that the receiver
-   deleted or replaced them (:mod:`.removals`; a short listing removes nothing). A
-   rerun with nothing new writes nothing.
+   :mod:`.discovery`) of the Delta table (:mod:`.table`); a run writes its files into
+   a private staging folder and moves them into the table's folders, where no reader
+   sees them, and a removed version's files are only marked to go.
+2. All of a run's changes are one Delta commit (:mod:`.delta_commit`) carrying the
+   run's number as Delta's idempotent transaction id: a crash before it leaves the
+   table as it was (the next run removes the files moved in), a crash after it
+   leaves the whole run in, and the table itself says which happened.
+3. The table is the truth; ``ingested.json`` is reconciled against it at the start
+   of every run (recorded but missing: re-ingested; present but not recorded:
+   adopted), and then the wanted set (the files on the receiver now) decides: files
+   without a partition are ingested, and partitions of files no longer listed are
+   removed only on evidence that the receiver deleted or replaced them
+   (:mod:`.removals`; a short listing removes nothing). A rerun with nothing new
+   commits nothing.
 
-``--full`` ingests every file into a new table built beside the old one and swaps
-it in whole (:mod:`.swap`): readers see the old table or the new one, never an empty
-or half one. It ends with the same partitions and rows as incremental runs.
+``--full`` removes every file of the table and ingests every file again, in one
+overwrite commit: readers see the old table or the new one, never an empty or half
+one. It ends with the same partitions and rows as incremental runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import shutil
 import sys
 import time
@@ -35,10 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sealsync import durable
 from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
-from spark_loader import lastrun, removals, resolve, swap, table_binding
+from spark_loader import delta_commit, lastrun, removals, resolve, swap, table_binding
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile, discover
 from spark_loader.job import Ingest, Prepared, read_deletions
@@ -66,14 +68,13 @@ from spark_loader.table import (
     PARTITION_COLUMNS,
     Partition,
     Table,
-    folder_schema,
-    footer_rows,
+    files_schema,
     remove_run_folder,
 )
 
 Progress = Callable[[str], None]
 
-#: The state of a ``--full`` build in progress, in the state dir (swapped in whole).
+#: The state dir folder of a ``--full`` build of earlier releases: removed if one is left.
 FULL_BUILD_STATE = "full-build"
 DEFAULT_BATCH_BYTES = 4 << 30
 DEFAULT_BATCH_FILES = 2000
@@ -135,7 +136,10 @@ def run_load(
                 if bound is not None:
                     run.report.notes.append(bound)
                     run.say(bound)
-                run.run()
+                try:
+                    run.run()
+                finally:
+                    run.close()
             except OSError as exc:  # a full disk, a permission: one line, not a traceback
                 where = f" {exc.filename}" if exc.filename else ""
                 raise LocalIOError(f"loader failed on{where}: {exc.strerror or exc}") from None
@@ -194,6 +198,15 @@ class _Run:
         self.report = LoadReport()
         self.state_dir = Path(config.state_dir)
         self.table = Table(Path(config.table_path))
+        self._spark: Any = None
+        self._owned = False
+        self._settled = True  # every stale group of the pending senders rewritten
+
+    def close(self) -> None:
+        """Stop the Spark session if this run started it."""
+        if self._owned and self._spark is not None:
+            self._spark.stop()
+        self._spark, self._owned = None, False
 
     def say(self, text: str) -> None:
         if self.progress is not None:
@@ -207,10 +220,14 @@ class _Run:
             self.say(note)
         shutil.rmtree(self.state_dir / FULL_BUILD_STATE, ignore_errors=True)
         table.sweep()
+        for note in table.open():
+            report.notes.append(note)
+            self.say(note)
         state = load_state(self.state_dir)
         if state.rebuilt:
             report.notes.append(state.rebuilt)
             self.say(state.rebuilt)
+        _adopt_table_columns(state, table)
         found = discover(list(self.config.receiver_data_dirs))
         for name, reason in found.skipped.items():
             report.skip(name, reason)
@@ -258,19 +275,43 @@ class _Run:
         for fid in verdict.remove:
             record = state.files.pop(fid, None)
             partition = partitions.get(fid)
-            rows = record.rows if record else (footer_rows(partition.path) if partition else 0)
+            rows = record.rows if record else (partition.rows if partition else 0)
             if partition is not None:
                 table.delete(partition)
             report.removed += 1
             report.rows_removed += rows
-        if verdict.remove or changed:
-            save_state(self.state_dir, state)
         todo = [f for f in readable if f.file_id not in present]
         report.unchanged = len(readable) - len(todo)
-        if todo:
+        if todo or settle:
             self.ingest(todo, state, settle=settle, wanted=wanted)
-        elif settle:
-            self.ingest([], state, settle=settle, wanted=wanted)
+        self.commit(state, changed or bool(verdict.remove))
+        if settle and self._settled and not self._held_pending():
+            resolve.clear_pending(self.state_dir)
+
+    def commit(self, state: IngestState, record_changed: bool) -> None:
+        """The run's one Delta commit (if the table changes), then the record of it.
+        A ``--full`` is no other: its commit removes every old file and adds the new."""
+        table = self.table
+        if table.changed or table.schema_change(state.columns):
+            plan = table.plan(state.columns, sync=self.options.sync)
+            if plan is not None:
+                self.say("committing the run to the Delta table")
+                actions, metadata = plan
+                session = self._session()
+                with python_warnings_quiet(), driver_lock(session, self.state_dir):
+                    version = delta_commit.commit(
+                        session,
+                        table.path,
+                        actions,
+                        metadata,
+                        table.snapshot.version,
+                        table.run_version,
+                    )
+                table.committed()
+                self.say(f"committed version {version} of the Delta table")
+            save_state(self.state_dir, state)
+        elif record_changed or self.report.ingested:
+            save_state(self.state_dir, state)
 
     def full(
         self,
@@ -279,47 +320,34 @@ class _Run:
         verdict: removals.Verdict,
         files: list[SourceFile],
     ) -> None:
-        """Build a whole new table beside the old one, then swap it in (:mod:`.swap`).
+        """Rebuild the table from every file, committed as one overwrite.
 
-        The old table and its state stay as they are until the swap: a failure or a
-        kill before it leaves them serving, and the next run removes the build. Files
-        kept for lack of evidence (:mod:`.removals`) keep their rows: their partitions
-        are carried into the new table by hard links.
+        Every file of the table is removed and every file ingested again in the run's
+        one commit: until it, readers and a failed or killed run see the old table
+        whole. Files kept for lack of evidence (:mod:`.removals`) keep their rows: their
+        data files stay in the table. The columns stay those of the table (a Delta
+        table's schema only grows).
         """
-        build = Table(swap.build_path(self.table.path))
-        build_state_dir = self.state_dir / FULL_BUILD_STATE
-        state = IngestState()
-        try:
-            build.ensure()
-            build_state_dir.mkdir(exist_ok=True)
-            for fid in verdict.kept:
-                record = old.files.get(fid)
-                if record is not None:
-                    state.files[fid] = record
-                if fid in partitions:
-                    p = partitions[fid]
-                    swap.link_tree(p.path, build.partition(p.sender, p.source_file, fid).path)
-                    _adopt_columns(state, p)
-            self.say(f"full rebuild: building the new table in {build.path}")
-            if files:
-                senders = {f.sender for f in files}
-                wanted = {f.file_id: f for f in files}
-                self.ingest(files, state, build, build_state_dir, settle=senders, wanted=wanted)
-            if self.options.sync:
-                durable.fsync_dir(build.path)
-            atomic = swap.swap_in(build.path, self.table.path)
-        except BaseException:
-            shutil.rmtree(build.path, ignore_errors=True)
-            raise
-        finally:
-            shutil.rmtree(build_state_dir, ignore_errors=True)
-        save_state(self.state_dir, state)
-        if not self.report.held:  # a held sender's partitions were carried as they were
+        state = IngestState(columns=dict(old.columns))
+        kept = set(verdict.kept)
+        for fid in kept:
+            record = old.files.get(fid)
+            if record is not None:
+                state.files[fid] = record
+        for fid, partition in partitions.items():
+            if fid not in kept:
+                self.table.delete(partition)
+        self.say(f"full rebuild: ingesting {len(files)} files into one overwrite commit")
+        if files:
+            senders = {f.sender for f in files}
+            wanted = {f.file_id: f for f in files}
+            self.ingest(files, state, settle=senders, wanted=wanted)
+        self.commit(state, True)
+        if self._settled and not self._held_pending():
             resolve.clear_pending(self.state_dir)  # the new table was resolved whole
-        how = "exchanged atomically" if atomic else "renamed into place (no RENAME_EXCHANGE)"
         self.report.notes.append(
-            f"full rebuild: a new table of {len(self.table.partitions())} partitions was "
-            f"built beside the old one ({len(partitions)} partitions) and {how}"
+            f"full rebuild: {len(self.table.partitions())} partitions replaced the table's "
+            f"{len(partitions)} in one commit"
         )
 
     def _settle(
@@ -337,14 +365,24 @@ class _Run:
         def rewrite(groups: list[list[resolve.Member]]) -> bool:
             return job.rewrite_groups(groups, next(numbers))
 
-        # A held sender stays pending (its groups are settled on the run it is back).
-        ours = ours and not (resolve.pending(self.state_dir) & self.report.held.keys())
-        done = resolve.settle(
-            table, self.state_dir if ours else None, senders, wanted, rewrite, self.say
-        )
+        del ours  # the pending senders are forgotten once the run's commit is in
+        done, stale = resolve.settle(table, None, senders, wanted, rewrite, self.say)
         self.report.resolved += done
+        self._settled = done == stale
 
-    def _session(self) -> tuple[Any, bool]:
+    def _held_pending(self) -> bool:
+        """Whether a held sender is pending: it stays so (its groups are settled on the
+        run it is back), and so do the others, settled again then at no cost."""
+        return bool(resolve.pending(self.state_dir) & self.report.held.keys())
+
+    def _session(self) -> Any:
+        """The run's Spark session: the caller's, the active one, or one started here
+        (and stopped by :meth:`close`)."""
+        if self._spark is None:
+            self._spark, self._owned = self._start_session()
+        return self._spark
+
+    def _start_session(self) -> tuple[Any, bool]:
         if self.options.spark is not None:
             return self.options.spark, False
         existing = active_session()
@@ -378,7 +416,7 @@ class _Run:
         table = table or self.table
         if todo:
             self.say(f"ingesting {len(todo)} files")
-        session, owned = self._session()
+        session = self._session()
         run_id = uuid.uuid4().hex
         try:
             with python_warnings_quiet(), run_conf(session), driver_lock(session, self.state_dir):
@@ -416,8 +454,6 @@ class _Run:
                     self._settle(job, table, state_dir is None, settle, wanted or {})
         finally:
             remove_run_folder(table.path / LINKS / run_id)
-            if owned:
-                session.stop()
 
 
 def _remote_python(session: Any) -> bool:
@@ -449,7 +485,7 @@ def _reconcile(
         record = state.files.get(fid)
         if source is None or (record is not None and record.rows > 0):
             continue  # unwanted partitions are decided on next (.removals)
-        rows = footer_rows(partition.path)
+        rows = partition.rows
         _adopt_columns(state, partition)
         state.files[fid] = FileRecord(
             source.sender,
@@ -473,10 +509,21 @@ def _adopt_columns(state: IngestState, partition: Partition) -> None:
     from pyspark.sql.pandas.types import from_arrow_type
 
     skip = {*PARTITION_COLUMNS, "time", "device"}
-    for field in folder_schema(partition.path):
+    for field in files_schema(f.path for f in partition.files):
         if field.name not in skip and field.name not in state.columns:
             state.columns[field.name] = schemas.to_json(
                 schemas.normalize(from_arrow_type(field.type))
+            )
+
+
+def _adopt_table_columns(state: IngestState, table: Table) -> None:
+    """The measurement columns of the table's schema, in the record (a Delta schema
+    only grows: a file must fit the columns it has, whatever the record says)."""
+    skip = {*PARTITION_COLUMNS, "time", "device"}
+    for field in table.schema_fields():
+        if field["name"] not in skip:
+            state.columns[field["name"]] = json.dumps(
+                field["type"], separators=(",", ":"), sort_keys=True
             )
 
 

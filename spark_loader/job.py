@@ -29,11 +29,11 @@ table-model one), makes its file skipped and reported and retried on the next ru
 
 **Writing.** The union is written into a fresh hidden staging folder of the table,
 one folder ``__sealsync_key=<k>`` per file; Spark's job commit makes it complete or
-leaves it unfinished. Then each key folder is renamed to its file's partition
-``sender=/source_file=/file_id=`` (:mod:`.table`): one rename per file, so a
-partition appears whole, and a crash between renames leaves whole partitions that
-the next run adopts. Provenance lives only in those folder names: no row stores it,
-and a short int key is all the write looks at per row. Where the loader's jar runs
+leaves it unfinished. Then each key folder's files are moved into its file's
+partition folder ``sender=/source_file=/file_id=`` (:mod:`.table`), where no reader
+sees them until the run's one Delta commit adds them. Provenance is the table's
+partition columns: no data file stores it, and a short int key is all the write
+looks at per row. Where the loader's jar runs
 (a local master, :mod:`.jvm`), its ``KeyedParquetFileFormat`` writes the folders:
 a task's rows come grouped by file already, so it opens a file's folder when the key
 changes, where Spark's ``partitionBy`` (used everywhere else, same folders) sorts
@@ -73,14 +73,13 @@ from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import Failure, SplitRetry, describe
 from spark_loader.report import LoadReport
 from spark_loader.session import stage_progress
-from spark_loader.state import FileRecord, IngestState, save_state
+from spark_loader.state import FileRecord, IngestState
 from spark_loader.table import (
     KEY_COLUMN,
     LINKS,
     STAGING,
     Partition,
     Table,
-    footer_rows,
     remove_run_folder,
 )
 from spark_loader.tsfile_read import (
@@ -478,7 +477,7 @@ class Ingest:
         for item in batch:
             src, partition = item.source, item.partition
             output = staging / f"{KEY_COLUMN}={item.key}"
-            rows = footer_rows(output) if output.is_dir() else 0
+            rows = self.table.staged_rows(output) if output.is_dir() else 0
             # Parquet: the footer's row count must be what was written. With deletions
             # the table holds fewer, and how many fewer only the file's time and device
             # columns tell: reading them here would read data on the driver, and a second
@@ -501,7 +500,6 @@ class Ingest:
             self.report.rows_written += rows
         if self.sync:
             self.table.sync(written)
-        save_state(self.state_dir, self.state)
 
     def write(self, batch: list[Prepared], number: int, label: str) -> None:
         """Write a batch; isolate and report the files that make its job fail."""
@@ -532,11 +530,9 @@ class Ingest:
         self.report.quarantined |= retry.blamed
 
     def _clear_partitions(self, group: list[Prepared]) -> None:
-        """Remove partitions these files may have from a job that failed while committing.
-
-        A partition is moved in by one rename, which needs its place free; deleting
-        the old one first (one rename) keeps both steps atomic.
-        """
+        """Take out of the run's view any files these files' partitions have (a job of
+        this run that failed after some of its files had moved in): a partition is
+        written whole by one job."""
         for item in group:
             if item.partition.path.is_dir():
                 self.table.delete(item.partition)
@@ -584,11 +580,8 @@ class Ingest:
         try:
             with stage_progress(self.spark, self.progress, f"resolving {len(members)} files"):
                 self._write(linked, staging, (ranks, sets))
-            for key, member in keyed:
-                resolve.write_sidecars(
-                    staging, [(key, member)], ids[group_of[member.source.file_id]]
-                )
-            resolve.replace_partitions(self.table, staging, keyed)
+            by_file = {m.source.file_id: ids[group_of[m.source.file_id]] for m in members}
+            resolve.replace_partitions(self.table, staging, keyed, by_file)
         except Exception as exc:
             for item in linked:
                 self._skip(

@@ -28,6 +28,7 @@ fetches into ``~/.m2``)::
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -60,6 +61,13 @@ TSFILE_EXCLUDES = (
 )
 TSFILE_ROWS = "io.sealsync.spark.TsFileRows"
 
+#: Delta Lake's release when the ``delta-spark`` package's own is unknown, and the
+#: Scala line of the Spark it runs in (Spark 4 is built for Scala 2.13 only).
+DELTA_VERSION = "4.4.0"
+SCALA_VERSION = "2.13"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
 
 def _joined(conf: dict[str, str], key: str, value: str, sep: str) -> dict[str, str]:
     current = conf.get(key)
@@ -68,12 +76,36 @@ def _joined(conf: dict[str, str], key: str, value: str, sep: str) -> dict[str, s
     return {key: f"{current}{sep}{value}" if current else value}
 
 
+def delta_package() -> str:
+    """Delta's Maven coordinates, for the ``delta-spark`` Python package installed (as
+    its own ``configure_spark_with_delta_pip`` derives them): the jars and the Python
+    API are one release."""
+    try:
+        version = importlib.metadata.version("delta-spark")
+    except importlib.metadata.PackageNotFoundError:
+        version = DELTA_VERSION
+    return f"io.delta:delta-spark_{SCALA_VERSION}:{version}"
+
+
+def delta_conf(conf: dict[str, str]) -> dict[str, str]:
+    """Delta Lake in a session: its jars by coordinates (resolved by Spark's ivy, cached
+    under the user's home; on a cluster the executors get the same), its SQL extension
+    and catalog (``DELETE``, ``VACUUM``, ``DESCRIBE HISTORY``, ``VERSION AS OF``)."""
+    out = _joined(conf, "spark.jars.packages", delta_package(), ",")
+    out.update(_joined(conf, "spark.sql.extensions", DELTA_EXTENSION, ","))
+    if "spark.sql.catalog.spark_catalog" not in conf:
+        out["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    return out
+
+
 def session_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
-    """What a new session needs: the TsFile library for every master, and the jar on
-    the driver's class path (local) or shipped to the executors (any other master)."""
+    """What a new session needs: Delta Lake (the table's format), the TsFile library for
+    every master, and the jar on the driver's class path (local) or shipped to the
+    executors (any other master)."""
+    out = delta_conf(conf)
     if not JAR.is_file():
-        return {}
-    out = _joined(conf, "spark.jars.packages", TSFILE_PACKAGE, ",")
+        return out
+    out.update(_joined({**conf, **out}, "spark.jars.packages", TSFILE_PACKAGE, ","))
     for name in TSFILE_EXCLUDES:
         out.update(_joined({**conf, **out}, "spark.jars.excludes", name, ","))
     out.update(_joined(conf, "spark.jars", str(JAR), ","))

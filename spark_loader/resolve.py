@@ -17,19 +17,21 @@ sender whose (device, time) bounds overlap, transitively, form a *group*; a file
 overlapping no other is alone and its partition holds all its points, as it always
 did. A group's files are read together and resolved per (device, time, measurement)
 by the priority above (an absent value never hides a present one); each resolved row
-is written into the partition of the highest-priority file contributing to it. Each
-partition written that way carries a hidden ``_sealsync_group.json``: the ids of its
-group and the bounds of its file's own points (the partition may hold fewer).
+is written into the partition of the highest-priority file contributing to it. The
+data files of a partition written that way carry Delta tags (:data:`.table.GROUP_TAG`,
+:data:`.table.BOUNDS_TAG`): the ids of its group and the bounds of its file's own
+points (the partition may hold fewer); a file that wins no row keeps an empty data
+file with them, so its partition keeps its place.
 
 **When a group is rewritten.** After each run's removals and ingest, for every sender
 whose files changed (new, new ``.mods``/``.mods2``, removed), the groups are worked out
-again from the partitions' bounds (the sidecar's, else the Parquet footers' statistics,
-no data read); a group whose members' sidecars do not all name exactly its members is
-read from the source files and rewritten, each partition replaced by one rename. So a
-file that leaves takes its points out unless another live file holds them: the group
-left behind is read again. The senders still to resolve are recorded in the state dir
-before anything changes and forgotten after, so a run killed at any point is completed
-by the next one.
+again from the partitions' bounds (the tags', else the log's statistics, else the
+Parquet footers': no data read); a group whose members' tags do not all name exactly
+its members is read from the source files and rewritten, its partitions' files
+replaced in the run's one commit. So a file that leaves takes its points out unless
+another live file holds them: the group left behind is read again. The senders still
+to resolve are recorded in the state dir before anything changes and forgotten once
+the run's commit is in, so a run killed at any point is completed by the next one.
 """
 
 from __future__ import annotations
@@ -46,12 +48,18 @@ import pyarrow.parquet as pq
 from sealsync import durable
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from spark_loader.discovery import SourceFile
-from spark_loader.table import KEY_COLUMN, STAGING, Partition, Table, part_files, remove_run_folder
+from spark_loader.table import (
+    BOUNDS_TAG,
+    GROUP_TAG,
+    KEY_COLUMN,
+    STAGING,
+    Partition,
+    Table,
+    remove_run_folder,
+)
 
 #: The senders whose groups a run must settle, in the state dir.
 PENDING = "resolve-pending.json"
-#: In a partition written resolved: its group's ids and its file's own bounds.
-SIDECAR = "_sealsync_group.json"
 _PRIORITY_COLUMN = "__sealsync_priority"
 _GROUP_COLUMN = "__sealsync_group"
 
@@ -86,25 +94,56 @@ class Member:
 
 
 def read_member(source: SourceFile, partition: Partition) -> Member:
-    sidecar = partition.path / SIDECAR
-    try:
-        data = json.loads(sidecar.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return Member(source, partition, footer_bounds(partition.path), None)
-    bounds = data.get("bounds")
+    tags = partition.tags
+    if GROUP_TAG not in tags:
+        bounds = stats_bounds([f.stats for f in partition.files])
+        if bounds is None:
+            bounds = footer_bounds([f.path for f in partition.files])
+        return Member(source, partition, bounds, None)
+    bounds = json.loads(tags.get(BOUNDS_TAG) or "null")
     return Member(
         source,
         partition,
         None if bounds is None else (bounds[0], bounds[1], int(bounds[2]), int(bounds[3])),
-        [str(g) for g in data["group"]],
+        [str(g) for g in json.loads(tags[GROUP_TAG])],
     )
 
 
-def footer_bounds(folder: Path) -> Bounds | None:
-    """The (device, time) bounds of a partition from its footers' statistics; a
-    column without statistics gives the widest bounds."""
+def stats_bounds(stats: list[str | None]) -> Bounds | None:
+    """The (device, time) bounds of a partition's files from the log's statistics;
+    None if a file has rows and no bounds there (then its footers tell)."""
     found: Bounds | None = None
-    for path in part_files(folder):
+    for text in stats:
+        doc = json.loads(text) if text else {}
+        if doc.get("numRecords") == 0:
+            continue
+        low, high = doc.get("minValues") or {}, doc.get("maxValues") or {}
+        if not all(c in d for d in (low, high) for c in (DEVICE_COLUMN, TIME_COLUMN)):
+            return None
+        b = (
+            str(low[DEVICE_COLUMN]),
+            str(high[DEVICE_COLUMN]),
+            int(low[TIME_COLUMN]),
+            int(high[TIME_COLUMN]),
+        )
+        found = (
+            b
+            if found is None
+            else (
+                min(found[0], b[0]),
+                max(found[1], b[1]),
+                min(found[2], b[2]),
+                max(found[3], b[3]),
+            )
+        )
+    return found
+
+
+def footer_bounds(paths: list[Path]) -> Bounds | None:
+    """The (device, time) bounds of a partition's files from their footers' statistics;
+    a column without statistics gives the widest bounds."""
+    found: Bounds | None = None
+    for path in paths:
         meta = pq.read_metadata(path)
         names = [meta.schema.column(i).path for i in range(meta.num_columns)]
         for r in range(meta.num_row_groups):
@@ -245,19 +284,22 @@ def stale_groups(
     return out
 
 
-def write_sidecars(staging: Path, keyed: list[tuple[int, Member]], ids: list[str]) -> None:
-    for key, member in keyed:
-        folder = staging / f"{KEY_COLUMN}={key}"
-        folder.mkdir(parents=True, exist_ok=True)  # a file that owns no row keeps its place
-        body = {"group": ids, "bounds": None if member.bounds is None else list(member.bounds)}
-        (folder / SIDECAR).write_text(json.dumps(body), encoding="utf-8")
+def group_tags(member: Member, ids: list[str]) -> dict[str, str]:
+    """The tags of a resolved partition's files: its group's ids, its file's bounds."""
+    bounds = None if member.bounds is None else list(member.bounds)
+    return {GROUP_TAG: json.dumps(ids), BOUNDS_TAG: json.dumps(bounds)}
 
 
-def replace_partitions(table: Table, staging: Path, keyed: list[tuple[int, Member]]) -> None:
+def replace_partitions(
+    table: Table, staging: Path, keyed: list[tuple[int, Member]], ids: dict[str, list[str]]
+) -> None:
+    """Each member's partition replaced (at the run's commit) by what the rewrite wrote
+    for it, tagged with its group (``ids``: file id -> the group's ids); a member that
+    wins no row keeps an empty file, so that its partition keeps its place."""
     for key, member in keyed:
-        if member.partition.path.is_dir():
-            table.delete(member.partition)
-        table.move_in(staging / f"{KEY_COLUMN}={key}", member.partition)
+        table.delete(member.partition)
+        tags = group_tags(member, ids[member.source.file_id])
+        table.move_in(staging / f"{KEY_COLUMN}={key}", member.partition, tags)
 
 
 def new_staging(table: Table) -> Path:
@@ -278,11 +320,13 @@ def settle(
     wanted: dict[str, SourceFile],
     rewrite: Rewrite,
     say: Callable[[str], None],
-) -> int:
-    """Rewrite every stale group of ``senders``; forget them once all are settled.
+) -> tuple[int, int]:
+    """Rewrite every stale group of ``senders``; forget them once all are settled (with
+    a ``state_dir``; else the caller does, once the run's commit is in).
 
-    Returns how many groups were rewritten. A group that could not be read stays as it
-    was and stays pending (``rewrite`` reported why); the others are rewritten alone.
+    Returns how many groups were rewritten, and how many were stale. A group that could
+    not be read stays as it was and stays pending (``rewrite`` reported why); the others
+    are rewritten alone.
     """
     todo = stale_groups(table, senders, wanted)
     if todo:
@@ -296,4 +340,4 @@ def settle(
         done = sum(1 for g in todo if len(todo) > 1 and rewrite([g]))
     if state_dir is not None and done == len(todo):
         clear_pending(state_dir)
-    return done
+    return done, len(todo)

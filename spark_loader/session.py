@@ -7,7 +7,7 @@ and, unless verbose, the driver JVM's stderr is a log file in the state dir (the
 JVM inherits it at launch, so whatever it prints later lands there too).
 
 No Hive metastore, no UI, no shuffle-heavy defaults: the loader only reads files
-and writes a path-based Parquet dataset.
+and writes a path-based Delta table (Delta's jars and SQL extension: :mod:`.jvm`).
 """
 
 from __future__ import annotations

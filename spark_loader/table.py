@@ -1,76 +1,95 @@
-"""The table on disk: a plain Parquet dataset, one partition per source file.
+"""The table on disk: a Delta Lake table, one partition per source file version.
 
 Layout::
 
+    <table>/_delta_log/<version>.json ...            Delta's log: which files are the table
     <table>/sender=<uuid>/source_file=<name>/file_id=<id>/part-*.parquet
                                                   data: time, device, measurements...
 
-``sender``, ``source_file`` and ``file_id`` are Hive-style partition columns: every
-reader gets them as columns (``spark.read.option("mergeSchema", "true").parquet(table)``,
-or :func:`read_arrow`), and no row stores them, which is what lets the loader write
-as fast as a plain Spark copy. ``<name>`` is the file's relative name with every
-ASCII character but letters, digits, ``.``, ``_`` and ``-`` written ``%XX``, which
-Spark and pyarrow both decode; other characters are kept as they are (UTF-8). A name
-whose folder would be longer than a folder name may be (255 bytes) cannot be a
-partition and is reported, not loaded (:func:`folder_value`).
+``sender``, ``source_file`` and ``file_id`` are the table's partition columns: every
+reader gets them as columns (from the log), and no data file stores them, which is what
+lets the loader write its files as fast as a plain Spark copy. A file version's rows
+leave the table by the ``remove`` of its partition's files, the metadata-only delete
+Delta itself commits for a ``DELETE`` on partition columns. ``<name>`` in a folder is
+the file's relative name with every ASCII character but letters, digits, ``.``, ``_``
+and ``-`` written ``%XX``; a name whose folder would be longer than a folder name may
+be (255 bytes) cannot be a partition and is reported, not loaded (:func:`folder_value`).
 
-Files written by different runs can hold different measurement columns; a reader
-that does not merge schemas sees only the columns of whichever file it samples.
+**One commit per run.** :class:`Table` is a run's view of the table: the version it
+read (:mod:`.delta_log`), then the files the run moves in (:meth:`Table.move_in`) and
+takes out (:meth:`Table.delete`). Nothing of it is visible to a reader until
+:meth:`Table.commit` hands it to Delta as one version (:mod:`.delta_commit`). A file
+the run moved in is named, before the move, in ``<table>/.sealsync-uncommitted.json``
+with the run's number; the next run removes those files if the table does not record
+that number (the run died before its commit), and forgets the list if it does. Files a
+commit removes stay on disk for time travel until ``VACUUM`` deletes them.
 
-Invariant the loader relies on: a ``file_id=`` folder appears in the table only by
-one atomic rename (out of the run's hidden staging folder) and leaves it only by
-one atomic rename into a hidden trash folder. So any partition a run finds is
-complete, and a crash at any moment leaves either all of a file's rows in the
-table or none.
+**A plain Parquet table** (what the loader wrote before it wrote Delta: the same
+folders, no log) is converted by the first run that opens it: every part file of
+every ``file_id=`` folder becomes an ``add`` of the run's commit, its group sidecar
+(:mod:`.resolve`) the file's tags; no data file is rewritten or moved.
 
-Hidden folders (``.``-prefixed: Spark's ``.spark-staging-*``, our staging, trash and
-link folders) are ignored by Spark and pyarrow readers and are swept at every run,
-as are partitions in the layout of earlier versions (``sender=/file_id=``), which
-are then loaded again in this one.
+Hidden folders (``.``-prefixed: our staging and link folders) are ignored by every
+reader and swept at every run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import string
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from sealsync import durable
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from spark_loader import delta_log
+from spark_loader.delta_log import APP_ID, DataFile, Snapshot, encode_path
+from spark_loader.delta_log import read_arrow as read_arrow
 
 SENDER_COLUMN = "sender"
 SOURCE_COLUMN = "source_file"
 FILE_ID_COLUMN = "file_id"
 PARTITION_COLUMNS = (SENDER_COLUMN, SOURCE_COLUMN, FILE_ID_COLUMN)  # folder order
 
-TRASH = ".sealsync-trash"
 LINKS = ".sealsync-links"
 STAGING = ".sealsync-staging"
+#: The files a run moved into the table and has not committed yet (see the module text).
+UNCOMMITTED = ".sealsync-uncommitted.json"
+#: The tags a resolved partition's files carry (:mod:`.resolve`).
+GROUP_TAG = "sealsync.group"
+BOUNDS_TAG = "sealsync.bounds"
+#: The group sidecar of a plain Parquet table's resolved partition, read when converting.
+OLD_SIDECAR = "_sealsync_group.json"
 #: The one column a load's Spark job partitions its staging output by: a file's
 #: number in the batch. Short, so that Spark's per-row work on it is small; its
-#: folders are renamed to the real partitions afterwards.
+#: folders' files are moved to the real partitions afterwards.
 KEY_COLUMN = "__sealsync_key"
-_SWEPT_PREFIXES = (".spark-staging-", TRASH, LINKS, STAGING)
+#: Column mapping (Delta): the table property and the field metadata it uses.
+MAPPING_MODE = "delta.columnMapping.mode"
+MAPPING_MAX_ID = "delta.columnMapping.maxColumnId"
+MAPPING_ID = "delta.columnMapping.id"
+MAPPING_PHYSICAL = "delta.columnMapping.physicalName"
+#: The characters Delta refuses in a column name without column mapping.
+MAPPED_CHARACTERS = " ,;{}()\n\t="
+_SWEPT_PREFIXES = (".spark-staging-", ".sealsync-trash", LINKS, STAGING)
 _SWEPT_NAMES = ("_temporary",)
 _KEPT = frozenset(string.ascii_letters + string.digits + "._-")
 MAX_FOLDER_BYTES = 255
 
 
 def folder_value(value: str) -> str | None:
-    """``value`` as a partition folder value Spark and pyarrow read back as ``value``,
-    or None if the folder name would be too long.
-
-    Only ASCII is escaped (``%XX``): Spark decodes each ``%XX`` as one character, so
-    escaping the bytes of a multi-byte character would read back as other characters.
-    """
+    """``value`` as a partition folder value, or None if the folder name would be too
+    long. Only ASCII is escaped (``%XX``), as Spark's partition writer does."""
     text = "".join(c if c in _KEPT or not c.isascii() else f"%{ord(c):02X}" for c in value)
     if len(f"{SOURCE_COLUMN}={text}".encode()) > MAX_FOLDER_BYTES:
         return None
@@ -96,20 +115,129 @@ def _is_hex(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Partition:
+    """One source file version's place in the table: its folder and its data files
+    in the run's view (none yet for a partition about to be written)."""
+
     sender: str
     source_file: str
     file_id: str
     path: Path
+    files: tuple[DataFile, ...] = field(default=(), compare=False)
+
+    @property
+    def rows(self) -> int:
+        """Its rows, from the log's statistics (else the Parquet footers: no data read)."""
+        return sum(
+            f.rows if f.rows is not None else pq.read_metadata(f.path).num_rows for f in self.files
+        )
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """The tags its files share (they are written together)."""
+        return dict(self.files[0].tags) if self.files else {}
 
 
 class Table:
-    """The partitions of the table folder, and the two ways they change on our side."""
+    """A run's view of the Delta table: the version read, then the run's changes."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.snapshot = Snapshot()
+        self._view: dict[str, DataFile] = {}  # log path -> file, as the run leaves it
+        self._added: dict[str, DataFile] = {}  # moved in by this run
+        self._removed: dict[str, DataFile] = {}  # of the version read, taken out
+        self._moved: list[str] = []  # relative paths named in UNCOMMITTED
+        self._unsynced: list[Path] = []
+        self._by_id: dict[str, dict[str, DataFile]] | None = None
+        self._opened = False
+        self._footers: dict[Path, Any] = {}  # a staged part file -> its footer
+        self.converted = 0  # part files of a plain Parquet table this run adopts
+        self.run_version = 0
 
     def ensure(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ open
+
+    def open(self) -> list[str]:
+        """Read the latest version, undo what an uncommitted run left, and take in a
+        plain Parquet table's files (converted by this run's commit). What was done."""
+        done = []
+        self.snapshot = delta_log.read(self.path)
+        manifest = self.path / UNCOMMITTED
+        if manifest.exists():
+            done += self._recover(manifest)
+        self._view = dict(self.snapshot.files)
+        self._by_id = None
+        self._opened = True
+        self._added, self._removed, self._moved, self._unsynced = {}, {}, [], []
+        self.run_version = self.snapshot.transactions.get(APP_ID, -1) + 1
+        self.converted = 0
+        if self.snapshot.version < 0:
+            count = self._convert()
+            if count:
+                done.append(
+                    f"converting the plain Parquet table {self.path} to Delta: "
+                    f"{count} data files become the first version's"
+                )
+        return done
+
+    def _recover(self, manifest: Path) -> list[str]:
+        try:
+            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            version, files = int(doc["version"]), [str(f) for f in doc["files"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            version, files = -1, []
+        committed = self.snapshot.transactions.get(APP_ID, -1) >= version >= 0
+        note = []
+        if not committed:
+            live = {f.path for f in self.snapshot.files.values()}
+            gone = 0
+            for rel in files:
+                path = self.path / rel
+                if path not in live and path.exists():
+                    path.unlink()
+                    gone += 1
+                    _rmdirs_up(path.parent, self.path)
+            if gone:
+                note.append(f"removed {gone} data files a run killed before its commit wrote")
+        manifest.unlink(missing_ok=True)
+        return note
+
+    def _convert(self) -> int:
+        """Every part file of the plain Parquet layout, as files this run adds."""
+        count = 0
+        for sender, source, inner in self._walk():
+            if not inner.name.startswith(f"{FILE_ID_COLUMN}=") or not inner.is_dir():
+                continue
+            fid = unescape(inner.name.split("=", 1)[1])
+            folder = Path(inner.path)
+            tags = _old_sidecar_tags(folder / OLD_SIDECAR)
+            files = part_files(folder)
+            made = not files and bool(tags)
+            if made:  # a member that won no row keeps its place
+                files = [self._empty_file(folder)]
+            for path in files:
+                self._add(
+                    path,
+                    {SENDER_COLUMN: sender, SOURCE_COLUMN: source, FILE_ID_COLUMN: fid},
+                    tags,
+                    new=made,
+                )
+                count += 1
+        self.converted = count
+        return count
+
+    def _walk(self) -> Iterator[tuple[str, str, os.DirEntry[str]]]:
+        """(sender, source file, entry) for each entry two levels below the senders."""
+        for outer in _subfolders(self.path, SENDER_COLUMN):
+            sender = unescape(outer.name.split("=", 1)[1])
+            for middle in _subfolders(Path(outer.path), SOURCE_COLUMN):
+                source = unescape(middle.name.split("=", 1)[1])
+                for inner in sorted(os.scandir(middle.path), key=lambda e: e.name):
+                    yield sender, source, inner
+
+    # ------------------------------------------------------------------ the view
 
     def partition(self, sender: str, source_file: str, file_id: str) -> Partition:
         """Where a file's partition goes (a UUID and a hex id need no escaping).
@@ -128,29 +256,280 @@ class Table:
             / f"{SOURCE_COLUMN}={value}"
             / f"{FILE_ID_COLUMN}={file_id}"
         )
-        return Partition(sender, source_file, file_id, folder)
+        files = tuple(self._index().get(file_id, {}).values())
+        return Partition(sender, source_file, file_id, folder, files)
+
+    def _index(self) -> dict[str, dict[str, DataFile]]:
+        """The view's files by file id (built again after a change)."""
+        if not self._opened:  # a read-only look: the latest version as it is
+            self.snapshot = delta_log.read(self.path)
+            self._view = dict(self.snapshot.files)
+            self._opened = True
+        if self._by_id is None:
+            self._by_id = {}
+            for key, f in self._view.items():
+                self._by_id.setdefault(f.partition.get(FILE_ID_COLUMN, ""), {})[key] = f
+        return self._by_id
 
     def partitions(self) -> dict[str, Partition]:
-        """Every ``sender=*/source_file=*/file_id=*`` folder, by file id."""
-        found: dict[str, Partition] = {}
-        for sender, source, inner in self._walk():
-            if inner.name.startswith(f"{FILE_ID_COLUMN}=") and inner.is_dir():
-                fid = unescape(inner.name.split("=", 1)[1])
-                found[fid] = Partition(sender, source, fid, Path(inner.path))
-        return found
+        """Every file version with data files in the run's view, by file id."""
+        out = {}
+        for fid, found in self._index().items():
+            files = list(found.values())
+            if not files:
+                continue
+            first = files[0].partition
+            sender, source = first.get(SENDER_COLUMN, ""), first.get(SOURCE_COLUMN, "")
+            value = folder_value(source) or source
+            folder = (
+                self.path
+                / f"{SENDER_COLUMN}={sender}"
+                / f"{SOURCE_COLUMN}={value}"
+                / f"{FILE_ID_COLUMN}={fid}"
+            )
+            out[fid] = Partition(sender, source, fid, folder, tuple(files))
+        return out
 
-    def _walk(self) -> Iterator[tuple[str, str, os.DirEntry[str]]]:
-        """(sender, source file, entry) for each entry two levels below the senders."""
-        for outer in _subfolders(self.path, SENDER_COLUMN):
-            sender = unescape(outer.name.split("=", 1)[1])
-            for middle in _subfolders(Path(outer.path), SOURCE_COLUMN):
-                source = unescape(middle.name.split("=", 1)[1])
-                for inner in sorted(os.scandir(middle.path), key=lambda e: e.name):
-                    yield sender, source, inner
+    @property
+    def changed(self) -> bool:
+        return bool(self._added or self._removed)
+
+    def delete(self, partition: Partition) -> None:
+        """Take one file version's rows out of the table (at the run's commit). The one
+        place rows leave the table."""
+        for key, f in list(self._index().get(partition.file_id, {}).items()):
+            del self._view[key]
+            if key in self._added:
+                del self._added[key]
+                if key in self._moved_keys():
+                    f.path.unlink(missing_ok=True)  # ours, never committed
+                    self._unsynced = [p for p in self._unsynced if p != f.path]
+            else:
+                self._removed[key] = f
+        self._by_id = None
+
+    def _moved_keys(self) -> set[str]:
+        return {encode_path(rel) for rel in self._moved}
+
+    def move_in(
+        self, folder: Path, partition: Partition, tags: dict[str, str] | None = None
+    ) -> None:
+        """Put the part files of a finished folder written elsewhere (a staging folder)
+        in the partition's folder, as files of this run (committed with it). A folder
+        without any gets an empty file, so that the partition keeps its place."""
+        files = part_files(folder) if folder.is_dir() else []
+        partition.path.mkdir(parents=True, exist_ok=True)
+        targets = [_free(partition.path / p.name) for p in files]
+        if not files:
+            targets = [partition.path / f"part-empty-{uuid.uuid4().hex}.parquet"]
+        self._name_uncommitted(targets)
+        if not files:
+            _write_empty(targets[0])
+        for src, dst in zip(files, targets, strict=False):
+            os.rename(src, dst)
+        values = {
+            SENDER_COLUMN: partition.sender,
+            SOURCE_COLUMN: partition.source_file,
+            FILE_ID_COLUMN: partition.file_id,
+        }
+        metas = [self._footers.pop(src, None) for src in files] or [None]
+        for dst, meta in zip(targets, metas, strict=True):
+            self._add(dst, values, tags or {}, new=True, meta=meta)
+
+    def _empty_file(self, folder: Path) -> Path:
+        path = folder / f"part-empty-{uuid.uuid4().hex}.parquet"
+        self._name_uncommitted([path])
+        _write_empty(path)
+        return path
+
+    def _name_uncommitted(self, paths: list[Path]) -> None:
+        """Record files about to be moved in before they are (see the module text).
+
+        Not fsynced: a killed process leaves the list in the page cache, which the next
+        run reads; after a power cut a file it lost stays on disk unnamed, never read by
+        anyone (no version names it) and deleted by ``VACUUM`` as any file the log does
+        not know.
+        """
+        self._moved += [p.relative_to(self.path).as_posix() for p in paths]
+        body = {"version": self.run_version, "files": self._moved}
+        durable.atomic_write(self.path / UNCOMMITTED, json.dumps(body), sync=False)
+
+    def staged_rows(self, folder: Path) -> int:
+        """Rows of a staging folder, from its Parquet footers (no data read); the footers
+        are kept for :meth:`move_in`, which needs them for the files' statistics."""
+        total = 0
+        for path in part_files(folder):
+            meta = pq.read_metadata(path)
+            self._footers[path] = meta
+            total += meta.num_rows
+        return total
+
+    def _add(
+        self,
+        path: Path,
+        values: dict[str, str],
+        tags: dict[str, str],
+        new: bool,
+        meta: Any = None,
+    ) -> None:
+        st = path.stat()
+        meta = meta or pq.read_metadata(path)
+        rel = path.relative_to(self.path).as_posix()
+        f = DataFile(
+            log_path=encode_path(rel),
+            path=path,
+            partition=dict(values),
+            size=st.st_size,
+            modification_time=st.st_mtime_ns // 1_000_000,
+            rows=meta.num_rows,
+            tags=dict(tags),
+            stats=_stats(meta),
+        )
+        self._view[f.log_path] = f
+        self._added[f.log_path] = f
+        self._by_id = None
+        if new:
+            self._unsynced.append(path)
+
+    def sync(self, partitions: Iterable[Partition] = ()) -> None:
+        """Make the files this run wrote durable before its commit names them.
+
+        Spark does not fsync what it writes; a power cut after the commit must not
+        leave empty files behind. The fsyncs run in threads: the disk gets them
+        together instead of one after another.
+        """
+        del partitions  # every file written so far is synced
+        files, self._unsynced = self._unsynced, []
+        if not files:
+            return
+        folders = {p.parent for p in files} | {p.parent.parent for p in files}
+        folders |= {p.parent.parent.parent for p in files}
+        with ThreadPoolExecutor(_SYNC_THREADS) as pool:
+            list(pool.map(durable.fsync_file, files))
+            list(pool.map(durable.fsync_dir, sorted(folders, key=lambda f: -len(f.parts))))
+        durable.fsync_dir(self.path)
+
+    # ------------------------------------------------------------------ commit
+
+    def schema_fields(self) -> list[dict[str, Any]]:
+        """The table's columns as the Delta schema has them (empty for a new table)."""
+        meta = self.snapshot.metadata
+        if not meta or not meta.get("schemaString"):
+            return []
+        fields: list[dict[str, Any]] = json.loads(meta["schemaString"])["fields"]
+        return fields
+
+    def schema_change(self, columns: dict[str, str]) -> bool:
+        """Whether the commit must add columns to the table's schema (or create it)."""
+        return self._metadata(columns) is not None and (self.changed or bool(self.schema_fields()))
+
+    def plan(
+        self, columns: dict[str, str], sync: bool = True
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | None:
+        """The run's changes as the actions of one Delta commit, and the metadata it
+        must set (None if the schema stays); None if there is nothing to commit. With
+        ``sync``, the files the run wrote are made durable first.
+
+        ``columns``: the measurement columns (name -> Spark type JSON) the table must
+        have; new ones are added to its schema in the same commit. :mod:`.delta_commit`
+        commits it, then :meth:`committed`.
+        """
+        metadata = self._metadata(columns)
+        if not self.changed and metadata is None:
+            return None
+        if sync:
+            self.sync()
+        now = int(time.time() * 1000)
+        actions: list[dict[str, Any]] = []
+        for f in self._removed.values():
+            actions.append(
+                {
+                    "remove": {
+                        "path": f.log_path,
+                        "deletionTimestamp": now,
+                        "dataChange": True,
+                        "extendedFileMetadata": True,
+                        "partitionValues": f.partition,
+                        "size": f.size,
+                    }
+                }
+            )
+        for f in self._added.values():
+            add: dict[str, Any] = {
+                "path": f.log_path,
+                "partitionValues": f.partition,
+                "size": f.size,
+                "modificationTime": f.modification_time,
+                "dataChange": True,
+            }
+            if f.stats:
+                add["stats"] = f.stats
+            if f.tags:
+                add["tags"] = f.tags
+            actions.append({"add": add})
+        return actions, metadata
+
+    def committed(self) -> None:
+        """The run's commit is in: its files are the table's; read the new version."""
+        (self.path / UNCOMMITTED).unlink(missing_ok=True)
+        self.open()
+
+    def _metadata(self, columns: dict[str, str]) -> dict[str, Any] | None:
+        """The Delta metadata the commit must set: a new table's, or the current one's
+        with the new measurement columns; None if the schema stays as it is.
+
+        A column name Delta refuses without column mapping (:data:`MAPPED_CHARACTERS`:
+        IoTDB allows them in back-quoted names) switches the table to column mapping by
+        name, each column's physical name its own name, so that no data file changes
+        (the data files name their columns so).
+        """
+        fields = self.schema_fields()
+        have = {f["name"] for f in fields}
+        new = [
+            {"name": n, "type": json.loads(t), "nullable": True, "metadata": {}}
+            for n, t in sorted(columns.items())
+            if n not in have
+        ]
+        if fields and not new:
+            return None
+        if not fields:
+            base = [
+                {"name": TIME_COLUMN, "type": "long", "nullable": True, "metadata": {}},
+                {"name": DEVICE_COLUMN, "type": "string", "nullable": True, "metadata": {}},
+            ]
+            tail = [
+                {"name": c, "type": "string", "nullable": True, "metadata": {}}
+                for c in PARTITION_COLUMNS
+            ]
+            meta: dict[str, Any] = {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "partitionColumns": list(PARTITION_COLUMNS),
+                "configuration": {},
+                "createdTime": int(time.time() * 1000),
+            }
+            merged = [*base, *new, *tail]
+        else:
+            meta = dict(self.snapshot.metadata or {})
+            cut = next(
+                (i for i, f in enumerate(fields) if f["name"] in PARTITION_COLUMNS), len(fields)
+            )
+            merged = [*fields[:cut], *new, *fields[cut:]]
+        config = dict(meta.get("configuration") or {})
+        if config.get(MAPPING_MODE) == "name" or any(
+            c in MAPPED_CHARACTERS for f in merged for c in f["name"]
+        ):
+            merged, config = _map_by_name(merged, config)
+        meta["configuration"] = config
+        schema = {"type": "struct", "fields": merged}
+        meta["schemaString"] = json.dumps(schema, separators=(",", ":"))
+        return meta
+
+    # ------------------------------------------------------------------ sweep
 
     def sweep(self) -> None:
-        """Remove what an interrupted run left (staging, trash, links, empty folders)
-        and partitions in an earlier version's layout (``sender=*/file_id=*``).
+        """Remove what an interrupted run left (staging, links, empty folders) and, in a
+        plain Parquet table, partitions of an earlier layout (``sender=*/file_id=*``).
 
         Only safe while no Spark job writes to the table: the caller holds the locks.
         """
@@ -159,60 +538,87 @@ class Table:
         for entry in os.scandir(self.path):
             if entry.name.startswith(_SWEPT_PREFIXES) or entry.name in _SWEPT_NAMES:
                 _rmtree(Path(entry.path))
+        if delta_log.is_delta(self.path):
+            return
         for outer in _subfolders(self.path, SENDER_COLUMN):
             for old in _subfolders(Path(outer.path), FILE_ID_COLUMN):
-                self._discard(Path(old.path))
-            for middle in _subfolders(Path(outer.path), SOURCE_COLUMN):
-                _rmdir_if_empty(Path(middle.path))
-            _rmdir_if_empty(Path(outer.path))
+                _rmtree(Path(old.path))
 
-    def delete(self, partition: Partition) -> None:
-        """Take one file's rows out of the table: all of them or, after a crash, none.
 
-        The one place rows leave the table. A local (or shared POSIX) file system
-        is assumed, as for the receiver's storage itself.
-        """
-        self._discard(partition.path)
-        _rmdir_if_empty(partition.path.parent)
-        _rmdir_if_empty(partition.path.parent.parent)
+def _map_by_name(
+    fields: list[dict[str, Any]], config: dict[str, str]
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """``fields`` and ``config`` with column mapping by name: every field an id and its
+    own name as physical name (those it has stay), and the largest id recorded."""
+    top = int(config.get(MAPPING_MAX_ID, "0"))
+    top = max([top, *(int(f.get("metadata", {}).get(MAPPING_ID, 0)) for f in fields)])
+    out = []
+    for f in fields:
+        meta = dict(f.get("metadata") or {})
+        if MAPPING_ID not in meta:
+            top += 1
+            meta[MAPPING_ID] = top
+        meta.setdefault(MAPPING_PHYSICAL, f["name"])
+        out.append({**f, "metadata": meta})
+    return out, {**config, MAPPING_MODE: "name", MAPPING_MAX_ID: str(top)}
 
-    def _discard(self, folder: Path) -> None:
-        trash = self.path / TRASH
-        trash.mkdir(exist_ok=True)
-        target = trash / f"{folder.name}.{uuid.uuid4().hex}"
-        durable.rename(folder, target)
-        _rmtree(target)
-        _rmdir_if_empty(trash)
 
-    def move_in(self, folder: Path, partition: Partition) -> None:
-        """Put a finished partition written elsewhere in the table: one rename."""
-        partition.path.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(folder, partition.path)
+def _free(path: Path) -> Path:
+    """``path``, or a name of its own beside it if a file is there (never replace one)."""
+    return path if not path.exists() else path.with_name(f"{uuid.uuid4().hex[:8]}-{path.name}")
 
-    def sync(self, partitions: Iterable[Partition]) -> None:
-        """Make newly written partitions durable before the state records them.
 
-        Spark does not fsync what it writes; a power cut after the state says
-        "ingested" must not leave empty files behind. The fsyncs run in threads:
-        the disk gets them together instead of one after another.
-        """
-        partitions = list(partitions)
-        files = [p for partition in partitions for p in part_files(partition.path)]
-        folders: set[Path] = set()
-        for partition in partitions:
-            folders |= {partition.path, partition.path.parent, partition.path.parent.parent}
-        with ThreadPoolExecutor(_SYNC_THREADS) as pool:
-            list(pool.map(durable.fsync_file, files))
-            list(pool.map(durable.fsync_dir, sorted(folders, key=lambda f: -len(f.parts))))
-        if partitions:
-            durable.fsync_dir(self.path)
+def _stats(meta: Any) -> str:
+    """Delta statistics of a Parquet file from its footer: rows, and the bounds of
+    time and device where the footer has them (readers skip files by them)."""
+    stats: dict[str, Any] = {"numRecords": meta.num_rows}
+    if meta.num_rows == 0:
+        return json.dumps(stats)
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    for column in (TIME_COLUMN, DEVICE_COLUMN):
+        if column not in names:
+            continue
+        i = names.index(column)
+        lo = hi = None
+        for r in range(meta.num_row_groups):
+            s = meta.row_group(r).column(i).statistics
+            if s is None or not s.has_min_max:
+                lo = hi = None
+                break
+            a, b = _value(s.min), _value(s.max)
+            lo = a if lo is None or a < lo else lo
+            hi = b if hi is None or b > hi else hi
+        if lo is not None and hi is not None:
+            low[column], high[column] = lo, hi
+    if low:
+        stats["minValues"], stats["maxValues"] = low, high
+    return json.dumps(stats)
+
+
+def _value(value: Any) -> Any:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _old_sidecar_tags(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {GROUP_TAG: json.dumps(data.get("group")), BOUNDS_TAG: json.dumps(data.get("bounds"))}
+
+
+def _write_empty(path: Path) -> None:
+    schema = pa.schema([(TIME_COLUMN, pa.int64()), (DEVICE_COLUMN, pa.string())])
+    pq.write_table(schema.empty_table(), path)
 
 
 _SYNC_THREADS = 8
 
 
 def part_files(folder: Path) -> list[Path]:
-    """The data files of one partition folder (a table's or a staging one)."""
+    """The data files of one folder (a plain Parquet partition or a staging one)."""
     return sorted(
         Path(e.path)
         for e in os.scandir(folder)
@@ -221,12 +627,12 @@ def part_files(folder: Path) -> list[Path]:
 
 
 def footer_rows(folder: Path) -> int:
-    """Rows of one partition folder, from the Parquet footers (no data read)."""
+    """Rows of one staging folder, from the Parquet footers (no data read)."""
     return sum(pq.read_metadata(p).num_rows for p in part_files(folder))
 
 
-def folder_schema(folder: Path) -> pa.Schema:
-    return pa.unify_schemas([pq.read_schema(p) for p in part_files(folder)])
+def files_schema(paths: Iterable[Path]) -> pa.Schema:
+    return pa.unify_schemas([pq.read_schema(p) for p in paths])
 
 
 def remove_run_folder(folder: Path) -> None:
@@ -264,18 +670,10 @@ def _rmdir_if_empty(path: Path) -> None:
         pass  # not empty (or gone): nothing to do
 
 
-def read_arrow(table_path: str | os.PathLike[str]) -> pa.Table:
-    """The whole table with pyarrow, every file's columns unified (missing -> null).
-
-    ``pyarrow.dataset.dataset(table, partitioning="hive")`` alone takes the schema
-    of the first file it finds; passing the unified schema is what merges them.
-    """
-    dataset = ds.dataset(os.fspath(table_path), format="parquet", partitioning="hive")
-    schemas = [pq.read_schema(f) for f in dataset.files]
-    if not schemas:
-        return dataset.to_table()
-    partition_fields = [f for f in dataset.schema if f.name in PARTITION_COLUMNS]
-    unified = pa.unify_schemas([*schemas, pa.schema(partition_fields)])
-    return ds.dataset(
-        os.fspath(table_path), format="parquet", partitioning="hive", schema=unified
-    ).to_table()
+def _rmdirs_up(folder: Path, stop: Path) -> None:
+    while folder != stop and stop in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent

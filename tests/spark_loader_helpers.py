@@ -22,7 +22,7 @@ from sealsync.formats import deletion, mods
 from sealsync.formats.deletion import MIN_TIME
 from sealsync.names import MODS_SUFFIX, SIDECAR_SUFFIXES
 from sealsync.simulator import EdgeInstance
-from spark_loader import read_arrow
+from spark_loader import delta_log, read_arrow
 from spark_loader.table import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
 
 SENDER_A = str(uuid.UUID(int=0xA))
@@ -163,13 +163,20 @@ def source_rows(receiver: Receiver, without: Collection[tuple[str, str]] = ()) -
     return answer(files)
 
 
-def partition_dirs(table_path: Path) -> set[str]:
-    """``sender=*/source_file=*/file_id=*`` folders of the table."""
-    return {
-        str(p.relative_to(table_path))
-        for p in Path(table_path).glob(f"{SENDER_COLUMN}=*/{SOURCE_COLUMN}=*/{FILE_ID_COLUMN}=*")
-        if p.is_dir()
-    }
+def partition_dirs(table_path: Path, version: int | None = None) -> set[str]:
+    """The ``sender=*/source_file=*/file_id=*`` folders of the files the Delta table's
+    latest version (or ``version``) holds; a folder whose files were removed from the
+    table stays on disk for time travel and is not one of them."""
+    snap = delta_log.read(Path(table_path), version)
+    return {str(f.path.parent.relative_to(table_path)) for f in snap.files.values()}
+
+
+def table_versions(table_path: Path) -> list[int]:
+    """The versions of the Delta table's log, in order."""
+    folder = Path(table_path) / delta_log.LOG_FOLDER
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name[:20]) for p in folder.glob("*.json") if p.name[:20].isdigit())
 
 
 def snapshot(path: Path) -> dict[str, tuple[int, int]]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from spark_loader_helpers import SENDER_A, SENDER_B, Receiver
 
@@ -26,7 +29,14 @@ from spark_loader.state import (
     state_path,
     wait_for_previous_driver,
 )
-from spark_loader.table import MAX_FOLDER_BYTES, Partition, Table, folder_value, unescape
+from spark_loader.table import (
+    MAX_FOLDER_BYTES,
+    UNCOMMITTED,
+    Partition,
+    Table,
+    folder_value,
+    unescape,
+)
 
 
 def _edge(tmp_path: Path) -> EdgeInstance:
@@ -172,50 +182,80 @@ def test_partition_values_round_trip_through_escaping() -> None:
         Table(Path("t")).partition(SENDER_A, longest + "s", "f1")
 
 
-def test_table_partitions_and_atomic_delete(tmp_path: Path) -> None:
+def _part(folder: Path, name: str = "part-0.parquet", rows: int = 2) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = pa.table({"time": pa.array(range(rows), pa.int64()), "device": ["root.a.d1"] * rows})
+    pq.write_table(data, folder / name)
+    return folder / name
+
+
+def test_a_plain_parquet_table_is_taken_in_and_leftovers_swept(tmp_path: Path) -> None:
+    """A table without a Delta log (the plain Parquet layout) is opened as the files
+    the run's commit will add; hidden leftovers and the earliest layout are swept."""
     table = Table(tmp_path / "t")
     for sender, name, fid in [
         (SENDER_A, "a/1", "f1"),
         (SENDER_A, "a/1", "f2"),
         (SENDER_B, "b 2", "f3"),
     ]:
-        folder = table.partition(sender, name, fid).path
-        folder.mkdir(parents=True)
-        (folder / "part-0.parquet").write_bytes(b"x")
+        _part(table.partition(sender, name, fid).path)
     old_layout = table.path / f"sender={SENDER_B}" / "file_id=f9"  # an earlier version's
-    old_layout.mkdir(parents=True)
-    (old_layout / "part-0.parquet").write_bytes(b"x")
+    _part(old_layout)
     (table.path / ".spark-staging-123" / "sender=x").mkdir(parents=True)
     (table.path / ".sealsync-staging" / "abc" / "__sealsync_key=0").mkdir(parents=True)
     (table.path / "_temporary").mkdir()
     (table.path / "foreign").mkdir()
 
+    table.sweep()
+    notes = table.open()
+
+    assert notes == [
+        f"converting the plain Parquet table {table.path} to Delta: "
+        "3 data files become the first version's"
+    ]
     parts = table.partitions()
     assert sorted(parts) == ["f1", "f2", "f3"]
     expected = table.path / f"sender={SENDER_B}" / "source_file=b%202" / "file_id=f3"
     assert parts["f3"] == Partition(SENDER_B, "b 2", "f3", expected)
-
+    assert parts["f3"].rows == 2 and table.changed
+    assert sorted(os.listdir(table.path)) == [
+        "foreign",
+        f"sender={SENDER_A}",
+        f"sender={SENDER_B}",
+    ]
     table.delete(parts["f3"])
-    table.delete(parts["f1"])
-    table.sweep()
-    assert sorted(table.partitions()) == ["f2"]
-    assert sorted(os.listdir(table.path)) == ["foreign", f"sender={SENDER_A}"]
-    assert os.listdir(table.path / f"sender={SENDER_A}") == ["source_file=a%2F1"]
+    assert sorted(table.partitions()) == ["f1", "f2"]
+    assert (expected / "part-0.parquet").exists()  # a converted file is never deleted
 
 
-def test_a_partition_moves_in_by_one_rename(tmp_path: Path) -> None:
+def test_files_moved_in_are_invisible_until_the_commit_and_go_if_it_never_comes(
+    tmp_path: Path,
+) -> None:
+    """A run's files are named in the uncommitted list before they move in; a table
+    that does not record the run's number afterwards gets them removed on open."""
     table = Table(tmp_path / "t")
+    table.ensure()
+    assert table.open() == []
     written = tmp_path / "t" / ".sealsync-staging" / "run" / "__sealsync_key=3"
-    written.mkdir(parents=True)
-    (written / "part-0.parquet").write_bytes(b"x")
-    inode = written.stat().st_ino
+    _part(written)
     target = table.partition(SENDER_A, "sequence/x/1.tsfile", "f1")
 
     table.move_in(written, target)
 
-    assert target.path.stat().st_ino == inode and not written.exists()
-    assert table.partitions() == {"f1": target}
+    moved = target.path / "part-0.parquet"
+    assert moved.exists() and not (written / "part-0.parquet").exists()
+    assert sorted(table.partitions()) == ["f1"] and table.partitions()["f1"].rows == 2
+    assert json.loads((table.path / UNCOMMITTED).read_text())["files"] == [
+        moved.relative_to(table.path).as_posix()
+    ]
     table.sync([target])  # fsyncs the files and every folder up to the table
+    assert Table(table.path).partitions() == {}  # what a reader sees: no commit, no file
+
+    again = Table(table.path)
+    assert again.open() == ["removed 1 data files a run killed before its commit wrote"]
+    assert not moved.exists() and not (table.path / UNCOMMITTED).exists()
+    assert again.partitions() == {} and not again.changed
+    assert os.listdir(table.path) == [".sealsync-staging"]
 
 
 def test_state_round_trips_and_a_damaged_file_is_rebuilt(tmp_path: Path) -> None:

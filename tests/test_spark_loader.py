@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -26,17 +27,18 @@ from spark_loader_helpers import (
     snapshot,
     source_rows,
     table_rows,
+    table_versions,
     two_senders,
 )
 
 from sealsync import formats
 from sealsync.config import LoaderConfig
 from sealsync.simulator import EdgeInstance
+from spark_loader import delta_log, jvm, localfs, read_arrow, run_load
 from spark_loader import ingest as ingest_module
-from spark_loader import jvm, localfs, read_arrow, run_load
 from spark_loader.job import KEYED_FORMAT
 from spark_loader.state import load_state, state_path
-from spark_loader.table import Table, part_files
+from spark_loader.table import UNCOMMITTED, Table, part_files, unescape
 
 pytestmark = pytest.mark.slow
 
@@ -64,8 +66,8 @@ def test_ingests_both_formats_with_provenance_and_merged_schema(tmp_path: Path, 
         counts[key] = counts.get(key, 0) + 1
     assert counts == own_counts
     assert len(partition_dirs(config.table_path)) == 4
-    # Spark reads the same table when it merges the files' schemas.
-    df = spark.read.option("mergeSchema", "true").parquet(str(config.table_path))
+    # Spark reads the same table through Delta, every column in the table's schema.
+    df = spark.read.format("delta").load(str(config.table_path))
     assert df.count() == sum(own_counts.values())
     assert set(df.columns) == {
         "time",
@@ -351,7 +353,8 @@ def test_odd_names_keep_their_exact_source_file(tmp_path: Path, spark: Any) -> N
     # Spark reads every name back exactly as pyarrow does.
     names = {
         r.source_file
-        for r in spark.read.parquet(str(config.table_path))
+        for r in spark.read.format("delta")
+        .load(str(config.table_path))
         .select("source_file")
         .distinct()
         .collect()
@@ -361,27 +364,28 @@ def test_odd_names_keep_their_exact_source_file(tmp_path: Path, spark: Any) -> N
 
 
 def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatch: Any) -> None:
-    """Commit done but state not written; a partition deleted by hand: both repaired."""
+    """Commit done but state not written; a file's rows deleted from the table by a
+    Delta ``DELETE`` of someone else's: both repaired (the table is the truth)."""
     _, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
 
     def crash(*_args: Any) -> None:
         raise RuntimeError("crash after the commit")
 
-    monkeypatch.setattr("spark_loader.job.save_state", crash)
+    monkeypatch.setattr("spark_loader.ingest.save_state", crash)
     with pytest.raises(RuntimeError, match="crash after the commit"):
         _load(config, spark, batch_files=2)
     monkeypatch.undo()
-    assert len(partition_dirs(config.table_path)) == 2
+    assert len(partition_dirs(config.table_path)) == 4  # one commit: the whole run
     assert not state_path(config.state_dir).exists()
 
     report = _load(config, spark)
 
-    assert report.ingested == 2 and report.unchanged == 2 and report.ok
-    assert report.notes == ["2 files were in the table but not recorded; recorded them"]
+    assert report.ingested == 0 and report.unchanged == 4 and report.ok
+    assert report.notes == ["4 files were in the table but not recorded; recorded them"]
     assert table_rows(config.table_path) == source_rows(recv)
     one = sorted(Table(config.table_path).partitions().values(), key=lambda p: p.file_id)[0]
-    shutil.rmtree(one.path)
+    spark.sql(f"DELETE FROM delta.`{config.table_path}` WHERE file_id = '{one.file_id}'")
 
     report = _load(config, spark)
 
@@ -390,31 +394,43 @@ def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatc
     assert table_rows(config.table_path) == source_rows(recv)
 
 
-def test_a_table_in_the_earlier_layout_is_converted_by_the_next_run(
-    tmp_path: Path, spark: Any
-) -> None:
-    """Partitions an earlier version wrote (``sender=/file_id=``, ``source_file`` a row
-    column) are removed and their files loaded again in today's layout."""
+def test_a_plain_parquet_table_is_converted_by_the_next_run(tmp_path: Path, spark: Any) -> None:
+    """The table as the loader wrote it before it wrote Delta (the same partition
+    folders, no log; and partitions of an even earlier layout, ``sender=/file_id=``
+    with ``source_file`` a row column): the next run makes it a Delta table without
+    rewriting a data file, every row kept, the earlier layout's files loaded again."""
     _, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
     assert _load(config, spark).ok
-    table = Table(config.table_path)
-    for partition in list(table.partitions().values())[:3]:
-        old = config.table_path / f"sender={partition.sender}" / f"file_id={partition.file_id}"
-        rows = pq.read_table(part_files(partition.path)[0])
-        named = rows.append_column("source_file", pa.array([partition.source_file] * len(rows)))
-        shutil.move(partition.path, old)
-        pq.write_table(named, part_files(old)[0])
-        shutil.rmtree(partition.path.parent)
-    assert len(partition_dirs(config.table_path)) == 1
+    expected = table_rows(config.table_path)
+    shutil.rmtree(config.table_path / "_delta_log")  # the plain Parquet table
+    assert table_rows(config.table_path) == []
+    folders = sorted(config.table_path.glob("sender=*/source_file=*/file_id=*"))
+    assert len(folders) == 4
+    earlier = folders[0]
+    sender = earlier.parent.parent.name
+    source = unescape(earlier.parent.name.split("=", 1)[1])
+    old = config.table_path / sender / earlier.name
+    rows = pq.read_table(part_files(earlier)[0])
+    named = rows.append_column("source_file", pa.array([source] * len(rows)))
+    shutil.move(earlier, old)
+    pq.write_table(named, part_files(old)[0])
+    shutil.rmtree(earlier.parent)
+    kept = {p: p.stat().st_ino for f in folders[1:] for p in part_files(f)}
 
     report = _load(config, spark)
 
-    assert report.ok and (report.ingested, report.unchanged) == (3, 1)
-    assert report.notes == ["3 recorded files were missing from the table; ingesting them again"]
-    assert len(partition_dirs(config.table_path)) == 4
+    assert report.ok and (report.ingested, report.unchanged) == (1, 3)
+    assert report.notes[0].startswith("converting the plain Parquet table")
+    assert "3 data files become the first version's" in report.notes[0]
+    assert report.notes[1:] == [
+        "1 recorded files were missing from the table; ingesting them again"
+    ]
+    assert table_rows(config.table_path) == expected == source_rows(recv)
+    assert table_versions(config.table_path) == [0]
+    assert {p: p.stat().st_ino for p in kept} == kept  # not one rewritten or moved
     assert not list(config.table_path.glob("sender=*/file_id=*"))
-    assert table_rows(config.table_path) == source_rows(recv)
+    assert spark.read.format("delta").load(str(config.table_path)).count() == len(expected)
 
 
 def _script(config: LoaderConfig, batch_files: int) -> str:
@@ -473,14 +489,16 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
             table.is_dir() and any(n.startswith(".sealsync-staging") for n in os.listdir(table))
         ),
     )
-    # Second kill, after the rerun (which waits for the dead run's JVM) committed some.
+    assert partition_dirs(table) == set()
+    # Second kill, once the rerun (which waits for the dead run's JVM) has moved the
+    # files of three batches into the table's folders: none of them is committed.
     proc = subprocess.Popen(
         [sys.executable, "-c", _script(crashed, 1)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    _kill_when(proc, lambda: len(partition_dirs(table)) >= 3)
-    assert len(partition_dirs(table)) < 10
+    _kill_when(proc, lambda: len(_uncommitted(table)) >= 3)
+    assert partition_dirs(table) == set() and table_rows(table) == []
 
     report = _load(crashed, spark)
 
@@ -488,7 +506,20 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
     assert report.ingested + report.unchanged == 10
     assert table_rows(table) == table_rows(clean.table_path) == source_rows(recv)
     assert partition_dirs(table) == partition_dirs(clean.table_path)
-    assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == []
+    assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == ["_delta_log"]
+    assert table_versions(table) == table_versions(clean.table_path) == [0]
+    # The killed run's files are gone: every data file on disk is one the table holds.
+    on_disk = {str(p.relative_to(table)) for p in table.glob("sender=*/*/*/*.parquet")}
+    assert on_disk == {str(f.path.relative_to(table)) for f in delta_log.read(table).files.values()}
+
+
+def _uncommitted(table: Path) -> list[str]:
+    """The files a running load has moved into the table and not committed yet."""
+    try:
+        doc = json.loads((table / UNCOMMITTED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(f) for f in doc["files"]]
 
 
 def _parquet_receiver(root: Path, files: int, rows: int, master: str = "local[2]") -> Path:
@@ -531,13 +562,13 @@ def test_ctrl_c_during_the_spark_job_prints_one_line_and_the_rerun_loads_all(
     assert err.splitlines()[-1] == "sealsync: interrupted"
     assert "Traceback" not in err and "ERROR" not in err, err
     assert "while sending command" in (tmp_path / "state" / "spark-driver.log").read_text()
-    assert not list(table.glob("sender=*/*/file_id=*"))  # nothing committed
+    assert partition_dirs(table) == set()  # nothing committed
 
     again = subprocess.run(command, capture_output=True, text=True, timeout=400)
 
     assert again.returncode == 0, again.stderr
     assert read_arrow(table).num_rows == 40 * 100_000
-    assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == []
+    assert sorted(n for n in os.listdir(table) if n.startswith((".", "_"))) == ["_delta_log"]
 
 
 def test_a_typod_master_gets_one_line_naming_what_spark_wants(tmp_path: Path) -> None:

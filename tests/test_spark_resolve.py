@@ -299,18 +299,20 @@ def _chain(tmp_path: Path, files: int = 6) -> tuple[EdgeInstance, Receiver]:
 def test_a_crash_between_the_partitions_of_a_group_is_repaired_by_the_rerun(
     tmp_path: Path, spark: Any, monkeypatch: Any
 ) -> None:
-    from spark_loader import resolve, table
+    from spark_loader import delta_log, table
 
     _, recv = _chain(tmp_path)
     config = recv.config(tmp_path)
     moved: list[Path] = []
     real = table.Table.move_in
 
-    def crash_after_two(self: Any, folder: Path, partition: Any) -> None:
-        if (folder / resolve.SIDECAR).exists() and len(moved) == 2:
+    def crash_after_two(
+        self: Any, folder: Path, partition: Any, tags: dict[str, str] | None = None
+    ) -> None:
+        if tags and len(moved) == 2:
             raise KeyboardInterrupt  # killed between two partitions of the group
-        real(self, folder, partition)
-        if (partition.path / resolve.SIDECAR).exists():
+        real(self, folder, partition, tags)
+        if tags:
             moved.append(partition.path)
 
     with monkeypatch.context() as m:
@@ -319,6 +321,7 @@ def test_a_crash_between_the_partitions_of_a_group_is_repaired_by_the_rerun(
             run_load(config, spark=spark, sync=False)
     assert len(moved) == 2
     assert (Path(config.state_dir) / PENDING).exists()
+    assert not delta_log.is_delta(config.table_path)  # the run's one commit never came
 
     report = _load(config, spark)
 
@@ -365,10 +368,11 @@ def test_a_kill_during_the_group_job_then_a_rerun_equals_one_clean_run(
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert (Path(crashed.state_dir) / PENDING).exists()
+    assert table_rows(crashed.table_path) == []  # the files moved in are not committed
 
     report = _load(crashed, spark)
 
-    assert report.resolved == 1 and report.ingested == 0
+    assert report.resolved == 1 and report.ingested == 8
     rows = _check(crashed, recv)
     clean = recv.config(tmp_path, "clean")
     _load(clean, spark)
@@ -401,3 +405,43 @@ def test_two_groups_are_resolved_in_one_job_each_on_its_own(tmp_path: Path, spar
     rows = _check(config, recv)
     assert len(rows) == 30 + 30 + 5
     assert {r[1] for r in rows if r[3] == D2} == {alone}
+
+
+def test_a_plain_parquet_table_of_resolved_groups_is_converted_as_it_is(
+    tmp_path: Path, spark: Any
+) -> None:
+    """The table as the loader left it before it was Delta: a resolved group's partitions
+    with their ``_sealsync_group.json``, a member that won no row an empty folder. The
+    next run makes it a Delta table whose files carry the groups as tags: nothing is
+    read again or rewritten, every row stays."""
+    import json
+    import shutil
+
+    from spark_loader import delta_log
+    from spark_loader.table import BOUNDS_TAG, GROUP_TAG, OLD_SIDECAR
+
+    edge, recv = _chain(tmp_path)
+    covered = _write(edge, _rows(D1, range(50, 60), s1=lambda t: 9.0), "50-0-0-0.tsfile")
+    recv.place(edge, covered)  # the lowest version, inside file 0's points: wins no row
+    config = recv.config(tmp_path)
+    assert _load(config, spark).resolved == 1
+    expected = _check(config, recv)
+    empty = 0
+    for f in delta_log.read(config.table_path).files.values():
+        sidecar = {"group": json.loads(f.tags[GROUP_TAG]), "bounds": json.loads(f.tags[BOUNDS_TAG])}
+        (f.path.parent / OLD_SIDECAR).write_text(json.dumps(sidecar))
+        if f.rows == 0:
+            f.path.unlink()  # the plain table kept an empty folder
+            empty += 1
+    assert empty == 1
+    shutil.rmtree(config.table_path / "_delta_log")
+
+    report = _load(config, spark)
+
+    assert (report.resolved, report.ingested, report.unchanged) == (0, 0, 7)
+    assert report.notes[0].startswith("converting the plain Parquet table")
+    assert _check(config, recv) == expected
+    files = delta_log.read(config.table_path).files.values()
+    assert len({f.partition["file_id"] for f in files}) == 7
+    assert all(GROUP_TAG in f.tags and BOUNDS_TAG in f.tags for f in files)
+    assert _load(config, spark).resolved == 0

@@ -1,0 +1,137 @@
+"""One Delta commit per load run, through Delta's own transaction (``delta-spark``).
+
+The loader writes its data files itself (fast, :mod:`.job`) into the table's folders,
+where no reader sees them: a Delta reader reads only the files the log names. At the
+end of a run this module hands Delta one transaction: the ``add`` of every new file,
+the ``remove`` of every file whose rows leave, the new schema if columns were added,
+and a ``txn`` action (``SetTransaction``: the loader's application id and the run's
+number). ``OptimisticTransaction.commit`` writes it as the next version of the log,
+atomically (the log store's put-if-absent), runs Delta's checks on it (schema,
+partition values, protocol) and writes a checkpoint every ten versions. Readers see
+the table before the commit or after it, whole.
+
+The run's number is the last one the table records for the application plus one
+(:func:`next_version`): read from the table itself, so whether a run committed is
+decided by the table and never by a state file (:mod:`.table`'s recovery).
+
+The actions are built as the JSON lines of the Delta protocol and parsed by Delta
+(``Action.fromJson``), which keeps this side independent of the Scala constructors'
+argument lists, which change between Delta releases.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from sealsync import durable
+from sealsync.errors import SealsyncError
+from spark_loader.delta_log import APP_ID, log_folder
+
+#: How the commits appear in the table's history.
+OPERATION = "DeltaOperations$ManualUpdate$"
+
+
+class TableChanged(SealsyncError):
+    """Another writer committed to the table while this run prepared its commit: the
+    run commits nothing (its files are removed by the next run, which starts again
+    from the table as it is then)."""
+
+    kind = "table_changed"
+
+
+class CommitFailed(SealsyncError):
+    """Delta refused the run's commit (its reason is Delta's): nothing was committed."""
+
+    kind = "commit"
+
+
+def next_version(transactions: dict[str, int]) -> int:
+    return transactions.get(APP_ID, -1) + 1
+
+
+def _jvm_object(jvm: Any, name: str) -> Any:
+    """A Scala ``object`` of Delta's by its class name, through py4j."""
+    package = jvm.org.apache.spark.sql.delta
+    return getattr(getattr(package, name), "MODULE$")
+
+
+def _action(jvm: Any, action: dict[str, Any]) -> Any:
+    text = json.dumps(action, separators=(",", ":"))
+    try:
+        return jvm.org.apache.spark.sql.delta.actions.Action.fromJson(text)
+    except Exception:  # no static forwarder on a trait's companion: the object itself
+        actions = jvm.org.apache.spark.sql.delta.actions
+        return getattr(getattr(actions, "Action$"), "MODULE$").fromJson(text)
+
+
+def commit(
+    spark: Any,
+    table: Path,
+    actions: list[dict[str, Any]],
+    metadata: dict[str, Any] | None,
+    read_version: int,
+    run_version: int,
+) -> int:
+    """Commit ``actions`` (and ``metadata``, if the schema changed or the table is new)
+    as one version of ``table``; its number.
+
+    ``read_version`` is the version the run planned against: if the table has moved
+    on (another writer), TableChanged and nothing is written. ``run_version`` goes
+    into the ``txn`` action under :data:`APP_ID`.
+    """
+    jvm = spark.sparkContext._jvm
+    delta = jvm.org.apache.spark.sql.delta
+    try:  # a table deleted and made again at the path: no cached log of the old one
+        delta.DeltaLog.invalidateCache(
+            spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(str(table))
+        )
+    except Exception:
+        pass  # nothing cached
+    log = delta.DeltaLog.forTable(spark._jsparkSession, str(table))
+    txn = log.startTransaction()
+    if txn.readVersion() != read_version:
+        raise TableChanged(
+            f"the Delta table {table} is at version {txn.readVersion()}, not the "
+            f"{read_version} this run read: another writer committed meanwhile; nothing "
+            "committed, run the load again"
+        )
+    if txn.txnVersion(APP_ID) >= run_version:
+        raise TableChanged(f"the Delta table {table} already records run {run_version}")
+    now = int(time.time() * 1000)
+    try:
+        if metadata is not None:
+            txn.updateMetadata(_action(jvm, {"metaData": metadata}), False)
+        listed = jvm.java.util.ArrayList()
+        for action in actions:
+            listed.add(_action(jvm, action))
+        txn_action = {"appId": APP_ID, "version": run_version, "lastUpdated": now}
+        listed.add(_action(jvm, {"txn": txn_action}))
+        seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(listed).toSeq()
+        version = int(txn.commit(seq, _jvm_object(jvm, OPERATION)))
+    except Exception as exc:  # Delta refused it (a concurrent writer, a check): one line
+        raise CommitFailed(
+            f"the Delta commit to {table} failed: {_reason(exc)}; nothing committed"
+        ) from None
+    _sync(table, version)
+    return version
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of what Delta said (a Java exception's message, not py4j's frame)."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java) if java is not None else str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:500] if lines else type(exc).__name__
+
+
+def _sync(table: Path, version: int) -> None:
+    """Make the commit durable: the log store renames it in, but does not fsync."""
+    path = log_folder(table) / f"{version:020d}.json"
+    try:
+        durable.fsync_file(path)
+        durable.fsync_dir(path.parent)
+    except OSError:
+        pass  # the commit is in; its durability is the file system's from here

@@ -1,0 +1,173 @@
+"""The loader's table is a Delta Lake table: one commit per run, recorded with Delta's
+idempotent transaction id, read alike by Spark (Delta), the ``deltalake`` package (no
+JVM) and the loader's own log reader, any earlier load readable by ``versionAsOf``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_loader_helpers import (
+    SENDER_A,
+    SENDER_B,
+    canonical,
+    partition_dirs,
+    source_rows,
+    table_rows,
+    table_versions,
+    two_senders,
+)
+
+from sealsync.config import LoaderConfig
+from spark_loader import delta_commit, delta_log, ingest, run_load
+from spark_loader.table import UNCOMMITTED
+
+pytestmark = pytest.mark.slow  # Spark
+
+
+def _load(config: LoaderConfig, spark: Any, **kwargs: Any) -> Any:
+    return run_load(config, spark=spark, sync=False, **kwargs)
+
+
+def _commit_actions(table: Path, version: int) -> list[dict[str, Any]]:
+    path = table / "_delta_log" / f"{version:020d}.json"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_each_run_is_one_commit_with_the_runs_transaction_id(tmp_path: Path, spark: Any) -> None:
+    edge, recv = two_senders(tmp_path)
+    config = recv.config(tmp_path)
+
+    first = _load(config, spark)
+
+    assert first.ok and first.notes == []
+    assert table_versions(config.table_path) == [0]
+    actions = _commit_actions(config.table_path, 0)
+    assert [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a] == [
+        (delta_commit.APP_ID, 0)
+    ]
+    adds = [a["add"] for a in actions if "add" in a]
+    assert len(adds) == 4 and all(json.loads(a["stats"])["numRecords"] > 0 for a in adds)
+    assert {tuple(sorted(a["partitionValues"])) for a in adds} == {
+        ("file_id", "sender", "source_file")
+    }
+
+    assert _load(config, spark).unchanged == 4  # nothing new: no commit
+    assert table_versions(config.table_path) == [0]
+
+    gone = [rel for (sender, rel) in recv.placed if sender == SENDER_B][0]
+    recv.remove(gone, SENDER_B)
+    extra = edge.write_file("root.sg9", 0, devices=["root.sg9.d1"], rows_per_device=9)
+    recv.place(edge, extra, SENDER_A)
+
+    second = _load(config, spark, batch_files=1)  # two Spark jobs, still one commit
+
+    assert (second.ingested, second.removed) == (1, 1)
+    assert table_versions(config.table_path) == [0, 1]
+    actions = _commit_actions(config.table_path, 1)
+    assert [a["txn"]["version"] for a in actions if "txn" in a] == [1]
+    assert len([a for a in actions if "add" in a]) == 1
+    assert len([a for a in actions if "remove" in a]) == 1
+    assert delta_log.read(config.table_path).transactions == {delta_commit.APP_ID: 1}
+    assert table_rows(config.table_path) == source_rows(recv)
+
+
+def test_spark_deltalake_and_time_travel_read_the_same_versions(tmp_path: Path, spark: Any) -> None:
+    from deltalake import DeltaTable
+
+    edge, recv = two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    first = table_rows(config.table_path)
+    gone = [rel for (sender, rel) in recv.placed if sender == SENDER_A][0]
+    recv.remove(gone, SENDER_A)
+    _load(config, spark)
+    second = table_rows(config.table_path)
+    assert len(second) < len(first)
+    path = str(config.table_path)
+
+    for version, expected in ((0, first), (1, second)):
+        df = spark.read.format("delta").option("versionAsOf", version).load(path)
+        assert canonical([r.asDict() for r in df.collect()]) == expected
+        rust = DeltaTable(path, version=version).to_pyarrow_table()
+        assert canonical(rust.to_pylist()) == expected
+        assert canonical(delta_log.read_arrow(path, version).to_pylist()) == expected
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    assert sorted(r.version for r in history) == [0, 1]
+    assert partition_dirs(config.table_path, version=0) > partition_dirs(config.table_path)
+
+
+def test_a_commit_by_another_writer_meanwhile_fails_the_run_and_the_rerun_loads(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run planned against the version it read: it commits nothing over another
+    writer's commit, says so in one line, and the next run starts from the table as
+    it is then (the failed run's files removed)."""
+    edge, recv = two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    extra = edge.write_file("root.sg9", 0, devices=["root.sg9.d1"], rows_per_device=9)
+    recv.place(edge, extra, SENDER_A)
+    real = ingest.discover
+    path = str(config.table_path)
+
+    def discover_then_someone_deletes(dirs: list[Path]) -> Any:
+        spark.sql(f"DELETE FROM delta.`{path}` WHERE sender = '{SENDER_B}'")
+        return real(dirs)
+
+    monkeypatch.setattr(ingest, "discover", discover_then_someone_deletes)
+    with pytest.raises(delta_commit.TableChanged, match="another writer committed meanwhile"):
+        _load(config, spark)
+    monkeypatch.undo()
+    assert table_versions(config.table_path) == [0, 1]  # the other writer's only
+    assert (config.table_path / UNCOMMITTED).exists()
+
+    report = _load(config, spark)
+
+    assert report.ok and report.ingested == 3  # sender B's two again, and the new one
+    assert any("a run killed before its commit wrote" in n for n in report.notes), report.notes
+    assert table_rows(config.table_path) == source_rows(recv)
+    assert table_versions(config.table_path) == [0, 1, 2]
+
+
+def test_a_measurement_name_delta_refuses_plainly_maps_the_table_by_name(
+    tmp_path: Path, spark: Any
+) -> None:
+    """IoTDB allows a space or a comma in a back-quoted measurement name, which a Delta
+    table without column mapping refuses: the commit that brings one maps the table's
+    columns by name (each its own physical name), and every reader reads it."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from spark_loader_helpers import Receiver
+
+    from sealsync.simulator import EdgeInstance
+
+    edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
+    plain = pa.table(
+        {
+            "time": pa.array([1, 2], pa.int64()),
+            "device": ["root.a.d1"] * 2,
+            "s1": pa.array([1.0, 2.0]),
+        }
+    )
+    recv.place(edge, edge.write_table(plain, "root.a", 0, fmt="parquet"))
+    config = recv.config(tmp_path)
+    assert _load(config, spark).ok
+    odd = pa.table(
+        {"time": pa.array([3], pa.int64()), "device": ["root.a.d2"], "s 2,x": pa.array([7.5])}
+    )
+    recv.place(edge, edge.write_table(odd, "root.a", 1, fmt="parquet"))
+
+    report = _load(config, spark)
+
+    assert report.ok and report.ingested == 1, report.skipped
+    meta = delta_log.read(config.table_path).metadata
+    assert meta is not None and meta["configuration"]["delta.columnMapping.mode"] == "name"
+    rows = table_rows(config.table_path)
+    assert rows == source_rows(recv)
+    df = spark.read.format("delta").load(str(config.table_path))
+    assert canonical([r.asDict() for r in df.collect()]) == rows
+    assert df.where("`s 2,x` = 7.5").count() == 1
+    assert canonical(DeltaTable(str(config.table_path)).to_pyarrow_table().to_pylist()) == rows
