@@ -221,8 +221,10 @@ class Workload:
 
     def _deletions(self, base: int) -> list[str]:
         rng = self.rng
-        low = max(0, base - 10_000)
-        a = rng.randrange(low, base + 2 * POINTS - 10)
+        # In the range this round wrote or the one before (which out-of-order points and
+        # earlier deletions reached too), so that the ranges cover points.
+        window = rng.choice([max(0, base - 10_000), base])
+        a = window + rng.randrange(0, 2 * POINTS - 10)
         b = a + rng.randrange(0, 12)
         series = f"{rng.choice(sorted(self.devices))}.{rng.choice(sorted(self.types))}"
         out = [
