@@ -61,23 +61,34 @@ def test_rebuilding_the_jar_as_the_docs_say_prints_no_warning() -> None:
 
     assert (run_load.__module__, read_arrow.__module__, LoadReport.__module__) == (
         "spark_loader.ingest",
-        "spark_loader.table",
+        "spark_loader.delta_log",
         "spark_loader.report",
     )
 
 
-def test_a_session_gets_the_jar_and_the_tsfile_library() -> None:
+def test_a_session_gets_the_jar_the_tsfile_library_and_delta() -> None:
     excludes = ",".join(jvm.TSFILE_EXCLUDES)
+    delta = "io.delta:delta-spark_2.13:4.4.0"  # the delta-spark package's own release
+    assert jvm.delta_package() == delta
     for master in ("local[*]", "spark://h:7077"):
         assert jvm.session_conf(master, {}) == {
             "spark.jars": str(jvm.JAR),
-            "spark.jars.packages": jvm.TSFILE_PACKAGE,
+            "spark.jars.packages": f"{delta},{jvm.TSFILE_PACKAGE}",
             "spark.jars.excludes": excludes,
+            "spark.sql.extensions": jvm.DELTA_EXTENSION,
+            "spark.sql.catalog.spark_catalog": jvm.DELTA_CATALOG,
         }
-    mine = {"spark.jars": "/opt/x.jar", "spark.jars.packages": "a:b:1"}
+    mine = {
+        "spark.jars": "/opt/x.jar",
+        "spark.jars.packages": "a:b:1",
+        "spark.sql.extensions": "my.Extension",
+        "spark.sql.catalog.spark_catalog": "my.Catalog",
+    }
     got = jvm.session_conf("local[2]", mine)
     assert got["spark.jars"] == f"/opt/x.jar,{jvm.JAR}"
-    assert got["spark.jars.packages"] == f"a:b:1,{jvm.TSFILE_PACKAGE}"
+    assert got["spark.jars.packages"] == f"a:b:1,{delta},{jvm.TSFILE_PACKAGE}"
+    assert got["spark.sql.extensions"] == f"my.Extension,{jvm.DELTA_EXTENSION}"
+    assert "spark.sql.catalog.spark_catalog" not in got  # the user's catalog stays
 
 
 class _Jvm:

@@ -250,10 +250,11 @@ def test_a_run_killed_before_resolving_is_completed_by_the_next(
         with pytest.raises(KeyboardInterrupt):
             run_load(config, spark=spark, sync=False)
     assert (Path(config.state_dir) / PENDING).exists()
+    assert table_rows(config.table_path) == []  # the run's one commit never came
 
     report = _load(config, spark)
 
-    assert (report.ingested, report.resolved) == (0, 1)
+    assert (report.ingested, report.resolved) == (2, 1)
     _check(config, recv)
     assert not (Path(config.state_dir) / PENDING).exists()
 
