@@ -66,7 +66,13 @@ class EscapedOutput:
     def __init__(self, raw: TextIO) -> None:
         self.raw = raw
 
-    def write(self, text: str) -> int:
+    def write(self, text: str | bytes) -> int:
+        if isinstance(text, bytes | bytearray):
+            # click writes bytes (a shell completion's answer) to a stream without a
+            # buffer: decoded here, so they are escaped like any text
+            decoded = bytes(text).decode(getattr(self.raw, "encoding", None) or "utf-8", "replace")
+            self.raw.write(decoded.translate(_KEEP_LINES))
+            return len(text)
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         self.raw.write(text.translate(_KEEP_LINES))

@@ -25,7 +25,7 @@ def test_text_is_escaped_as_the_log_does_and_line_breaks_are_kept() -> None:
     assert raw.getvalue() == f"{SHOWN}\nnext\n"
     assert printable(HOSTILE) == SHOWN  # the same table as every other escape
     with pytest.raises(TypeError):
-        out.write(b"bytes")  # type: ignore[arg-type]
+        out.write(1234)  # type: ignore[arg-type]
     assert not hasattr(out, "buffer")  # click cannot write past the escaping
     assert out.isatty() is False and unescaped(cast(TextIO, out)) is raw
 
@@ -58,3 +58,13 @@ def test_a_progress_display_draws_its_own_carriage_returns() -> None:
     drawn = raw.getvalue()
     assert drawn.startswith("\rdc\\x1b: ") and drawn.endswith("\r")
     assert "\\r" not in drawn
+
+
+def test_bytes_click_writes_are_decoded_and_escaped() -> None:
+    """click writes a shell completion's answer as bytes to a stream without a buffer."""
+    raw = io.StringIO()
+    stream = cast(TextIO, EscapedOutput(raw))
+
+    click.echo(b"plain,send\nplain,\x1b[2Jx", file=stream)
+
+    assert raw.getvalue() == "plain,send\nplain,\\x1b[2Jx\n"
