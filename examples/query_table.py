@@ -176,6 +176,7 @@ def deltalake_reader(table: Path, version: int | None) -> None:
     data = dt.to_pyarrow_table(columns=["device"])
     print(f"version {dt.version()}, {len(dt.file_uris())} files, {data.num_rows} rows")
     counts = data.group_by("device").aggregate([([], "count_all")]).sort_by("device")
+    print(f"{'device':<32}{'rows':>10}")
     for device, n in zip(
         counts.column("device").to_pylist(), counts.column("count_all").to_pylist(), strict=True
     ):

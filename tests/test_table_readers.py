@@ -308,7 +308,8 @@ def test_the_example_reads_the_table_with_spark_sql_pyspark_time_travel_and_delt
     files = len(DeltaTable(str(table)).file_uris())
     assert lake[0] == f"version 1, {files} files, {new.num_rows} rows"
     devices = Counter(new.column("device").to_pylist())
-    assert {line.split()[0]: int(line.split()[1]) for line in lake[1:]} == devices
+    assert lake[1].split() == ["device", "rows"]
+    assert {line.split()[0]: int(line.split()[1]) for line in lake[2:]} == devices
 
     # the path from a loader config, an earlier version pinned in every reader
     config_file = loader_config_file(tmp_path / "loader.toml", config)
@@ -339,7 +340,11 @@ def test_the_example_reads_with_deltalake_alone_without_a_jvm(
     assert lines[0] == f"table {table}: versions 0 to 1, reading the latest"
     assert lines[1] == "# deltalake: DeltaTable(...).to_pyarrow_table()"
     assert lines[2] == "version 1, 2 files, 4 rows"
-    assert [line.split() for line in lines[3:]] == [["root.a.d1", "3"], ["root.a.d2", "1"]]
+    assert [line.split() for line in lines[3:]] == [
+        ["device", "rows"],
+        ["root.a.d1", "3"],
+        ["root.a.d2", "1"],
+    ]
 
     assert _example().main(["--table", str(table), "--readers", "deltalake", "--version", "0"]) == 0
     assert "version 0, 1 files, 3 rows" in capsys.readouterr().out
