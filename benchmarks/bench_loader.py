@@ -1,10 +1,13 @@
 """Benchmark: the Delta loader against the plain Parquet loader and a plain Spark Parquet copy.
 
 Generates ``--rows`` rows in ``--files`` Parquet files (and ``--tsfiles`` TsFiles,
-0 by default) in a receiver's storage layout, starts one Spark session, then
-times, in the same session:
+0 by default) in a receiver's storage layout, starts the loader's Spark session and a
+plain one, then times, alternating:
 
-* plain:  ``spark.read.parquet(files).write.parquet(out)``
+* plain:  ``spark.read.parquet(files).write.parquet(out)`` as a user runs it: in a
+  plain ``SparkSession`` of its own (Spark's defaults, the same master and driver
+  memory, none of the loader's settings, jars or extensions), in a child process
+  that stays up so that its JVM is as warm as the loader's; timed there.
 * plain+fsync: the same copy, then an fsync of every file it wrote and of its folder:
   what the loader does before it records a load, so the ratio against it compares
   equal durability (the plain copy leaves its output in the page cache).
@@ -90,6 +93,73 @@ for i in range(-1, int(repeat)):
 spark.stop()
 print(json.dumps({"times": times, "rows": rows}))
 """
+
+
+PLAIN_COPY = """
+import shutil, sys, time
+from pathlib import Path
+from pyspark.sql import SparkSession
+from bench_loader import fsync_tree
+master, memory, listing = sys.argv[1:4]
+paths = Path(listing).read_text().splitlines()
+spark = SparkSession.builder.master(master).config("spark.driver.memory", memory).getOrCreate()
+print("ready", flush=True)
+for line in sys.stdin:
+    out, durable = line.rstrip("\\n").split("\\t")
+    t = time.monotonic()
+    spark.read.parquet(*paths).write.mode("overwrite").parquet(out)
+    if durable == "1":
+        fsync_tree(Path(out))
+    took = time.monotonic() - t
+    shutil.rmtree(out, ignore_errors=True)
+    print(took, flush=True)
+spark.stop()
+"""
+
+
+class PlainSpark:
+    """The plain Spark copy in a child process with a plain session (see the module
+    text): the baseline as a user's own PySpark job runs it, not inside the loader's
+    session with its settings, jars and extensions."""
+
+    def __init__(self, paths: list[str], work: Path, master: str, memory: str) -> None:
+        import subprocess
+
+        listing = work / "plain-inputs.txt"
+        listing.write_text("\n".join(paths))
+        self.log = open(work / "plain-spark.log", "wb")  # noqa: SIM115 - the child keeps it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", PLAIN_COPY, master, memory, str(listing)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)},
+        )
+        if self._line() != "ready":
+            raise SystemExit(f"the plain Spark session did not start (see {self.log.name})")
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the plain Spark copy failed (see {self.log.name})")
+        return line.strip()
+
+    def copy(self, out: Path, durable: bool) -> float:
+        """Seconds of one copy into ``out`` (then removed), with ``durable`` fsynced."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{out}\t{int(durable)}\n")
+        self.proc.stdin.flush()
+        return float(self._line())
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(120)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.log.close()
 
 
 def parquet_loader(
@@ -280,24 +350,13 @@ def main() -> int:
     spark = create_session(
         args.master, work / "logs", conf={"spark.driver.memory": args.driver_memory}
     )
-    paths = [str(p) for p in files]
+    plain_spark = PlainSpark([str(p) for p in files], work, args.master, args.driver_memory)
 
     def plain(i: int) -> float:
-        out = work / f"plain-{i}"
-        t = time.monotonic()
-        spark.read.parquet(*paths).write.mode("overwrite").parquet(str(out))
-        took = time.monotonic() - t
-        shutil.rmtree(out, ignore_errors=True)
-        return took
+        return plain_spark.copy(work / f"plain-{i}", durable=False)
 
     def plain_durable(i: int) -> float:
-        out = work / f"plain-fsync-{i}"
-        t = time.monotonic()
-        spark.read.parquet(*paths).write.mode("overwrite").parquet(str(out))
-        fsync_tree(out)
-        took = time.monotonic() - t
-        shutil.rmtree(out, ignore_errors=True)
-        return took
+        return plain_spark.copy(work / f"plain-fsync-{i}", durable=True)
 
     def loader(i: int, source: Path = data_dir) -> tuple[float, int]:
         config = LoaderConfig([source], work / f"table-{i}", work / f"state-{i}")
@@ -354,6 +413,7 @@ def main() -> int:
         print(line)
 
     spark.stop()
+    plain_spark.close()
     old = None
     if args.parquet_rev:
         old = parquet_loader(
