@@ -29,6 +29,7 @@ from typing import Any
 from sealsync import durable
 from sealsync.errors import SealsyncError
 from spark_loader.delta_log import APP_ID, log_folder
+from spark_loader.session import conf_set
 
 #: How the commits appear in the table's history.
 OPERATION = "DeltaOperations$ManualUpdate$"
@@ -90,17 +91,8 @@ def commit(
     on (another writer), TableChanged and nothing is written. ``run_version`` goes
     into the ``txn`` action under :data:`APP_ID`.
     """
-    before = {key: spark.conf.get(key, None) for key in COMMIT_CONF}
-    for key, value in COMMIT_CONF.items():
-        spark.conf.set(key, value)
-    try:
+    with conf_set(spark, COMMIT_CONF):
         return _commit(spark, table, actions, metadata, read_version, run_version)
-    finally:
-        for key, earlier in before.items():
-            if earlier is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, earlier)
 
 
 def _commit(

@@ -205,10 +205,11 @@ def create_session(
 
 
 @contextmanager
-def run_conf(spark: Any) -> Iterator[None]:
-    """Apply RUN_CONF for the body, then put the caller's values back."""
+def conf_set(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """Apply ``settings`` to the session for the body, then put the caller's values
+    back (the session may be the caller's)."""
     before: dict[str, str | None] = {}
-    for key, value in RUN_CONF.items():
+    for key, value in settings.items():
         before[key] = spark.conf.get(key, None)
         spark.conf.set(key, value)
     try:
@@ -219,6 +220,11 @@ def run_conf(spark: Any) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, earlier)
+
+
+def run_conf(spark: Any) -> Any:
+    """Apply RUN_CONF for the body, then put the caller's values back."""
+    return conf_set(spark, RUN_CONF)
 
 
 @contextmanager
