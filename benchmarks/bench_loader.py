@@ -12,8 +12,8 @@ plain one, then times, alternating:
   what the loader does before it records a load, so the ratio against it compares
   equal durability (the plain copy leaves its output in the page cache).
 * loader: ``run_load`` into a fresh Delta table (discovery, links, footers, the
-  partitioned write, row checks, moves into the table, fsync, the Delta commit,
-  state), as ``sealsync load`` runs it.
+  Spark job copying each file into its own folder, row checks, moves into the table,
+  fsync, the Delta commit, state), as ``sealsync load`` runs it.
 * parquet loader: the loader as it was before its table became Delta (a plain
   Parquet table, partitions renamed in), from ``--parquet-rev`` of this repository
   (``git archive``), in a Spark session of its own in a child process, warmed up the

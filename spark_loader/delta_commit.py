@@ -67,13 +67,20 @@ def _jvm_object(jvm: Any, name: str) -> Any:
     return getattr(getattr(package, name), "MODULE$")
 
 
-def _action(jvm: Any, action: dict[str, Any]) -> Any:
-    text = json.dumps(action, separators=(",", ":"))
+def _parser(jvm: Any) -> Any:
+    """Delta's ``Action.fromJson``, looked up once per commit (each py4j lookup is a
+    round trip to the JVM, and a commit parses an action per file)."""
+    actions = jvm.org.apache.spark.sql.delta.actions
     try:
-        return jvm.org.apache.spark.sql.delta.actions.Action.fromJson(text)
+        parse = actions.Action.fromJson
+        parse('{"txn":{"appId":"probe","version":0}}')
     except Exception:  # no static forwarder on a trait's companion: the object itself
-        actions = jvm.org.apache.spark.sql.delta.actions
-        return getattr(getattr(actions, "Action$"), "MODULE$").fromJson(text)
+        parse = getattr(getattr(actions, "Action$"), "MODULE$").fromJson
+    return parse
+
+
+def _action(parse: Any, action: dict[str, Any]) -> Any:
+    return parse(json.dumps(action, separators=(",", ":")))
 
 
 def commit(
@@ -123,13 +130,14 @@ def _commit(
         raise TableChanged(f"the Delta table {table} already records run {run_version}")
     now = int(time.time() * 1000)
     try:
+        parse = _parser(jvm)
         if metadata is not None:
-            txn.updateMetadata(_action(jvm, {"metaData": metadata}), False)
+            txn.updateMetadata(_action(parse, {"metaData": metadata}), False)
         listed = jvm.java.util.ArrayList()
         for action in actions:
-            listed.add(_action(jvm, action))
+            listed.add(_action(parse, action))
         txn_action = {"appId": APP_ID, "version": run_version, "lastUpdated": now}
-        listed.add(_action(jvm, {"txn": txn_action}))
+        listed.add(_action(parse, {"txn": txn_action}))
         seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(listed).toSeq()
         version = int(txn.commit(seq, _jvm_object(jvm, OPERATION)))
     except Exception as exc:  # Delta refused it (a concurrent writer, a check): one line

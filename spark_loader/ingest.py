@@ -42,7 +42,7 @@ from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
 from spark_loader import delta_commit, lastrun, removals, resolve, swap, table_binding
 from spark_loader import schema as schemas
-from spark_loader.discovery import PARQUET, SourceFile, discover
+from spark_loader.discovery import SourceFile, discover
 from spark_loader.job import Ingest, Prepared, read_deletions
 from spark_loader.report import LoadReport
 from spark_loader.session import (
@@ -420,7 +420,7 @@ class _Run:
         run_id = uuid.uuid4().hex
         try:
             with python_warnings_quiet(), run_conf(session), driver_lock(session, self.state_dir):
-                if any(f.suffix != PARQUET for f in todo) and _remote_python(session):
+                if todo and _remote_python(session):  # TsFile and Parquet reads run in Python
                     check_executor_python(session)
                 job = Ingest(
                     session,

@@ -1,14 +1,15 @@
 """The Spark side of a run: source files in, one table partition per file out.
 
-Per batch of files, one DataFrame and one write:
+Per batch of files, one Spark job per kind of write:
 
-* **Parquet** files are read by Spark's own Parquet reader, one scan per batch and
-  file schema. Each file is first linked (hard link, else symlink) into a hidden
+* **Parquet** files are each first linked (hard link, else symlink) into a hidden
   folder of the table, ``.sealsync-links/<run>/b<batch>/p<n>/__sealsync_key=<k>/``
-  ``data.parquet``, where ``<k>`` is the file's number in the batch, so the scan of
-  ``p<n>`` yields the key as a constant column: no per-row lookup, no join. The hard
-  link is also a snapshot: a file the receiver deletes meanwhile stays readable
-  until the run ends.
+  ``data.parquet``, where ``<k>`` is the file's number in the batch. The hard link is
+  a snapshot: a file the receiver deletes meanwhile stays readable until the run
+  ends. On ingest, Arrow copies them on the executors (:mod:`.arrow_write`); in a
+  resolved group (:mod:`.resolve`), or where Arrow cannot write the session's codec,
+  Spark's own Parquet reader scans them, one scan per batch and file schema, the
+  scan of ``p<n>`` yielding the key as a constant column: no per-row lookup, no join.
 * **TsFiles** are read on the executors (:mod:`.tsfile_read`) over a DataFrame of
   file paths: by Apache TsFile's Java reader in the executors' JVMs (formats 3 and
   4), or, in a session without it, by the ``tsfile`` package through ``mapInArrow``
@@ -21,20 +22,23 @@ the versions its ``file_id`` names. The file's row carries the deletions, parsed
 the executors' reader, which drops those points per series (path patterns, closed
 time ranges, and in IoTDB 0.12-1.x only from the chunks that start below the
 deletion's file offset) and the rows left with no value. A Parquet file with
-deletions is read by the Arrow path (:func:`.tsfile_read.data_batches`) instead of a
-Spark Parquet scan, since a per-series deletion blanks columns, not whole rows. A
+deletions is read by Arrow (:mod:`.arrow_write`, or :func:`.tsfile_read.data_batches`
+in a resolved group) instead of a Spark Parquet scan, since a per-series deletion
+blanks columns, not whole rows. A
 deletion file that does not read, or holds a deletion this loader does not apply (a
 table-model one), makes its file skipped and reported and retried on the next run;
 :mod:`.ingest` checks that before any row of an older version leaves the table.
 
-**Writing.** The union is written into a fresh hidden staging folder of the table,
-one folder ``__sealsync_key=<k>`` per file; Spark's job commit makes it complete or
-leaves it unfinished. Then each key folder's files are moved into its file's
+**Writing.** The rows are written into a fresh hidden staging folder of the table,
+one folder ``__sealsync_key=<k>`` per file. Parquet files are copied there by Arrow on
+the executors (:mod:`.arrow_write`), column by column; TsFiles and resolved groups by
+Spark's write, whose job commit makes the folder complete or leaves it unfinished.
+Then each key folder's files are moved into its file's
 partition folder ``sender=/source_file=/file_id=`` (:mod:`.table`), where no reader
 sees them until the run's one Delta commit adds them. Provenance is the table's
 partition columns: no data file stores it, and a short int key is all the write
 looks at per row. Where the loader's jar runs
-(a local master, :mod:`.jvm`), its ``KeyedParquetFileFormat`` writes the folders:
+(a local master, :mod:`.jvm`), its ``KeyedParquetFileFormat`` writes Spark's folders:
 a task's rows come grouped by file already, so it opens a file's folder when the key
 changes, where Spark's ``partitionBy`` (used everywhere else, same folders) sorts
 every row by the key and copies it to drop the column (measured in
@@ -67,7 +71,7 @@ from sealsync.errors import FormatError
 from sealsync.formats import deletion, mods, mods2
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from sealsync.formats.deletion import SeriesDeletion
-from spark_loader import jvm, localfs, resolve
+from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import Failure, SplitRetry, describe
@@ -438,12 +442,48 @@ class Ingest:
         ranks: tuple[dict[int, int], dict[int, int]] | None = None,
     ) -> None:
         """Write the batch's rows by key; with ``ranks`` (key -> priority, key ->
-        group), resolved to one row per group and (device, time) first (:mod:`.resolve`)."""
-        from pyspark.sql.types import DoubleType, FloatType
+        group), resolved to one row per group and (device, time) first (:mod:`.resolve`).
 
+        Without ``ranks``, Parquet files are copied by Arrow on the executors
+        (:mod:`.arrow_write`), where it writes the session's codec; the rest by Spark.
+        """
         names = {n for p in batch for n in schemas.measurements(p.columns)}
         target = schemas.target_schema(self.state.columns, sorted(names))
-        frame = self._frame(batch, target)
+        compression = arrow_write.codec(self.spark) if ranks is None else None
+        arrowed = [p for p in batch if p.kind == PARQUET_GROUP] if compression else []
+        rest = [p for p in batch if p.kind != PARQUET_GROUP] if arrowed else batch
+        if rest:  # first: Spark's write makes the staging folder, which must not exist
+            self._spark_write(self._frame(rest, target), target, staging, ranks)
+        if arrowed:
+            assert compression is not None
+            self._arrow_write(arrowed, target, staging, compression)
+
+    def _arrow_write(
+        self, items: list[Prepared], target: Any, staging: Path, compression: str
+    ) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        stored = StructType([f for f in target.fields if f.name != KEY_COLUMN])
+        body = functools.partial(
+            arrow_write.written_batches,
+            schema=to_arrow_schema(stored),
+            staging=str(staging),
+            compression=compression,
+        )
+        files = self._files_df(items, deletions=True)
+        written = files.mapInArrow(body, arrow_write.WRITTEN_DDL).collect()
+        arrow_write.keep_returned(staging, [p.key for p in items if p.key is not None], written)
+
+    def _spark_write(
+        self,
+        frame: Any,
+        target: Any,
+        staging: Path,
+        ranks: tuple[dict[int, int], dict[int, int]] | None,
+    ) -> None:
+        from pyspark.sql.types import DoubleType, FloatType
+
         if ranks is not None:
             frame = resolve.resolved_frame(frame, ranks[0], ranks[1], target)
         writer = frame.write.mode("errorifexists")
@@ -474,6 +514,7 @@ class Ingest:
         """After a committed job: check each file's rows, move its partition into the
         table, make them durable, record them."""
         written = []
+        moves: list[tuple[Path, Partition]] = []
         for item in batch:
             src, partition = item.source, item.partition
             output = staging / f"{KEY_COLUMN}={item.key}"
@@ -491,13 +532,14 @@ class Ingest:
                 self._skip(src, f"wrote {rows} rows, the file holds {held}")
                 continue
             if output.is_dir():
-                self.table.move_in(output, partition)
+                moves.append((output, partition))
                 written.append(partition)
             self.state.files[item.file_id] = FileRecord(
                 src.sender, src.name, src.size, src.mtime_ns, rows, str(src.data_dir or "")
             )
             self.report.ingested += 1
             self.report.rows_written += rows
+        self.table.move_in_all(moves)
         if self.sync:
             self.table.sync(written)
 

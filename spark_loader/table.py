@@ -317,24 +317,35 @@ class Table:
         """Put the part files of a finished folder written elsewhere (a staging folder)
         in the partition's folder, as files of this run (committed with it). A folder
         without any gets an empty file, so that the partition keeps its place."""
-        files = part_files(folder) if folder.is_dir() else []
-        partition.path.mkdir(parents=True, exist_ok=True)
-        targets = [_free(partition.path / p.name) for p in files]
-        if not files:
-            targets = [partition.path / f"part-empty-{uuid.uuid4().hex}.parquet"]
-        self._name_uncommitted(targets)
-        if not files:
-            _write_empty(targets[0])
-        for src, dst in zip(files, targets, strict=False):
-            os.rename(src, dst)
-        values = {
-            SENDER_COLUMN: partition.sender,
-            SOURCE_COLUMN: partition.source_file,
-            FILE_ID_COLUMN: partition.file_id,
-        }
-        metas = [self._footers.pop(src, None) for src in files] or [None]
-        for dst, meta in zip(targets, metas, strict=True):
-            self._add(dst, values, tags or {}, new=True, meta=meta)
+        self.move_in_all([(folder, partition)], tags)
+
+    def move_in_all(
+        self, moves: Iterable[tuple[Path, Partition]], tags: dict[str, str] | None = None
+    ) -> None:
+        """:meth:`move_in` for many partitions, their files named uncommitted in one
+        write of the list instead of one per partition."""
+        planned = []
+        for folder, partition in moves:
+            files = part_files(folder) if folder.is_dir() else []
+            targets = [_free(partition.path / p.name) for p in files]
+            if not files:
+                targets = [partition.path / f"part-empty-{uuid.uuid4().hex}.parquet"]
+            partition.path.mkdir(parents=True, exist_ok=True)
+            planned.append((files, targets, partition))
+        self._name_uncommitted([t for _, targets, _ in planned for t in targets])
+        for files, targets, partition in planned:
+            if not files:
+                _write_empty(targets[0])
+            for src, dst in zip(files, targets, strict=False):
+                os.rename(src, dst)
+            values = {
+                SENDER_COLUMN: partition.sender,
+                SOURCE_COLUMN: partition.source_file,
+                FILE_ID_COLUMN: partition.file_id,
+            }
+            metas = [self._footers.pop(src, None) for src in files] or [None]
+            for dst, meta in zip(targets, metas, strict=True):
+                self._add(dst, values, tags or {}, new=True, meta=meta)
 
     def _empty_file(self, folder: Path) -> Path:
         path = folder / f"part-empty-{uuid.uuid4().hex}.parquet"

@@ -196,7 +196,7 @@ def deletion_records(
     return [(list(d.pattern), d.start, d.end, d.below_offset, d.where) for d in deletions]
 
 
-def _deletions(records: list[dict[str, Any]]) -> list[deletion.Deletion]:
+def deletions_of(records: list[dict[str, Any]]) -> list[deletion.Deletion]:
     """Rows of :data:`DELETIONS_DDL` back as the records they were made from."""
     return [
         deletion.SeriesDeletion(tuple(d["pattern"]), d["since"], d["until"], d["below"], d["where"])
@@ -219,7 +219,7 @@ def data_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterat
                 table = _read(row["path"])
                 if row["deletions"]:
                     size = os.path.getsize(row["path"])
-                    table = deletion.apply(table, _deletions(row["deletions"]), size)
+                    table = deletion.apply(table, deletions_of(row["deletions"]), size)
                 table = conform(table, schema, row)
             except Exception as exc:
                 raise RuntimeError(f"{FILE_ERROR}[{row['file_id']}]: {one_line(exc)}") from None
