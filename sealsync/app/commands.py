@@ -76,8 +76,9 @@ def load(
     a data dir gone empty stops the run, nothing removed (exit 1); a sender whose
     folders are gone or cannot be listed whole is held: its files wait, nothing of it
     removed, the others load (exit 1); --prune-missing removes the missing ones.
-    --full builds the new table beside the old one and swaps it in. A file that cannot
-    be read is reported and retried next run (exit 1)."""
+    --full rebuilds the table from every file in one commit (readers see the old table
+    or the new one). A file that cannot be read is reported and retried next run
+    (exit 1)."""
     from spark_loader import run_load
 
     config = load_loader_config(config_path)
