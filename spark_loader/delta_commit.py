@@ -43,6 +43,10 @@ OPERATION = "DeltaOperations$ManualUpdate$"
 COMMIT_CONF = {"spark.databricks.delta.writeChecksumFile.enabled": "false"}
 
 
+#: The session setting Delta takes a commit's ``userMetadata`` from.
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
 class TableChanged(SealsyncError):
     """Another writer committed to the table while this run prepared its commit: the
     run commits nothing (its files are removed by the next run, which starts again
@@ -98,7 +102,11 @@ def commit(
     on (another writer), TableChanged and nothing is written. ``run_version`` goes
     into the ``txn`` action under :data:`APP_ID`.
     """
-    with conf_set(spark, COMMIT_CONF):
+    added = sum(1 for a in actions if "add" in a)
+    removed = sum(1 for a in actions if "remove" in a)
+    # DESCRIBE HISTORY's userMetadata: which run a version is, and what it changed.
+    said = f"sealsync load run {run_version}: {added} files added, {removed} removed"
+    with conf_set(spark, {**COMMIT_CONF, USER_METADATA: said}):
         return _commit(spark, table, actions, metadata, read_version, run_version)
 
 

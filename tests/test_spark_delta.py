@@ -95,7 +95,11 @@ def test_spark_deltalake_and_time_travel_read_the_same_versions(tmp_path: Path, 
         assert canonical(rust.to_pylist()) == expected
         assert canonical(delta_log.read_arrow(path, version).to_pylist()) == expected
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
-    assert sorted(r.version for r in history) == [0, 1]
+    assert sorted((r.version, r.userMetadata) for r in history) == [
+        (0, "sealsync load run 0: 4 files added, 0 removed"),
+        (1, "sealsync load run 1: 0 files added, 1 removed"),
+    ]
+    assert spark.conf.get(delta_commit.USER_METADATA, None) is None  # the session's again
     assert partition_dirs(config.table_path, version=0) > partition_dirs(config.table_path)
 
 
