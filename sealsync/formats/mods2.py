@@ -153,7 +153,10 @@ def _string(text: str) -> bytes:
 
 
 def tree_entry(path: str, start: int, end: int) -> bytes:
-    """One tree-model deletion as IoTDB 2.x writes it."""
+    """One tree-model deletion as IoTDB 2.x writes it (``ModEntry.serialize``: the type
+    byte, the ``TimeRange``'s start and end; then ``TreeDeletionEntry``'s pattern,
+    ``ReadWriteIOUtils.writeVar`` of its full path), for the simulator and tests: a
+    ``.mods2`` is these entries appended one after another."""
     return (
         bytes([TREE])
         + start.to_bytes(8, "big", signed=True)
