@@ -4,7 +4,7 @@
     python examples/edge_instance.py ROOT --unsequence 2 --format parquet --data-dirs 2
 
 Writes under ROOT/schema (schema log mlog.txt) and ROOT/data (or ROOT/data0, ...):
-per storage group ``root.sg<g>``, ``--files`` sealed sequence files of consecutive
+per database ``root.sg<g>``, ``--files`` sealed sequence files of consecutive
 time ranges and ``--unsequence`` files overlapping the first ones; devices are
 ``root.sg<g>.d<k>`` with measurements s1, s2. Running it again adds more files
 (fresh names; pass a later --start-ms for later points).
@@ -17,10 +17,20 @@ import sys
 from pathlib import Path
 
 try:
-    from sealsync.simulator import DEFAULT_MEASUREMENTS, DEFAULT_STEP_MS, EdgeInstance
+    from sealsync.simulator import (
+        DEFAULT_MEASUREMENTS,
+        DEFAULT_STEP_MS,
+        EdgeInstance,
+        time_partition,
+    )
 except ImportError:  # run from a checkout without installing the package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from sealsync.simulator import DEFAULT_MEASUREMENTS, DEFAULT_STEP_MS, EdgeInstance
+    from sealsync.simulator import (
+        DEFAULT_MEASUREMENTS,
+        DEFAULT_STEP_MS,
+        EdgeInstance,
+        time_partition,
+    )
 
 EPOCH_MS = 1_700_000_000_000
 
@@ -70,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         for n, (i, unsequence) in enumerate(plan):
             rel = edge.write_file(
                 group,
-                0,
+                time_partition(args.start_ms + i * span),
                 devices=devices,
                 rows_per_device=args.rows,
                 start_ms=args.start_ms + i * span,

@@ -1,55 +1,88 @@
 """A simulated edge database instance, for tests and ``sealsync demo``.
 
-It produces what a sender meets on a real edge node (docs/design.md §1.3, §2.1): data files
-under ``<data dir>/{sequence,unsequence}/<group>/<region>/<partition>/`` (IoTDB's
-storage group or database, virtual storage group or data region, time partition) named
-as IoTDB names them, ``<time>-<version>-<inner compactions>-<cross compactions>.tsfile``
-(``<time>`` the clock when the file was made, ``<version>`` rising per instance, also
-across a restart), sealed by an
-``X.resource`` written only once ``X`` is complete, later deletions in
-``X.mods``, merges that mark files with ``X.merge`` and then replace them, TTL
-deletes, and a schema log ``<schema dir>/mlog.txt``.
+It writes what an IoTDB 2.0 DataNode writes (checked against a real 2.0.1-beta by
+tests/test_simulator_vs_iotdb.py; docs/design.md §1.3, §2.1), so that everything
+downstream -- sender, receiver, loader, the demo -- meets one real release's files
+without an IoTDB running. 2.0 because it is the release whose TsFile format (4) the
+``tsfile`` package writes; IoTDB 0.12-1.x write format 3, which that package cannot.
+
+* Data files under ``<data dir>/{sequence,unsequence}/<database>/<data region>/<time
+  partition>/``, named ``<time>-<version>-<inner compactions>-<cross
+  compactions>.tsfile`` (``TsFileNameGenerator``): ``<time>`` the clock when the file
+  was made, ``<version>`` rising per instance, also across a restart. (IoTDB counts
+  versions per data region and time partition; one count for the whole instance
+  orders files the same way within each partition, which is all IoTDB's rules
+  compare.) The data region is 1 unless the caller says otherwise, the first data
+  region a fresh one-node 2.0 gives a database.
+* ``X.resource`` once ``X`` is complete, in IoTDB 2.0's binary layout
+  (:mod:`sealsync.formats.resource`): each device's first and last time, no plan
+  index, and the consensus progress of a one-node IoTDB (:func:`resource.iot_progress_index`,
+  the file's version standing for the write's search index).
+* Deletions appended to ``X.mods2`` as ``TreeDeletionEntry`` records
+  (:mod:`sealsync.formats.mods2`), the path pattern as the ``DELETE`` statement gave it.
+* Compactions as 2.0 runs them (``InnerSpaceCompactionTask``,
+  ``CrossSpaceCompactionTask``): a log ``<target>.inner-compaction.log`` (or
+  ``.cross-compaction.log``) beside a target written under a temporary suffix
+  (``.inner``/``.cross``), the target renamed to its ``.tsfile`` name and sealed
+  while its sources are still sealed, then the sources and the log deleted. No
+  marker ever unseals a source.
+* TTL deletes, and a schema log ``<schema dir>/mlog.txt`` of text lines: the schema
+  log the sender ships (IoTDB 2.0 itself keeps its schema in schema regions).
 
 TsFiles are written in the tree model (devices ``root.sg1.d1``, measurements
-``s1``, ``s2``; see :mod:`sealsync.formats.tsfile`). Point values are a pure
+``s1``, ``s2``; see :mod:`sealsync.formats.tsfile`), format 4. Point values are a pure
 function of (device, measurement, time), :func:`point_value`, so a test can
-compute the rows a file holds (:func:`expected_table`) without reading it.
+compute the rows a file holds (:func:`expected_table`) without reading it. A Parquet
+data file (``fmt="parquet"``, sealsync's own second format) gets the same sidecars.
 
 As in an instance, a data file is written in place (it counts only once sealed),
-``X.resource`` and ``X.merge`` appear whole (``durable.atomic_write``), and
-deletions are appended to ``X.mods``. The files are the simulated database's, not
-sealsync state, so nothing is fsynced: crash consistency of the edge database is
-not what the tests exercise, and hundreds of fsyncs would slow them down.
+``X.resource`` appears whole (``durable.atomic_write``), and deletions are appended
+to ``X.mods2``. The files are the simulated database's, not sealsync state, so
+nothing is fsynced: crash consistency of the edge database is not what the tests
+exercise, and hundreds of fsyncs would slow them down.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sealsync import durable, formats
-from sealsync.formats import deletion, mods
+from sealsync.formats import deletion, mods2, resource
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from sealsync.formats.deletion import MIN_TIME
 from sealsync.names import check_data_name, check_relative
 
 FORMAT_SUFFIXES = {"tsfile": ".tsfile", "parquet": ".parquet"}
-RESOURCE, MODS, MERGE = ".resource", ".mods", ".merge"
-SIDECARS = (RESOURCE, MODS, MERGE)
+RESOURCE, MODS2 = ".resource", ".mods2"
+SIDECARS = (RESOURCE, MODS2)
+# A compaction's target while it is written (IoTDBConstant), and its log (CompactionLogger)
+INNER_TEMP, CROSS_TEMP = ".inner", ".cross"
+INNER_LOG, CROSS_LOG = ".inner-compaction.log", ".cross-compaction.log"
 SCHEMA_LOG = "mlog.txt"
 DEFAULT_MEASUREMENTS = ("s1", "s2")
 DEFAULT_STEP_MS = 1000
 # IoTDB's (TsFileNameGenerator): <time>-<version>-<inner compactions>-<cross compactions>
 _NAME = re.compile(r"^(\d+)-(\d+)-(\d+)-(\d+)\.[a-z]+$")
-DEFAULT_REGION = 0  # 0.12/0.13 name their one virtual storage group 0
+DEFAULT_REGION = 1  # a fresh one-node 2.0's first data region (schema region 0 before it)
+DELETE_LEVELS = ("*", "**")  # DELETE FROM <device>.* / <device>.**
+PARTITION_INTERVAL_MS = 604_800_000  # 2.0's default time_partition_interval: 7 days
+
+
+def time_partition(time_ms: int) -> int:
+    """The time partition IoTDB 2.0 puts a point in (``TimePartitionUtils``, default
+    interval): the folder a file of points from ``time_ms`` on belongs in, as long as
+    its points stay in that partition. The ``partition`` callers give
+    :meth:`EdgeInstance.write_file` is theirs to choose; this is IoTDB's."""
+    return time_ms // PARTITION_INTERVAL_MS
 
 
 def point_value(device: str, measurement: str, time_ms: int) -> int:
@@ -85,9 +118,9 @@ def expected_table(
     return pa.table(columns)
 
 
-def _publish(path: Path, text: str) -> None:
+def _publish(path: Path, data: bytes) -> None:
     """Make a sidecar appear whole: readers see no file or the full content."""
-    durable.atomic_write(path, text, sync=False)
+    durable.atomic_write(path, data, sync=False)
 
 
 def _dedupe_keep_last(table: pa.Table) -> pa.Table:
@@ -101,26 +134,53 @@ def _dedupe_keep_last(table: pa.Table) -> pa.Table:
     return table.filter(keep).drop_columns([order])
 
 
-def _compacted_name(rels: Sequence[str], unsequence: bool, suffix: str) -> str | None:
-    """The name IoTDB gives a compaction's target (``TsFileNameGenerator``): of files of
-    one space (inner compaction) the lowest time and version for sequence files, the
-    highest for unsequence ones, one more inner compaction than the most compacted
-    input; of both spaces (cross compaction, the target in sequence) the sequence
-    input's time and version with one more cross compaction. None if an input has
-    another name."""
-    names = [_NAME.match(PurePosixPath(r).name) for r in rels]
-    if not all(names):
+def _name_fields(rel: str) -> tuple[int, int, int, int] | None:
+    """``(time, version, inner, cross)`` of a data file's name; None if not IoTDB's."""
+    m = _NAME.match(PurePosixPath(rel).name)
+    return None if m is None else (int(m[1]), int(m[2]), int(m[3]), int(m[4]))
+
+
+def compacted_name(rels: Sequence[str], suffix: str) -> str | None:
+    """The name IoTDB 2.0 gives a compaction's target (``TsFileNameGenerator``), its
+    ``suffix`` the target's temporary one or the final one.
+
+    Of files of one space (an inner compaction) the target named after the first
+    source in name order (time, then version; ``TsFileResource.compareFileName``),
+    one more inner compaction than the most compacted source and the highest cross
+    count: 2.0 opens one target per source under those names and fills the first,
+    deleting the others empty. Of both spaces (a cross compaction, the target in
+    sequence) the first sequence source's time, version and inner count, one more
+    cross compaction: 2.0 writes one target per sequence source, named so; the
+    simulator's one target takes the first's. None if a source has another name."""
+    fields = [_name_fields(r) for r in rels]
+    if not all(fields):
         return None
-    fields = [tuple(int(m.group(i)) for i in (1, 2, 3, 4)) for m in names if m]
-    spaces = {r.split("/", 1)[0] for r in rels}
-    inner = max(f[2] for f in fields)
-    cross = max(f[3] for f in fields)
-    if len(spaces) > 1:
-        seq = [f for r, f in zip(rels, fields, strict=True) if r.startswith("sequence/")]
-        low = min(seq)
-        return f"{low[0]}-{low[1]}-{inner}-{cross + 1}{suffix}"
-    pick = max if unsequence else min
-    return f"{pick(f[0] for f in fields)}-{pick(f[1] for f in fields)}-{inner + 1}-{cross}{suffix}"
+    named = [(f, r) for f, r in zip(fields, rels, strict=True) if f is not None]
+    if len({r.split("/", 1)[0] for r in rels}) > 1:
+        t, v, inner, cross = min(f for f, r in named if r.startswith("sequence/"))
+        return f"{t}-{v}-{inner}-{cross + 1}{suffix}"
+    t, v, _, _ = min(f for f, _ in named)
+    inner = max(f[2] for f, _ in named)
+    cross = max(f[3] for f, _ in named)
+    return f"{t}-{v}-{inner + 1}-{cross}{suffix}"
+
+
+def _log_line(kind: str, rel: str) -> str:
+    """One line of a compaction log: ``source``/``target`` and the file's identifier,
+    ``<space> <database> <region> <partition> <name>`` (``TsFileIdentifier``)."""
+    return " ".join((kind, *PurePosixPath(rel).parts)) + "\n"
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A compaction under way (:meth:`EdgeInstance.start_compaction`): relative names
+    of its sources, its target (final name), the target's temporary name and its log."""
+
+    sources: tuple[str, ...]
+    target: str
+    temporary: str
+    log: str
+    data_dir: int
 
 
 class EdgeInstance:
@@ -168,12 +228,9 @@ class EdgeInstance:
         return sorted(found)
 
     def sealed_files(self, data_dir: int = 0) -> list[str]:
-        """Data files with ``X.resource`` and without ``X.merge`` (docs/design.md §1.3)."""
+        """Data files with their ``X.resource``: sealed (docs/design.md §1.3)."""
         return [
-            rel
-            for rel in self.data_files(data_dir)
-            if self.path(rel + RESOURCE, data_dir).exists()
-            and not self.path(rel + MERGE, data_dir).exists()
+            rel for rel in self.data_files(data_dir) if self.path(rel + RESOURCE, data_dir).exists()
         ]
 
     def _free(self, folder: Path, name: str) -> bool:
@@ -241,7 +298,7 @@ class EdgeInstance:
         """Write a file of deterministic points (see :func:`expected_table`).
 
         Returns the relative POSIX name, e.g.
-        ``sequence/root.sg1/0/0/1795720512767-1-0-0.tsfile``. With ``seal`` the
+        ``sequence/root.sg1/1/0/1795720512767-1-0-0.tsfile``. With ``seal`` the
         ``X.resource`` appears only after the data file is complete.
         """
         table = expected_table(devices, rows_per_device, start_ms, measurements, step_ms)
@@ -257,85 +314,124 @@ class EdgeInstance:
             region=region,
         )
 
-    def _write_resource(self, rel: str, data_dir: int, table: pa.Table) -> None:
-        times = table.column(TIME_COLUMN)
-        content = {
-            "devices": sorted(set(table.column(DEVICE_COLUMN).to_pylist())),
-            "start_ms": pc.min(times).as_py(),
-            "end_ms": pc.max(times).as_py(),
-            "rows": table.num_rows,
+    def _write_resource(
+        self, rel: str, data_dir: int, table: pa.Table, search_index: int | None = None
+    ) -> None:
+        """``X.resource`` as 2.0 writes it: each device's first and last time in device
+        order, and the progress of the writes it holds: ``search_index``, by default the
+        file's version (2.0's search index rises with each write to the region, as the
+        versions of the files written rise)."""
+        by_device = table.group_by(DEVICE_COLUMN, use_threads=False).aggregate(
+            [(TIME_COLUMN, "min"), (TIME_COLUMN, "max")]
+        )
+        devices = {
+            device: (start, end)
+            for device, start, end in sorted(
+                zip(
+                    by_device.column(DEVICE_COLUMN).to_pylist(),
+                    by_device.column(f"{TIME_COLUMN}_min").to_pylist(),
+                    by_device.column(f"{TIME_COLUMN}_max").to_pylist(),
+                    strict=True,
+                )
+            )
         }
-        _publish(self.path(rel + RESOURCE, data_dir), json.dumps(content, sort_keys=True) + "\n")
+        if search_index is None:
+            fields = _name_fields(rel)
+            search_index = fields[1] if fields is not None else max(self._version, 1)
+        data = resource.serialize(devices, progress_index=resource.iot_progress_index(search_index))
+        _publish(self.path(rel + RESOURCE, data_dir), data)
 
     def seal(self, rel: str, data_dir: int = 0) -> None:
         """Write ``X.resource`` for a file written with ``seal=False``."""
         data = self.path(check_data_name(rel), data_dir)
         self._write_resource(rel, data_dir, formats.format_for(rel).to_arrow(data))
 
-    def add_mods(self, rel: str, device: str, until_ms: int, data_dir: int = 0) -> None:
-        """Record that ``device``'s points up to ``until_ms`` were deleted after sealing,
-        as IoTDB 0.12-1.x writes it: every series of the device (``<device>.*``), from
-        ``Long.MIN_VALUE``, in the chunks below the sealed file's length."""
+    def add_mods(
+        self, rel: str, device: str, until_ms: int, data_dir: int = 0, *, levels: str = "*"
+    ) -> None:
+        """Record in ``X.mods2`` that ``device``'s points up to ``until_ms`` were
+        deleted after sealing, as IoTDB 2.0 writes ``DELETE FROM <device>.* WHERE time
+        <= until_ms`` (``levels="**"``: ``<device>.**``, the series of devices below it
+        too): one ``TreeDeletionEntry``, the pattern as the statement gave it, from
+        ``Long.MIN_VALUE``. The caller picks the file; IoTDB writes the entry to every
+        sealed file whose ``.resource`` may hold a matching point."""
         check_data_name(rel)
-        size = os.path.getsize(self.path(rel, data_dir))
-        with open(self.path(rel + MODS, data_dir), "a", encoding="utf-8") as f:
-            f.write(mods.line(f"{device}.*", size, MIN_TIME, until_ms))
+        if levels not in DELETE_LEVELS:
+            raise ValueError(f"levels {levels!r}: expected one of {DELETE_LEVELS}")
+        entry = mods2.tree_entry(f"{device}.{levels}", MIN_TIME, until_ms)
+        with open(self.path(rel + MODS2, data_dir), "ab") as f:
+            f.write(entry)
 
-    def start_merge(self, rel: str, data_dir: int = 0) -> None:
-        """Mark a file as being rewritten by a merge: it is no longer sealed."""
-        check_data_name(rel)
-        _publish(self.path(rel + MERGE, data_dir), "merging\n")
-
-    def end_merge(self, rel: str, data_dir: int = 0) -> None:
-        check_data_name(rel)
-        self.path(rel + MERGE, data_dir).unlink(missing_ok=True)
-
-    def merge(self, rels: list[str], group: str, partition: int, data_dir: int = 0) -> str:
-        """Compact ``rels`` into one new sealed file; returns its relative name.
-
-        Like a compaction: the inputs are marked ``X.merge``, their points minus
-        those their ``X.mods`` delete are written to the new file (a later input
-        wins a (device, time) tie), and only then are the inputs and their
-        sidecars deleted. The output keeps the first input's format and goes to
-        ``unsequence`` only if every input came from there.
-        """
+    def start_compaction(
+        self, rels: Sequence[str], group: str, partition: int, data_dir: int = 0
+    ) -> Compaction:
+        """Start compacting ``rels`` as IoTDB 2.0 does: the log first (every source,
+        then the target), then the target under its temporary suffix, holding the
+        sources' points minus those their ``X.mods2`` delete (a later source wins a
+        (device, time) tie). The sources stay sealed and untouched; the target is no
+        data file yet. Its format is the first source's; it goes to ``unsequence``
+        only if every source came from there (else a cross compaction, in sequence)."""
         if not rels:
             raise ValueError("nothing to merge")
         for rel in rels:
             check_data_name(rel)
-        for rel in rels:
-            self.start_merge(rel, data_dir)
         tables = []
         for rel in rels:
-            data = self.path(rel, data_dir)
-            table = formats.format_for(rel).to_arrow(data)
-            gone = mods.read(self.path(rel + MODS, data_dir))
-            tables.append(deletion.apply(table, list(gone), os.path.getsize(data)))
+            table = formats.format_for(rel).to_arrow(self.path(rel, data_dir))
+            tables.append(deletion.apply(table, mods2.read(self.path(rel + MODS2, data_dir))))
         merged = _dedupe_keep_last(pa.concat_tables(tables, promote_options="permissive"))
         fmt = "parquet" if rels[0].endswith(FORMAT_SUFFIXES["parquet"]) else "tsfile"
         unsequence = all(r.startswith("unsequence/") for r in rels)
+        cross = len({r.split("/", 1)[0] for r in rels}) > 1
         parts = PurePosixPath(rels[0]).parts
         region = int(parts[2]) if len(parts) == 5 and parts[2].isdigit() else DEFAULT_REGION
         space = "unsequence" if unsequence else "sequence"
-        folder = self.path(f"{space}/{group}/{region}/{partition}", data_dir)
-        name = _compacted_name(rels, unsequence, FORMAT_SUFFIXES[fmt])
-        new = self.write_table(
-            merged,
-            group,
-            partition,
-            name if name is not None and self._free(folder, name) else None,
-            unsequence=unsequence,
-            fmt=fmt,
-            data_dir=data_dir,
-            region=region,
-        )
-        for rel in rels:
-            self.delete(rel, data_dir)
-        return new
+        folder_rel = f"{space}/{group}/{region}/{partition}"
+        folder = self.path(folder_rel, data_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        suffix = FORMAT_SUFFIXES[fmt]
+        name = compacted_name(rels, suffix)
+        if name is None or not self._free(folder, name):
+            name = self._new_name(folder, suffix)
+        stem = name[: -len(suffix)]
+        temporary = f"{folder_rel}/{stem}{CROSS_TEMP if cross else INNER_TEMP}"
+        log = temporary + (CROSS_LOG if cross else INNER_LOG)
+        lines = [_log_line("source", r) for r in rels] + [_log_line("target", temporary)]
+        _publish(self.path(log, data_dir), "".join(lines).encode())
+        self.path(temporary, data_dir).unlink(missing_ok=True)  # a crashed run's leftover
+        formats.format_for(name).write_arrow(self.path(temporary, data_dir), merged)
+        return Compaction(tuple(rels), f"{folder_rel}/{name}", temporary, log, data_dir)
+
+    def seal_compaction(self, compaction: Compaction) -> str:
+        """The target takes its ``.tsfile`` name and its ``X.resource``: sealed beside
+        its still sealed sources, the window a sender may ship both in. Its progress is
+        the furthest of its sources' (``updateToMinimumEqualOrIsAfterProgressIndex``
+        keeps the highest search index of each peer)."""
+        d, target = compaction.data_dir, compaction.target
+        os.replace(self.path(compaction.temporary, d), self.path(target, d))
+        versions = [f[1] for r in compaction.sources if (f := _name_fields(r)) is not None]
+        table = formats.format_for(target).to_arrow(self.path(target, d))
+        self._write_resource(target, d, table, max(versions) if versions else None)
+        return target
+
+    def end_compaction(self, compaction: Compaction) -> None:
+        """The sources and their sidecars go, then the log: the compaction is over."""
+        for rel in compaction.sources:
+            self.delete(rel, compaction.data_dir)
+        self.path(compaction.log, compaction.data_dir).unlink(missing_ok=True)
+
+    def merge(self, rels: list[str], group: str, partition: int, data_dir: int = 0) -> str:
+        """Compact ``rels`` into one new sealed file and delete them; returns its
+        relative name (:meth:`start_compaction`, :meth:`seal_compaction`,
+        :meth:`end_compaction` in a row)."""
+        compaction = self.start_compaction(rels, group, partition, data_dir)
+        target = self.seal_compaction(compaction)
+        self.end_compaction(compaction)
+        return target
 
     def delete(self, rel: str, data_dir: int = 0) -> None:
-        """Remove a data file and its sidecars (a TTL expiry): data file first, so the
-        file is never seen sealed without its data."""
+        """Remove a data file and its sidecars (a TTL expiry, a compaction's sources):
+        the data file first, then ``X.resource`` and ``X.mods2``."""
         check_data_name(rel)
         for extra in ("", *SIDECARS):
             self.path(rel + extra, data_dir).unlink(missing_ok=True)

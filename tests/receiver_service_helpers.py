@@ -115,12 +115,15 @@ def send_file(
     mods: bytes | None = None,
     digest: str | None = None,
     chunk: int = 7000,
+    mods2: bytes | None = None,
 ) -> None:
     """FILE_BEGIN, CHUNKs of ``chunk`` bytes, FILE_END on ``conn`` (a socket or a channel),
-    without waiting: the verdict is read later. ``digest`` replaces the stream's MD5."""
-    stream = data + resource + (mods or b"")
+    without waiting: the verdict is read later. ``digest`` replaces the stream's MD5;
+    ``mods2`` is an ``X.mods2`` sent after the ``X.mods``."""
+    stream = data + resource + (mods or b"") + (mods2 or b"")
     sizes = len(data), len(resource), -1 if mods is None else len(mods)
-    send(conn, FileBegin(file_id, name, *sizes))
+    extra = {} if mods2 is None else {"mods2_size": len(mods2)}
+    send(conn, FileBegin(file_id, name, *sizes, **extra))
     for i in range(0, len(stream), chunk):
         send(conn, Chunk(stream[i : i + chunk]))
     send(conn, FileEnd(file_id, digest or md5(stream)))
@@ -176,7 +179,8 @@ class Client:
 
     def send_file(self, *args: Any, **kwargs: Any) -> None:
         """:func:`send_file` on this channel (file_id, name, data, resource, mods, digest,
-        chunk): FILE_BEGIN, CHUNKs, FILE_END without waiting (the verdict is read later)."""
+        chunk, mods2): FILE_BEGIN, CHUNKs, FILE_END without waiting (the verdict is read
+        later)."""
         send_file(self.chan, *args, **kwargs)
 
     def close(self) -> None:

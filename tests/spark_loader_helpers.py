@@ -18,9 +18,9 @@ from receiver.load.apply import log_deletion
 from receiver.storage import DirectoryStorage
 from sealsync import formats
 from sealsync.config import LoaderConfig
-from sealsync.formats import deletion, mods
+from sealsync.formats import deletion, mods, mods2
 from sealsync.formats.deletion import MIN_TIME
-from sealsync.names import MODS_SUFFIX, SIDECAR_SUFFIXES
+from sealsync.names import MODS2_SUFFIX, MODS_SUFFIX, SIDECAR_SUFFIXES
 from sealsync.simulator import EdgeInstance
 from spark_loader import delta_log, read_arrow
 from spark_loader.table import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
@@ -43,9 +43,10 @@ class Receiver:
     def place(
         self, edge: EdgeInstance, rel: str, sender: str = SENDER_A, data_dir: int = 0
     ) -> Path:
-        """Copy an edge file and its sidecars (``.mods`` too) to where the receiver loads it.
+        """Copy an edge file and its sidecars (its ``.mods2`` too) to where the receiver
+        loads it.
 
-        Without a ``.mods`` on the edge, a copy from an earlier placing is removed,
+        Without a ``.mods2`` on the edge, a copy from an earlier placing is removed,
         as the receiver does when a file arrives without one.
         """
         target = self.storage.target(self.data_dirs[data_dir], sender, rel)
@@ -65,7 +66,8 @@ class Receiver:
         return Path(f"{self.placed[(sender, rel)]}{MODS_SUFFIX}")
 
     def add_mods(self, rel: str, device: str, until_ms: int, sender: str = SENDER_A) -> None:
-        """Append a deletion to the receiver's ``.mods`` of a placed file (it grows)."""
+        """Append a deletion to the receiver's ``.mods`` of a placed file (it grows): the
+        text deletions a 0.12-1.x sender ships, beside the edge's own ``.mods2``."""
         size = os.path.getsize(self.placed[(sender, rel)])
         with open(self.mods_path(rel, sender), "a", encoding="utf-8") as f:
             f.write(mods.line(f"{device}.*", size, MIN_TIME, until_ms))
@@ -108,9 +110,9 @@ def table_rows(table_path: Path) -> list[tuple]:
 
 def file_rows(path: Path) -> pa.Table:
     """A receiver file's rows as the table must hold them: read independently of the
-    loader, without the points its ``.mods`` deletes."""
+    loader, without the points its ``.mods`` and ``.mods2`` delete."""
     table: pa.Table = formats.format_for(path).to_arrow(path)
-    gone = list(mods.read(Path(f"{path}{MODS_SUFFIX}")))
+    gone = [*mods.read(Path(f"{path}{MODS_SUFFIX}")), *mods2.read(Path(f"{path}{MODS2_SUFFIX}"))]
     return deletion.apply(table, gone, os.path.getsize(path))
 
 

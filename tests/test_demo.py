@@ -13,8 +13,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from sealsync import formats
-from sealsync.formats import deletion, mods
-from sealsync.names import MODS_SUFFIX
+from sealsync.formats import deletion, mods2
+from sealsync.names import MODS2_SUFFIX
 from sealsync.simulator import EdgeInstance
 
 pytestmark = pytest.mark.slow  # sealsync demo as a process (Spark included)
@@ -34,7 +34,7 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     assert summary["ok"] is True
 
     # the rounds: 12 files, then a merge of 3 (1 new, 3 deleted), 2 new files and the
-    # synced file whose .mods changed, shipped again
+    # synced file whose .mods2 changed, shipped again
     moved = [(r["shipped_files"], r["deleted_files"]) for r in summary["rounds"]]
     assert moved == [(12, 0), (4, 3)]
     assert all(r["shipped_bytes"] > 0 and r["ok"] for r in summary["rounds"])
@@ -49,10 +49,9 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     for name in sealed:
         table = formats.format_for(name).to_arrow(edge.path(name))
         raw.update(table.column("device").to_pylist())
-        gone = list(mods.read(edge.path(name + MODS_SUFFIX)))
-        kept = deletion.apply(table, gone, edge.path(name).stat().st_size)
+        kept = deletion.apply(table, mods2.read(edge.path(name + MODS2_SUFFIX)))
         want.update(kept.column("device").to_pylist())
-    assert want["root.sg2.d1"] < raw["root.sg2.d1"]  # the .mods deletion took points away
+    assert want["root.sg2.d1"] < raw["root.sg2.d1"]  # the .mods2 deletion took points away
 
     # the table, read with pyarrow (no Spark), holds exactly those rows
     table = ds.dataset(
@@ -63,8 +62,8 @@ def test_demo_runs_the_whole_pipeline_and_its_summary_matches_the_files(tmp_path
     assert set(table.column("source_file").to_pylist()) == set(sealed)
     assert summary["load"]["ok"] is True
 
-    # a .mods deletion never deletes the file (docs/design.md §9.2), and no process is left
-    assert any(Path(edge.path(n + ".mods")).exists() for n in sealed)
+    # a .mods2 deletion never deletes the file (docs/design.md §9.2), and no process is left
+    assert any(Path(edge.path(n + MODS2_SUFFIX)).exists() for n in sealed)
     for folder, path in summary["folders"].items():
         assert Path(path).exists(), folder
 

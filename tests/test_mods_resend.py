@@ -31,6 +31,7 @@ from state_helpers import Crash, DurableStepCrash, sync_log_lines, write_data_fi
 from receiver.storage import DirectoryStorage
 from sealsync import durable
 from sealsync.config import ReceiverEndpoint, SenderConfig
+from sealsync.formats import mods2
 from sealsync.protocol import Verdict
 from sealsync.synclog import SyncLogState, read_sync_log
 from sender import round as round_mod
@@ -556,7 +557,7 @@ def test_a_changed_mods_reaches_the_receiver_and_the_file_is_never_deleted(
     first = send()
     assert first["shipped_files"] == len(names)
     victim = names[1]
-    assert not Path(f"{stored(victim)}.mods").exists()
+    assert not Path(f"{stored(victim)}.mods2").exists()
 
     edge.add_mods(victim, "root.sg0.d1", 10_000)
     status = subprocess.run(
@@ -575,8 +576,8 @@ def test_a_changed_mods_reaches_the_receiver_and_the_file_is_never_deleted(
     second = send()
     assert second["shipped_files"] == 1
     assert second["dirs"][0]["shipped"] == [victim]
-    local_mods = edge.path(victim + ".mods")
-    assert Path(f"{stored(victim)}.mods").read_bytes() == local_mods.read_bytes() != b""
+    local_mods = edge.path(victim + ".mods2")
+    assert Path(f"{stored(victim)}.mods2").read_bytes() == local_mods.read_bytes() != b""
 
     third = send()
     assert third["shipped_files"] == 0
@@ -584,6 +585,6 @@ def test_a_changed_mods_reaches_the_receiver_and_the_file_is_never_deleted(
     edge.add_mods(victim, "root.sg0.d0", 20_000)
     fourth = send()
     assert fourth["dirs"][0]["shipped"] == [victim]
-    assert Path(f"{stored(victim)}.mods").read_bytes() == local_mods.read_bytes()
-    assert local_mods.read_bytes().count(b"\n") == 2
+    assert Path(f"{stored(victim)}.mods2").read_bytes() == local_mods.read_bytes()
+    assert len(mods2.read(local_mods)) == 2
     assert send()["shipped_files"] == 0

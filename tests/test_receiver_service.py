@@ -146,11 +146,11 @@ def test_round_over_ssh_verifies_stages_and_loads_byte_identical(
     edge.add_mods(names[1], "root.sg1.d1", 1000)
     files = {}
     for name in names:
-        mods = edge.path(name + ".mods")
+        mods2 = edge.path(name + ".mods2")
         files[name] = (
             edge.path(name).read_bytes(),
             edge.path(name + ".resource").read_bytes(),
-            mods.read_bytes() if mods.exists() else None,
+            mods2.read_bytes() if mods2.exists() else None,
         )
     assert [n.split("/")[0] for n in files] == ["sequence", "sequence", "unsequence", "sequence"]
     assert files[names[1]][2] is not None and files[names[3]][0][:4] == b"PAR1"
@@ -174,8 +174,8 @@ def test_round_over_ssh_verifies_stages_and_loads_byte_identical(
         assert c.hello(UUID_A) == Welcome(PROTOCOL_VERSION, "sealsync 0.1.0")
         assert c.round_start() == RoundReady("ready", "")
         c.send(Delete(old))
-        for i, (name, (data, res, mods)) in enumerate(files.items()):
-            c.send_file(i, name, data, res, mods, chunk=60000)
+        for i, (name, (data, res, mods2)) in enumerate(files.items()):
+            c.send_file(i, name, data, res, chunk=60000, mods2=mods2)
         assert c.recv() == DeleteAck(old)
         assert verdicts(c, 4) == [(i, name, "verified", "") for i, name in enumerate(files)]
         c.send(RoundEnd())
@@ -194,13 +194,13 @@ def test_round_over_ssh_verifies_stages_and_loads_byte_identical(
         while not all(p.exists() for p in resources):
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        for name, (data, res, mods) in files.items():
+        for name, (data, res, mods2) in files.items():
             target = loaded_path(dc_data(tmp_path), UUID_A, name)
             assert target.read_bytes() == data
             assert Path(f"{target}.resource").read_bytes() == res
-            assert Path(f"{target}.mods").exists() == (mods is not None)
-            if mods is not None:
-                assert Path(f"{target}.mods").read_bytes() == mods
+            assert Path(f"{target}.mods2").exists() == (mods2 is not None)
+            if mods2 is not None:
+                assert Path(f"{target}.mods2").read_bytes() == mods2
         assert not old_path.exists()
         c.send(Bye())
         assert c.closed_by_peer()

@@ -418,7 +418,7 @@ def _assert_mirrored(site: Site, edge, config: SenderConfig) -> None:
     me = _uuid_of(config)
     for i in range(len(edge.data_dirs)):
         for name in edge.sealed_files(i):
-            for suffix in ("", ".resource", ".mods"):
+            for suffix in ("", ".resource", ".mods2"):
                 source = edge.path(name + suffix, i)
                 target = site.landed(me, i, name + suffix)
                 assert target.exists() == source.exists(), target

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -13,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 from sealsync import formats
-from sealsync.formats import FileInfo
+from sealsync.formats import FileInfo, mods2, resource
+from sealsync.formats.deletion import MIN_TIME
 from sealsync.simulator import EdgeInstance, expected_table, point_value
 
 G = "root.sg1"
@@ -48,12 +48,15 @@ def test_write_file_layout_resource_and_content(tmp_path: Path, fmt: str) -> Non
     edge = EdgeInstance(tmp_path)
     rel = edge.write_file(G, 7, devices=[D2, D1], rows_per_device=5, start_ms=T0, fmt=fmt)
     folder, name = rel.rsplit("/", 1)
-    assert folder == f"sequence/{G}/0/7"  # <group>/<region>/<partition>, as IoTDB lays it out
+    assert folder == f"sequence/{G}/1/7"  # <database>/<region>/<partition>, as IoTDB 2.0
     assert re.fullmatch(rf"(\d{{13}})-1-0-0\.{fmt}", name), name  # <time>-<version>-0-0
     assert abs(int(name.split("-")[0]) - time.time() * 1000) < 60_000  # the clock, as IoTDB
     assert _files_under(edge.data_dirs[0]) == {rel, rel + ".resource"}
-    resource = json.loads((edge.data_dirs[0] / (rel + ".resource")).read_text())
-    assert resource == {"devices": [D1, D2], "start_ms": T0, "end_ms": T0 + 4000, "rows": 10}
+    sealed = resource.read(edge.data_dirs[0] / (rel + ".resource"))
+    assert (sealed.version, sealed.time_index_type) == (1, resource.ARRAY_DEVICE_TIME_INDEX)
+    assert sealed.devices == {D1: (T0, T0 + 4000), D2: (T0, T0 + 4000)}
+    assert sealed.device_ids == (("root.sg1", "d1"), ("root.sg1", "d2"))
+    assert sealed.progress_index == resource.iot_progress_index(1)  # the file's version
     path = edge.path(rel)
     assert formats.inspect(path) == FileInfo(devices=(D1, D2), rows=10)
     table = formats.format_for(rel).to_arrow(path)
@@ -74,7 +77,7 @@ def test_write_file_options_place_files(tmp_path: Path) -> None:
         data_dir=1,
         measurements=("a", "b", "c"),
     )
-    assert unseq == f"unsequence/{G}/0/0/custom.tsfile"
+    assert unseq == f"unsequence/{G}/1/0/custom.tsfile"
     assert _files_under(edge.data_dirs[0]) == set()
     assert _files_under(edge.data_dirs[1]) == {unseq, unseq + ".resource"}
     assert formats.tsfile.to_arrow(edge.path(unseq, 1)).column_names == [
@@ -108,31 +111,56 @@ def test_unsealed_file_then_seal(tmp_path: Path) -> None:
     assert edge.sealed_files() == []
     edge.seal(rel)
     assert edge.sealed_files() == [rel]
-    resource = json.loads(edge.path(rel + ".resource").read_text())
-    assert resource == {"devices": [D1], "start_ms": T0, "end_ms": T0 + 2000, "rows": 3}
+    assert resource.read(edge.path(rel + ".resource")).devices == {D1: (T0, T0 + 2000)}
 
 
-def test_mods_append_one_line_per_deletion(tmp_path: Path) -> None:
+def test_deletions_append_one_mods2_entry_each(tmp_path: Path) -> None:
     edge = EdgeInstance(tmp_path)
     rel = edge.write_file(G, 0, devices=[D1, D2], rows_per_device=3, start_ms=T0)
     edge.add_mods(rel, D1, T0 + 1000)
-    first = edge.path(rel + ".mods").read_text()
-    edge.add_mods(rel, D2, T0)
-    lines = edge.path(rel + ".mods").read_text().splitlines()
-    assert len(lines) == 2 and lines[0] == first.rstrip("\n") and lines[0] != lines[1]
-    assert edge.sealed_files() == [rel]  # mods do not unseal a file
+    first = edge.path(rel + ".mods2").read_bytes()
+    assert first == mods2.tree_entry(f"{D1}.*", MIN_TIME, T0 + 1000)
+    edge.add_mods(rel, D2, T0, levels="**")
+    assert edge.path(rel + ".mods2").read_bytes().startswith(first)  # appended, not rewritten
+    entries = mods2.read(edge.path(rel + ".mods2"))
+    assert [(d.path, d.start, d.end) for d in entries] == [  # type: ignore[union-attr]
+        (f"{D1}.*", MIN_TIME, T0 + 1000),
+        (f"{D2}.**", MIN_TIME, T0),
+    ]
+    assert not edge.path(rel + ".mods").exists()
+    assert edge.sealed_files() == [rel]  # deletions do not unseal a file
+    with pytest.raises(ValueError, match="levels"):
+        edge.add_mods(rel, D1, T0, levels="s1")
 
 
-def test_merge_markers_unseal_while_present(tmp_path: Path) -> None:
+def test_a_compaction_leaves_its_sources_sealed_until_it_ends(tmp_path: Path) -> None:
     edge = EdgeInstance(tmp_path)
-    a = edge.write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0)
-    b = edge.write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0 + 1000)
-    edge.start_merge(a)
-    assert edge.path(a + ".merge").exists()
-    assert edge.sealed_files() == [b]
-    edge.end_merge(a)
-    assert not edge.path(a + ".merge").exists()
-    assert edge.sealed_files() == [a, b]
+    a = edge.write_file(G, 0, devices=[D1], rows_per_device=2, start_ms=T0)
+    b = edge.write_file(G, 0, devices=[D1], rows_per_device=2, start_ms=T0 + 10_000)
+    t, v, _, _ = _fields(a)
+    folder = f"sequence/{G}/1/0"
+    running = edge.start_compaction([a, b], G, 0)
+    # the target under its temporary name and the log beside it; no source unsealed
+    assert running.temporary == f"{folder}/{t}-{v}-1-0.inner"
+    assert running.log == f"{folder}/{t}-{v}-1-0.inner.inner-compaction.log"
+    assert edge.path(running.log).read_text() == (
+        f"source sequence {G} 1 0 {a.rsplit('/', 1)[1]}\n"
+        f"source sequence {G} 1 0 {b.rsplit('/', 1)[1]}\n"
+        f"target sequence {G} 1 0 {t}-{v}-1-0.inner\n"
+    )
+    assert edge.data_files() == edge.sealed_files() == [a, b]
+    target = edge.seal_compaction(running)
+    # sealed beside its sealed sources, then the sources and the log go
+    assert target == f"{folder}/{t}-{v}-1-0.tsfile"
+    assert edge.sealed_files() == sorted([a, b, target])
+    assert not edge.path(running.temporary).exists() and edge.path(running.log).exists()
+    edge.end_compaction(running)
+    assert _files_under(edge.data_dirs[0]) == {target, target + ".resource"}
+    assert resource.read(edge.path(target + ".resource")).devices == {D1: (T0, T0 + 11_000)}
+    # the target's progress is its furthest source's
+    assert resource.read(edge.path(target + ".resource")).progress_index == (
+        resource.iot_progress_index(_fields(b)[1])
+    )
 
 
 def test_merge_keeps_every_row_and_removes_inputs(tmp_path: Path) -> None:
@@ -144,13 +172,12 @@ def test_merge_keeps_every_row_and_removes_inputs(tmp_path: Path) -> None:
             G, 0, devices=[D2], rows_per_device=2, start_ms=T0 + 20_000, unsequence=True
         ),
     ]
-    edge.start_merge(rels[0])  # a marker left by the merge itself must go too
     total = sum(formats.inspect(edge.path(r)).rows for r in rels)
     expected = pa.concat_tables([formats.tsfile.to_arrow(edge.path(r)) for r in rels])
     new = edge.merge(rels, G, 0)
-    # a cross compaction (both spaces): the sequence input's time and version, cross + 1
+    # a cross compaction (both spaces): the first sequence input's name, cross + 1
     first = _fields(rels[0])
-    assert new == f"sequence/{G}/0/0/{first[0]}-{first[1]}-0-1.tsfile"
+    assert new == f"sequence/{G}/1/0/{first[0]}-{first[1]}-0-1.tsfile"
     assert _files_under(edge.data_dirs[0]) == {new, new + ".resource"}
     assert edge.sealed_files() == [new]
     assert formats.inspect(edge.path(new)) == FileInfo(devices=(D1, D2), rows=total)
@@ -158,7 +185,7 @@ def test_merge_keeps_every_row_and_removes_inputs(tmp_path: Path) -> None:
     assert formats.tsfile.to_arrow(edge.path(new)).equals(expected.sort_by(sort))
     again = edge.merge([new], G, 0)
     # an inner compaction: inner + 1, the rest kept
-    assert again == f"sequence/{G}/0/0/{first[0]}-{first[1]}-1-1.tsfile"
+    assert again == f"sequence/{G}/1/0/{first[0]}-{first[1]}-1-1.tsfile"
 
 
 def test_merge_applies_mods_and_later_file_wins_ties(tmp_path: Path) -> None:
@@ -182,9 +209,9 @@ def test_merge_applies_mods_and_later_file_wins_ties(tmp_path: Path) -> None:
         fmt="parquet",
     )
     merged = edge.merge([old, newer], G, 1)
-    # unsequence inputs: the highest time and version, inner + 1
-    a, b = _fields(old), _fields(newer)
-    assert merged == f"unsequence/{G}/0/1/{max(a[0], b[0])}-{max(a[1], b[1])}-1-0.parquet"
+    # unsequence inputs: the first in name order (time, then version), inner + 1
+    first = min(_fields(old), _fields(newer))
+    assert merged == f"unsequence/{G}/1/1/{first[0]}-{first[1]}-1-0.parquet"
     table = formats.parquet.to_arrow(edge.path(merged))
     assert table.num_rows == 10 - 2
     rows = {(r["device"], r["time"]): (r["s1"], r["s2"]) for r in table.to_pylist()}
@@ -202,7 +229,6 @@ def test_delete_removes_file_and_sidecars_only(tmp_path: Path) -> None:
     gone = edge.write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0)
     kept = edge.write_file(G, 0, devices=[D1], rows_per_device=1, start_ms=T0 + 1000)
     edge.add_mods(gone, D1, T0)
-    edge.start_merge(gone)
     edge.delete(gone)
     assert _files_under(edge.data_dirs[0]) == {kept, kept + ".resource"}
     edge.delete(gone)  # TTL twice: nothing left to do, no error

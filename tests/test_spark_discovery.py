@@ -54,7 +54,7 @@ def test_discovers_every_senders_files_in_both_roots_and_nothing_else(tmp_path: 
     recv.place(edge, unseq, SENDER_B, data_dir=1)
     data = recv.data_dirs[0]
     # The host's own file (no UUID folder), a staged file, sidecars, a temporary.
-    host = data / "sequence" / "root.sg1" / "0" / "9-9-0.tsfile"
+    host = data / "sequence" / "root.sg1" / "1" / "9-9-0.tsfile"
     host.write_bytes(b"host")
     staged = data / "sync-receiver" / f"127.0.0.1_{SENDER_A}" / "data" / seq
     staged.parent.mkdir(parents=True)
@@ -63,7 +63,7 @@ def test_discovers_every_senders_files_in_both_roots_and_nothing_else(tmp_path: 
     (sender_dir / "x.tsfile.mods").write_bytes(b"m")
     (sender_dir / ".tmp.tsfile").write_bytes(b"t")
     # A folder that is a UUID in another spelling is not a sender folder.
-    upper = data / "sequence" / "root.sg1" / "0" / SENDER_A.upper()
+    upper = data / "sequence" / "root.sg1" / "1" / SENDER_A.upper()
     upper.mkdir()
     (upper / "1-1-0.tsfile").write_bytes(b"u")
 

@@ -294,7 +294,7 @@ def keygen(path: Path, force: bool, comment: str | None) -> None:
 def demo(opts: Options, workdir: Path, as_json: bool) -> None:
     """The whole pipeline on this machine: keys and trust files, an edge instance that
     writes and seals TsFiles, a receiver (`sealsync serve`) on a free loopback port, a
-    sender round, a merge and a .mods deletion, a second round, the Spark loader on
+    sender round, a compaction and a .mods2 deletion, a second round, the Spark loader on
     local[*], and a summary checked against the edge's files. Exit 1 if they disagree."""
     from sealsync.app.demo import print_summary, run_demo
 

@@ -3,7 +3,7 @@
 The demo drives the same commands an operator would (``serve``, ``send``, ``load``)
 as child processes, so what it shows is the product, not a test harness: keys and
 trust files, an edge instance that writes and seals TsFiles, a receiver on a free
-loopback port, two sender rounds around a merge and a ``.mods`` deletion, and the
+loopback port, two sender rounds around a compaction and a ``.mods2`` deletion, and the
 Spark loader on ``local[*]``. Every child is stopped on exit, error or Ctrl-C.
 """
 
@@ -171,16 +171,16 @@ def _start_ms(group: int, index: int) -> int:
 
 
 def _expected_rows_per_device(data_dir: Path, names: list[str]) -> dict[str, int]:
-    """Rows the edge still has: each sealed file's rows minus what its ``.mods`` deleted."""
+    """Rows the edge still has: each sealed file's rows minus what its ``.mods2`` deleted."""
     from sealsync import formats
-    from sealsync.formats import deletion, mods
-    from sealsync.names import MODS_SUFFIX
+    from sealsync.formats import deletion, mods2
+    from sealsync.names import MODS2_SUFFIX
 
     counts: Counter[str] = Counter()
     for name in names:
         table = formats.format_for(name).to_arrow(data_dir / name)
-        gone = list(mods.read(data_dir / (name + MODS_SUFFIX)))
-        table = deletion.apply(table, gone, (data_dir / name).stat().st_size)
+        gone = mods2.read(data_dir / (name + MODS2_SUFFIX))
+        table = deletion.apply(table, gone)
         counts.update(table.column("device").to_pylist())
     return dict(sorted(counts.items()))
 
@@ -194,7 +194,7 @@ def _receiver_files(data_dir: Path, sender: str) -> list[str]:
 
 def run_demo(workdir: Path, echo: Echo = print) -> DemoSummary:
     """Run the pipeline in ``workdir``; the summary says what moved and what Spark holds."""
-    from sealsync.simulator import EdgeInstance
+    from sealsync.simulator import EdgeInstance, time_partition
     from sender.manage.identity import sender_uuid
 
     started = time.monotonic()
@@ -220,13 +220,17 @@ def run_demo(workdir: Path, echo: Echo = print) -> DemoSummary:
         devices = [f"{group}.d{d}" for d in range(1, DEVICES_PER_GROUP + 1)]
         first[group] = [
             edge.write_file(
-                group, 0, devices=devices, rows_per_device=ROWS_PER_DEVICE, start_ms=_start_ms(g, i)
+                group,
+                time_partition(_start_ms(g, i)),
+                devices=devices,
+                rows_per_device=ROWS_PER_DEVICE,
+                start_ms=_start_ms(g, i),
             )
             for i in range(3)
         ]
         edge.write_file(
             group,
-            0,
+            time_partition(1_600_000_000_000 + g * 10_000_000),
             devices=devices,
             rows_per_device=ROWS_PER_DEVICE // 4,
             start_ms=1_600_000_000_000 + g * 10_000_000,
@@ -280,15 +284,15 @@ master = "local[*]"
         summary.rounds.append(_round_summary(_run_json(send, "round 1", logs / "send.log", env)))
         _echo_round(echo, summary.rounds[-1])
 
-        echo("[4/6] merge of root.sg1, a .mods deletion in root.sg2, new files; round 2")
-        edge.merge(first["root.sg1"], "root.sg1", 0)
-        # IoTDB's DELETE of root.sg2.d1's first half: an X.mods on a file already synced
+        echo("[4/6] compaction of root.sg1, a .mods2 deletion in root.sg2, new files; round 2")
+        edge.merge(first["root.sg1"], "root.sg1", time_partition(_start_ms(0, 0)))
+        # IoTDB's DELETE of root.sg2.d1's first half: an X.mods2 on a file already synced
         half = _start_ms(GROUPS.index("root.sg2"), 0) + ROWS_PER_DEVICE // 2 * 1000
         edge.add_mods(first["root.sg2"][0], "root.sg2.d1", half - 1)
         for group in GROUPS[1:]:
             edge.write_file(
                 group,
-                1,
+                time_partition(1_800_000_000_000),
                 devices=[f"{group}.d1"],
                 rows_per_device=ROWS_PER_DEVICE,
                 start_ms=1_800_000_000_000,
