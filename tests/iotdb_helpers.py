@@ -25,10 +25,10 @@ Points = dict[tuple[str, str], dict[int, Any]]  # (device, measurement) -> time 
 Rows = dict[tuple[str, int], dict[str, Any]]  # (device, time) -> measurement -> value
 
 
-def point_sender_at(dep: Deployment, data_dir: Path) -> None:
-    """Make the deployment's first sender ship ``data_dir`` (a server's data folder), as an
-    operator would configure it."""
-    sender = dep.senders[0]
+def point_sender_at(dep: Deployment, data_dir: Path, *, index: int = 0) -> None:
+    """Make the deployment's sender ``index`` (the first by default) ship ``data_dir`` (a
+    server's data folder), as an operator would configure it."""
+    sender = dep.senders[index]
     text = re.sub(r"data_dirs = \[.*\]", f'data_dirs = ["{data_dir}"]', sender.config.read_text())
     sender.config.chmod(0o600)
     sender.config.write_text(text)
