@@ -49,6 +49,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -352,11 +353,11 @@ def _observe(plan: Plan, home: Path) -> list[Space]:
 
 
 def _round(dep: Deployment, tmp_path: Path) -> dict[str, tuple[Rows, Placed]]:
-    """Every sender sends its edge folder, then one load; per sender, the table's rows
-    and the file each row's partition belongs to."""
-    for sender in dep.senders:
-        sent = sender.send()
-        assert sent.returncode == 0, sent.stderr
+    """Every sender sends its edge folder (all at once, as edge nodes do), then one
+    load; per sender, the table's rows and the file each row's partition belongs to."""
+    with ThreadPoolExecutor(len(dep.senders)) as pool:
+        for sent in pool.map(lambda s: s.send(), dep.senders):
+            assert sent.returncode == 0, sent.stderr
     table = read_arrow(load_table(dep, tmp_path))
     out: dict[str, tuple[Rows, Placed]] = {s.uuid: ({}, {}) for s in dep.senders}
     for row in table.to_pylist():
