@@ -41,7 +41,10 @@ Which file a row belongs to: every new file of a time partition gets the next ve
 under the time and version of its first. So beside its sources it outranks that first
 source (same version, higher compaction count) and is outranked by the later ones
 (higher versions); an unsequence file outranks a sequence file. Which file holds which
-point follows from the flushes: each ``FLUSH`` here seals one file per group.
+point follows from the flushes: each ``FLUSH`` here seals one file per group. The values
+alone would not show the target's rank over its namesake: wherever both hold a point
+the namesake's value is the target's, or a later source's outranks both; the partition
+each row lands in does show it.
 """
 
 from __future__ import annotations
