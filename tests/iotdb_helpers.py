@@ -9,6 +9,7 @@ sealsync.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from config_helpers import write_config
 from deploy_helpers import Deployment
-from iotdb_server import IoTDBServer
+from iotdb_server import IoTDBClient, IoTDBServer
 
 from sealsync.permissions import restrict_writes
 from spark_loader import read_arrow
@@ -84,6 +85,50 @@ def iotdb_answer(server: IoTDBServer, *, keep_empty: bool = False) -> Rows:
         if got or keep_empty:
             answer[(device, t)] = got
     return answer
+
+
+def insert_flush(
+    client: IoTDBClient,
+    series: dict[str, tuple[str, ...]],
+    points: Points,
+    times: range,
+    base: int,
+) -> frozenset[int]:
+    """Every one of ``series`` (device -> measurements, INT64) at ``times``, value
+    ``base + t``, then ``FLUSH``: a sealed file per storage group. ``points`` records
+    what was written; the times are returned."""
+    client.insert(
+        [
+            (d, t, list(ms), ["INT64"] * len(ms), [base + t] * len(ms))
+            for d, ms in series.items()
+            for t in times
+        ]
+    )
+    client.sql("FLUSH")
+    for d, ms in series.items():
+        for m in ms:
+            points.setdefault((d, m), {}).update({t: base + t for t in times})
+    return frozenset(times)
+
+
+def sealed_files(data_dir: Path) -> dict[str, Path]:
+    """A server's sealed files (a ``.tsfile`` with its ``.resource``, and any ``.mods``),
+    by path relative to its data folder."""
+    out: dict[str, Path] = {}
+    for resource in sorted(data_dir.glob("*sequence/**/*.tsfile.resource")):
+        tsfile = resource.with_suffix("")
+        for path in (tsfile, resource, tsfile.with_name(tsfile.name + ".mods")):
+            if path.is_file():
+                out[str(path.relative_to(data_dir))] = path
+    return out
+
+
+def copy_files(files: dict[str, Path], to: Path) -> dict[str, Path]:
+    """Copy ``files`` (relative path -> file) under ``to``; the copies by the same keys."""
+    for rel, path in files.items():
+        (to / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, to / rel)
+    return {rel: to / rel for rel in files}
 
 
 def rows_of(points: Points) -> Rows:

@@ -23,14 +23,23 @@ one target per sequence source, its name's merge count raised by one
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from deploy_helpers import Deployment, make_deployment
-from iotdb_helpers import Points, Rows, iotdb_answer, load_table, point_sender_at, rows_of
+from iotdb_helpers import (
+    Points,
+    Rows,
+    copy_files,
+    insert_flush,
+    iotdb_answer,
+    load_table,
+    point_sender_at,
+    rows_of,
+    sealed_files,
+)
 from iotdb_server import RELEASES, V3_RELEASE, IoTDBServer
 
 from spark_loader import read_arrow
@@ -44,17 +53,7 @@ LATE = 100  # the later point whose flush starts the merge after the restart
 
 def _insert(server: IoTDBServer, points: Points, times: range, base: int) -> None:
     with server.client() as client:
-        client.insert(
-            [
-                (d, t, list(ms), ["INT64"] * len(ms), [base + t] * len(ms))
-                for d, ms in SERIES.items()
-                for t in times
-            ]
-        )
-        client.sql("FLUSH")
-    for d, ms in SERIES.items():
-        for m in ms:
-            points[(d, m)].update({t: base + t for t in times})
+        insert_flush(client, SERIES, points, times, base)
 
 
 def _write(server: IoTDBServer) -> Points:
@@ -70,24 +69,6 @@ def _write(server: IoTDBServer) -> Points:
     _insert(server, points, range(20, 30), 200)
     _insert(server, points, range(15, 25), 300)
     return points
-
-
-def _sealed(data_dir: Path) -> dict[str, Path]:
-    """The data folder's sealed files (a ``.tsfile`` with its ``.resource``, and any
-    ``.mods``), by path relative to the folder."""
-    out: dict[str, Path] = {}
-    for resource in sorted(data_dir.glob("*sequence/**/*.tsfile.resource")):
-        tsfile = resource.with_suffix("")
-        for path in (tsfile, resource, tsfile.with_name(tsfile.name + ".mods")):
-            if path.is_file():
-                out[str(path.relative_to(data_dir))] = path
-    return out
-
-
-def _copy(files: dict[str, Path], to: Path) -> None:
-    for rel, path in files.items():
-        (to / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, to / rel)
 
 
 def _tsfiles(files: dict[str, Path]) -> set[str]:
@@ -124,11 +105,11 @@ def test_the_table_holds_what_iotdb_answers_across_a_compaction(
         points = _write(server)
         expected = rows_of(points)
         assert iotdb_answer(server) == expected
-        sources = _sealed(server.data_dir)
+        sources = sealed_files(server.data_dir)
         assert any(rel.startswith("unsequence/") for rel in sources), sources
         assert len(_tsfiles(sources)) == 3, sources
         saved = tmp_path / "sources"
-        _copy(sources, saved)
+        copy_files(sources, saved)
         sources = {rel: saved / rel for rel in sources}
 
         server.stop()
@@ -138,13 +119,13 @@ def test_the_table_holds_what_iotdb_answers_across_a_compaction(
         expected = rows_of(points)
         deadline = time.monotonic() + MERGE_WAIT
         while list((server.data_dir / "unsequence").rglob("*.tsfile")) or (
-            _tsfiles(sources) & _tsfiles(_sealed(server.data_dir))
+            _tsfiles(sources) & _tsfiles(sealed_files(server.data_dir))
         ):
             assert time.monotonic() < deadline, "the merge did not finish\n" + server.log_tail()
             with server.client() as client:
                 client.sql("MERGE")
             time.sleep(1.0)
-        after = _sealed(server.data_dir)
+        after = sealed_files(server.data_dir)
         answer = iotdb_answer(server)
     finally:
         server.stop()
@@ -165,14 +146,14 @@ def test_the_table_holds_what_iotdb_answers_across_a_compaction(
     point_sender_at(dep, edge)
 
     # before: the sources alone
-    _copy(sources, edge)
+    copy_files(sources, edge)
     got, _ = _round(dep, tmp_path)
     assert got == before_rows
     assert got[("root.sg.d1", 16)] == {"s1": 316, "s2": 316}
 
     # mid-way: the sealed targets beside their sources (and the later file)
-    _copy(targets, edge)
-    _copy(late, edge)
+    copy_files(targets, edge)
+    copy_files(late, edge)
     got, _ = _round(dep, tmp_path)
     assert got == expected
 
@@ -193,11 +174,11 @@ def test_the_table_holds_what_iotdb_answers_across_a_compaction(
         point_sender_at(dep, edge)
         other = tmp_path / "other"
         other.mkdir()
-        _copy(targets, edge)
-        _copy(late, edge)
+        copy_files(targets, edge)
+        copy_files(late, edge)
         got, _ = _round(dep, other)
         assert got == expected
-        _copy(sources, edge)
+        copy_files(sources, edge)
         got, _ = _round(dep, other)
         assert got == expected
         for rel in sources:

@@ -49,7 +49,6 @@ each row lands in does show it.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -58,7 +57,17 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import Deployment
-from iotdb_helpers import Points, Rows, iotdb_answer, load_table, point_sender_at, rows_of
+from iotdb_helpers import (
+    Points,
+    Rows,
+    copy_files,
+    insert_flush,
+    iotdb_answer,
+    load_table,
+    point_sender_at,
+    rows_of,
+    sealed_files,
+)
 from iotdb_server import RELEASES, V3_RELEASE, V4_RELEASE, IoTDBClient, IoTDBServer
 
 from spark_loader import read_arrow
@@ -153,19 +162,7 @@ def _insert(
 ) -> frozenset[int]:
     """Every series at ``times`` (value ``base + t``), then ``FLUSH``: a sealed file per
     group."""
-    series = plan.series
-    client.insert(
-        [
-            (d, t, list(ms), ["INT64"] * len(ms), [base + t] * len(ms))
-            for d, ms in series.items()
-            for t in times
-        ]
-    )
-    client.sql("FLUSH")
-    for d, ms in series.items():
-        for m in ms:
-            points.setdefault((d, m), {}).update({t: base + t for t in times})
-    return frozenset(times)
+    return insert_flush(client, plan.series, points, times, base)
 
 
 def _write(server: IoTDBServer, plan: Plan) -> tuple[Points, list[frozenset[int]]]:
@@ -183,18 +180,6 @@ def _write(server: IoTDBServer, plan: Plan) -> tuple[Points, list[frozenset[int]
     return points, flushed
 
 
-def _sealed(data_dir: Path) -> dict[str, Path]:
-    """The data folder's sealed files (a ``.tsfile`` with its ``.resource``, and any
-    ``.mods``), by path relative to the folder."""
-    out: dict[str, Path] = {}
-    for resource in sorted(data_dir.glob("*sequence/**/*.tsfile.resource")):
-        tsfile = resource.with_suffix("")
-        for path in (tsfile, resource, tsfile.with_name(tsfile.name + ".mods")):
-            if path.is_file():
-                out[str(path.relative_to(data_dir))] = path
-    return out
-
-
 def _of(group: str, files: dict[str, Path]) -> dict[str, Path]:
     """The files of one storage group (``<space>/<group>/...``)."""
     return {rel: p for rel, p in files.items() if Path(rel).parts[1] == group}
@@ -204,13 +189,6 @@ def _tsfiles(files: dict[str, Path]) -> dict[str, str]:
     """File name -> path relative to the data folder, of the ``.tsfile`` among ``files``
     (of one group: the names of two groups may be alike)."""
     return {Path(rel).name: rel for rel in files if rel.endswith(".tsfile")}
-
-
-def _copy(files: dict[str, Path], to: Path) -> dict[str, Path]:
-    for rel, path in files.items():
-        (to / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, to / rel)
-    return {rel: to / rel for rel in files}
 
 
 def _target_name(named_after: str) -> str:
@@ -319,7 +297,7 @@ def _compact(plan: Plan, server: IoTDBServer, points: Points, sources: set[str])
             _insert(client, plan, points, range(LATE, LATE + 1), 0)
     deadline = time.monotonic() + COMPACTION_WAIT
     while True:
-        now = {rel for rel in _sealed(server.data_dir) if rel.endswith(".tsfile")}
+        now = {rel for rel in sealed_files(server.data_dir) if rel.endswith(".tsfile")}
         if len(now) == 2 * len(plan.groups) and not now & sources:
             return
         assert time.monotonic() < deadline, f"no compaction: {sorted(now)}\n" + server.log_tail()
@@ -335,9 +313,9 @@ def _observe(plan: Plan, home: Path) -> list[Space]:
         points, flushed = _write(server, plan)
         before = rows_of(points)
         assert iotdb_answer(server) == before
-        sources = _copy(_sealed(server.data_dir), home / "sources")
+        sources = copy_files(sealed_files(server.data_dir), home / "sources")
         _compact(plan, server, points, {rel for rel in sources if rel.endswith(".tsfile")})
-        after = _copy(_sealed(server.data_dir), home / "after")
+        after = copy_files(sealed_files(server.data_dir), home / "after")
         answer = iotdb_answer(server)
         log = "\n".join(
             server.log_path(node).read_text(errors="replace")
@@ -389,7 +367,7 @@ def test_the_table_holds_what_iotdb_answers_across_an_inner_space_compaction(
 
     # before, or the targets alone (as if the round of the sources had failed)
     for space, edge in zip(spaces, edges, strict=True):
-        _copy(space.targets if space.targets_first else space.sources, edge)
+        copy_files(space.targets if space.targets_first else space.sources, edge)
     got = _round(dep, loads)
     for space, sender in zip(spaces, senders, strict=True):
         if space.targets_first:
@@ -399,7 +377,7 @@ def test_the_table_holds_what_iotdb_answers_across_an_inner_space_compaction(
 
     # mid-way: the sealed targets beside their sources, reached from either side
     for space, edge in zip(spaces, edges, strict=True):
-        _copy(space.sources if space.targets_first else space.targets, edge)
+        copy_files(space.sources if space.targets_first else space.targets, edge)
     got = _round(dep, loads)
     for space, sender in zip(spaces, senders, strict=True):
         rows, placed = got[sender]
