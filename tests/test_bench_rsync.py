@@ -1,6 +1,12 @@
 """The rsync baseline of ``benchmarks/bench_vs_rsync.py`` runs as fast as a plain
 ``rsync -a -e ssh`` call on the same files: every ratio the benchmark prints rests on
-that baseline, so the instrument must not make it slower than a user sees by hand."""
+that baseline, so the instrument must not make it slower than a user sees by hand.
+
+The check is one-sided on purpose. A baseline slowed by the instrument would flatter
+every ratio; one that runs faster than by hand (each of its runs copies every file, which
+the benchmark checks) only makes the ratios harder to reach. Two copies of the same
+rsync call on a shared disk differ by more than the tolerance from run to run, in both
+directions, so a two-sided check would test the machine's noise, not the instrument."""
 
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from benchprocs import OpenSsh  # noqa: E402
 
 FILES = 16
 SIZE = 16 * MiB
-REPS = 5
+REPS = 7
 TOLERANCE = 0.15
 
 
@@ -64,7 +70,7 @@ def test_the_benchmarks_rsync_rate_agrees_with_a_plain_rsync_call(tmp_path: Path
                 times[name].append(runs[name]())
 
     bench_rate, plain_rate = (FILES * SIZE / MiB / statistics.median(times[n]) for n in runs)
-    assert abs(bench_rate / plain_rate - 1) <= TOLERANCE, (
-        f"the benchmark's rsync runs at {bench_rate:.0f} MiB/s, a plain rsync call at "
+    assert bench_rate >= plain_rate * (1 - TOLERANCE), (
+        f"the benchmark's rsync runs at {bench_rate:.0f} MiB/s, slower than a plain rsync call at "
         f"{plain_rate:.0f} MiB/s on the same files (seconds: {times})"
     )
