@@ -51,32 +51,29 @@ def test_reader_benchmark_reads_both_ways_and_reports_the_load(tmp_path: Path) -
     assert re.search(r"^load average \(1/5/15 min\): before [\d./]+, after [\d./]+", out, re.M)
 
 
-def test_loader_benchmark_v3_case_loads_format_3_files(tmp_path: Path) -> None:
+def test_loader_benchmark_loads_the_same_rows_as_tree_and_format_3_tsfiles(
+    tmp_path: Path,
+) -> None:
+    """One run with both TsFile cases: each costs a Spark session otherwise."""
     out = _run(
         "bench_loader.py",
-        *("--rows", "4000", "--files", "4", "--v3", "--repeat", "1", "--workdir", str(tmp_path)),
-        timeout=600,
-    )
-    assert "4000 rows as 4 format 3 TsFiles (IoTDB 1.3)" in out
-    assert re.search(r"loader on v3 TsFiles [\d.]+s \(4000 rows\)", out)
-    assert re.search(r"^ratio loader v3 TsFile/Parquet: [\d.]+$", out, re.M)
-
-
-def test_loader_benchmark_tree_case_loads_the_same_rows_as_tsfiles(tmp_path: Path) -> None:
-    out = _run(
-        "bench_loader.py",
-        *("--rows", "4000", "--files", "4", "--tree", "--repeat", "1", "--workdir", str(tmp_path)),
+        *("--rows", "4000", "--files", "4", "--tree", "--v3", "--repeat", "1"),
+        *("--workdir", str(tmp_path)),
         timeout=600,
     )
     assert "generated 4000 Parquet rows in 4 files (+0 TsFiles)" in out
     assert "the same rows as 4 tree-model TsFiles" in out
     assert len(list((tmp_path / "receiver-tree").rglob("*.tsfile"))) == 4
+    assert len(list((tmp_path / "receiver-v3").rglob("*.tsfile"))) == 4
+    assert "4000 rows as 4 format 3 TsFiles (IoTDB 1.3)" in out
     assert re.search(
         r"run 1: plain [\d.]+s, loader [\d.]+s \(4000 rows\), plain\+fsync [\d.]+s, "
-        r"loader on TsFiles [\d.]+s \(4000 rows\)",
+        r"loader on TsFiles [\d.]+s \(4000 rows\), loader on v3 TsFiles [\d.]+s \(4000 rows\)",
         out,
     )
     assert re.search(r"^ratio loader TsFile/Parquet: [\d.]+ \(target >= 0.50\)$", out, re.M)
+    assert re.search(r"^ratio loader v3 TsFile/Parquet: [\d.]+$", out, re.M)
+    assert re.search(r"^ratio loader v3 TsFile/tree TsFile: [\d.]+ \(target >= 0.50\)$", out, re.M)
 
 
 def test_loader_benchmark_refuses_tree_with_extra_tsfiles() -> None:
