@@ -294,9 +294,10 @@ def stage_progress(
 
 
 def check_executor_python(spark: Any) -> None:
-    """Fail the run in one line if executors cannot run the TsFile reader.
+    """Fail the run in one line if executors cannot run the loader's Python readers
+    (TsFiles without the Java reader, Parquet files through Arrow).
 
-    Otherwise every TsFile would be skipped with the same reason, one line each. The
+    Otherwise every file would be skipped with the same reason, one line each. The
     probe is a closure, so it is shipped by value and imports only on the executor.
     """
 
@@ -317,7 +318,7 @@ def check_executor_python(spark: Any) -> None:
         found = describe(exc).reason
     if found:
         raise SealsyncError(
-            f"executors cannot read TsFiles with {python}: {found[:300]}; set [loader] "
+            f"executors cannot read received files with {python}: {found[:300]}; set [loader] "
             "python to an interpreter on the workers that has pyarrow and tsfile"
         )
 

@@ -203,7 +203,7 @@ def test_executors_without_pyarrow_fail_the_run_in_one_line(
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert lines[-1] == (
-        f"sealsync: error: executors cannot read TsFiles with {python}: ImportError: "
+        f"sealsync: error: executors cannot read received files with {python}: ImportError: "
         "pyarrow is not installed here; set [loader] python to an interpreter on the "
         "workers that has pyarrow and tsfile"
     )
