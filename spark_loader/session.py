@@ -24,7 +24,7 @@ from typing import Any
 
 from sealsync import durable
 from sealsync.errors import LockHeld, SealsyncError
-from spark_loader import jvm
+from spark_loader import jar_cache, jvm
 from spark_loader.failure import describe, last_error_line
 from spark_loader.javacheck import check_java
 from spark_loader.mastercheck import check_masters
@@ -177,6 +177,7 @@ def create_session(
     builder = SparkSession.builder.master(master)
     merged = {**settings, **(conf or {})}
     merged.update(jvm.session_conf(master, merged))
+    merged, resolving = jar_cache.apply(master, merged)
     for key, value in merged.items():
         builder = builder.config(key, value)
     java_opts = f"-Dlog4j2.configurationFile={props.resolve().as_uri()}"  # no spaces: a URI
@@ -200,6 +201,8 @@ def create_session(
         first = last_error_line(_tail(log, since=before)) or describe(exc).reason
         raise SealsyncError(f"cannot start Spark on {master}: {first} (see {log})") from None
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    if resolving is not None:
+        jar_cache.remember(resolving, merged, spark)
     jvm.ship_packages(spark)
     return spark
 
