@@ -112,12 +112,13 @@ def insert_flush(
 
 
 def sealed_files(data_dir: Path) -> dict[str, Path]:
-    """A server's sealed files (a ``.tsfile`` with its ``.resource``, and any ``.mods``),
-    by path relative to its data folder."""
+    """A server's sealed files (a ``.tsfile`` with its ``.resource``, and any ``.mods``
+    or 2.x ``.mods2``), by path relative to its data folder."""
     out: dict[str, Path] = {}
     for resource in sorted(data_dir.glob("*sequence/**/*.tsfile.resource")):
         tsfile = resource.with_suffix("")
-        for path in (tsfile, resource, tsfile.with_name(tsfile.name + ".mods")):
+        mods = [tsfile.with_name(tsfile.name + suffix) for suffix in (".mods", ".mods2")]
+        for path in (tsfile, resource, *mods):
             if path.is_file():
                 out[str(path.relative_to(data_dir))] = path
     return out
