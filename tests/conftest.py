@@ -70,6 +70,12 @@ class _HeavyUse:
 _heavy = _HeavyUse()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    import exit_guard
+
+    config.pluginmanager.register(exit_guard, "sealsync-exit-guard")
+
+
 def _command(popen: subprocess.Popen[Any], args: Any, *_: Any, **__: Any) -> str:
     words = [str(a) for a in args] if isinstance(args, list | tuple) else [str(args)]
     shown = " ".join(words)
