@@ -8,6 +8,7 @@ same conftest on three small tests in a pytest process of its own.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,7 @@ def test_an_unmarked_test_that_starts_a_process_fails(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},  # its helpers
     )
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
