@@ -26,6 +26,8 @@ _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
+from proc_helpers import clip  # noqa: E402 - importable once tests/ is on the path
+
 if TYPE_CHECKING:
     from deploy_helpers import Deployment
     from iotdb_server import IoTDBServer
@@ -78,8 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _command(popen: subprocess.Popen[Any], args: Any, *_: Any, **__: Any) -> str:
     words = [str(a) for a in args] if isinstance(args, list | tuple) else [str(args)]
-    shown = " ".join(words)
-    return f"the process `{shown if len(shown) <= 80 else shown[:77] + '...'}`"
+    return f"the process `{clip(' '.join(words))}`"
 
 
 _heavy.watch(subprocess.Popen, "_execute_child", _command)

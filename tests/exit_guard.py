@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_helpers import clip, command_line, stat_fields
 
 GRACE_ENV = "SEALSYNC_TEST_EXIT_GRACE"
 DEFAULT_GRACE = 120.0
@@ -36,19 +37,9 @@ DEFAULT_GRACE = 120.0
 _status: list[int] = [0]
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """``/proc/PID/stat`` after the command name (which may hold spaces), or None once
-    the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
 def _started(pid: int) -> int | None:
     """When ``pid`` started, in clock ticks since boot (field 22 of its stat)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return None if fields is None else int(fields[19])
 
 
@@ -56,7 +47,7 @@ def _ancestors() -> set[int]:
     pids, pid = set(), os.getpid()
     while pid > 1:
         pids.add(pid)
-        fields = _stat_fields(pid)
+        fields = stat_fields(pid)
         if fields is None:
             break
         pid = int(fields[1])
@@ -74,15 +65,6 @@ def _output_ids() -> set[tuple[int, int]]:
         if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
             ids.add((st.st_dev, st.st_ino))
     return ids
-
-
-def _command(pid: int) -> str:
-    try:
-        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return "?"
-    shown = " ".join(w.decode(errors="replace") for w in words if w)
-    return shown if len(shown) <= 120 else shown[:117] + "..."
 
 
 def output_holders() -> list[int]:
@@ -115,7 +97,7 @@ def output_holders() -> list[int]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _status[0] = int(exitstatus)
     for pid in output_holders():
-        command = _command(pid)
+        command = clip(command_line(pid), 120)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -132,9 +114,9 @@ def _children() -> list[str]:
     rows = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            fields = _stat_fields(int(entry.name))
+            fields = stat_fields(int(entry.name))
             if fields is not None and fields[1] == me:
-                rows.append(f"  {entry.name}: {_command(int(entry.name))}")
+                rows.append(f"  {entry.name}: {clip(command_line(int(entry.name)), 120)}")
     return rows
 
 
@@ -156,7 +138,27 @@ def _watch(grace: float) -> None:
     os._exit(_status[0])
 
 
+_grace: list[float] = [DEFAULT_GRACE]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Read the grace at the start, so a mistyped value stops the run before any test
+    with one line instead of a traceback at its end."""
+    value = os.environ.get(GRACE_ENV)
+    if value is None:
+        return
+    try:
+        grace = float(value)
+    except ValueError:
+        grace = -1.0
+    if not grace >= 0:
+        raise pytest.UsageError(
+            f"{GRACE_ENV}={value!r} is not a number of seconds: set it to one (e.g. 120), "
+            "or unset it"
+        )
+    _grace[0] = grace
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    grace = float(os.environ.get(GRACE_ENV, DEFAULT_GRACE))
-    threading.Thread(target=_watch, args=(grace,), name="exit-guard", daemon=True).start()
+    threading.Thread(target=_watch, args=(_grace[0],), name="exit-guard", daemon=True).start()

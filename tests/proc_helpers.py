@@ -25,3 +25,18 @@ def state(pid: int) -> str | None:
 def alive(pid: int) -> bool:
     """Running, sleeping or stopped: not gone and not a zombie."""
     return state(pid) not in (None, "Z")
+
+
+def clip(text: str, width: int = 80) -> str:
+    """``text`` cut to ``width`` characters, ``...`` marking a cut: a command line in
+    a one-line report."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def command_line(pid: int) -> str:
+    """The command line of ``pid``, its words joined by spaces; ``?`` once it is gone."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    return " ".join(w.decode(errors="replace") for w in words if w)

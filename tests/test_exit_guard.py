@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_helpers import alive
 
 pytestmark = pytest.mark.slow  # runs pytest, and a sleeper, as processes
 
@@ -37,7 +38,7 @@ def test_leaves_a_thread_that_never_ends():
 """
 
 
-def _run(folder: Path, grace: float, *selected: str) -> tuple[int, str, float]:
+def _run(folder: Path, grace: float | str, *selected: str) -> tuple[int, str, float]:
     """pytest on ``folder`` without capture (so children inherit the pipe), read to
     end of output; returns the exit status, the output and the seconds taken."""
     env = {**os.environ, "PYTHONPATH": str(TESTS), "SEALSYNC_TEST_EXIT_GRACE": str(grace)}
@@ -57,21 +58,13 @@ def _run(folder: Path, grace: float, *selected: str) -> tuple[int, str, float]:
     return proc.returncode, out.decode(), time.monotonic() - began
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_process_left_on_the_output_is_named_and_killed(tmp_path: Path) -> None:
     (tmp_path / "test_leaks.py").write_text(LEAKS)
     status, out, took = _run(tmp_path, 60, "-k", "process")
     pid = int((tmp_path / "sleeper.pid").read_text())
     assert status == 0, out
     assert f"exit guard: process {pid} (`sleep 300`)" in out, out
-    assert not _alive(pid)
+    assert not alive(pid)
     assert took < 60, f"the output stayed open {took:.0f}s"
 
 
@@ -91,3 +84,11 @@ def test_a_failed_run_keeps_its_status(tmp_path: Path) -> None:
     status, out, _ = _run(tmp_path, 3, "-k", "thread or fails")
     assert status == 1, out
     assert "exit guard: pytest's process has not exited" in out, out
+
+
+def test_a_mistyped_grace_stops_the_run_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "test_leaks.py").write_text(LEAKS)
+    status, out, _ = _run(tmp_path, "2m", "-k", "thread")
+    assert status == 4, out  # pytest's usage error
+    assert "SEALSYNC_TEST_EXIT_GRACE='2m' is not a number of seconds" in out, out
+    assert "Traceback" not in out and "passed" not in out, out
