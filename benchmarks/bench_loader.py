@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from sealsync.config import LoaderConfig  # noqa: E402
 from sealsync.formats import tsfile as tsfile_format  # noqa: E402
 from spark_loader import run_load  # noqa: E402
-from spark_loader.session import create_session  # noqa: E402
+from spark_loader.spark_session import create_session  # noqa: E402
 
 SENDERS = [str(uuid.UUID(int=i + 1)) for i in range(4)]
 #: The last commit whose loader wrote the plain Parquet table (before Delta).
@@ -73,7 +73,7 @@ import json, shutil, sys, time
 from pathlib import Path
 from sealsync.config import LoaderConfig
 from spark_loader import run_load
-from spark_loader.session import create_session
+from spark_loader.spark_session import create_session
 source, work, master, memory, repeat = sys.argv[1:6]
 work = Path(work)
 spark = create_session(master, work / "logs", conf={"spark.driver.memory": memory})

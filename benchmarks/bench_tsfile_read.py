@@ -50,7 +50,7 @@ from bench_loader import make_table  # noqa: E402
 
 from sealsync.formats import tsfile as tsfile_format  # noqa: E402
 from spark_loader import schema as schemas  # noqa: E402
-from spark_loader.session import create_session  # noqa: E402
+from spark_loader.spark_session import create_session  # noqa: E402
 from spark_loader.tsfile_read import FILES_DDL, data_batches, java_data, java_schema  # noqa: E402
 
 SETS = ("v4 package", "v4 TsFile 2.x", "v3 IoTDB 1.3")

@@ -77,14 +77,40 @@ def _body(paragraphs: list[str]) -> list[str]:
 
 
 def _options(command: click.Command, ctx: click.Context) -> list[str]:
+    """Each option's names, value and help, built from click's data, not its rendering
+    (which changes between click releases), so the page is the same under any click."""
     lines: list[str] = []
     for param in command.get_params(ctx):
-        record = param.get_help_record(ctx)
-        if record is None:
+        if not isinstance(param, click.Option) or param.hidden:
             continue
-        opts, text = record
-        lines += [".TP", f"\\fB{_escape(opts)}\\fR", _escape(text)]
+        names = ", ".join(sorted(param.opts, key=lambda o: (o.startswith("--"), o))) + "".join(
+            f" / {n}" for n in param.secondary_opts
+        )
+        if not param.is_flag and not param.count:
+            names += f" {param.metavar or param.type.name.upper()}"
+        text = param.help or ""
+        shown = param.show_default if param.show_default is not None else ctx.show_default
+        if shown and param.default is not None and not callable(param.default):
+            if not param.is_flag:
+                text += f" (default: {shown if isinstance(shown, str) else param.default})"
+        if param.required:
+            text += " (required)"
+        lines += [".TP", f"\\fB{_escape(names)}\\fR", _escape(text)]
     return lines
+
+
+def _usage(command: click.Command) -> str:
+    """A command's synopsis from its parameters: ``[OPTIONS]``, then each argument's
+    name (optional ones bracketed, repeated ones followed by ``...``)."""
+    pieces = ["[OPTIONS]"] if any(isinstance(p, click.Option) for p in command.params) else []
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            choices = getattr(param.type, "choices", None)
+            name = param.metavar or ("|".join(map(str, choices)) if choices else "")
+            name = name or (param.name or "").upper()
+            name += "..." if param.nargs != 1 else ""
+            pieces.append(name if param.required else f"[{name}]")
+    return " ".join(pieces)
 
 
 def render() -> str:
@@ -110,7 +136,7 @@ def render() -> str:
         command = cli.get_command(ctx, name)
         assert command is not None
         sub = click.Context(command, info_name=name, parent=ctx)
-        usage = " ".join(command.collect_usage_pieces(sub))
+        usage = _usage(command)
         lines += [f".SS sealsync {name} {_escape(usage)}", *_body(_paragraphs(command.help or ""))]
         lines += _options(command, sub)
     lines += [".SH EXIT STATUS"]

@@ -11,7 +11,7 @@ the files of rows later loads took out (kept for time travel until ``VACUUM``).
 
 ``--config`` takes ``table_path``, ``master`` and the ``[loader]`` table's ``spark``
 settings from a loader config, read by sealsync's own config loader. The Spark session
-is the loader's (``spark_loader.session.create_session``): Delta's jars by their Maven
+is the loader's (``spark_loader.spark_session.create_session``): Delta's jars by their Maven
 coordinates (``spark.jars.packages``, resolved and cached by Spark), Delta's SQL
 extension and catalog, Spark's log lines in ``spark-driver.log`` under ``--log-dir``
 (a temporary folder, removed after a clean run) instead of the terminal.
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> None:
 
     from sealsync.errors import SealsyncError
     from spark_loader.failure import describe
-    from spark_loader.session import create_session, python_warnings_quiet
+    from spark_loader.spark_session import create_session, python_warnings_quiet
 
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="sealsync-query-"))
     try:

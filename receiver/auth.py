@@ -17,7 +17,7 @@ Three independent gates (docs/design.md §5.1, §9.7, §9.10):
   running receiver and ``sealsync senders`` never write over each other. An operator
   re-keys a sender with ``sealsync senders rekey UUID --key NEW.pub`` (the binding moves
   from the old key to the new one in one write: the UUID is never free for another key
-  to claim) and retires one with ``sealsync senders remove UUID``, which keeps its line
+  to claim) and retires one with ``sealsync senders retire UUID``, which keeps its line
   with the fingerprint ``retired``: no key can claim that UUID again until it is
   re-keyed explicitly.
 
@@ -203,7 +203,7 @@ class KeyLimit(SealsyncError):
 
 
 class Retired(SealsyncError):
-    """The UUID was retired (``sealsync senders remove``): no key may act as it."""
+    """The UUID was retired (``sealsync senders retire``): no key may act as it."""
 
 
 class RolledBack(Retired):

@@ -3,7 +3,7 @@
 ``sender_keys.txt`` (which key may act as which sender, and the retired senders)
 lives in the schema dir, and a storage restored from an older backup brings older
 bindings back: a retired sender accepted again, a replaced key valid again. So every
-operator change to it (``sealsync senders rekey``, ``senders remove``) raises the
+operator change to it (``sealsync senders rekey``, ``senders retire``) raises the
 file's generation (its first line, receiver/auth.py) and records the new generation
 in a **witness** file outside the storage, beside ``authorized_keys``::
 

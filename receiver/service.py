@@ -287,7 +287,7 @@ class ReceiverService:
 
     def _housekeeping(self) -> None:
         """Every second: end the sessions of senders retired meanwhile (``sealsync
-        senders remove`` edits the bindings from another process); every
+        senders retire`` edits the bindings from another process); every
         ``partial_sweep_interval``: sweep expired partial uploads of every sender, so
         that expiry never waits for a round of that sender. Never raises."""
         interval = partial_sweep_interval(self.config.partial_max_age)

@@ -1,333 +1,454 @@
-"""One send (one ``sealsync send`` process): an attempt per receiver, each recorded
-however it ends (the words are docs/design.md §1.1's).
+"""One attempt's work at one receiver: recover → connect → schema → one round per data
+dir (select → snapshot → transfer → clean up), docs/design.md §3.1. In the words of
+docs/design.md §1.1, an attempt holds one or more connections, each carrying rounds.
 
-An attempt is the lock, then one round per data dir (:mod:`sender.round`). It ends one of four
-ways (:mod:`sender.manage.history`): *ok*; *failed* (the receiver down or refusing,
-a file here that cannot be written, a round that left files unsynced); *busy*
-(another sender holds the lock); *interrupted* (Ctrl-C or SIGTERM — the round's own
-clean-up has run by then, as it does on any error, so the next send recovers). Every
-one is appended to the receiver's history before the send moves on, and after the
-last one the metrics textfile is rewritten from the histories.
+Recovery runs first (docs/design.md §9.1): the diff must start from what the last round
+really achieved. Clean-up after a data dir *is* recovery (``recover(paths)``), so the
+path a crash takes is the path every round takes.
 
-Nothing here prints: the CLI words what the results say.
+A connection that drops mid-round is retried (tenacity, ``max_retries`` connections
+that were made and lost): each new connection recovers again, which folds what
+``sync.log`` recorded into ``last_local_files.txt``, and redoes select/snapshot/transfer
+for what is left; data dirs already finished are not touched again. A receiver that
+ends the session with ERROR ``busy`` once it is under way (it is stopping: "retry
+later") has dropped the connection too. Reconnecting to a receiver that went away
+(restarting: connection refused; unreachable) waits with exponential backoff and full
+jitter, so that the senders of a fleet do not all come back at the same instant, and
+goes on for ``reconnect_time`` seconds (a minute by default: longer than a restart)
+from the first failed reconnect, however many connections that takes. A connection
+that cannot be made at all on the first try, a refused key or an unknown host key
+are not retried: they would fail the same way (cron runs again later anyway).
+
+The caller (:mod:`sender.send`) holds the receiver's ``sync.lock`` around this. A
+``Cancel`` lets another thread end the attempt early (``sender.fleet`` does, when the
+process is interrupted while attempts at several receivers run on their own threads).
 """
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Protocol
+
+import tenacity
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
-from sealsync.errors import (
-    EXIT_FAILURE,
-    EXIT_LOCKED,
-    EXIT_OK,
-    ConfigError,
-    LocalIOError,
-    LockHeld,
-    SealsyncError,
-    describe_os_error,
-    interrupt_exit_code,
-)
-from sealsync.printable import single_line
-from sealsync.protocol import ProtocolError
-from sender.manage.history import (
-    BUSY,
-    FAILED,
-    INTERRUPTED,
-    OK,
-    Attempt,
-    append_attempt,
-)
-from sender.manage.layout import SchemaPaths, data_dir_problem
-from sender.transfer.report import AttemptReport, new_report
+from sealsync.errors import naming_os_errors
+from sealsync.protocol import PROTOCOL_VERSION, ErrorCode, Hello, ProtocolError, Stream, encode
+from sender import lost_storage
+from sender.fleet import Cancel
+from sender.manage import idle_mark, shipped_mods
+from sender.manage.data_owner import claim
+from sender.manage.history import write_round_record
+from sender.manage.identity import hostname, sender_uuid
+from sender.manage.layout import SchemaPaths, SenderPaths
+from sender.manage.scan import scan
+from sender.manage.selection import Selection, select
+from sender.manage.snapshot import take_snapshot
+from sender.manage.state import read_file_set
+from sender.reconcile import Findings, compare, dir_state
+from sender.recover.recovery import recover, recover_all
+from sender.transfer.client import connect_receiver
+from sender.transfer.errors import ConnectionLost, Unreachable
+from sender.transfer.refusals import RefusalBook, refused_path
+from sender.transfer.report import AttemptReport, DirReport, new_report
+from sender.transfer.schema_pos import read_position, write_position
+from sender.transfer.session import Progress, SenderSession
+from sender.transfer.throttle import TokenBucket
 
-if TYPE_CHECKING:
-    from typing import TextIO
+__all__ = ["AttemptReport", "DirReport", "new_report", "sync_to_receiver"]
 
-    from sender.fleet import Cancel
-    from sender.transfer.session import Progress
+log = logging.getLogger(f"sealsync.{__name__}")
 
-INCOMPLETE = "incomplete"
-"""The failure kind of a round that ran but left files unsynced or a data dir unfinished."""
-INTERNAL = "internal"
-"""The failure kind of an unexpected error (a bug): recorded, then raised as it is."""
+ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_random_exponential(multiplier=0.5, max=10.0)
+"""Backoff between connections: exponential with full jitter, at most 10 s."""
 
 
-@dataclass
-class AttemptResult:
-    """What one attempt did, as the CLI needs it."""
+class _Reconnects:
+    """tenacity's stop and wait for one attempt's connections (see the module's doc):
+    ``max_retries`` lost connections; reconnect failures for ``reconnect_time`` seconds
+    from the first of a streak, the last wait cut so that one try falls at its end."""
 
-    attempt: Attempt
-    report: AttemptReport | None
-    """The round's report, also when it raised part-way; None if it never started."""
-    exit_code: int
-    error: BaseException | None = None
-    """The exception that ended the attempt (SealsyncError, KeyboardInterrupt, a bug)."""
-    record_error: str | None = None
-    """Why the attempt could not be added to the history, if it could not."""
+    def __init__(
+        self, max_retries: int, reconnect_time: float, cancel: Cancel, wait: tenacity.wait.wait_base
+    ) -> None:
+        self.max_retries = max_retries
+        self.reconnect_time = reconnect_time
+        self.cancel = cancel
+        self.backoff = wait
+        self.lost = 0
+        self.down_since: float | None = None
+        """When the current streak of failed reconnects began (monotonic)."""
 
+    def _down_for(self) -> float | None:
+        return None if self.down_since is None else time.monotonic() - self.down_since
+
+    def stop(self, state: tenacity.RetryCallState) -> bool:
+        if self.cancel.is_set:
+            return True
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, Unreachable):
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+            down = self._down_for()
+            return down is None or down >= self.reconnect_time
+        self.down_since = None  # a connection was made: a new streak starts from zero
+        self.lost += 1
+        return self.lost >= self.max_retries
+
+    def wait(self, state: tenacity.RetryCallState) -> float:
+        seconds = float(self.backoff(state))
+        down = self._down_for()
+        if down is not None:
+            seconds = min(seconds, max(self.reconnect_time - down, 0.0))
+        return seconds
+
+
+class OpenConnection(Protocol):
     @property
-    def interrupted(self) -> KeyboardInterrupt | None:
-        return self.error if isinstance(self.error, KeyboardInterrupt) else None
+    def stream(self) -> Stream: ...
 
-    def to_dict(self) -> dict[str, Any]:
-        a = self.attempt
-        return {
-            "receiver": a.receiver,
-            "address": a.address,
-            "outcome": a.outcome,
-            "kind": a.kind,
-            "error": a.error,
-            "exit_code": self.exit_code,
-            "started": a.start,
-            "ended": a.end,
-            "seconds": round(a.seconds, 3),
-            "shipped_files": a.new,
-            "shipped_bytes": a.bytes,
-            "deleted_files": a.deleted,
-            "refused_files": a.refused,
-            "failed_files": a.failed,
-        }
+    def close(self) -> None: ...
 
 
-@dataclass
-class SendResult:
-    """Every attempt of one ``sealsync send``, in receiver order."""
-
-    results: list[AttemptResult] = field(default_factory=list)
-    interruption: KeyboardInterrupt | None = None
-    """Ctrl-C or SIGTERM while rounds ran on their own threads (a round's own
-    interruption is in its result)."""
-    preflight: ConfigError | None = None
-    """A configuration mistake found before any receiver (it failed every attempt)."""
-    metrics_error: str | None = None
-
-    @property
-    def interrupted(self) -> KeyboardInterrupt | None:
-        if self.interruption is not None:
-            return self.interruption
-        for r in self.results:
-            if r.interrupted is not None:
-                return r.interrupted
-        return None
-
-    @property
-    def exit_code(self) -> int:
-        """The send's exit code: an interruption's; else the one code all failures share,
-        or 1 when they differ; 1 when nothing failed but a record could not be written."""
-        if self.interrupted is not None:
-            return interrupt_exit_code(self.interrupted)
-        codes = {r.exit_code for r in self.results if r.exit_code != EXIT_OK}
-        if len(codes) == 1:
-            return codes.pop()
-        if codes:
-            return EXIT_FAILURE
-        if self.metrics_error or any(r.record_error for r in self.results):
-            return EXIT_FAILURE
-        return EXIT_OK
+Connector = Callable[[SenderConfig, ReceiverEndpoint], OpenConnection]
 
 
-def check_data_dirs(config: SenderConfig) -> None:
-    """Raise ConfigError (file, key, folder and fix) for a data dir that is not one, or
-    whose state another sender owns (:mod:`sender.manage.data_owner`)."""
-    from sender.manage.data_owner import owner_problem
-
-    for i, data_dir in enumerate(config.data_dirs):
-        problem = data_dir_problem(data_dir)
-        if problem is not None:
-            raise ConfigError(f"{config.source}: [sender] data_dirs[{i}]: {problem}")
-        owned = owner_problem(config.source, i, data_dir, config.schema_dir)
-        if owned is not None:
-            raise ConfigError(owned)
-
-
-def send_all(
-    config: SenderConfig,
-    receivers: list[ReceiverEndpoint],
-    *,
-    progress_for: Callable[[ReceiverEndpoint, TextIO | None], Progress | None] = (
-        lambda r, stream: None
-    ),
-    each: Callable[[AttemptResult], None] = lambda r: None,
-    reconcile: bool = False,
-) -> SendResult:
-    """An attempt per receiver, all at once (:mod:`sender.fleet`), then the metrics.
-
-    ``progress_for(receiver, stream)`` makes a round's progress display, drawing on
-    ``stream`` (None: stderr). ``each`` sees the results in receiver order once every
-    round has ended. An interruption cancels every round; each records itself as
-    interrupted while it unwinds.
-    """
-    from sender.fleet import Lane, run_fleet
-
-    sent = SendResult()
-    try:
-        check_data_dirs(config)
-    except ConfigError as exc:
-        sent.preflight = exc
-    done: dict[int, AttemptResult] = {}
-    index = {id(r): i for i, r in enumerate(receivers)}
-
-    def one(lane: Lane) -> AttemptResult:
-        result = run_attempt(
-            config,
-            lane.receiver,
-            progress=progress_for(lane.receiver, lane.progress),
-            preflight=sent.preflight,
-            cancel=lane.cancel,
-            reconcile=reconcile,
-        )
-        done[index[id(lane.receiver)]] = result
-        return result
-
-    try:
-        run_fleet(receivers, one)
-    except KeyboardInterrupt as exc:
-        sent.interruption = exc
-    sent.results = [done[i] for i in sorted(done)]
-    for result in sent.results:
-        each(result)
-    if config.metrics_textfile is not None:
-        from sender.metrics import write_sender_metrics
-
-        try:
-            write_sender_metrics(config)
-        except LocalIOError as exc:
-            sent.metrics_error = str(exc)
-    return sent
-
-
-def run_attempt(
+def sync_to_receiver(
     config: SenderConfig,
     receiver: ReceiverEndpoint,
     *,
     progress: Progress | None = None,
-    preflight: ConfigError | None = None,
+    connector: Connector | None = None,
+    report: AttemptReport | None = None,
     cancel: Cancel | None = None,
     reconcile: bool = False,
-) -> AttemptResult:
-    """Lock, round, and the history line, whatever happens.
+) -> AttemptReport:
+    """Sync every data dir of ``config`` to ``receiver``; the report says what happened.
 
-    Raises nothing of the round's (only a second interruption while recording): the
-    caller re-raises ``result.error`` when it is an interruption or a bug, after it has
-    said what it has to say.
+    Raises SealsyncError for what stops the whole attempt (unreachable, untrusted or
+    refusing receiver, protocol error); a data dir that could not finish (receiver
+    busy, connection lost for good) is a note in the report and ``ok`` is False.
+    ``connector`` replaces the SSH connection (tests). ``report`` (from
+    :func:`~sender.transfer.report.new_report`) is filled in as the attempt goes, so a
+    caller whose attempt raised or was interrupted still knows what it did until then.
+    Once ``cancel`` is set no new connection is made, and the data dirs that did
+    not finish say "interrupted". ``reconcile`` first compares the receiver's
+    inventory with this sender's state (:mod:`sender.reconcile`) and ships again or
+    deletes what differs. Without it, the first connection checks that the receiver
+    still holds what this sender shipped there (:mod:`sender.lost_storage`) and, as
+    ``on_lost_storage`` says, reconciles, raises StorageLost, or does not ask.
+
+    ``progress(event, **fields)`` is called on this thread with: ``connected``
+    (receiver, attempt: the connection's number), ``retry`` (attempt, reason),
+    ``reconcile`` (reason: the receiver lacks what was shipped, so this attempt
+    reconciles), ``schema`` (position, size), ``dir_start`` (index, files, bytes, deleted),
+    ``bytes`` (index, sent, total) after every chunk, ``file`` (index, name, status,
+    reason) for each answer, ``dir_end`` (index, shipped, failed, refused).
     """
-    from sender.lock import receiver_lock
-    from sender.round import sync_to_receiver
-
-    start, started = time.time(), time.monotonic()
-    report: AttemptReport | None = None
-    error: BaseException | None = None
-    try:
-        if preflight is not None:
-            raise preflight
-        with receiver_lock(config.schema_dir, receiver.host, receiver.port):
-            report = new_report(receiver.name, receiver.address, config.data_dirs)
-            report = sync_to_receiver(
-                config,
-                receiver,
-                progress=progress,
-                report=report,
-                cancel=cancel,
-                reconcile=reconcile,
-            )
-    except (Exception, KeyboardInterrupt) as exc:  # every end is recorded
-        error = exc
-    stopped = cancel.reason if cancel is not None else None
-    if isinstance(stopped, KeyboardInterrupt) and (report is None or not report.ok):
-        error = stopped  # cancelled by the main thread's interruption: recorded as such
-    # the end is the start plus the time measured on the monotonic clock: a wall-clock
-    # step during the attempt must not make its duration (a metric) wrong or negative
-    attempt = _attempt(receiver, start, start + (time.monotonic() - started), report, error)
-    result = AttemptResult(attempt, report, _exit_code(attempt, error), error)
-    try:
-        append_attempt(SchemaPaths(config.schema_dir, receiver.host, receiver.port), attempt)
-    except LocalIOError as exc:
-        result.record_error = str(exc)
-    return result
-
-
-def _attempt(
-    receiver: ReceiverEndpoint,
-    start: float,
-    end: float,
-    report: AttemptReport | None,
-    error: BaseException | None,
-) -> Attempt:
-    attempt = Attempt(
-        receiver=receiver.name,
-        address=receiver.address,
-        start=start,
-        end=end,
-        outcome=OK,
+    started = time.monotonic()
+    if report is None:
+        report = new_report(receiver.name, receiver.address, config.data_dirs)
+    report.bwlimit = config.bwlimit_for(receiver)
+    own_uuid = str(uuid.UUID(sender_uuid(config.schema_dir)))
+    for data_dir in config.data_dirs:  # before any state is written: whose it is
+        claim(data_dir, own_uuid)
+    cancel = cancel or Cancel()
+    state = _Attempt(
+        config, receiver, report, own_uuid, connector or _greeting(own_uuid), progress, cancel
     )
-    if report is not None:
-        d = report.to_dict()
-        attempt = replace(
-            attempt,
-            new=report.shipped_files,
-            bytes=report.shipped_bytes,
-            deleted=sum(len(x["deleted"]) for x in d["dirs"]),
-            refused=sum(len(x["refused"]) for x in d["dirs"]),
-            failed=sum(len(x["failed"]) for x in d["dirs"]),
-            schema_bytes=report.schema_bytes,
-            connections=report.attempts,
+    state.reconcile = reconcile
+    reconnects = _Reconnects(config.max_retries, config.reconnect_time, cancel, ROUND_WAIT)
+    retrying = tenacity.Retrying(
+        stop=reconnects.stop,
+        wait=reconnects.wait,
+        sleep=_until(cancel),
+        retry=_retryable,
+        before_sleep=state.before_sleep,
+        reraise=True,
+    )
+    try:
+        for connection in retrying:  # tenacity's attempts are connections here
+            with connection:
+                report.attempts = connection.retry_state.attempt_number
+                state.connection()
+    except (ConnectionLost, Unreachable) as exc:
+        if report.attempts <= 1 and isinstance(exc, Unreachable) and not cancel.is_set:
+            raise
+        for d in report.dirs:
+            if not d.complete and d.note is None:
+                d.note = (
+                    "interrupted"
+                    if cancel.is_set
+                    else f"connection lost, gave up after {_connections(report.attempts)}: {exc}"
+                )
+    finally:
+        report.seconds = time.monotonic() - started
+    for d, data_dir in zip(report.dirs, config.data_dirs, strict=True):
+        with naming_os_errors("write"):
+            write_round_record(SenderPaths(data_dir, receiver.host, receiver.port), d.to_dict())
+    return report
+
+
+def _connections(n: int) -> str:
+    return "1 connection" if n == 1 else f"{n} connections"
+
+
+def _until(cancel: Cancel) -> Callable[[float], None]:
+    """tenacity's sleep between connections, cut short by a cancel."""
+
+    def sleep(seconds: float) -> None:
+        cancel.event.wait(seconds)
+
+    return sleep
+
+
+def _retryable(state: tenacity.RetryCallState) -> bool:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(exc, ConnectionLost):
+        return True
+    # Unreachable on a reconnect: the receiver may be restarting (the stop rule bounds
+    # it by time); on the first connection it is the answer (cron runs again later).
+    return isinstance(exc, Unreachable) and state.attempt_number > 1
+
+
+def _greeting(own_uuid: str) -> Connector:
+    """The real connection, with this sender's HELLO sent alongside the subsystem request."""
+    hello = encode(Hello(PROTOCOL_VERSION, own_uuid, hostname()))
+
+    def connector(config: SenderConfig, receiver: ReceiverEndpoint) -> OpenConnection:
+        return connect_receiver(config, receiver, greeting=hello)
+
+    return connector
+
+
+class _Attempt:
+    """One attempt at one receiver: its connections one after another, and in each
+    the rounds of the data dirs not finished yet."""
+
+    def __init__(
+        self,
+        config: SenderConfig,
+        receiver: ReceiverEndpoint,
+        report: AttemptReport,
+        own_uuid: str,
+        connector: Connector,
+        progress: Progress | None,
+        cancel: Cancel,
+    ) -> None:
+        self.config = config
+        self.receiver = receiver
+        self.report = report
+        self.own_uuid = own_uuid
+        self.connector = connector
+        self.progress = progress
+        self.cancel = cancel
+        # one bucket for the whole attempt: its connections and data dirs share the cap
+        self.bucket = TokenBucket(report.bwlimit) if report.bwlimit else None
+        self.reconcile = False
+        self.held_checked = False
+        """The lost-storage check (sender/lost_storage.py) ran, on the first connection."""
+        self.schema_rewound = False
+        """A reconcile offered the schema log from its start (once per attempt)."""
+        self.findings: list[Findings] | None = None
+        """This attempt's reconcile findings per data dir (asked again at each connection:
+        what an earlier one shipped is held by then)."""
+
+    def emit(self, event: str, **fields: object) -> None:
+        if self.progress is not None:
+            self.progress(event, **fields)
+
+    def before_sleep(self, state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        self.emit("retry", attempt=state.attempt_number, reason=str(exc))
+
+    def connection(self) -> None:
+        """One connection: recover, connect, then :meth:`_session`."""
+        config, receiver = self.config, self.receiver
+        with naming_os_errors("recover the sender state at"):
+            recover_all(config.data_dirs, receiver.host, receiver.port)
+        if self.cancel.is_set:
+            raise ConnectionLost("interrupted")
+        conn = self.connector(config, receiver)
+        try:
+            with self.cancel.closing(conn.close):
+                self._session(conn)
+        except ConnectionLost:
+            reason = getattr(conn, "lost_reason", None)  # a dead link, said as such
+            if reason and not self.cancel.is_set:
+                raise ConnectionLost(reason) from None
+            raise
+        finally:
+            conn.close()
+
+    def _session(self, conn: OpenConnection) -> None:
+        config, receiver = self.config, self.receiver
+        self.emit("connected", receiver=receiver.address, attempt=self.report.attempts)
+        session = SenderSession(
+            conn.stream,
+            chunk_size=config.chunk_size,
+            pipeline_depth=config.pipeline_depth,
+            max_retries=config.max_retries,
+            progress=self.progress,
+            reply_timeout=config.stall_timeout,
+            bucket=self.bucket,
         )
-    if isinstance(error, KeyboardInterrupt):
-        return replace(attempt, outcome=INTERRUPTED, kind=None, error=_interrupt_text(error))
-    if isinstance(error, LockHeld):
-        return replace(attempt, outcome=BUSY, kind=error.kind, error=single_line(str(error)))
-    if error is not None:
-        kind, text = failure_of(error)
-        return replace(attempt, outcome=FAILED, kind=kind, error=text)
-    assert report is not None
-    if not report.ok:
-        return replace(attempt, outcome=FAILED, kind=INCOMPLETE, error=incomplete_reason(report))
-    return attempt
+        try:
+            session.hello(self.own_uuid, hostname(), sent=getattr(conn, "greeted", False))
+            try:
+                self._rounds(session)
+            except ProtocolError as exc:
+                if exc.code != ErrorCode.BUSY:
+                    raise
+                # under way, busy means the receiver is stopping: reconnect, retry later
+                raise ConnectionLost(f"receiver ended the session: {exc}") from None
+        finally:
+            session.close()
 
+    def _rounds(self, session: SenderSession) -> None:
+        """The lost-storage check, schema, the reconcile's comparison, a round per
+        unfinished data dir, BYE."""
+        config, receiver = self.config, self.receiver
+        if not self.reconcile and not self.held_checked:
+            self.held_checked = True
+            self._check_held(session)
+        schema = SchemaPaths(config.schema_dir, receiver.host, receiver.port)
+        shipped_from = read_position(schema.schema_pos)
+        if self.reconcile and not self.schema_rewound:
+            # a receiver that lost files may have lost its copy of the schema log too:
+            # offered from the start once, it keeps only the bytes it lacks
+            self.schema_rewound = True
+            with naming_os_errors("write"):
+                write_position(schema.schema_pos, 0)
+        try:
+            session.ship_schema(schema.schema_log, schema.schema_pos)
+        finally:  # pieces acknowledged before a dropped connection count too
+            shipped_to = read_position(schema.schema_pos)
+            self.report.schema_bytes += max(shipped_to - shipped_from, 0)
+        if self.reconcile:
+            self.findings = self._compare(session)
+        todo = [
+            i for i, d in enumerate(self.report.dirs) if not d.complete and d.note is None
+        ]  # the others finished (or were told busy) over an earlier connection
+        for i in todo:
+            # the last round's ROUND_END takes the BYE along: no round trip of its own
+            session.closing = i == todo[-1]
+            with naming_os_errors("update"):  # what the steps did not name
+                self.data_dir(session, i, Path(config.data_dirs[i]), self.report.dirs[i])
+        session.bye()
 
-def failure_of(error: BaseException) -> tuple[str, str]:
-    """(kind, one line) of an error that ended an attempt."""
-    if isinstance(error, ProtocolError):
-        kind = "receiver" if str(error).startswith("receiver: ") else "protocol"
-        return kind, single_line(str(error))
-    if isinstance(error, SealsyncError):
-        return error.kind, single_line(str(error))
-    if isinstance(error, OSError) and error.filename is not None:
-        return LocalIOError.kind, describe_os_error(error, "access")
-    return INTERNAL, single_line(f"internal error: {type(error).__name__}: {error}")
+    def _check_held(self, session: SenderSession) -> None:
+        """A receiver holding other files of this sender than it shipped there: turn
+        this attempt into a reconcile, or refuse it (``on_lost_storage``)."""
+        action = self.config.on_lost_storage
+        if action == lost_storage.IGNORE:
+            return
+        with naming_os_errors("read"):
+            shipped = lost_storage.shipped_to(self.config, self.receiver)
+        if not shipped:
+            return  # nothing shipped there yet: nothing it could have lost
+        held = session.held()
+        if held is None:
+            return  # a receiver of protocol version 1: it cannot say
+        problem = lost_storage.difference(held, shipped, self.receiver.name)
+        if problem is None:
+            return
+        if action == lost_storage.FAIL:
+            raise lost_storage.refusal(self.config, self.receiver, problem)
+        log.warning("%s: reconciling, as send --reconcile does", problem)
+        self.emit("reconcile", reason=problem)
+        self.reconcile = True
 
+    def _compare(self, session: SenderSession) -> list[Findings]:
+        held = session.inventory()
+        dirs = []
+        for data_dir in self.config.data_dirs:
+            paths = SenderPaths(Path(data_dir), self.receiver.host, self.receiver.port)
+            with naming_os_errors("read"):
+                dirs.append(dir_state(Path(data_dir), paths.last_local_files, paths.scan_cache))
+        findings = compare(held, dirs, self.receiver.name)
+        for d, found in zip(self.report.dirs, findings, strict=True):
+            if d.reconcile is None:  # what the first connection found is what there was
+                d.reconcile = found.to_dict()
+        return findings
 
-def _interrupt_text(exc: KeyboardInterrupt) -> str:
-    from sealsync.errors import interrupt_name
-
-    return f"interrupted by {interrupt_name(exc)}"
-
-
-def _exit_code(attempt: Attempt, error: BaseException | None) -> int:
-    if isinstance(error, KeyboardInterrupt):
-        return interrupt_exit_code(error)
-    if isinstance(error, SealsyncError):
-        return error.exit_code
-    if attempt.outcome == BUSY:
-        return EXIT_LOCKED
-    return EXIT_OK if attempt.outcome == OK else EXIT_FAILURE
-
-
-def incomplete_reason(report: AttemptReport) -> str:
-    """The first thing a round left undone, and how many more there are."""
-    problems: list[str] = []
-    for d in report.dirs:
-        if d.note:
-            problems.append(f"{d.data_dir}: {d.note}")
-        problems.extend(f"refused {n}: {why}" for n, why in sorted(d.refused.items()))
-        problems.extend(f"not synced {n}: {why}" for n, why in sorted(d.failed.items()))
-        if not d.complete and not d.note:
-            problems.append(f"{d.data_dir}: the round did not finish")
-    if not problems:
-        return "the round did not finish"
-    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return single_line(problems[0]) + more
+    def data_dir(self, session: SenderSession, index: int, data_dir: Path, d: DirReport) -> None:
+        started = time.monotonic()
+        paths = SenderPaths(data_dir, self.receiver.host, self.receiver.port)
+        found = None
+        mods_seen: dict[str, shipped_mods.ModsId] = {}
+        with naming_os_errors("read"):
+            idle = idle_mark.unchanged(
+                paths.idle_mark, data_dir, paths.last_local_files, paths.shipped_mods
+            )
+        if idle and self.findings is None:
+            d.rejected = {}
+            selection = Selection(new=(), deleted=())  # nothing changed since an idle round
+        else:
+            found = scan(data_dir, cache=paths.scan_cache)
+            d.rejected = dict(found.rejected)
+            with naming_os_errors("read"):
+                last = read_file_set(paths.last_local_files, known=found.present)
+                mods_seen = shipped_mods.current_identities(data_dir, found.with_mods & last)
+                shipped = shipped_mods.read_identities(paths.shipped_mods)
+            changed = shipped_mods.changed(mods_seen, shipped)
+            if self.findings is None:
+                selection = select(found, last, changed)
+            else:  # reconcile: ship again what the receiver lacks, delete what it has over
+                found_here = self.findings[index]
+                selection = select(found, last - found_here.reship, changed)
+                # a different copy goes first: storage never replaces a file by another
+                deleted = set(selection.deleted) | set(found_here.extra)
+                deleted |= set(found_here.different) & set(selection.new)
+                selection = Selection(new=selection.new, deleted=tuple(sorted(deleted)))
+        with naming_os_errors("read"):
+            refusals = RefusalBook(refused_path(paths))
+        refusals.keep_only(selection.new)
+        d.failed.clear()
+        d.refused.clear()
+        try:
+            if not selection.new and not selection.deleted:
+                d.complete = True
+                if found is not None and not found.rejected:
+                    with naming_os_errors("write"):
+                        idle_mark.record(
+                            paths.idle_mark,
+                            data_dir,
+                            found.folders,
+                            paths.last_local_files,
+                            paths.shipped_mods,
+                            mods_seen,
+                        )
+                return
+            session.start_round(index)  # its answer is read once the snapshot is taken
+            with naming_os_errors("create"):
+                paths.folder.mkdir(parents=True, exist_ok=True)
+            with naming_os_errors("link"):
+                placed = take_snapshot(
+                    data_dir,
+                    paths.snapshot,
+                    selection.new,
+                    with_mods=None if found is None else found.with_mods,
+                )
+            with naming_os_errors("write"):
+                # before sync.log can name any of them (shipped_mods' docstring, point 1)
+                shipped_mods.record_snapshot(paths, [n for n, p in placed.items() if p.has_mods])
+                session.round(
+                    index,
+                    snapshot_dir=paths.snapshot,
+                    new=placed,
+                    deleted=selection.deleted,
+                    sync_log=paths.sync_log,
+                    refusals=refusals,
+                    report=d,
+                    own_uuid=self.own_uuid,
+                )
+        finally:
+            with naming_os_errors("write"):
+                refusals.save()
+            with naming_os_errors("recover the sender state at"):
+                recover(paths)  # the clean-up (docs/design.md §3.6) is recovery's steps 4-8
+            d.seconds += time.monotonic() - started

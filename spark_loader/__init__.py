@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark_loader.delta_log import read_arrow
-    from spark_loader.ingest import run_load
     from spark_loader.report import LoadReport
+    from spark_loader.run import run_load
 
 __all__ = ["LoadReport", "read_arrow", "run_load"]
-_HOMES = {"LoadReport": "report", "read_arrow": "delta_log", "run_load": "ingest"}
+_HOMES = {"LoadReport": "report", "read_arrow": "delta_log", "run_load": "run"}
 
 
 def __getattr__(name: str) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 from sealsync import durable
 from sealsync.errors import SealsyncError
 from spark_loader.delta_log import APP_ID, log_folder
-from spark_loader.session import conf_set
+from spark_loader.spark_session import conf_set
 
 #: How the commits appear in the table's history.
 OPERATION = "DeltaOperations$ManualUpdate$"

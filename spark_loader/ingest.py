@@ -1,577 +1,637 @@
-"""One ``sealsync load`` run: reconcile, remove what left, ingest what arrived.
+"""The Spark side of a run: source files in, one table partition per file out.
 
-Exactly once, built on three facts:
+Per batch of files, one Spark job per kind of write:
 
-1. Each source file version has its own partition ``file_id=<id>`` (identity in
-   :mod:`.discovery`) of the Delta table (:mod:`.table`); a run writes its files into
-   a private staging folder and moves them into the table's folders, where no reader
-   sees them, and a removed version's files are only marked to go.
-2. All of a run's changes are one Delta commit (:mod:`.delta_commit`) carrying the
-   run's number as Delta's idempotent transaction id: a crash before it leaves the
-   table as it was (the next run removes the files moved in), a crash after it
-   leaves the whole run in, and the table itself says which happened.
-3. The table is the truth; ``ingested.json`` is reconciled against it at the start
-   of every run (recorded but missing: re-ingested; present but not recorded:
-   adopted), and then the wanted set (the files on the receiver now) decides: files
-   without a partition are ingested, and partitions of files no longer listed are
-   removed only on evidence that the receiver deleted or replaced them
-   (:mod:`.removals`; a short listing removes nothing). A rerun with nothing new
-   commits nothing.
+* **Parquet** files are each first linked (hard link, else symlink) into a hidden
+  folder of the table, ``.sealsync-links/<run>/b<batch>/p<n>/__sealsync_key=<k>/``
+  ``data.parquet``, where ``<k>`` is the file's number in the batch. The hard link is
+  a snapshot: a file the receiver deletes meanwhile stays readable until the run
+  ends. On ingest, Arrow copies them on the executors (:mod:`.arrow_write`); in a
+  resolved group (:mod:`.resolve`), or where Arrow cannot write the session's codec,
+  Spark's own Parquet reader scans them, one scan per batch and file schema, the
+  scan of ``p<n>`` yielding the key as a constant column: no per-row lookup, no join.
+* **TsFiles** are read on the executors (:mod:`.tsfile_read`) over a DataFrame of
+  file paths: by Apache TsFile's Java reader in the executors' JVMs (formats 3 and
+  4), or, in a session without it, by the ``tsfile`` package through ``mapInArrow``
+  (format 4 only); either adds the key.
 
-``--full`` removes every file of the table and ingests every file again, in one
-overwrite commit: readers see the old table or the new one, never an empty or half
-one. It ends with the same partitions and rows as incremental runs.
+**Deletions.** A file's ``X.mods`` and ``X.mods2`` (points the database deleted
+after sealing: :mod:`sealsync.formats.deletion`) are read here on the driver, once per
+run, when the file is prepared (they are small; the data never is), and checked to be
+the versions its ``file_id`` names. The file's row carries the deletions, parsed, to
+the executors' reader, which drops those points per series (path patterns, closed
+time ranges, and in IoTDB 0.12-1.x only from the chunks that start below the
+deletion's file offset) and the rows left with no value. A Parquet file with
+deletions is read by Arrow (:mod:`.arrow_write`, or :func:`.tsfile_read.data_batches`
+in a resolved group) instead of a Spark Parquet scan, since a per-series deletion
+blanks columns, not whole rows. A
+deletion file that does not read, or holds a deletion this loader does not apply (a
+table-model one), makes its file skipped and reported and retried on the next run;
+:mod:`.ingest` checks that before any row of an older version leaves the table.
+
+**Writing.** The rows are written into a fresh hidden staging folder of the table,
+one folder ``__sealsync_key=<k>`` per file. Parquet files are copied there by Arrow on
+the executors (:mod:`.arrow_write`), column by column; TsFiles and resolved groups by
+Spark's write, whose job commit makes the folder complete or leaves it unfinished.
+Then each key folder's files are moved into its file's
+partition folder ``sender=/source_file=/file_id=`` (:mod:`.table`), where no reader
+sees them until the run's one Delta commit adds them. Provenance is the table's
+partition columns: no data file stores it, and a short int key is all the write
+looks at per row. Where the loader's jar runs
+(a local master, :mod:`.jvm`), its ``KeyedParquetFileFormat`` writes Spark's folders:
+a task's rows come grouped by file already, so it opens a file's folder when the key
+changes, where Spark's ``partitionBy`` (used everywhere else, same folders) sorts
+every row by the key and copies it to drop the column (measured in
+docs/performance.md).
+
+A failing job is retried without the file that broke it, when the error names it
+(our TsFile reader's marker, or the link Spark's Parquet reader failed on), else split
+in halves, until each bad file is alone; only it is reported and skipped
+(:mod:`.failure`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
-import shutil
-import sys
-import time
+import errno
+import functools
+import os
+import re
 import uuid
-import zipfile
-from collections.abc import Callable, Set
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sealsync.config import LoaderConfig
-from sealsync.errors import FormatError, LocalIOError, SealsyncError
-from spark_loader import delta_commit, lastrun, removals, resolve, swap, table_binding
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sealsync import formats
+from sealsync.errors import FormatError
+from sealsync.formats import deletion, mods, mods2
+from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.formats.deletion import SeriesDeletion
+from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
-from spark_loader.discovery import SourceFile, discover
-from spark_loader.job import Ingest, Prepared, read_deletions
+from spark_loader.discovery import PARQUET, SourceFile
+from spark_loader.failure import Failure, SplitRetry, describe
 from spark_loader.report import LoadReport
-from spark_loader.session import (
-    LOG_FILE,
-    active_session,
-    check_executor_python,
-    create_session,
-    driver_lock,
-    py4j_logs_to,
-    python_warnings_quiet,
-    run_conf,
-)
-from spark_loader.state import (
-    FileRecord,
-    IngestState,
-    load_state,
-    loader_lock,
-    save_state,
-    wait_for_previous_driver,
-)
+from spark_loader.spark_session import stage_progress
+from spark_loader.state import FileRecord, IngestState
 from spark_loader.table import (
+    KEY_COLUMN,
     LINKS,
-    PARTITION_COLUMNS,
+    STAGING,
     Partition,
     Table,
-    files_schema,
     remove_run_folder,
 )
+from spark_loader.tsfile_read import (
+    FILES_DDL,
+    SCHEMA_DDL,
+    data_batches,
+    deletion_records,
+    java_data,
+    java_schema,
+    schema_rows,
+)
 
-Progress = Callable[[str], None]
-
-#: The state dir folder of a ``--full`` build of earlier releases: removed if one is left.
-FULL_BUILD_STATE = "full-build"
-DEFAULT_BATCH_BYTES = 4 << 30
-DEFAULT_BATCH_FILES = 2000
-
-
-@dataclass(frozen=True)
-class _Options:
-    master: str | None
-    full: bool
-    verbose: bool
-    spark: Any
-    batch_bytes: int
-    batch_files: int
-    sync: bool
-    driver_wait: float
-    prune_missing: bool
+PARQUET_GROUP, TSFILE = "p", "t"
+#: Spark's Parquet writer with a folder per key and no sort (java/, :mod:`.jvm`).
+KEYED_FORMAT = "io.sealsync.spark.KeyedParquetFileFormat"
+_LINK_KEY_RE = re.compile(rf"/b\d+/{PARQUET_GROUP}\d+/{KEY_COLUMN}=(\d+)/data\.parquet")
 
 
-def run_load(
-    config: LoaderConfig,
-    master: str | None = None,
-    full: bool = False,
-    progress: Progress | None = None,
-    *,
-    verbose: bool = False,
-    spark: Any = None,
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
-    batch_files: int = DEFAULT_BATCH_FILES,
-    sync: bool = True,
-    driver_wait: float = 120.0,
-    prune_missing: bool = False,
-) -> LoadReport:
-    """Bring the table at ``config.table_path`` in line with the receiver's files.
+@dataclass
+class Prepared:
+    """A source file ready for a Spark job: its columns known, later linked."""
 
-    Uses ``spark`` if given, else the active SparkSession, else starts one on
-    ``master`` (default: the config's) and stops it at the end. Batches bound how
-    much one Spark job writes (and how much a crash redoes). ``sync=False`` skips
-    the fsync of written partitions (tests). ``driver_wait``: how long to wait for
-    the Spark driver of a killed earlier run to exit. ``prune_missing``: remove the
-    rows of files missing from the receiver without a logged deletion
-    (:mod:`.removals`; by default they are kept and counted).
-    """
-    started = time.monotonic()
-    options = _Options(
-        master, full, verbose, spark, batch_bytes, batch_files, sync, driver_wait, prune_missing
-    )
-    run = _Run(config, options, progress)
-    table_binding.refuse_another_table(config)  # a typo'd table_path: nothing written
+    source: SourceFile
+    file_id: str
+    columns: dict[str, Any]  # name -> Spark DataType, as the file stores it
+    rows: int | None  # the Parquet footer's row count; None for TsFiles
+    schema_key: str  # Parquet files with equal keys are read by one scan
+    partition: Partition  # where its rows go in the table
+    kind: str = ""  # set when linked: PARQUET_GROUP or TSFILE
+    key: int | None = None  # set when linked: the file's number in its batch
+    link: Path | None = None
+    folder: Path | None = None  # the link folder one scan reads
+    # The deletions of its X.mods and X.mods2, in file order; empty if none.
+    deleted: list[SeriesDeletion] = dataclasses.field(default_factory=list)
+
+    def deletion_records(self) -> list[tuple[list[str], int, int, int | None, str]] | None:
+        """The deletions as the readers take them (``tsfile_read.DELETIONS_DDL``)."""
+        if not self.deleted:
+            return None
+        return deletion_records(self.deleted)
+
+
+def _sender(item: Prepared) -> str:
+    """Whose file it is: a failing job is split by sender first (failure.SplitRetry)."""
+    return item.source.sender
+
+
+def _link(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
     try:
-        run.state_dir.mkdir(parents=True, exist_ok=True)
-        run.table.ensure()
+        os.link(src, dst, follow_symlinks=True)
     except OSError as exc:
-        raise SealsyncError(f"cannot create {exc.filename}: {exc.strerror}") from None
-    with loader_lock(run.state_dir), py4j_logs_to(run.state_dir / LOG_FILE, verbose):
-        wall = time.time()
-        try:
-            try:
-                bound = table_binding.bind(config)  # under the lock: one run binds it
-                if bound is not None:
-                    run.report.notes.append(bound)
-                    run.say(bound)
-                try:
-                    run.run()
-                finally:
-                    run.close()
-            except OSError as exc:  # a full disk, a permission: one line, not a traceback
-                where = f" {exc.filename}" if exc.filename else ""
-                raise LocalIOError(f"loader failed on{where}: {exc.strerror or exc}") from None
-        except BaseException as exc:
-            run.report.seconds = time.monotonic() - started
-            with contextlib.suppress(Exception):  # never hide why the run failed
-                lastrun.record_run(config, run.report, wall, exc)
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
             raise
-        run.report.seconds = time.monotonic() - started
-        lastrun.record_run(config, run.report, wall, None)
-    return run.report  # the caller prints the summary: once, where it wants it
+        os.symlink(os.path.abspath(src), dst)
 
 
-def _deletions_unreadable(
-    files: list[SourceFile], loaded: set[str], report: LoadReport
-) -> set[str]:
-    """The ids of the new versions in ``files`` whose ``.mods``/``.mods2`` do not read,
-    each reported (the file kind and the line or byte offset).
+def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
+    from pyspark.sql.pandas.types import from_arrow_type
 
-    Such a version is not loaded, and the rows of the version of that file the table
-    holds stay (:func:`_hold_for_unreadable`): they change only on a run where the
-    deletions read. A version already in the table was read when it was loaded.
-    """
-    out = set()
-    for f in files:
-        if (f.mods is not None or f.mods2 is not None) and f.file_id not in loaded:
-            try:
-                read_deletions(f)
-            except FormatError as exc:
-                report.skip(str(f.path), str(exc))
-                out.add(f.file_id)
-            except OSError as exc:
-                report.skip(str(f.path), f"cannot read its deletions: {exc.strerror or exc}")
-                out.add(f.file_id)
+    if len(set(arrow.names)) != len(arrow.names):
+        raise ValueError("duplicate column names")
+    out = {}
+    for f in arrow:
+        t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+        try:
+            out[f.name] = from_arrow_type(t)
+        except Exception:
+            raise ValueError(f"column {f.name!r} has a type Spark cannot read: {t}") from None
     return out
 
 
-def _hold_for_unreadable(
-    verdict: removals.Verdict, files: list[SourceFile], unreadable: set[str]
-) -> list[str]:
-    """Take out of ``verdict.remove`` the older versions of the files whose new version
-    is unreadable (listed, so they would go as replaced); their ids."""
-    names = {f"{f.sender}:{f.name}" for f in files if f.file_id in unreadable}
-    held = [fid for fid in verdict.remove if verdict.labels.get(fid) in names]
-    verdict.remove = [fid for fid in verdict.remove if fid not in held]
-    return held
+def read_deletions(source: SourceFile) -> list[SeriesDeletion] | None:
+    """The deletions of ``source``'s ``.mods`` then ``.mods2``; None when either is no
+    longer the version the file's id names (the next run sees the new one).
+
+    FormatError for a file that does not read or holds a deletion this loader does not
+    apply (its text names which file, and the line or byte); OSError as raised.
+    """
+    found: list[deletion.Deletion] = []
+    for version, path, module in (
+        (source.mods, source.mods_path, mods.read_version),
+        (source.mods2, source.mods2_path, mods2.read_version),
+    ):
+        if version is None:
+            continue
+        got, read = module(path)
+        if read != version:
+            return None
+        found.extend(got)
+    deletion.refuse_table_deletions(found)
+    return [d for d in found if isinstance(d, SeriesDeletion)]
 
 
-class _Run:
-    """One run under the locks: reconcile, remove, ingest."""
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
-    def __init__(self, config: LoaderConfig, options: _Options, progress: Progress | None) -> None:
-        self.config = config
-        self.options = options
+
+def conform(df: Any, target: Any) -> Any:
+    """``df`` with exactly the target's columns, in order, cast; missing ones null."""
+    from pyspark.sql import functions as F
+
+    have = {f.name: f.dataType for f in df.schema.fields}
+    if [(f.name, f.dataType) for f in df.schema.fields] == [
+        (f.name, f.dataType) for f in target.fields
+    ]:
+        return df  # already the target's shape: no per-row projection
+    cols = []
+    for field in target.fields:
+        if field.name in have:
+            col = F.col(_quoted(field.name))
+            if have[field.name] != field.dataType:
+                col = col.cast(field.dataType)
+        else:
+            col = F.lit(None).cast(field.dataType)
+        cols.append(col.alias(field.name))
+    return df.select(*cols)
+
+
+class Ingest:
+    """Runs the Spark jobs of one loader run and records what they wrote."""
+
+    def __init__(
+        self,
+        spark: Any,
+        table: Table,
+        state: IngestState,
+        state_dir: Path,
+        report: LoadReport,
+        progress: Callable[[str], None] | None,
+        run_id: str,
+        sync: bool = True,
+    ) -> None:
+        self.spark = spark
+        self.table = table
+        self.state = state
+        self.state_dir = state_dir
+        self.report = report
         self.progress = progress
-        self.report = LoadReport()
-        self.state_dir = Path(config.state_dir)
-        self.table = Table(Path(config.table_path))
-        self._spark: Any = None
-        self._owned = False
-        self._settled = True  # every stale group of the pending senders rewritten
+        self.links = table.path / LINKS / run_id
+        self.sync = sync
+        self._members: dict[Path, set[str]] = {}
+        # TsFiles are read by the Java reader wherever the session has it (:mod:`.tsfile_read`).
+        self.java_tsfile = jvm.tsfile_reader(spark)
 
-    def close(self) -> None:
-        """Stop the Spark session if this run started it."""
-        if self._owned and self._spark is not None:
-            self._spark.stop()
-        self._spark, self._owned = None, False
-
-    def say(self, text: str) -> None:
+    def _say(self, text: str) -> None:
         if self.progress is not None:
             self.progress(text)
 
-    def run(self) -> None:
-        report, table = self.report, self.table
-        wait_for_previous_driver(self.state_dir, self.options.driver_wait)
-        for note in swap.recover(table.path):
-            report.notes.append(note)
-            self.say(note)
-        shutil.rmtree(self.state_dir / FULL_BUILD_STATE, ignore_errors=True)
-        table.sweep()
-        for note in table.open():
-            report.notes.append(note)
-            self.say(note)
-        state = load_state(self.state_dir)
-        if state.rebuilt:
-            report.notes.append(state.rebuilt)
-            self.say(state.rebuilt)
-        _adopt_table_columns(state, table)
-        found = discover(list(self.config.receiver_data_dirs))
-        for name, reason in found.skipped.items():
-            report.skip(name, reason)
-        senders = len({f.sender for f in found.files})
-        self.say(f"found {len(found.files)} loaded files from {senders} senders")
-        partitions = table.partitions()
-        wanted = {f.file_id: f for f in found.files}
-        changed = _reconcile(state, table, partitions, wanted, report)
-        verdict = removals.decide(
-            state,
-            partitions,
-            found.files,
-            list(self.config.receiver_data_dirs),
-            self.options.prune_missing,
-            found.troubles,
-        )
-        # A held sender's files all wait, none of its rows leaves; the others go on.
-        for sender, reason in verdict.held.items():
-            report.hold(sender, reason)
-        loadable = [f for f in found.files if f.sender not in verdict.held]
-        unreadable = _deletions_unreadable(loadable, {*partitions, *state.files}, report)
-        if verdict.pruned:
-            report.notes.append(
-                f"--prune-missing: removed the rows of {verdict.pruned} files missing "
-                "from the receiver without a logged deletion"
-            )
-        held = _hold_for_unreadable(verdict, found.files, unreadable)
-        if verdict.kept:
-            report.kept_missing = len(verdict.kept)
-            report.kept_example = verdict.labels[verdict.kept[0]]
-        verdict.kept += held  # carried into a --full build, as files kept for lack of evidence
-        verdict.kept += verdict.waiting  # and so are a held sender's
-        readable = [f for f in loadable if f.file_id not in unreadable]
-        if self.options.full:
-            self.full(state, partitions, verdict, readable)
-            return
-        present = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
-        # The senders whose overlapping files must be resolved again (:mod:`.resolve`),
-        # recorded before anything changes: a run killed after this is completed by the next.
-        changed_senders = {partitions[f].sender for f in verdict.remove if f in partitions}
-        changed_senders |= {f.sender for f in readable if f.file_id not in present}
-        settle = resolve.mark_pending(self.state_dir, changed_senders) - verdict.held.keys()
-        if verdict.remove:
-            self.say(f"removing the rows of {len(verdict.remove)} files the receiver deleted")
-        for fid in verdict.remove:
-            record = state.files.pop(fid, None)
-            partition = partitions.get(fid)
-            rows = record.rows if record else (partition.rows if partition else 0)
-            if partition is not None:
-                table.delete(partition)
-            report.removed += 1
-            report.rows_removed += rows
-        todo = [f for f in readable if f.file_id not in present]
-        report.unchanged = len(readable) - len(todo)
-        if todo or settle:
-            self.ingest(todo, state, settle=settle, wanted=wanted)
-        self.commit(state, changed or bool(verdict.remove))
-        if settle and self._settled and not self._held_pending():
-            resolve.clear_pending(self.state_dir)
+    def _skip(self, source: SourceFile, reason: str) -> None:
+        """Report a file not ingested, unless it merely left the receiver meanwhile.
 
-    def commit(self, state: IngestState, record_changed: bool) -> None:
-        """The run's one Delta commit (if the table changes), then the record of it.
-        A ``--full`` is no other: its commit removes every old file and adds the new."""
-        table = self.table
-        if table.changed or table.schema_change(state.columns):
-            plan = table.plan(state.columns, sync=self.options.sync)
-            if plan is not None:
-                self.say("committing the run to the Delta table")
-                actions, metadata = plan
-                session = self._session()
-                with python_warnings_quiet(), driver_lock(session, self.state_dir):
-                    version = delta_commit.commit(
-                        session,
-                        table.path,
-                        actions,
-                        metadata,
-                        table.snapshot.version,
-                        table.run_version,
-                    )
-                table.committed()
-                self.say(f"committed version {version} of the Delta table")
-            save_state(self.state_dir, state)
-        elif record_changed or self.report.ingested:
-            save_state(self.state_dir, state)
-
-    def full(
-        self,
-        old: IngestState,
-        partitions: dict[str, Partition],
-        verdict: removals.Verdict,
-        files: list[SourceFile],
-    ) -> None:
-        """Rebuild the table from every file, committed as one overwrite.
-
-        Every file of the table is removed and every file ingested again in the run's
-        one commit: until it, readers and a failed or killed run see the old table
-        whole. Files kept for lack of evidence (:mod:`.removals`) keep their rows: their
-        data files stay in the table. The columns stay those of the table (a Delta
-        table's schema only grows).
+        A file deleted (or replaced, or its ``.mods`` changed) on the receiver during
+        the run is no failure: the next run sees the receiver as it is then.
         """
-        state = IngestState(columns=dict(old.columns))
-        kept = set(verdict.kept)
-        for fid in kept:
-            record = old.files.get(fid)
-            if record is not None:
-                state.files[fid] = record
-        for fid, partition in partitions.items():
-            if fid not in kept:
-                self.table.delete(partition)
-        self.say(f"full rebuild: ingesting {len(files)} files into one overwrite commit")
-        if files:
-            senders = {f.sender for f in files}
-            wanted = {f.file_id: f for f in files}
-            self.ingest(files, state, settle=senders, wanted=wanted)
-        self.commit(state, True)
-        if self._settled and not self._held_pending():
-            resolve.clear_pending(self.state_dir)  # the new table was resolved whole
-        self.report.notes.append(
-            f"full rebuild: {len(self.table.partitions())} partitions replaced the table's "
-            f"{len(partitions)} in one commit"
-        )
+        if source.unchanged():
+            self.report.skip(str(source.path), reason)
+        else:
+            self.report.changed += 1
 
-    def _settle(
-        self,
-        job: Ingest,
-        table: Table,
-        ours: bool,
-        senders: set[str],
-        wanted: dict[str, SourceFile],
-    ) -> None:
-        """Rewrite the stale groups of overlapping files (:mod:`.resolve`); on the
-        loader's own table, forget the pending senders once all are settled."""
-        numbers = iter(range(1_000_000, 2_000_000))
+    # ------------------------------------------------------------------ prepare
 
-        def rewrite(groups: list[list[resolve.Member]]) -> bool:
-            return job.rewrite_groups(groups, next(numbers))
+    def _deletions(self, source: SourceFile) -> list[SeriesDeletion] | None:
+        """The file's ``.mods``/``.mods2`` deletions; None if it is skipped.
 
-        del ours  # the pending senders are forgotten once the run's commit is in
-        done, stale = resolve.settle(table, None, senders, wanted, rewrite, self.say)
-        self.report.resolved += done
-        self._settled = done == stale
-
-    def _held_pending(self) -> bool:
-        """Whether a held sender is pending: it stays so (its groups are settled on the
-        run it is back), and so do the others, settled again then at no cost."""
-        return bool(resolve.pending(self.state_dir) & self.report.held.keys())
-
-    def _session(self) -> Any:
-        """The run's Spark session: the caller's, the active one, or one started here
-        (and stopped by :meth:`close`)."""
-        if self._spark is None:
-            self._spark, self._owned = self._start_session()
-        return self._spark
-
-    def _start_session(self) -> tuple[Any, bool]:
-        if self.options.spark is not None:
-            return self.options.spark, False
-        existing = active_session()
-        if existing is not None:
-            return existing, False
-        url = self.options.master or self.config.master
-        created = create_session(
-            url,
-            self.state_dir,
-            verbose=self.options.verbose,
-            conf=self.config.spark,
-            python=self.config.python,
-        )
-        if not url.startswith("local"):
-            _ship_package(created, self.state_dir)
-        return created, True
-
-    def ingest(
-        self,
-        todo: list[SourceFile],
-        state: IngestState,
-        table: Table | None = None,
-        state_dir: Path | None = None,
-        *,
-        settle: set[str] | None = None,
-        wanted: dict[str, SourceFile] | None = None,
-    ) -> None:
-        """Ingest ``todo`` into ``table`` (default: the table), recording in
-        ``state_dir``'s state file (default: the loader's); then resolve the overlapping
-        files of the ``settle`` senders among the ``wanted`` ones (:mod:`.resolve`)."""
-        table = table or self.table
-        if todo:
-            self.say(f"ingesting {len(todo)} files")
-        session = self._session()
-        run_id = uuid.uuid4().hex
+        Read once per run, here on the driver (they are small). The versions read must
+        be the ones the file's id names: one replaced since discovery is left to the
+        next run, which gives the file a new id.
+        """
         try:
-            with python_warnings_quiet(), run_conf(session), driver_lock(session, self.state_dir):
-                if todo and _remote_python(session):  # TsFile and Parquet reads run in Python
-                    check_executor_python(session)
-                job = Ingest(
-                    session,
-                    table,
-                    state,
-                    state_dir or self.state_dir,
-                    self.report,
-                    self.progress,
-                    run_id,
-                    self.options.sync,
+            got = read_deletions(source)
+        except FormatError as exc:  # its text names the file kind and the line or byte
+            self._skip(source, str(exc))
+            return None
+        except OSError as exc:
+            self._skip(source, f"cannot read its deletions: {exc.strerror or exc}")
+            return None
+        if got is None:
+            self.report.changed += 1
+            return None
+        return got
+
+    def prepare(self, files: list[SourceFile]) -> list[Prepared]:
+        """Read every file's columns (Parquet footers here, TsFile metadata on
+        executors) and its ``.mods``/``.mods2`` deletions."""
+        ready: list[Prepared] = []
+        tsfiles: list[Prepared] = []
+        for source in files:
+            try:
+                partition = self.table.partition(source.sender, source.name, source.file_id)
+            except ValueError as exc:  # a name no partition folder can hold
+                self._skip(source, str(exc))
+                continue
+            deleted = self._deletions(source)
+            if deleted is None:
+                continue
+            if source.suffix != PARQUET:
+                tsfiles.append(
+                    Prepared(source, source.file_id, {}, None, TSFILE, partition, deleted=deleted)
                 )
-                admitted = []
-                for item in job.prepare(todo):
-                    reason = schemas.admit(state.columns, item.columns)
-                    if reason:
-                        self.report.skip(str(item.source.path), reason)
+                continue
+            try:
+                if not formats.is_complete(source.path):
+                    raise ValueError("not a complete Parquet file")
+                meta = pq.read_metadata(source.path)
+                arrow = meta.schema.to_arrow_schema()
+                columns = _spark_columns(arrow)
+            except Exception as exc:
+                self._skip(source, describe(exc).reason)
+                continue
+            key = arrow.remove_metadata().to_string()
+            ready.append(
+                Prepared(
+                    source, source.file_id, columns, meta.num_rows, key, partition, deleted=deleted
+                )
+            )
+        if tsfiles:
+            self._say(f"reading the metadata of {len(tsfiles)} TsFiles")
+            found = self._tsfile_columns(tsfiles)
+            for item in tsfiles:
+                got = found.get(item.file_id, "no metadata returned")
+                if isinstance(got, str):
+                    self._skip(item.source, got)
+                else:
+                    item.columns = got
+                    ready.append(item)
+        return ready
+
+    def _link_batch(self, batch: list[Prepared], number: int) -> list[Prepared]:
+        """Link the batch's files into folders one scan each reads whole.
+
+        A hard link is a snapshot: the receiver may delete the file meanwhile.
+        The link's size and mtime must still be the discovered ones (else the
+        file changed after discovery and its id no longer describes it).
+        """
+        root = self.links / f"b{number}"
+        groups: dict[str, Path] = {}
+        linked: list[Prepared] = []
+        for number_in_batch, item in enumerate(batch):
+            source, fid = item.source, item.file_id
+            item.key = number_in_batch
+            if source.suffix != PARQUET:
+                item.kind, item.folder = TSFILE, root / TSFILE
+                item.link = item.folder / f"{fid}.tsfile"
+            else:
+                item.kind = PARQUET_GROUP
+                item.folder = groups.setdefault(
+                    item.schema_key, root / f"{PARQUET_GROUP}{len(groups)}"
+                )
+                item.link = item.folder / f"{KEY_COLUMN}={item.key}" / "data.parquet"
+            try:
+                _link(source.path, item.link)
+                st = os.stat(item.link)
+            except OSError as exc:
+                self._skip(source, f"cannot link it for reading: {exc.strerror or exc}")
+                continue
+            if (st.st_size, st.st_mtime_ns) != (source.size, source.mtime_ns):
+                self.report.changed += 1  # replaced since discovery: the next run loads it
+                continue
+            linked.append(item)
+        self._members = {}
+        for item in linked:
+            assert item.folder is not None
+            self._members.setdefault(item.folder, set()).add(item.file_id)
+        return linked
+
+    def _files_df(self, items: list[Prepared], deletions: bool = False) -> Any:
+        """One row per file (``FILES_DDL``); with ``deletions``, its parsed deletions.
+
+        A local relation: Spark splits it over its default parallelism, so each task
+        reads several files. One task per file (an RDD of one row per partition) cost
+        more in task and Python round trips than reading the files.
+        """
+        rows = [
+            (
+                str(p.link or p.source.path),
+                p.file_id,
+                p.key,  # None in the schema pass, which runs before linking
+                p.deletion_records() if deletions else None,
+            )
+            for p in items
+        ]
+        return self.spark.createDataFrame(rows, FILES_DDL)
+
+    def _tsfile_columns(self, items: list[Prepared]) -> dict[str, dict[str, Any] | str]:
+        """file_id -> {column: Spark type} or the reason it cannot be read."""
+        from pyspark.sql.types import LongType, StringType
+
+        out: dict[str, dict[str, Any] | str] = {}
+
+        def give_up(item: Prepared, reason: str) -> None:
+            out[item.file_id] = f"reading metadata failed: {reason}"
+
+        retry = SplitRetry(items, give_up, self._culprit, owner=_sender)
+        for group in retry:
+            try:
+                with stage_progress(self.spark, self.progress, "TsFile metadata"):
+                    files = self._files_df(group)
+                    if self.java_tsfile:
+                        rows = java_schema(self.spark, files).collect()
                     else:
-                        admitted.append(item)
-                batches = _batches(
-                    admitted,
-                    self.options.batch_bytes,
-                    self.options.batch_files,
-                    lastrun.quarantined(self.state_dir),
+                        rows = files.mapInArrow(schema_rows, SCHEMA_DDL).collect()
+            except Exception as exc:  # a worker died: isolate the file that killed it
+                retry.failed(group, exc)
+                continue
+            for row in rows:
+                fid = row["file_id"]
+                if row["error"] is not None:
+                    out[fid] = row["error"]
+                elif row["name"] is None:
+                    out[fid] = {TIME_COLUMN: LongType(), DEVICE_COLUMN: StringType()}
+                elif isinstance(out.get(fid), dict):
+                    out[fid][row["name"]] = schemas.from_json(row["type"])  # type: ignore[index]
+        self.report.quarantined |= retry.blamed
+        return out
+
+    # ------------------------------------------------------------------ write
+
+    def _frame(self, batch: list[Prepared], target: Any) -> Any:
+        from pyspark.sql import DataFrame
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        parts = []
+        groups: dict[Path, list[Prepared]] = {}
+        for item in batch:
+            assert item.folder is not None
+            groups.setdefault(item.folder, []).append(item)
+        for folder, items in sorted(groups.items()):
+            if items[0].kind == TSFILE and self.java_tsfile:
+                parts.append(java_data(self.spark, self._files_df(items, deletions=True), target))
+                continue
+            plain = [p for p in items if not p.deleted]
+            if items[0].kind == TSFILE or len(plain) < len(items):
+                # the Arrow path: TsFiles without the Java reader, Parquet files with
+                # deletions (read whole, then the deletions applied per series)
+                arrow = to_arrow_schema(target)
+                body = functools.partial(data_batches, schema=arrow)
+                arrowed = items if items[0].kind == TSFILE else [p for p in items if p.deleted]
+                parts.append(self._files_df(arrowed, deletions=True).mapInArrow(body, target))
+                if items[0].kind == TSFILE or not plain:
+                    continue
+                items = plain
+            reader = self.spark.read.option("basePath", str(folder))
+            if {p.file_id for p in items} == self._members.get(folder):
+                df = reader.parquet(str(folder))  # one listing instead of a path per file
+            else:  # part of a batch being retried
+                paths = [str(p.link) for p in items]
+                df = reader.option("__globPaths__", "false").parquet(*paths)
+            parts.append(conform(df, target))
+        return functools.reduce(DataFrame.union, parts)
+
+    def _write(
+        self,
+        batch: list[Prepared],
+        staging: Path,
+        ranks: tuple[dict[int, int], dict[int, int]] | None = None,
+    ) -> None:
+        """Write the batch's rows by key; with ``ranks`` (key -> priority, key ->
+        group), resolved to one row per group and (device, time) first (:mod:`.resolve`).
+
+        Without ``ranks``, Parquet files are copied by Arrow on the executors
+        (:mod:`.arrow_write`), where it writes the session's codec; the rest by Spark.
+        """
+        names = {n for p in batch for n in schemas.measurements(p.columns)}
+        target = schemas.target_schema(self.state.columns, sorted(names))
+        compression = arrow_write.codec(self.spark) if ranks is None else None
+        arrowed = [p for p in batch if p.kind == PARQUET_GROUP] if compression else []
+        rest = [p for p in batch if p.kind != PARQUET_GROUP] if arrowed else batch
+        if rest:  # first: Spark's write makes the staging folder, which must not exist
+            self._spark_write(self._frame(rest, target), target, staging, ranks)
+        if arrowed:
+            assert compression is not None
+            self._arrow_write(arrowed, target, staging, compression)
+
+    def _arrow_write(
+        self, items: list[Prepared], target: Any, staging: Path, compression: str
+    ) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        stored = StructType([f for f in target.fields if f.name != KEY_COLUMN])
+        body = functools.partial(
+            arrow_write.written_batches,
+            schema=to_arrow_schema(stored),
+            staging=str(staging),
+            compression=compression,
+        )
+        files = self._files_df(items, deletions=True)
+        written = files.mapInArrow(body, arrow_write.WRITTEN_DDL).collect()
+        arrow_write.keep_returned(staging, [p.key for p in items if p.key is not None], written)
+
+    def _spark_write(
+        self,
+        frame: Any,
+        target: Any,
+        staging: Path,
+        ranks: tuple[dict[int, int], dict[int, int]] | None,
+    ) -> None:
+        from pyspark.sql.types import DoubleType, FloatType
+
+        if ranks is not None:
+            frame = resolve.resolved_frame(frame, ranks[0], ranks[1], target)
+        writer = frame.write.mode("errorifexists")
+        if jvm.loadable(self.spark, KEYED_FORMAT, probe=True):
+            writer = writer.format(KEYED_FORMAT)  # the same folders, without the sort
+        else:
+            writer = writer.format("parquet").partitionBy(KEY_COLUMN)
+        writer = (
+            writer.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            # Version 1 renames each task's folders whole at commit; version 2
+            # re-creates every partition folder file by file.
+            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
+        )
+        if self.table.path.is_absolute():
+            # The table is a local (or mounted) folder: write it without Hadoop's
+            # ``.crc`` sidecar per file (Parquet pages carry their own checksums), and
+            # without a forked ``chmod`` per file and folder where we can (:mod:`.localfs`).
+            writer = writer.option("fs.file.impl", localfs.implementation(self.spark))
+            writer = writer.option("fs.file.impl.disable.cache", "true")
+        # Time stamps and floating point values are nearly all distinct: building a
+        # dictionary per (small) partition file only to drop it is wasted work.
+        for field in target.fields:
+            if field.name == TIME_COLUMN or isinstance(field.dataType, (DoubleType, FloatType)):
+                writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
+        writer.save(str(staging))
+
+    def _record(self, batch: list[Prepared], staging: Path) -> None:
+        """After a committed job: check each file's rows, move its partition into the
+        table, make them durable, record them."""
+        written = []
+        moves: list[tuple[Path, Partition]] = []
+        for item in batch:
+            src, partition = item.source, item.partition
+            output = staging / f"{KEY_COLUMN}={item.key}"
+            rows = self.table.staged_rows(output) if output.is_dir() else 0
+            # Parquet: the footer's row count must be what was written. With deletions
+            # the table holds fewer, and how many fewer only the file's time and device
+            # columns tell: reading them here would read data on the driver, and a second
+            # Spark scan would read each such file twice. So then the check is a bound,
+            # which still catches rows written twice; without deletions it stays exact.
+            # (TsFiles have no footer count: rows is None.)
+            if item.rows is not None and (
+                rows > item.rows or (not item.deleted and rows != item.rows)
+            ):
+                held = f"{item.rows} before its deletions" if item.deleted else item.rows
+                self._skip(src, f"wrote {rows} rows, the file holds {held}")
+                continue
+            if output.is_dir():
+                moves.append((output, partition))
+                written.append(partition)
+            self.state.files[item.file_id] = FileRecord(
+                src.sender, src.name, src.size, src.mtime_ns, rows, str(src.data_dir or "")
+            )
+            self.report.ingested += 1
+            self.report.rows_written += rows
+        self.table.move_in_all(moves)
+        if self.sync:
+            self.table.sync(written)
+
+    def write(self, batch: list[Prepared], number: int, label: str) -> None:
+        """Write a batch; isolate and report the files that make its job fail."""
+        batch = self._link_batch(batch, number)
+        if not batch:
+            return
+        retry = SplitRetry(
+            batch,
+            lambda item, reason: self._skip(item.source, reason),
+            self._culprit,
+            lambda: self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs"),
+            owner=_sender,
+        )
+        for group in retry:
+            self._clear_partitions(group)
+            staging = self.table.path / STAGING / uuid.uuid4().hex
+            try:
+                with stage_progress(self.spark, self.progress, label):
+                    self._write(group, staging)
+            except Exception as exc:
+                remove_run_folder(staging)
+                retry.failed(group, exc)
+                continue
+            try:
+                self._record(group, staging)
+            finally:
+                remove_run_folder(staging)
+        self.report.quarantined |= retry.blamed
+
+    def _clear_partitions(self, group: list[Prepared]) -> None:
+        """Take out of the run's view any files these files' partitions have (a job of
+        this run that failed after some of its files had moved in): a partition is
+        written whole by one job."""
+        for item in group:
+            if item.partition.path.is_dir():
+                self.table.delete(item.partition)
+
+    def _culprit(self, failure: Failure, group: list[Prepared]) -> Prepared | None:
+        """The file of ``group`` the failure names: by our TsFile reader's file id, or
+        by the link Spark's Parquet reader failed on (its key is in the link's path)."""
+        if failure.file_id is not None:
+            for item in group:
+                if item.file_id == failure.file_id:
+                    return item
+        by_key = {str(p.key): p for p in group if p.kind == PARQUET_GROUP}
+        for key in _LINK_KEY_RE.findall(failure.path or failure.text):
+            if key in by_key:
+                return by_key[key]
+        return None
+
+    # ------------------------------------------------------------------ resolve
+
+    def rewrite_groups(self, groups: list[list[resolve.Member]], number: int) -> bool:
+        """Read groups of overlapping files and write each file's partition anew with
+        the rows it wins (:mod:`.resolve`), in one Spark job: two groups share no
+        (device, time), their bounds being apart. False, and nothing changed, if a
+        member cannot be read now (reported; the next run tries again)."""
+        members = [m for g in groups for m in g]
+        by_id = {m.source.file_id: m for m in members}
+        group_of = {m.source.file_id: n for n, g in enumerate(groups) for m in g}
+        ids = [sorted(m.source.file_id for m in g) for g in groups]
+        items = self.prepare([m.source for m in members])
+        for item in items:
+            reason = schemas.admit(self.state.columns, item.columns)
+            if reason:
+                self._skip(item.source, reason)
+                return False
+        if len(items) != len(members):
+            return False
+        linked = self._link_batch(items, number)
+        if len(linked) != len(members):
+            return False
+        order = sorted(linked, key=lambda p: resolve.priority(p.source.name))
+        ranks = {p.key: rank for rank, p in enumerate(order) if p.key is not None}
+        sets = {p.key: group_of[p.file_id] for p in linked if p.key is not None}
+        keyed = [(p.key, by_id[p.file_id]) for p in linked if p.key is not None]
+        staging = resolve.new_staging(self.table)
+        try:
+            with stage_progress(self.spark, self.progress, f"resolving {len(members)} files"):
+                self._write(linked, staging, (ranks, sets))
+            by_file = {m.source.file_id: ids[group_of[m.source.file_id]] for m in members}
+            resolve.replace_partitions(self.table, staging, keyed, by_file)
+        except Exception as exc:
+            for item in linked:
+                self._skip(
+                    item.source, f"resolving its overlapping files failed: {describe(exc).reason}"
                 )
-                for i, batch in enumerate(batches, start=1):
-                    megabytes = sum(p.source.size for p in batch) / 1e6
-                    label = f"batch {i}/{len(batches)}"
-                    self.say(f"{label}: {len(batch)} files, {megabytes:.1f} MB")
-                    job.write(batch, i, label)
-                if settle:
-                    self._settle(job, table, state_dir is None, settle, wanted or {})
+            return False
         finally:
-            remove_run_folder(table.path / LINKS / run_id)
-
-
-def _remote_python(session: Any) -> bool:
-    """Executors may run a Python other than this one: on a cluster, or when told to."""
-    sc = session.sparkContext
-    return not sc.master.startswith("local") or sc.pythonExec != sys.executable
-
-
-def _reconcile(
-    state: IngestState,
-    table: Table,
-    partitions: dict[str, Partition],
-    wanted: dict[str, SourceFile],
-    report: LoadReport,
-) -> bool:
-    """Make the record agree with the table; True if it changed."""
-    missing = [fid for fid, r in state.files.items() if r.rows > 0 and fid not in partitions]
-    backfilled = 0
-    for fid, known in list(state.files.items()):
-        found = wanted.get(fid)
-        if found is not None and not known.data_dir and found.data_dir is not None:
-            state.files[fid] = dataclasses.replace(known, data_dir=str(found.data_dir))
-            backfilled += 1
-    for fid in missing:
-        del state.files[fid]
-    adopted = 0
-    for fid, partition in partitions.items():
-        source = wanted.get(fid)
-        record = state.files.get(fid)
-        if source is None or (record is not None and record.rows > 0):
-            continue  # unwanted partitions are decided on next (.removals)
-        rows = partition.rows
-        _adopt_columns(state, partition)
-        state.files[fid] = FileRecord(
-            source.sender,
-            source.name,
-            source.size,
-            source.mtime_ns,
-            rows,
-            str(source.data_dir or ""),
-        )
-        adopted += 1
-    if missing:
-        report.notes.append(
-            f"{len(missing)} recorded files were missing from the table; ingesting them again"
-        )
-    if adopted:
-        report.notes.append(f"{adopted} files were in the table but not recorded; recorded them")
-    return bool(missing or adopted or backfilled)
-
-
-def _adopt_columns(state: IngestState, partition: Partition) -> None:
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    skip = {*PARTITION_COLUMNS, "time", "device"}
-    for field in files_schema(f.path for f in partition.files):
-        if field.name not in skip and field.name not in state.columns:
-            state.columns[field.name] = schemas.to_json(
-                schemas.normalize(from_arrow_type(field.type))
-            )
-
-
-def _adopt_table_columns(state: IngestState, table: Table) -> None:
-    """The measurement columns of the table's schema, in the record (a Delta schema
-    only grows: a file must fit the columns it has, whatever the record says)."""
-    skip = {*PARTITION_COLUMNS, "time", "device"}
-    for field in table.schema_fields():
-        if field["name"] not in skip:
-            state.columns[field["name"]] = json.dumps(
-                field["type"], separators=(",", ":"), sort_keys=True
-            )
-
-
-def _batches(
-    items: list[Prepared], max_bytes: int, max_files: int, quarantined: Set[str] = frozenset()
-) -> list[list[Prepared]]:
-    """Batches of at most ``max_bytes``/``max_files``; the files of a ``quarantined``
-    sender (a file of theirs killed its job alone last run) go last, in batches of their
-    own sender only, so that a file of theirs that kills a job again costs no other
-    sender's files a retry."""
-    kept = [item for item in items if item.source.sender not in quarantined]
-    by_sender: dict[str, list[Prepared]] = {}
-    for item in items:
-        if item.source.sender in quarantined:
-            by_sender.setdefault(item.source.sender, []).append(item)
-    out = _fill(kept, max_bytes, max_files)
-    for sender in sorted(by_sender):
-        out += _fill(by_sender[sender], max_bytes, max_files)
-    return out
-
-
-def _fill(items: list[Prepared], max_bytes: int, max_files: int) -> list[list[Prepared]]:
-    out: list[list[Prepared]] = []
-    current: list[Prepared] = []
-    size = 0
-    for item in items:
-        if current and (size + item.source.size > max_bytes or len(current) >= max_files):
-            out.append(current)
-            current, size = [], 0
-        current.append(item)
-        size += item.source.size
-    if current:
-        out.append(current)
-    return out
-
-
-def _ship_package(spark: Any, state_dir: Path) -> None:
-    """On a cluster, executors import ``spark_loader`` (the TsFile reader) and the
-    ``sealsync`` modules it uses from this zip.
-
-    The native ``tsfile`` and ``pyarrow`` packages must be installed there already.
-    """
-    import sealsync
-
-    packages = [Path(__file__).resolve().parent, Path(sealsync.__file__).resolve().parent]
-    target = state_dir / "sealsync-executor.zip"
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in packages:
-            for path in sorted(package.rglob("*.py")):
-                zf.write(path, path.relative_to(package.parent).as_posix())
-    spark.sparkContext.addPyFile(str(target))
+            remove_run_folder(staging)
+        if self.sync:
+            self.table.sync([m.partition for m in members])
+        return True

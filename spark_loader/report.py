@@ -22,7 +22,7 @@ class LoadReport:
     kept_missing: int = 0
     kept_example: str = ""
     #: Senders a file of which killed its Spark job even alone this run: their files
-    #: run in batches of their own next run (spark_loader.ingest), the others' never wait.
+    #: run in batches of their own next run (spark_loader.run), the others' never wait.
     quarantined: set[str] = field(default_factory=set)
     #: Groups of overlapping files rewritten to one row per (device, time) (.resolve).
     resolved: int = 0

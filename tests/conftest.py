@@ -151,7 +151,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     ``run_load`` without a session uses this one while it is up, so a test that starts
     Spark that way unmarked is caught by the quick run, where this one never starts.
     """
-    from spark_loader.session import create_session
+    from spark_loader.spark_session import create_session
 
     session = create_session("local[2]", tmp_path_factory.mktemp("spark-logs"))
     _heavy.shared_spark = session.sparkContext

@@ -41,7 +41,7 @@ from sealsync.protocol import (
     receive,
     send,
 )
-from sender.round import sync_to_receiver
+from sender.attempt import sync_to_receiver
 from sender.transfer.report import AttemptReport
 
 SENDER_UUID_HEX = "0123456789abcdef0123456789abcdef"

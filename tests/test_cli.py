@@ -257,7 +257,7 @@ def test_keyboard_interrupt_is_130_one_line(
 
 
 class FakeRound:
-    """Stands in for ``sender.round``; records calls and checks the lock is held."""
+    """Stands in for ``sender.attempt``; records calls and checks the lock is held."""
 
     def __init__(self, fail_for: str | None = None, ships: int = 1) -> None:
         self.calls: list[tuple[SenderConfig, ReceiverEndpoint]] = []
@@ -265,7 +265,7 @@ class FakeRound:
         self.ships = ships
 
     def module(self) -> types.ModuleType:
-        module = types.ModuleType("sender.round")
+        module = types.ModuleType("sender.attempt")
         module.sync_to_receiver = self.sync_to_receiver  # type: ignore[attr-defined]
         return module
 
@@ -302,7 +302,7 @@ def test_send_runs_a_round_per_receiver_under_its_lock(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeRound()
-    monkeypatch.setitem(sys.modules, "sender.round", fake.module())
+    monkeypatch.setitem(sys.modules, "sender.attempt", fake.module())
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path))
     assert (code, err) == (0, "")
@@ -320,7 +320,7 @@ def test_a_round_with_nothing_to_do_prints_nothing_unless_v(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeRound(ships=0)
-    monkeypatch.setitem(sys.modules, "sender.round", fake.module())
+    monkeypatch.setitem(sys.modules, "sender.attempt", fake.module())
     path = make_sender(tmp_path)
     assert run(capsys, "send", "--config", str(path)) == (0, "", "")  # cron mails nothing
     assert len(fake.calls) == 1
@@ -347,7 +347,7 @@ def test_a_bug_in_a_round_is_recorded_and_one_line(
 
     module = fake.module()
     module.sync_to_receiver = broken  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sender.round", module)
+    monkeypatch.setitem(sys.modules, "sender.attempt", module)
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path), "--json")
     assert code == 1 and len(fake.calls) == 2  # rounds run side by side: both met it
@@ -364,7 +364,7 @@ def test_send_goes_on_after_one_receiver_fails(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeRound(fail_for="dc1")
-    monkeypatch.setitem(sys.modules, "sender.round", fake.module())
+    monkeypatch.setitem(sys.modules, "sender.attempt", fake.module())
     path = two_receivers(tmp_path)
     code, out, err = run(capsys, "send", "--config", str(path))
     assert sorted(r.name for _, r in fake.calls) == ["dc1", "dc2"]
@@ -377,7 +377,7 @@ def test_send_with_several_receivers_locked_exits_75(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeRound()
-    monkeypatch.setitem(sys.modules, "sender.round", fake.module())
+    monkeypatch.setitem(sys.modules, "sender.attempt", fake.module())
     path = two_receivers(tmp_path)
     lock = tmp_path / "edge/schema/sync/127.0.0.1_5555/sync.lock"
     with held_elsewhere(lock):

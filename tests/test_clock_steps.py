@@ -134,7 +134,7 @@ def test_a_round_over_ssh_goes_on_while_the_wall_clock_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sealsync.simulator import EdgeInstance
-    from sender.round import sync_to_receiver
+    from sender.attempt import sync_to_receiver
 
     site = Site(tmp_path)
     try:
@@ -159,7 +159,7 @@ def test_an_attempts_duration_is_measured_on_the_monotonic_clock(
 ) -> None:
     """The history's and the metrics' duration of an attempt: end minus start."""
     from sealsync.errors import ConfigError
-    from sender.attempt import run_attempt
+    from sender.send import run_attempt
 
     endpoint = ReceiverEndpoint("dc", "127.0.0.1", 5555)
     config = SenderConfig(

@@ -240,7 +240,7 @@ def test_known_senders_have_series_from_the_start_and_retired_ones_lose_them() -
     assert s[("sealsync_receiver_sender_files_received_total", (("sender", B),))] == 0
     assert s[("sealsync_receiver_sender_last_round_timestamp_seconds", (("sender", B),))] == 0
     assert s[("sealsync_receiver_sender_files_received_total", (("sender", A),))] == 1
-    known = [B]  # A retired (sealsync senders remove)
+    known = [B]  # A retired (sealsync senders retire)
     s = receiver_samples(m)
     senders = {dict(labels).get("sender") for (name, labels) in s if "_sender_" in name}
     assert senders == {B}

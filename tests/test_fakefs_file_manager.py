@@ -1,6 +1,6 @@
 """IoTDB's ``SyncFileManagerTest`` on a fake file system, against the sender's real selection.
 
-What a round selects is computed the way ``sender/round.py`` does it (recovery, scan,
+What a round selects is computed the way ``sender/attempt.py`` does it (recovery, scan,
 ``last_local_files.txt``, the ``.mods`` identities, ``select``), and every time the dry
 run (``sender/plan.py``, which predicts recovery instead of running it) must agree.
 "Recorded as synced" is what a round whose receiver verified and acknowledged

@@ -19,8 +19,8 @@ from sealsync.app.output import TerminalProgress
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import SealsyncError
 from sealsync.protocol import HEADER, Kind
+from sender.attempt import sync_to_receiver
 from sender.fleet import Cancel, Lane, SharedLine, run_fleet
-from sender.round import sync_to_receiver
 
 DC = [ReceiverEndpoint(f"dc{i}", "127.0.0.1", 5555 + i) for i in range(3)]
 

@@ -18,7 +18,7 @@ from sender_transfer_helpers import (
 from state_helpers import write_data_file
 
 from sealsync.config import SenderConfig
-from sender import round as round_mod
+from sender import attempt as attempt_mod
 from sender.manage import scan_cache
 from sender.manage.layout import SenderPaths
 from sender.manage.state import read_file_set
@@ -61,14 +61,14 @@ def test_idle_rounds_skip_the_selection_until_something_changes(
         return read_file_set(path, known)
 
     scans: list[Path] = []
-    real_scan = round_mod.scan
+    real_scan = attempt_mod.scan
 
     def counting_scan(data_dir: Path, cache: Path | None = None):  # type: ignore[no-untyped-def]
         scans.append(data_dir)
         return real_scan(data_dir, cache=cache)
 
-    monkeypatch.setattr(round_mod, "read_file_set", counting_read)
-    monkeypatch.setattr(round_mod, "scan", counting_scan)
+    monkeypatch.setattr(attempt_mod, "read_file_set", counting_read)
+    monkeypatch.setattr(attempt_mod, "scan", counting_scan)
     assert one_round(config) == []
     assert (reads, scans) == ([], [])  # the short way: nothing listed, nothing read
 

@@ -121,7 +121,7 @@ _SESSION = """
 import sys
 from pathlib import Path
 from spark_loader import jvm
-from spark_loader.session import create_session
+from spark_loader.spark_session import create_session
 spark = create_session("local[1]", Path(sys.argv[1]) / "logs")
 conf = spark.sparkContext.getConf()
 spark.range(5).write.format("delta").save(sys.argv[1] + "/table")

@@ -247,7 +247,7 @@ def test_imports_are_found_in_functions_branches_and_type_checking_blocks(
                 "from typing import TYPE_CHECKING\n"
                 "import os\n"
                 "if TYPE_CHECKING:\n"
-                "    from sender.round import Run\n"
+                "    from sender.attempt import Run\n"
                 "else:\n"
                 "    import json\n"
                 "def f():\n"
@@ -266,7 +266,7 @@ def test_imports_are_found_in_functions_branches_and_type_checking_blocks(
     assert found == {
         ("typing.TYPE_CHECKING", False),
         ("os", False),
-        ("sender.round.Run", True),
+        ("sender.attempt.Run", True),
         ("json", False),
         ("receiver.layout", False),
         ("sealsync.names", False),
@@ -280,13 +280,13 @@ def test_each_rule_catches_its_breach(tmp_path: Path) -> None:
         {
             **{f"{p}/__init__.py": "" for p in PACKAGES},
             "sealsync/app/__init__.py": "",
-            "sealsync/app/cli.py": "import sender.round\nimport receiver\nimport spark_loader\n",
+            "sealsync/app/cli.py": "import sender.attempt\nimport receiver\nimport spark_loader\n",
             "sealsync/__main__.py": "from sealsync.app.cli import main\n",
             "sealsync/deletions.py": "def f():\n    from receiver.layout import X\n",
             "sealsync/names.py": "from typing import TYPE_CHECKING\n"
             "if TYPE_CHECKING:\n    import spark_loader.state\n",
             "sealsync/output.py": "from sealsync.app import output\n",
-            "sender/round.py": "import receiver.storage\nfrom sealsync import names\n",
+            "sender/attempt.py": "import receiver.storage\nfrom sealsync import names\n",
             "receiver/senders.py": "def f():\n    from sealsync.app.status import render\n",
             "spark_loader/state.py": "from sealsync.names import X\n",
         },
@@ -296,7 +296,7 @@ def test_each_rule_catches_its_breach(tmp_path: Path) -> None:
         "sealsync/deletions.py:2: core imports the role receiver (receiver.layout.X)",
         "sealsync/names.py:3: core imports the role spark_loader (spark_loader.state)",
         "sealsync/output.py:1: core imports the app layer (sealsync.app.output)",
-        "sender/round.py:1: sender imports another role, receiver (receiver.storage)",
+        "sender/attempt.py:1: sender imports another role, receiver (receiver.storage)",
     ]
 
 

@@ -158,7 +158,7 @@ def test_status_and_metrics_after_real_runs(tmp_path: Path) -> None:
 def test_an_interrupted_run_is_recorded_as_such(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spark_loader import ingest
+    from spark_loader import run
 
     _, recv = two_senders(tmp_path)
     config = load_loader_config(_toml(tmp_path, recv))
@@ -166,7 +166,7 @@ def test_an_interrupted_run_is_recorded_as_such(
     def ctrl_c(dirs: list[Path]) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ingest, "discover", ctrl_c)
+    monkeypatch.setattr(run, "discover", ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         run_load(config)
 

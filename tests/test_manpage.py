@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import runpy
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,44 @@ def test_the_documented_completion_answers() -> None:
         check=True,
     ).stdout
     assert "_sealsync_completion()" in script
+
+
+@pytest.mark.slow
+def test_the_page_is_the_same_under_the_oldest_click_allowed(tmp_path: Path) -> None:
+    """pyproject allows any click from 8.1: the page is built from click's data, not
+    its rendering, so ``--check`` passes under the oldest release too (the usage line
+    and option records rendered by click differ between 8.1, 8.4 and 8.5)."""
+    cache = Path.home() / ".cache" / "sealsync" / "click-8.1.7"
+    if not (cache / "click" / "__init__.py").exists():
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(cache),
+                "click==8.1.7",
+            ],
+            check=True,
+            timeout=300,
+        )
+    env = {**os.environ, "PYTHONPATH": str(cache)}
+    version = subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m; print(m.version('click'))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert version == "8.1.7"
+    check = subprocess.run(
+        [sys.executable, str(DOCS / "make_manpage.py"), "--check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stderr

@@ -34,7 +34,7 @@ from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.formats import mods2
 from sealsync.protocol import Verdict
 from sealsync.synclog import SyncLogState, read_sync_log
-from sender import round as round_mod
+from sender import attempt as attempt_mod
 from sender.manage import idle_mark, scan_cache, shipped_mods
 from sender.manage import scan as scan_module
 from sender.manage.layout import SenderPaths
@@ -475,13 +475,13 @@ def test_an_idle_round_does_not_hide_an_append_to_a_synced_mods(
     assert idle_mark.unchanged(*marked)
 
     scans: list[Path] = []
-    real_scan = round_mod.scan
+    real_scan = attempt_mod.scan
 
     def counting_scan(data_dir: Path, cache: Path | None = None) -> DataDirScan:
         scans.append(data_dir)
         return real_scan(data_dir, cache=cache)
 
-    monkeypatch.setattr(round_mod, "scan", counting_scan)
+    monkeypatch.setattr(attempt_mod, "scan", counting_scan)
     _, peer = one_round(config)
     assert begins(peer) == [] and scans == []  # the short way
 

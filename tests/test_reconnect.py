@@ -1,4 +1,4 @@
-"""Reconnects that outlast a receiver restart (sender.round): backoff with jitter,
+"""Reconnects that outlast a receiver restart (sender.attempt): backoff with jitter,
 ``max_retries`` lost connections, reconnect failures bounded by ``reconnect_time``;
 a receiver stopping mid-session (ERROR busy) is a dropped connection. The last test
 restarts a real ``sealsync serve`` in the middle of a real ``sealsync send``."""
@@ -22,19 +22,19 @@ from state_helpers import write_data_file
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.protocol import Error, ErrorCode, FileBegin, send
-from sender import round as round_mod
-from sender.round import sync_to_receiver
+from sender import attempt as attempt_mod
+from sender.attempt import sync_to_receiver
 from sender.transfer.errors import Unreachable
 
 RECEIVER = ReceiverEndpoint("dc1", "127.0.0.1", 5555)
 NAMES = [f"sequence/root.sg1/0/0/{i}-{i}-0.tsfile" for i in range(1, 4)]
 REFUSED = "cannot connect to receiver 127.0.0.1:5555: Connection refused"
-BACKOFF = round_mod.ROUND_WAIT  # the real one (the tests below wait less)
+BACKOFF = attempt_mod.ROUND_WAIT  # the real one (the tests below wait less)
 
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(round_mod, "ROUND_WAIT", tenacity.wait_fixed(0.05))
+    monkeypatch.setattr(attempt_mod, "ROUND_WAIT", tenacity.wait_fixed(0.05))
 
 
 def make_config(tmp_path: Path, **extra: Any) -> SenderConfig:

@@ -29,7 +29,6 @@ from sealsync.errors import (
 )
 from sealsync.metrics import snapshot_registry, write_textfile
 from sealsync.protocol import ProtocolError
-from sender.attempt import AttemptResult, SendResult, failure_of
 from sender.manage.history import (
     FAILED,
     OK,
@@ -41,6 +40,7 @@ from sender.manage.history import (
 )
 from sender.manage.layout import SchemaPaths, data_dir_problem
 from sender.metrics import sender_families
+from sender.send import AttemptResult, SendResult, failure_of
 from sender.transfer.client import handshake_failure
 from sender.transfer.errors import ConnectionLost, HostKeyError, Refused, Unreachable
 

@@ -21,7 +21,7 @@ from spark_loader_helpers import (
 )
 
 from sealsync.config import LoaderConfig
-from spark_loader import delta_commit, delta_log, ingest, run_load
+from spark_loader import delta_commit, delta_log, run, run_load
 from spark_loader.table import UNCOMMITTED
 
 pytestmark = pytest.mark.slow  # Spark
@@ -114,14 +114,14 @@ def test_a_commit_by_another_writer_meanwhile_fails_the_run_and_the_rerun_loads(
     _load(config, spark)
     extra = edge.write_file("root.sg9", 0, devices=["root.sg9.d1"], rows_per_device=9)
     recv.place(edge, extra, SENDER_A)
-    real = ingest.discover
+    real = run.discover
     path = str(config.table_path)
 
     def discover_then_someone_deletes(dirs: list[Path]) -> Any:
         spark.sql(f"DELETE FROM delta.`{path}` WHERE sender = '{SENDER_B}'")
         return real(dirs)
 
-    monkeypatch.setattr(ingest, "discover", discover_then_someone_deletes)
+    monkeypatch.setattr(run, "discover", discover_then_someone_deletes)
     with pytest.raises(delta_commit.TableChanged, match="another writer committed meanwhile"):
         _load(config, spark)
     monkeypatch.undo()

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_loader import jvm, localfs
-from spark_loader.job import KEYED_FORMAT
+from spark_loader.ingest import KEYED_FORMAT
 from spark_loader.table import KEY_COLUMN
 
 
@@ -60,7 +60,7 @@ def test_rebuilding_the_jar_as_the_docs_say_prints_no_warning() -> None:
     from spark_loader import LoadReport, read_arrow, run_load  # still there, on first use
 
     assert (run_load.__module__, read_arrow.__module__, LoadReport.__module__) == (
-        "spark_loader.ingest",
+        "spark_loader.run",
         "spark_loader.delta_log",
         "spark_loader.report",
     )

@@ -35,8 +35,8 @@ from sealsync import formats
 from sealsync.config import LoaderConfig
 from sealsync.simulator import EdgeInstance
 from spark_loader import delta_log, jvm, localfs, read_arrow, run_load
-from spark_loader import ingest as ingest_module
-from spark_loader.job import KEYED_FORMAT
+from spark_loader import run as run_module
+from spark_loader.ingest import KEYED_FORMAT
 from spark_loader.state import load_state, state_path
 from spark_loader.table import UNCOMMITTED, Table, part_files, unescape
 
@@ -287,14 +287,14 @@ def test_a_file_deleted_during_the_run_is_no_failure(
 ) -> None:
     _, recv = two_senders(tmp_path)
     victim = sorted(recv.placed)[0]
-    real = ingest_module.discover
+    real = run_module.discover
 
     def discover_then_delete(dirs: list[Path]) -> Any:
         found = real(dirs)
         recv.remove(victim[1], victim[0])  # the receiver deletes it right after the listing
         return found
 
-    monkeypatch.setattr(ingest_module, "discover", discover_then_delete)
+    monkeypatch.setattr(run_module, "discover", discover_then_delete)
     config = recv.config(tmp_path)
 
     report = _load(config, spark)
@@ -372,7 +372,7 @@ def test_state_is_repaired_from_the_table(tmp_path: Path, spark: Any, monkeypatc
     def crash(*_args: Any) -> None:
         raise RuntimeError("crash after the commit")
 
-    monkeypatch.setattr("spark_loader.ingest.save_state", crash)
+    monkeypatch.setattr("spark_loader.run.save_state", crash)
     with pytest.raises(RuntimeError, match="crash after the commit"):
         _load(config, spark, batch_files=2)
     monkeypatch.undo()
@@ -599,7 +599,7 @@ def test_run_load_is_wired_for_the_cli(tmp_path: Path, spark: Any) -> None:
     _, recv = two_senders(tmp_path)
     lines: list[str] = []
 
-    report = ingest_module.run_load(recv.config(tmp_path), progress=lines.append, spark=spark)
+    report = run_module.run_load(recv.config(tmp_path), progress=lines.append, spark=spark)
 
     assert lines[0] == "found 4 loaded files from 2 senders"
     assert any(line.startswith("batch 1/1: 4 files") for line in lines)

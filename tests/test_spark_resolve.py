@@ -233,7 +233,7 @@ def test_a_cross_space_compaction_mid_way_and_after(tmp_path: Path, spark: Any) 
 def test_a_run_killed_before_resolving_is_completed_by_the_next(
     tmp_path: Path, spark: Any, monkeypatch: Any
 ) -> None:
-    from spark_loader import job
+    from spark_loader import ingest
 
     edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
     a = _write(edge, _rows(D1, range(0, 10), s1=lambda t: 1.0), "0-1-0-0.tsfile")
@@ -246,7 +246,7 @@ def test_a_run_killed_before_resolving_is_completed_by_the_next(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(job.Ingest, "rewrite_groups", killed)
+        m.setattr(ingest.Ingest, "rewrite_groups", killed)
         with pytest.raises(KeyboardInterrupt):
             run_load(config, spark=spark, sync=False)
     assert (Path(config.state_dir) / PENDING).exists()

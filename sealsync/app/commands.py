@@ -106,7 +106,7 @@ def load(
         raise click.exceptions.Exit(EXIT_FAILURE)
 
 
-@click.command(short_help="Show the sync state of a sender or receiver.")
+@click.command(short_help="Show the state of a sender, receiver or loader.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Any sealsync TOML.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(config_path: Path, as_json: bool) -> None:
@@ -145,7 +145,7 @@ def check(config_path: Path) -> None:
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.argument("action", required=False, type=click.Choice(["release"]))
-@click.argument("devices", nargs=-1, metavar="[DEVICE]...")
+@click.argument("devices", nargs=-1, metavar="DEVICE")
 def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[str, ...]) -> None:
     """List devices by owner; `owners --config R.toml release DEVICE...` frees devices so
     that another sender may claim them (for an edge node replaced by a new one). Safe
@@ -190,8 +190,13 @@ def owners(config_path: Path, as_json: bool, action: str | None, devices: tuple[
     type=click.Path(path_type=Path, dir_okay=False),
     help="rekey: the sender's new public key (.pub), already in authorized_keys.",
 )
-@click.option("--release-devices", is_flag=True, help="remove: also free the devices it owns.")
-@click.argument("action", required=False, type=click.Choice(["rekey", "remove", "accept-restore"]))
+@click.option("--release-devices", is_flag=True, help="retire: also free the devices it owns.")
+@click.argument(
+    "action",
+    required=False,
+    type=click.Choice(["rekey", "retire", "accept-restore", "remove"]),
+    metavar="rekey|retire|accept-restore",
+)
 @click.argument("uuid", required=False)
 def senders(
     config_path: Path,
@@ -203,11 +208,16 @@ def senders(
 ) -> None:
     """List sender UUIDs with their key fingerprints, last round and files;
     `senders rekey UUID --key NEW.pub` binds a sender to its new key in one write (the
-    UUID is never free for another key to claim); `senders remove UUID` retires an edge
+    UUID is never free for another key to claim); `senders retire UUID` retires an edge
     for good (no key may act as it again; its files stay). Safe while the receiver runs.
     `senders accept-restore` takes sender_keys.txt as a restore left it, once checked
-    (serve refuses a restored one that is older than its last change)."""
+    (serve refuses a restored one that is older than its last change). `remove` is
+    the old name of `retire`, kept for one release."""
     from receiver.senders import accept_restore, rekey, retire, sender_rows
+
+    if action == "remove":
+        click.echo("sealsync: `senders remove` is now `senders retire`; say retire", err=True)
+        action = "retire"
 
     if action == "accept-restore":
         if uuid is not None or key_path is not None or release_devices:
@@ -223,11 +233,11 @@ def senders(
     if action is not None and uuid is None:
         raise click.UsageError(f"{action} needs the sender's UUID")
     if action is None and uuid is not None:
-        raise click.UsageError("a UUID is only taken by: senders rekey UUID / senders remove UUID")
+        raise click.UsageError("a UUID is only taken by: senders rekey UUID / senders retire UUID")
     if (key_path is not None) != (action == "rekey"):
         raise click.UsageError("--key goes with rekey, and rekey needs --key NEW.pub")
-    if release_devices and action != "remove":
-        raise click.UsageError("--release-devices goes with remove")
+    if release_devices and action != "retire":
+        raise click.UsageError("--release-devices goes with retire")
     config = load_receiver_config(config_path)
     if action == "rekey":
         assert uuid is not None and key_path is not None
@@ -236,7 +246,7 @@ def senders(
         doc: dict[str, Any] = {"uuid": uuid, "key_fingerprint": fp, "was": old and old.fingerprint}
         click.echo(json.dumps(doc, indent=2) if as_json else f"{uuid} now bound to {fp}{was}")
         return
-    if action == "remove":
+    if action == "retire":
         assert uuid is not None
         old_binding, released = retire(config, uuid, release_devices)
         if as_json:

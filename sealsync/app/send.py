@@ -1,7 +1,7 @@
 """``sealsync send``: one round to every (or one) receiver of a sender config, its
 ``--dry-run`` plan, and the one JSON document ``--json`` prints whatever happens.
 
-The round itself is the sender's (``sender.attempt``, ``sender.round``); this module
+The round itself is the sender's (``sender.send``, ``sender.attempt``); this module
 words it for a terminal, for cron (silent when nothing moved) and for scripts.
 """
 
@@ -28,7 +28,7 @@ from sealsync.errors import EXIT_LOCKED, EXIT_USAGE, SealsyncError
 from sealsync.printable import single_line
 
 if TYPE_CHECKING:
-    from sender.attempt import AttemptResult, SendResult
+    from sender.send import AttemptResult, SendResult
 
 
 def _receivers(config: SenderConfig, name: str | None) -> list[ReceiverEndpoint]:
@@ -119,12 +119,12 @@ def send(
             echo_json(_send_document(None, [single_line(str(e)), *late], e.exit_code))
         raise
     if dry_run:
-        from sender.attempt import check_data_dirs
+        from sender.send import check_data_dirs
 
         check_data_dirs(config)
         _dry_run(config, receivers, as_json, reconcile)
         return
-    from sender.attempt import INTERNAL, send_all
+    from sender.send import INTERNAL, send_all
 
     _import_paramiko_lean()
     errors: list[str] = []
@@ -173,7 +173,7 @@ def _show_attempt(result: AttemptResult, opts: Options, as_json: bool, many: boo
     always go to stderr, one line each. A configuration mistake found before the
     first receiver is said once, by the caller.
     """
-    from sender.attempt import INTERNAL
+    from sender.send import INTERNAL
 
     lines: list[str] = []
     attempt, report = result.attempt, result.report

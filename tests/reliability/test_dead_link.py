@@ -40,9 +40,9 @@ from sealsync.config import (
 from sealsync.formats import inspect as real_inspect
 from sealsync.formats.common import FileInfo
 from sealsync.protocol import Welcome
+from sender.attempt import AttemptReport, sync_to_receiver
 from sender.manage.layout import SenderPaths
 from sender.manage.state import read_file_set
-from sender.round import AttemptReport, sync_to_receiver
 
 pytestmark = pytest.mark.slow
 

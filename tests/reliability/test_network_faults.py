@@ -36,10 +36,10 @@ from reliability.figures import record
 from receiver.commit import MAX_BATCH
 from sealsync.config import SenderConfig, load_sender_config
 from sealsync.protocol import HEADER, Kind
-from sender import round as round_module
+from sender import attempt as attempt_module
+from sender.attempt import AttemptReport, sync_to_receiver
 from sender.manage.layout import SenderPaths
 from sender.manage.state import read_file_set
-from sender.round import AttemptReport, sync_to_receiver
 from sender.transfer.client import connect_receiver
 from sender.transfer.session import SenderSession
 
@@ -326,7 +326,7 @@ def test_reply_stall_longer_than_the_senders_timeout(
         def __init__(self, stream: Any, **kwargs: Any) -> None:
             super().__init__(stream, **{**kwargs, "reply_timeout": 2.0})
 
-    monkeypatch.setattr(round_module, "SenderSession", Impatient)
+    monkeypatch.setattr(attempt_module, "SenderSession", Impatient)
     batch = new_batch(net, big=0, small=30)
     first = net.proxy.count()
     net.proxy.plan(Fault(DOWN, VERDICTS_FROM, STALL, seconds=4.0))

@@ -5,7 +5,7 @@ session (issue 35, items 3 and 6), against a real ``sealsync serve``.
   left the pre-authentication counters, earned no penalty and filled the receiver's
   bound on connections until ``login_grace_time``; the honest sender succeeded 2 times
   in 8, and the log took ~1,500 WARNING lines in 35 s.
-* ``sealsync senders remove`` did not end an open session of that sender: it shipped a
+* ``sealsync senders retire`` did not end an open session of that sender: it shipped a
   file after being retired.
 """
 
@@ -80,7 +80,7 @@ def test_authenticated_idle_connections_are_closed_penalised_and_quietly_logged(
 
 def test_a_retired_senders_open_session_ends_at_once(tmp_path: Path) -> None:
     """A hostile sender holds a session and a round open; the operator retires it with
-    ``sealsync senders remove``: within seconds its connection is closed, a file it
+    ``sealsync senders retire``: within seconds its connection is closed, a file it
     then ships gets no verdict and is not stored, and it cannot come back."""
     site = Site(tmp_path / "site")
     site.start()
@@ -92,7 +92,7 @@ def test_a_retired_senders_open_session_ends_at_once(tmp_path: Path) -> None:
             assert isinstance(client.hello(b), Welcome)
             assert client.round_start() == RoundReady("ready", "")
             removed = subprocess.run(
-                [*SEALSYNC, "senders", "remove", b, "--config", str(site.dep.receiver_config)],
+                [*SEALSYNC, "senders", "retire", b, "--config", str(site.dep.receiver_config)],
                 capture_output=True,
                 text=True,
                 timeout=60,

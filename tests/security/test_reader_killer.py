@@ -20,7 +20,7 @@ from spark_loader_helpers import Receiver, source_rows, table_rows
 
 from sealsync.simulator import EdgeInstance
 from spark_loader import run_load
-from spark_loader.session import create_session
+from spark_loader.spark_session import create_session
 from spark_loader.status import loader_status
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@
 The documented way to give a sender a new key used to be deleting its line from
 ``sender_keys.txt``: until the sender reconnected, any authorized key could claim
 its UUID, delete its files and ship for its devices. ``sealsync senders rekey`` moves
-the binding in one write and ``sealsync senders remove`` retires a UUID for good; both
+the binding in one write and ``sealsync senders retire`` retires a UUID for good; both
 run here against a real ``sealsync serve`` while it runs.
 """
 
@@ -70,7 +70,7 @@ def test_rekey_moves_the_binding_in_one_step_and_remove_retires(tmp_path: Path) 
         new_key = site.honest.send()
         listing = json.loads(_senders(site, "--json").stdout)["senders"]
 
-        removed = _senders(site, "remove", uuid, "--release-devices")
+        removed = _senders(site, "retire", uuid, "--release-devices")
         claims.append(_claim(site, site.hostile_key, uuid))
         site.honest.edge.write_file(
             "root.sg9", 0, devices=["root.sg9.d0"], rows_per_device=5, start_ms=9
@@ -117,8 +117,9 @@ def test_rekey_moves_the_binding_in_one_step_and_remove_retires(tmp_path: Path) 
 
 def test_senders_usage_mistakes_are_one_line(tmp_path: Path) -> None:
     site = Site(tmp_path / "site")
-    unknown = _senders(site, "remove", "00000000-0000-0000-0000-00000000abcd")
-    bad_uuid = _senders(site, "remove", "not-a-uuid")
+    unknown = _senders(site, "retire", "00000000-0000-0000-0000-00000000abcd")
+    bad_uuid = _senders(site, "retire", "not-a-uuid")
+    old_name = _senders(site, "remove", "00000000-0000-0000-0000-00000000abcd")
     no_key = _senders(site, "rekey", "00000000-0000-0000-0000-00000000abcd")
     pub_missing = _senders(
         site, "rekey", "00000000-0000-0000-0000-00000000abcd", "--key", str(tmp_path / "x.pub")
@@ -129,6 +130,9 @@ def test_senders_usage_mistakes_are_one_line(tmp_path: Path) -> None:
     assert no_key.returncode == 2 and "--key" in no_key.stderr
     assert pub_missing.returncode == 2 and "x.pub: cannot read it" in pub_missing.stderr
     assert empty.returncode == 0 and empty.stdout.strip() == "no sender has connected yet"
+    # the old name of retire still works for one release, and says the new one first
+    assert old_name.returncode == 1 and "is not known to this receiver" in old_name.stderr
+    assert old_name.stderr.splitlines()[0].endswith("is now `senders retire`; say retire")
     for result in (unknown, bad_uuid, no_key, pub_missing):
         assert "Traceback" not in result.stderr
     for result in (unknown, bad_uuid, pub_missing):  # not a usage error: one line

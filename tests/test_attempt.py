@@ -16,11 +16,11 @@ from state_helpers import write_data_file
 from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.durable import write_lines
 from sealsync.protocol import Verdict
-from sender import round as round_mod
+from sender import attempt as attempt_mod
+from sender.attempt import sync_to_receiver
 from sender.manage.history import read_round_record
 from sender.manage.layout import SchemaPaths, SenderPaths
 from sender.manage.state import read_file_set
-from sender.round import sync_to_receiver
 from sender.transfer.errors import Unreachable
 from sender.transfer.refusals import read_refusals, refused_path
 
@@ -37,7 +37,7 @@ P = "sequence/root.sg2/1/0/5-5-0.parquet"
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     import tenacity
 
-    monkeypatch.setattr(round_mod, "ROUND_WAIT", tenacity.wait_none())
+    monkeypatch.setattr(attempt_mod, "ROUND_WAIT", tenacity.wait_none())
 
 
 def make_config(tmp_path: Path, dirs: int = 2, **extra: object) -> SenderConfig:
@@ -568,7 +568,7 @@ def test_round_trips_overlap_the_senders_own_work(
     asked = threading.Semaphore(0)
     asked_first: list[bool] = []
     bye_waiting: list[bool] = []
-    real_snapshot = round_mod.take_snapshot
+    real_snapshot = attempt_mod.take_snapshot
 
     def take_snapshot(*args: object, **kwargs: object) -> object:
         asked_first.append(asked.acquire(timeout=5))  # ROUND_START reached the receiver
@@ -580,7 +580,7 @@ def test_round_trips_overlap_the_senders_own_work(
         elif isinstance(msg, RoundEnd):
             bye_waiting.append(bool(select.select([sock], [], [], 0)[0]))
 
-    monkeypatch.setattr(round_mod, "take_snapshot", take_snapshot)
+    monkeypatch.setattr(attempt_mod, "take_snapshot", take_snapshot)
     peers = Peers(FakeReceiver(on_frame=probe))
     report = sync_to_receiver(config, RECEIVER, connector=peers)
     peers.join()
