@@ -194,10 +194,12 @@ authorized_keys = "{keys / "authorized_keys"}"
 allow = ["127.0.0.0/8"]
 schema_dir = "{workdir / "dc" / "schema"}"
 data_dirs = ["{workdir / "dc" / "data"}"]
-storage = "iotdb"
-iotdb_port = {dc.rpc_port}
-iotdb_dialect = "{dialect}"
-iotdb_python = "{client_python}"
+
+[receiver.storage]
+kind = "iotdb"
+port = {dc.rpc_port}
+dialect = "{dialect}"
+python = "{client_python}"
 """,
             )
             table_path = workdir / "warehouse" / "points"

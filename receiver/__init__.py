@@ -14,17 +14,21 @@ here is it promised to stay put::
 ``ReceiverService(config, storage=None)``
     The SSH server and the per-sender loaders. ``start()``/``stop()``, or a context
     manager; ``address`` is where it listens. ``config`` is a :class:`ReceiverConfig`
-    (or the ``[receiver]`` table as a mapping). Without ``storage`` files go to the
-    receiver's data dirs (:class:`DirectoryStorage`).
+    (or the ``[receiver]`` table as a mapping). Without ``storage`` the service opens
+    the one ``[receiver.storage]`` names (by default :class:`DirectoryStorage`, the
+    receiver's data dirs) and closes it when it stops; a storage the host passes is
+    the host's to close.
 
 :class:`Storage`
-    The host's side, four methods: ``load(sender, name, staged)`` moves a verified file
-    and its sidecars in, ``delete(sender, name)`` removes one, ``list(sender)`` and
-    ``inventory(sender)`` say what is held (``inventory`` gives size and the MD5
-    recorded on the file, :func:`recorded_md5`, for ``send --reconcile``). Each must be
-    idempotent and durable on return: the loader replays after a crash without knowing
-    how far it got. A load or delete the host cannot do raises :class:`StorageError`;
-    the staged file is kept and retried.
+    The host's side, a class to subclass with four methods: ``load(sender, name,
+    staged)`` moves a verified file and its sidecars in, ``delete(sender, name)``
+    removes one, ``list(sender)`` and ``inventory(sender)`` say what is held
+    (``inventory`` gives size and the MD5 recorded on the file, :func:`recorded_md5`,
+    for ``send --reconcile``). Each must be idempotent and durable on return: the
+    loader replays after a crash without knowing how far it got. A load or delete the
+    host cannot do raises :class:`StorageError`; the staged file is kept and retried.
+    The optional capabilities (``usage`` for quotas, ``deferred_sync``, ``start`` and
+    ``close``, ``feeds_loader``) have defaults there (receiver/storage/contract.py).
 
 ``load_receiver_config(path, init=False)``
     The receiver's TOML as a :class:`ReceiverConfig`; ``init`` creates the schema and
@@ -37,8 +41,8 @@ program must guard its entry point with ``if __name__ == "__main__":``.
 ``examples/host_server.py`` is a complete host with its own storage.
 
 :class:`IoTDBStorage`, :class:`IoTDBSettings`
-    The storage of ``storage = "iotdb"``: the default storage's copies, each also
-    loaded into a running IoTDB (receiver/iotdb_storage.py); a host passes
+    The storage of ``[receiver.storage] kind = "iotdb"``: the default storage's copies,
+    each also loaded into a running IoTDB (receiver/storage/iotdb.py); a host passes
     ``IoTDBStorage(config.data_dirs, config.schema_dir, IoTDBSettings(...)).connect()``.
 
 The names are imported on first use, so that importing one module of the package
@@ -52,9 +56,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from receiver.inventory import recorded_md5
-    from receiver.iotdb_storage import IoTDBSettings, IoTDBStorage
     from receiver.service import ReceiverService
     from receiver.storage import DirectoryStorage, Storage, StorageError
+    from receiver.storage.iotdb import IoTDBSettings, IoTDBStorage
     from sealsync.config import ReceiverConfig, load_receiver_config
     from sealsync.errors import ConfigError, SealsyncError
 
@@ -74,8 +78,8 @@ __all__ = [
 _HOMES = {
     "ConfigError": "sealsync.errors",
     "DirectoryStorage": "receiver.storage",
-    "IoTDBSettings": "receiver.iotdb_storage",
-    "IoTDBStorage": "receiver.iotdb_storage",
+    "IoTDBSettings": "receiver.storage.iotdb",
+    "IoTDBStorage": "receiver.storage.iotdb",
     "ReceiverConfig": "sealsync.config",
     "ReceiverService": "receiver.service",
     "SealsyncError": "sealsync.errors",

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, wait
 from pathlib import Path
 
+from receiver.folders import safe_dirs
 from receiver.inventory import record_md5
 from receiver.partials import Partial, PartialStore, unclaim
-from receiver.storage import safe_dirs
 from receiver.writer import BackgroundWriter, drop_cached
 from sealsync import durable
 from sealsync.durable import FSYNC, SYNCFS
@@ -265,7 +265,7 @@ class IncomingFile:
 
         Sidecars first and the data file last: a staged data file is complete with
         its sidecars, and anything a crash leaves earlier is swept by recovery. The
-        caller has made ``target``'s folder (:func:`receiver.storage.safe_dirs`) and
+        caller has made ``target``'s folder (:func:`receiver.folders.safe_dirs`) and
         persists the renames by fsyncing it.
         """
         staged = os.fspath(target)

@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from sealsync.names import DATA_ROOTS, DATA_SUFFIXES
+from sealsync import received
 
 MD5_XATTR = "user.sealsync.md5"
 _MD5 = re.compile(r"[0-9a-f]{32}")
@@ -50,25 +50,25 @@ def recorded_md5(path: str | os.PathLike[str]) -> str:
 
 
 def held_files(data_dirs: list[Path], sender: str, md5: bool = True) -> dict[str, Entry]:
-    """Every data file of ``sender`` in the default storage's layout,
-    ``<data dir>/<root>/<dirs...>/<sender>/<file>`` under each data root
-    (docs/design.md §4.8); without ``md5`` the recorded MD5s are not read (all "")."""
+    """Every data file of ``sender`` in the received-files layout
+    (:mod:`sealsync.received`, docs/design.md §4.8); without ``md5`` the recorded MD5s
+    are not read (all "")."""
     held: dict[str, Entry] = {}
     for data_dir in data_dirs:
-        for root in DATA_ROOTS:
-            top = data_dir / root
-            for folder, _dirs, files in os.walk(top):
-                here = Path(folder)
-                if here.name != sender or here == top:
+        for root in received.ROOTS:
+            for folder, _dirs, files in os.walk(data_dir / root):
+                if os.path.basename(folder) != sender:
+                    continue  # the cheap test first: most folders are not this sender's
+                rel = Path(folder).relative_to(data_dir).parts
+                if received.sender_of_folder(rel) != sender:
                     continue
-                prefix = here.parent.relative_to(data_dir).as_posix()
                 for file in files:
-                    if not file.endswith(DATA_SUFFIXES):
+                    if not received.is_data_file(file):
                         continue
-                    path = here / file
+                    path = os.path.join(folder, file)
                     try:
                         size = os.lstat(path).st_size
                     except FileNotFoundError:
                         continue  # deleted meanwhile
-                    held[f"{prefix}/{file}"] = (size, recorded_md5(path) if md5 else "")
+                    held[received.name_in(rel, file)] = (size, recorded_md5(path) if md5 else "")
     return held

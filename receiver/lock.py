@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from receiver.folders import refuse_links
 from receiver.layout import RECEIVER_FOLDER
-from receiver.storage import refuse_links
 from sealsync.errors import LockHeld, SealsyncError
 
 LOCK_NAME = "receiver.lock"

@@ -26,7 +26,7 @@ sessions of one sender may share a store, so every change to a store is made und
 one lock, and a partial being resumed is *claimed*: no sweep touches it meanwhile.
 
 No symbolic link is followed: a store folder reached through one is refused
-(:func:`receiver.storage.refuse_links`), files are opened with ``O_NOFOLLOW``, and a
+(:func:`receiver.folders.refuse_links`), files are opened with ``O_NOFOLLOW``, and a
 sweep unlinks entries themselves, never what they point to.
 """
 
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from receiver.folders import refuse_links, safe_dirs
 from receiver.layout import partial_dir, partial_dirs
-from receiver.storage import refuse_links, safe_dirs
 from sealsync import durable
 from sealsync.names import check_data_name
 from sealsync.protocol import MAX_FILE_SIZE, MAX_PARTIALS, PARTIAL_HEAD, RESUME_MIN

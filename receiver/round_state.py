@@ -22,9 +22,9 @@ import os
 import time
 from pathlib import Path
 
+from receiver.folders import safe_dirs
 from receiver.layout import SenderFolder, SyncLog
 from receiver.load.loader import FolderLoader
-from receiver.storage import safe_dirs
 from sealsync.crashpoints import crash_point
 from sealsync.protocol import ErrorCode, ProtocolError
 

@@ -16,12 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from receiver.folders import refuse_links
 from receiver.incoming import sweep_temporaries
 from receiver.layout import SenderFolder
 from receiver.load.loader import FolderLoader
 from receiver.load.owners import DeviceOwners
 from receiver.recover.replay import recover_folder
-from receiver.storage import Storage, refuse_links
+from receiver.storage import Storage
 
 if TYPE_CHECKING:
     from sealsync.formats import FileInfo

@@ -17,7 +17,7 @@ import os
 import threading
 from pathlib import Path
 
-from receiver.storage import refuse_links
+from receiver.folders import refuse_links
 from sealsync.durable import fsync_dir
 from sealsync.protocol import ErrorCode, ProtocolError
 

@@ -19,7 +19,7 @@ from receiver.key_generation import operator_keys
 from receiver.layout import check_sender_uuid
 from receiver.load.owners import DeviceOwners
 from receiver.status import receiver_status
-from receiver.storage import DirectoryStorage
+from receiver.storage import open_storage
 from sealsync import sshfiles
 from sealsync.config import ReceiverConfig
 from sealsync.errors import ConfigError, SealsyncError
@@ -29,7 +29,7 @@ from sealsync.keys import fingerprint
 def sender_rows(config: ReceiverConfig) -> list[dict[str, Any]]:
     """Each known sender: key fingerprint (or ``retired``), last address and round,
     devices owned and data files held in the storage."""
-    storage = DirectoryStorage(list(config.data_dirs))
+    storage = open_storage(config)  # built, not started: listing opens nothing
     rows: list[dict[str, Any]] = receiver_status(config)["senders"]
     for row in rows:
         row["retired"] = row["key_fingerprint"] == RETIRED

@@ -39,7 +39,7 @@ from receiver.schema import SchemaStore
 from receiver.session import DEFAULT_LOAD_WAIT, SessionContext
 from receiver.session_limits import limits_for
 from receiver.ssh_server import POLL
-from receiver.storage import DirectoryStorage, Storage, log_migration
+from receiver.storage import Storage, as_storage, open_storage
 from sealsync.config import ReceiverConfig, format_endpoint
 from sealsync.errors import SealsyncError, listen_error
 from sealsync.monoclock import use_monotonic_clock
@@ -94,14 +94,8 @@ class ReceiverService:
             config = ReceiverConfig.from_mapping(config, Path(base_dir or Path.cwd()))
         self.config = config
         use_monotonic_clock()  # paramiko's timeouts must not end on a wall-clock step
-        self._own_storage = storage is None and config.storage == "iotdb"
-        if storage is None and config.storage == "iotdb":
-            from receiver.iotdb_storage import storage_for  # the IoTDB client only if asked
-
-            storage = storage_for(config)
-        self.storage: Storage = (
-            storage if storage is not None else DirectoryStorage(list(config.data_dirs))
-        )
+        self._own_storage = storage is None  # the host closes what it passed
+        self.storage: Storage = as_storage(storage) if storage is not None else open_storage(config)
         self._storage_lock = StorageLock(config.schema_dir, config.data_dirs)
         self.metrics = ReceiverMetrics(
             [("schema", config.schema_dir), *(("data", d) for d in config.data_dirs)],
@@ -180,8 +174,7 @@ class ReceiverService:
             host_key = load_host_key(self.config.host_key)
             if self._pool is not None:
                 self._pool.warm()
-            if isinstance(self.storage, DirectoryStorage):
-                log_migration(list(self.config.data_dirs))
+            self.storage.start()
             recover_all(
                 list(self.config.data_dirs),
                 self.storage,
@@ -272,7 +265,7 @@ class ReceiverService:
             self._pool.close()
         self.owners.close()
         if self._own_storage:
-            self.storage.close()  # type: ignore[attr-defined]
+            self.storage.close()
         self._storage_lock.release()  # last: nothing of this service touches the storage now
         if was_running:
             log.info("receiver stopped")

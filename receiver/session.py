@@ -19,7 +19,6 @@ with its own module:
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
 import secrets
@@ -40,11 +39,11 @@ from receiver.load.loader import FolderLoaderClosed
 from receiver.load.owners import DeviceOwners
 from receiver.metrics import ReceiverMetrics
 from receiver.partials import DEFAULT_MAX_AGE, PartialStore, unclaim
+from receiver.queries import SenderQueries
 from receiver.round_state import RoundState
 from receiver.rounds import Busy, Rounds
 from receiver.schema import SchemaStore
 from receiver.session_limits import SessionAdmission, SessionLimits
-from receiver.storage import storage_name_problem
 from receiver.writer import BackgroundWriter
 from sealsync import __version__, durable
 from sealsync.crashpoints import crash_point
@@ -52,9 +51,6 @@ from sealsync.durable import SYNCFS
 from sealsync.errors import FormatError, SealsyncError
 from sealsync.printable import printable
 from sealsync.protocol import (
-    ANOTHER_SENDER,
-    MAX_FILE_SIZE,
-    MAX_INVENTORY_PAGE,
     PROTOCOL_VERSION,
     AnyMessage,
     Bye,
@@ -66,12 +62,9 @@ from sealsync.protocol import (
     FileBegin,
     FileEnd,
     FileVerdict,
-    Held,
     HeldQuery,
     Hello,
-    Inventory,
     InventoryQuery,
-    Owners,
     OwnersQuery,
     Partials,
     PartialsQuery,
@@ -86,9 +79,9 @@ from sealsync.protocol import (
     Verdict,
     Welcome,
     encode,
-    held_digest,
     negotiate,
 )
+from sealsync.received import name_problem
 from sealsync.units import human_bytes
 
 if TYPE_CHECKING:
@@ -171,7 +164,7 @@ class Session:
         """The session's protocol version, as negotiated at HELLO."""
         self._round: RoundState | None = None
         self._partials: PartialStore | None = None  # the round's sender folder's
-        self._held: list[tuple[str, int, str]] | None = None  # INVENTORY pages' listing
+        self._queries: SenderQueries | None = None  # from HELLO on
         self._file: IncomingFile | Refused | None = None
         self._admission = SessionAdmission(limits, self._flush, ctx.data_dirs)
         committer = BatchCommitter(
@@ -315,6 +308,7 @@ class Session:
             )
         self._admission.open_session(msg.uuid, self.peer_ip)
         self.uuid, self.name, self.version = msg.uuid, msg.name, version
+        self._queries = SenderQueries(msg.uuid, self.ctx.owners, self.ctx.rounds.storage)
         self.ctx.metrics.sender_accepted(msg.uuid, msg.name)
         self._io.send(Welcome(version, f"sealsync {__version__}"))
 
@@ -336,7 +330,7 @@ class Session:
             if isinstance(msg, Delete):
                 self._delete(msg)
             elif isinstance(msg, OwnersQuery):
-                self._owners(msg)
+                self._io.send(self._asked().owners(msg))
             elif isinstance(msg, PartialsQuery):
                 self._io.send(Partials([p.entry() for p in self._round_partials().list()]))
             elif isinstance(msg, RoundEnd):
@@ -348,17 +342,21 @@ class Session:
         elif isinstance(msg, RoundStart):
             self._round_start(msg)
         elif isinstance(msg, OwnersQuery):
-            self._owners(msg)
+            self._io.send(self._asked().owners(msg))
         elif isinstance(msg, PartialsQuery):
             # the sender asks right after ROUND_START, before it has read the answer;
             # after a busy one there is no round, and nothing to resume in it
             self._io.send(Partials([]))
         elif isinstance(msg, InventoryQuery):
-            self._inventory(msg)
+            self._io.send(self._asked().inventory(msg))
         elif isinstance(msg, HeldQuery) and self.version >= 2:
-            self._held_summary()
+            self._io.send(self._asked().held())
         else:
             raise _unexpected(msg, "outside a round")
+
+    def _asked(self) -> SenderQueries:
+        assert self._queries is not None, "dispatch starts after HELLO"
+        return self._queries
 
     # --- schema ----------------------------------------------------------------------
 
@@ -390,35 +388,6 @@ class Session:
         self._admission.round_started()
         log.debug("sender %s: round started in %s", self.uuid, folder.root)
         self._io.send(RoundReady("ready", ""))
-
-    def _owners(self, msg: OwnersQuery) -> None:
-        try:
-            owners = self.ctx.owners.owners_of(msg.devices)
-        except SealsyncError as exc:  # a device id the owner log cannot hold (a TAB)
-            raise ProtocolError(f"OWNERS_QUERY: {exc}", code=ErrorCode.BAD_DEVICE) from None
-        mine = self.uuid
-
-        def shown(owner: str) -> str:  # another sender's UUID is not this sender's business
-            return owner if owner in ("", mine) else ANOTHER_SENDER
-
-        self._io.send(Owners({d: shown(owners.get(d, "")) for d in msg.devices}))
-
-    def _inventory(self, msg: InventoryQuery) -> None:
-        """One page of what the storage holds of this sender, listed once per session
-        (at its first page) so that the pages of one listing fit together."""
-        if msg.after == "" or self._held is None:
-            held = self.ctx.rounds.storage.inventory(self.uuid)
-            self._held = sorted((name, size, md5) for name, (size, md5) in held.items())
-        start = bisect.bisect_right(self._held, (msg.after, MAX_FILE_SIZE + 1, ""))
-        page = self._held[start : start + MAX_INVENTORY_PAGE]
-        more = start + len(page) < len(self._held)
-        self._io.send(Inventory([list(entry) for entry in page], more))
-
-    def _held_summary(self) -> None:
-        """How many data files of this sender the storage holds, and the digest of
-        their names (the names only: no file is read)."""
-        names = self.ctx.rounds.storage.list(self.uuid)
-        self._io.send(Held(len(names), held_digest(names)))
 
     def _delete(self, msg: Delete) -> None:
         rnd = self._require_round()
@@ -464,7 +433,7 @@ class Session:
         rnd = self._require_round()
         rnd.close_deleted()
         self._commits.make_room(rnd)  # before this file's temporaries
-        problem = storage_name_problem(msg.name)
+        problem = name_problem(msg.name)
         if problem is not None:  # it would reach into another sender's folder, or a sidecar's
             log.warning("sender %s: refused %s", self.uuid, problem)
             self._file = Refused(msg, f"the receiver stores no file named so: {problem}")

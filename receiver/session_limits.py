@@ -61,13 +61,13 @@ def limits_for(config: ReceiverConfig, storage: Storage) -> SessionLimits:
     quota that ``storage`` cannot measure."""
     quota = None
     if config.sender_quota_bytes:
-        usage = getattr(storage, "usage", None)
-        if usage is None:
+        if not storage.measures_usage:
             raise SealsyncError(
                 "sender_quota_bytes needs a storage that can measure a sender's files "
-                "(a usage(sender) method, as DirectoryStorage has)"
+                "(measures_usage, as the directory storage has)"
             )
         data_dirs = list(config.data_dirs)
+        usage = storage.usage
         quota = Quota(config.sender_quota_bytes, lambda uuid: stored_bytes(usage, data_dirs, uuid))
     return SessionLimits(
         sender_sessions=SlotCounter(config.max_sessions_per_sender),

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from sealsync.formats import deletion
 from sealsync.formats.common import TIME_COLUMN, one_line
-from spark_loader.table import KEY_COLUMN, part_files
+from spark_loader.table_layout import KEY_COLUMN, part_files
 from spark_loader.tsfile_read import FILE_ERROR, conform, deletions_of
 
 #: The job's result: one row per file written (a file whose rows were all deleted

@@ -1,6 +1,7 @@
 """Which data files the receiver has loaded, and what identifies each one.
 
-The receiver's default storage (docs/design.md §4.8) puts a file of sender ``U`` with the
+The receiver's storage keeps loaded files in the received-files layout
+(:mod:`sealsync.received`, docs/design.md §4.8): a file of sender ``U`` with the
 relative name ``sequence/<dirs...>/<file>`` at ``<data dir>/sequence/<dirs...>/U/<file>``
 (same for ``unsequence/``). So a loaded file is a data file whose parent folder is
 named by a canonical UUID; everything else under ``sequence/`` and ``unsequence/``
@@ -39,24 +40,16 @@ import errno
 import hashlib
 import os
 import stat
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sealsync import received
 from sealsync.errors import BadName
-from sealsync.names import DATA_ROOTS, DATA_SUFFIXES, MODS2_SUFFIX, MODS_SUFFIX, check_data_name
+from sealsync.names import MODS2_SUFFIX, MODS_SUFFIX, check_data_name
 
 PARQUET = ".parquet"
 TSFILE = ".tsfile"
-
-
-def is_sender_folder(name: str) -> bool:
-    """A folder named by a sender UUID, in the one spelling the receiver writes."""
-    try:
-        return str(uuid.UUID(name)) == name
-    except ValueError:
-        return False
 
 
 def file_id(
@@ -190,21 +183,6 @@ class Discovery:
         return dict(sorted(out.items()))
 
 
-def _relative_name(parts: tuple[str, ...]) -> str | None:
-    """``(root, dirs..., uuid, file)`` -> ``root/dirs.../file``, or None if not a sender's."""
-    if len(parts) < 3 or not is_sender_folder(parts[-2]):
-        return None
-    return "/".join((*parts[:-2], parts[-1]))
-
-
-def _owner(rel_dir: tuple[str, ...]) -> str | None:
-    """The sender whose folder ``rel_dir`` (parts below a data dir) is or lies in."""
-    for part in reversed(rel_dir[1:]):
-        if is_sender_folder(part):
-            return part
-    return None
-
-
 def discover(data_dirs: list[Path]) -> Discovery:
     """Every loaded data file of every sender, in a stable order.
 
@@ -224,7 +202,7 @@ def discover(data_dirs: list[Path]) -> Discovery:
             where = Path(exc.filename)
             reason = f"cannot list it: {exc.strerror or exc}"
             try:
-                owner = _owner(where.relative_to(data_dir).parts)
+                owner = received.owner_of(where.relative_to(data_dir).parts)
             except ValueError:
                 owner = None
             if owner is None:
@@ -232,22 +210,20 @@ def discover(data_dirs: list[Path]) -> Discovery:
             else:
                 troubles.append(Trouble(owner, data_dir, where, reason))
 
-        for root in DATA_ROOTS:
+        for root in received.ROOTS:
             top = data_dir / root
             for dirpath, dirnames, filenames in os.walk(top, onerror=unlisted):
                 listed = {*filenames, *dirnames}  # a .mods that is a folder is a bad .mods
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
                 rel_dir = Path(dirpath).relative_to(data_dir).parts
-                if not rel_dir or not is_sender_folder(rel_dir[-1]):
+                sender = received.sender_of_folder(rel_dir)
+                if sender is None:
                     continue
-                sender = rel_dir[-1]
                 for fname in sorted(filenames):
-                    if fname.startswith(".") or not fname.endswith(DATA_SUFFIXES):
+                    if not received.is_data_file(fname):
                         continue  # sidecars, temporaries
                     path = Path(dirpath) / fname
-                    name = _relative_name((*rel_dir, fname))
-                    if name is None:
-                        continue
+                    name = received.name_in(rel_dir, fname)
                     try:
                         check_data_name(name)
                         st = os.stat(path)

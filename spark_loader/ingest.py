@@ -52,14 +52,9 @@ in halves, until each bad file is alone; only it is reported and skipped
 
 from __future__ import annotations
 
-import dataclasses
-import errno
 import functools
-import os
-import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,71 +69,29 @@ from sealsync.formats.deletion import SeriesDeletion
 from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
-from spark_loader.failure import Failure, SplitRetry, describe
+from spark_loader.failure import SplitRetry, describe
+from spark_loader.inputs import PARQUET_GROUP, TSFILE, Prepared, culprit, link_batch
 from spark_loader.report import LoadReport
 from spark_loader.spark_session import stage_progress
 from spark_loader.state import FileRecord, IngestState
-from spark_loader.table import (
-    KEY_COLUMN,
-    LINKS,
-    STAGING,
-    Partition,
-    Table,
-    remove_run_folder,
-)
+from spark_loader.table import Partition, Table, remove_run_folder
+from spark_loader.table_layout import KEY_COLUMN, LINKS, STAGING
 from spark_loader.tsfile_read import (
     FILES_DDL,
     SCHEMA_DDL,
     data_batches,
-    deletion_records,
     java_data,
     java_schema,
     schema_rows,
 )
 
-PARQUET_GROUP, TSFILE = "p", "t"
 #: Spark's Parquet writer with a folder per key and no sort (java/, :mod:`.jvm`).
 KEYED_FORMAT = "io.sealsync.spark.KeyedParquetFileFormat"
-_LINK_KEY_RE = re.compile(rf"/b\d+/{PARQUET_GROUP}\d+/{KEY_COLUMN}=(\d+)/data\.parquet")
-
-
-@dataclass
-class Prepared:
-    """A source file ready for a Spark job: its columns known, later linked."""
-
-    source: SourceFile
-    file_id: str
-    columns: dict[str, Any]  # name -> Spark DataType, as the file stores it
-    rows: int | None  # the Parquet footer's row count; None for TsFiles
-    schema_key: str  # Parquet files with equal keys are read by one scan
-    partition: Partition  # where its rows go in the table
-    kind: str = ""  # set when linked: PARQUET_GROUP or TSFILE
-    key: int | None = None  # set when linked: the file's number in its batch
-    link: Path | None = None
-    folder: Path | None = None  # the link folder one scan reads
-    # The deletions of its X.mods and X.mods2, in file order; empty if none.
-    deleted: list[SeriesDeletion] = dataclasses.field(default_factory=list)
-
-    def deletion_records(self) -> list[tuple[list[str], int, int, int | None, str]] | None:
-        """The deletions as the readers take them (``tsfile_read.DELETIONS_DDL``)."""
-        if not self.deleted:
-            return None
-        return deletion_records(self.deleted)
 
 
 def _sender(item: Prepared) -> str:
     """Whose file it is: a failing job is split by sender first (failure.SplitRetry)."""
     return item.source.sender
-
-
-def _link(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst, follow_symlinks=True)
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-            raise
-        os.symlink(os.path.abspath(src), dst)
 
 
 def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
@@ -313,37 +266,12 @@ class Ingest:
         return ready
 
     def _link_batch(self, batch: list[Prepared], number: int) -> list[Prepared]:
-        """Link the batch's files into folders one scan each reads whole.
-
-        A hard link is a snapshot: the receiver may delete the file meanwhile.
-        The link's size and mtime must still be the discovered ones (else the
-        file changed after discovery and its id no longer describes it).
-        """
-        root = self.links / f"b{number}"
-        groups: dict[str, Path] = {}
-        linked: list[Prepared] = []
-        for number_in_batch, item in enumerate(batch):
-            source, fid = item.source, item.file_id
-            item.key = number_in_batch
-            if source.suffix != PARQUET:
-                item.kind, item.folder = TSFILE, root / TSFILE
-                item.link = item.folder / f"{fid}.tsfile"
-            else:
-                item.kind = PARQUET_GROUP
-                item.folder = groups.setdefault(
-                    item.schema_key, root / f"{PARQUET_GROUP}{len(groups)}"
-                )
-                item.link = item.folder / f"{KEY_COLUMN}={item.key}" / "data.parquet"
-            try:
-                _link(source.path, item.link)
-                st = os.stat(item.link)
-            except OSError as exc:
-                self._skip(source, f"cannot link it for reading: {exc.strerror or exc}")
-                continue
-            if (st.st_size, st.st_mtime_ns) != (source.size, source.mtime_ns):
-                self.report.changed += 1  # replaced since discovery: the next run loads it
-                continue
-            linked.append(item)
+        """Link the batch's files for reading (:func:`.inputs.link_batch`); a file that
+        cannot be linked is skipped, one replaced since discovery waits for the next run."""
+        linked, failed, changed = link_batch(batch, self.links / f"b{number}")
+        for item, reason in failed:
+            self._skip(item.source, reason)
+        self.report.changed += changed
         self._members = {}
         for item in linked:
             assert item.folder is not None
@@ -377,7 +305,7 @@ class Ingest:
         def give_up(item: Prepared, reason: str) -> None:
             out[item.file_id] = f"reading metadata failed: {reason}"
 
-        retry = SplitRetry(items, give_up, self._culprit, owner=_sender)
+        retry = SplitRetry(items, give_up, culprit, owner=_sender)
         for group in retry:
             try:
                 with stage_progress(self.spark, self.progress, "TsFile metadata"):
@@ -551,7 +479,7 @@ class Ingest:
         retry = SplitRetry(
             batch,
             lambda item, reason: self._skip(item.source, reason),
-            self._culprit,
+            culprit,
             lambda: self._say(f"{label}: a Spark job failed; retrying its files in smaller jobs"),
             owner=_sender,
         )
@@ -578,19 +506,6 @@ class Ingest:
         for item in group:
             if item.partition.path.is_dir():
                 self.table.delete(item.partition)
-
-    def _culprit(self, failure: Failure, group: list[Prepared]) -> Prepared | None:
-        """The file of ``group`` the failure names: by our TsFile reader's file id, or
-        by the link Spark's Parquet reader failed on (its key is in the link's path)."""
-        if failure.file_id is not None:
-            for item in group:
-                if item.file_id == failure.file_id:
-                    return item
-        by_key = {str(p.key): p for p in group if p.kind == PARQUET_GROUP}
-        for key in _LINK_KEY_RE.findall(failure.path or failure.text):
-            if key in by_key:
-                return by_key[key]
-        return None
 
     # ------------------------------------------------------------------ resolve
 

@@ -18,8 +18,8 @@ overlapping no other is alone and its partition holds all its points, as it alwa
 did. A group's files are read together and resolved per (device, time, measurement)
 by the priority above (an absent value never hides a present one); each resolved row
 is written into the partition of the highest-priority file contributing to it. The
-data files of a partition written that way carry Delta tags (:data:`.table.GROUP_TAG`,
-:data:`.table.BOUNDS_TAG`): the ids of its group and the bounds of its file's own
+data files of a partition written that way carry Delta tags (:data:`.table_layout.GROUP_TAG`,
+:data:`.table_layout.BOUNDS_TAG`): the ids of its group and the bounds of its file's own
 points (the partition may hold fewer); a file that wins no row keeps an empty data
 file with them, so its partition keeps its place.
 
@@ -48,15 +48,8 @@ import pyarrow.parquet as pq
 from sealsync import durable
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from spark_loader.discovery import SourceFile
-from spark_loader.table import (
-    BOUNDS_TAG,
-    GROUP_TAG,
-    KEY_COLUMN,
-    STAGING,
-    Partition,
-    Table,
-    remove_run_folder,
-)
+from spark_loader.table import Partition, Table, remove_run_folder
+from spark_loader.table_layout import BOUNDS_TAG, GROUP_TAG, KEY_COLUMN, STAGING
 
 #: The senders whose groups a run must settle, in the state dir.
 PENDING = "resolve-pending.json"

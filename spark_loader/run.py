@@ -40,10 +40,11 @@ from typing import Any
 
 from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
-from spark_loader import delta_commit, lastrun, removals, resolve, swap, table_binding
+from spark_loader import lastrun, removals, resolve, swap, table_binding
 from spark_loader import schema as schemas
 from spark_loader.discovery import SourceFile, discover
-from spark_loader.ingest import Ingest, Prepared, read_deletions
+from spark_loader.ingest import Ingest, read_deletions
+from spark_loader.inputs import Prepared
 from spark_loader.report import LoadReport
 from spark_loader.spark_session import (
     LOG_FILE,
@@ -63,14 +64,8 @@ from spark_loader.state import (
     save_state,
     wait_for_previous_driver,
 )
-from spark_loader.table import (
-    LINKS,
-    PARTITION_COLUMNS,
-    Partition,
-    Table,
-    files_schema,
-    remove_run_folder,
-)
+from spark_loader.table import Partition, Table, files_schema, remove_run_folder
+from spark_loader.table_layout import LINKS, PARTITION_COLUMNS
 
 Progress = Callable[[str], None]
 
@@ -296,18 +291,9 @@ class _Run:
             plan = table.plan(state.columns, sync=self.options.sync)
             if plan is not None:
                 self.say("committing the run to the Delta table")
-                actions, metadata = plan
                 session = self._session()
                 with python_warnings_quiet(), driver_lock(session, self.state_dir):
-                    version = delta_commit.commit(
-                        session,
-                        table.path,
-                        actions,
-                        metadata,
-                        table.snapshot.version,
-                        table.run_version,
-                    )
-                table.committed()
+                    version = table.commit(session, plan)
                 self.say(f"committed version {version} of the Delta table")
             save_state(self.state_dir, state)
         elif record_changed or self.report.ingested:

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
 )
 
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
-from spark_loader.table import KEY_COLUMN, PARTITION_COLUMNS
+from spark_loader.table_layout import KEY_COLUMN, PARTITION_COLUMNS
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _FLOATING = (FloatType, DoubleType)

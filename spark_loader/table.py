@@ -38,8 +38,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import string
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -52,65 +50,28 @@ import pyarrow.parquet as pq
 
 from sealsync import durable
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
-from spark_loader import delta_log
-from spark_loader.delta_log import APP_ID, DataFile, Snapshot, encode_path
+from spark_loader.delta_format import FORMAT
+from spark_loader.delta_log import DataFile, Snapshot, encode_path
 from spark_loader.delta_log import read_arrow as read_arrow
+from spark_loader.table_format import Plan, TableFormat
+from spark_loader.table_layout import (
+    BOUNDS_TAG,
+    FILE_ID_COLUMN,
+    GROUP_TAG,
+    LINKS,
+    MAX_FOLDER_BYTES,
+    OLD_SIDECAR,
+    SENDER_COLUMN,
+    SOURCE_COLUMN,
+    STAGING,
+    UNCOMMITTED,
+    part_files,
+    partition_folder,
+    unescape,
+)
 
-SENDER_COLUMN = "sender"
-SOURCE_COLUMN = "source_file"
-FILE_ID_COLUMN = "file_id"
-PARTITION_COLUMNS = (SENDER_COLUMN, SOURCE_COLUMN, FILE_ID_COLUMN)  # folder order
-
-LINKS = ".sealsync-links"
-STAGING = ".sealsync-staging"
-#: The files a run moved into the table and has not committed yet (see the module text).
-UNCOMMITTED = ".sealsync-uncommitted.json"
-#: The tags a resolved partition's files carry (:mod:`.resolve`).
-GROUP_TAG = "sealsync.group"
-BOUNDS_TAG = "sealsync.bounds"
-#: The group sidecar of a plain Parquet table's resolved partition, read when converting.
-OLD_SIDECAR = "_sealsync_group.json"
-#: The one column a load's Spark job partitions its staging output by: a file's
-#: number in the batch. Short, so that Spark's per-row work on it is small; its
-#: folders' files are moved to the real partitions afterwards.
-KEY_COLUMN = "__sealsync_key"
-#: Column mapping (Delta): the table property and the field metadata it uses.
-MAPPING_MODE = "delta.columnMapping.mode"
-MAPPING_MAX_ID = "delta.columnMapping.maxColumnId"
-MAPPING_ID = "delta.columnMapping.id"
-MAPPING_PHYSICAL = "delta.columnMapping.physicalName"
-#: The characters Delta refuses in a column name without column mapping.
-MAPPED_CHARACTERS = " ,;{}()\n\t="
 _SWEPT_PREFIXES = (".spark-staging-", ".sealsync-trash", LINKS, STAGING)
 _SWEPT_NAMES = ("_temporary",)
-_KEPT = frozenset(string.ascii_letters + string.digits + "._-")
-MAX_FOLDER_BYTES = 255
-
-
-def folder_value(value: str) -> str | None:
-    """``value`` as a partition folder value, or None if the folder name would be too
-    long. Only ASCII is escaped (``%XX``), as Spark's partition writer does."""
-    text = "".join(c if c in _KEPT or not c.isascii() else f"%{ord(c):02X}" for c in value)
-    if len(f"{SOURCE_COLUMN}={text}".encode()) > MAX_FOLDER_BYTES:
-        return None
-    return text
-
-
-def unescape(value: str) -> str:
-    """A partition folder value as Spark and pyarrow read it (``%XX`` -> character)."""
-    out, i = [], 0
-    while i < len(value):
-        if value[i] == "%" and _is_hex(value[i + 1 : i + 3]):
-            out.append(chr(int(value[i + 1 : i + 3], 16)))
-            i += 3
-        else:
-            out.append(value[i])
-            i += 1
-    return "".join(out)
-
-
-def _is_hex(text: str) -> bool:
-    return len(text) == 2 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 @dataclass(frozen=True)
@@ -140,8 +101,9 @@ class Partition:
 class Table:
     """A run's view of the Delta table: the version read, then the run's changes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, table_format: TableFormat = FORMAT) -> None:
         self.path = Path(path)
+        self.format = table_format
         self.snapshot = Snapshot()
         self._view: dict[str, DataFile] = {}  # log path -> file, as the run leaves it
         self._added: dict[str, DataFile] = {}  # moved in by this run
@@ -163,7 +125,7 @@ class Table:
         """Read the latest version, undo what an uncommitted run left, and take in a
         plain Parquet table's files (converted by this run's commit). What was done."""
         done = []
-        self.snapshot = delta_log.read(self.path)
+        self.snapshot = self.format.read(self.path)
         manifest = self.path / UNCOMMITTED
         if manifest.exists():
             done += self._recover(manifest)
@@ -171,7 +133,7 @@ class Table:
         self._by_id = None
         self._opened = True
         self._added, self._removed, self._moved, self._unsynced = {}, {}, [], []
-        self.run_version = self.snapshot.transactions.get(APP_ID, -1) + 1
+        self.run_version = self.snapshot.transactions.get(self.format.app_id, -1) + 1
         self.converted = 0
         if self.snapshot.version < 0:
             count = self._convert()
@@ -188,7 +150,7 @@ class Table:
             version, files = int(doc["version"]), [str(f) for f in doc["files"]]
         except (OSError, ValueError, KeyError, TypeError):
             version, files = -1, []
-        committed = self.snapshot.transactions.get(APP_ID, -1) >= version >= 0
+        committed = self.snapshot.transactions.get(self.format.app_id, -1) >= version >= 0
         note = []
         if not committed:
             live = {f.path for f in self.snapshot.files.values()}
@@ -244,25 +206,19 @@ class Table:
 
         Raises ValueError for a name that cannot be a folder (:func:`folder_value`).
         """
-        value = folder_value(source_file)
-        if value is None:
+        folder = partition_folder(sender, source_file, file_id)
+        if folder is None:
             raise ValueError(
                 f"its name is too long for a {SOURCE_COLUMN} partition folder "
                 f"(at most {MAX_FOLDER_BYTES} bytes with escapes)"
             )
-        folder = (
-            self.path
-            / f"{SENDER_COLUMN}={sender}"
-            / f"{SOURCE_COLUMN}={value}"
-            / f"{FILE_ID_COLUMN}={file_id}"
-        )
         files = tuple(self._index().get(file_id, {}).values())
-        return Partition(sender, source_file, file_id, folder, files)
+        return Partition(sender, source_file, file_id, self.path / folder, files)
 
     def _index(self) -> dict[str, dict[str, DataFile]]:
         """The view's files by file id (built again after a change)."""
         if not self._opened:  # a read-only look: the latest version as it is
-            self.snapshot = delta_log.read(self.path)
+            self.snapshot = self.format.read(self.path)
             self._view = dict(self.snapshot.files)
             self._opened = True
         if self._by_id is None:
@@ -280,14 +236,10 @@ class Table:
                 continue
             first = files[0].partition
             sender, source = first.get(SENDER_COLUMN, ""), first.get(SOURCE_COLUMN, "")
-            value = folder_value(source) or source
-            folder = (
-                self.path
-                / f"{SENDER_COLUMN}={sender}"
-                / f"{SOURCE_COLUMN}={value}"
-                / f"{FILE_ID_COLUMN}={fid}"
+            folder = partition_folder(sender, source, fid) or (
+                f"{SENDER_COLUMN}={sender}/{SOURCE_COLUMN}={source}/{FILE_ID_COLUMN}={fid}"
             )
-            out[fid] = Partition(sender, source, fid, folder, tuple(files))
+            out[fid] = Partition(sender, source, fid, self.path / folder, tuple(files))
         return out
 
     @property
@@ -394,7 +346,7 @@ class Table:
             modification_time=st.st_mtime_ns // 1_000_000,
             rows=meta.num_rows,
             tags=dict(tags),
-            stats=_stats(meta),
+            stats=self.format.file_stats(meta),
         )
         self._view[f.log_path] = f
         self._added[f.log_path] = f
@@ -423,118 +375,36 @@ class Table:
     # ------------------------------------------------------------------ commit
 
     def schema_fields(self) -> list[dict[str, Any]]:
-        """The table's columns as the Delta schema has them (empty for a new table)."""
-        meta = self.snapshot.metadata
-        if not meta or not meta.get("schemaString"):
-            return []
-        fields: list[dict[str, Any]] = json.loads(meta["schemaString"])["fields"]
-        return fields
+        """The table's columns (empty for a new table)."""
+        return self.format.schema_fields(self.snapshot)
 
     def schema_change(self, columns: dict[str, str]) -> bool:
         """Whether the commit must add columns to the table's schema (or create it)."""
-        return self._metadata(columns) is not None and (self.changed or bool(self.schema_fields()))
+        metadata = self.format.metadata(self.snapshot, columns)
+        return metadata is not None and (self.changed or bool(self.schema_fields()))
 
-    def plan(
-        self, columns: dict[str, str], sync: bool = True
-    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None] | None:
-        """The run's changes as the actions of one Delta commit, and the metadata it
-        must set (None if the schema stays); None if there is nothing to commit. With
-        ``sync``, the files the run wrote are made durable first.
-
-        ``columns``: the measurement columns (name -> Spark type JSON) the table must
-        have; new ones are added to its schema in the same commit. :mod:`.delta_commit`
-        commits it, then :meth:`committed`.
-        """
-        metadata = self._metadata(columns)
-        if not self.changed and metadata is None:
-            return None
-        if sync:
+    def plan(self, columns: dict[str, str], sync: bool = True) -> Plan | None:
+        """The run's changes as one commit of the table's format (None: nothing to
+        commit). With ``sync``, the files the run wrote are made durable first."""
+        plan = self.format.plan(
+            self.snapshot, self._added.values(), self._removed.values(), columns
+        )
+        if plan is not None and sync:
             self.sync()
-        now = int(time.time() * 1000)
-        actions: list[dict[str, Any]] = []
-        for f in self._removed.values():
-            actions.append(
-                {
-                    "remove": {
-                        "path": f.log_path,
-                        "deletionTimestamp": now,
-                        "dataChange": True,
-                        "extendedFileMetadata": True,
-                        "partitionValues": f.partition,
-                        "size": f.size,
-                    }
-                }
-            )
-        for f in self._added.values():
-            add: dict[str, Any] = {
-                "path": f.log_path,
-                "partitionValues": f.partition,
-                "size": f.size,
-                "modificationTime": f.modification_time,
-                "dataChange": True,
-            }
-            if f.stats:
-                add["stats"] = f.stats
-            if f.tags:
-                add["tags"] = f.tags
-            actions.append({"add": add})
-        return actions, metadata
+        return plan
+
+    def commit(self, spark: Any, plan: Plan) -> int:
+        """Commit ``plan`` as one version; then the run's files are the table's."""
+        version = self.format.commit(
+            spark, self.path, plan, self.snapshot.version, self.run_version
+        )
+        self.committed()
+        return version
 
     def committed(self) -> None:
         """The run's commit is in: its files are the table's; read the new version."""
         (self.path / UNCOMMITTED).unlink(missing_ok=True)
         self.open()
-
-    def _metadata(self, columns: dict[str, str]) -> dict[str, Any] | None:
-        """The Delta metadata the commit must set: a new table's, or the current one's
-        with the new measurement columns; None if the schema stays as it is.
-
-        A column name Delta refuses without column mapping (:data:`MAPPED_CHARACTERS`:
-        IoTDB allows them in back-quoted names) switches the table to column mapping by
-        name, each column's physical name its own name, so that no data file changes
-        (the data files name their columns so).
-        """
-        fields = self.schema_fields()
-        have = {f["name"] for f in fields}
-        new = [
-            {"name": n, "type": json.loads(t), "nullable": True, "metadata": {}}
-            for n, t in sorted(columns.items())
-            if n not in have
-        ]
-        if fields and not new:
-            return None
-        if not fields:
-            base = [
-                {"name": TIME_COLUMN, "type": "long", "nullable": True, "metadata": {}},
-                {"name": DEVICE_COLUMN, "type": "string", "nullable": True, "metadata": {}},
-            ]
-            tail = [
-                {"name": c, "type": "string", "nullable": True, "metadata": {}}
-                for c in PARTITION_COLUMNS
-            ]
-            meta: dict[str, Any] = {
-                "id": str(uuid.uuid4()),
-                "format": {"provider": "parquet", "options": {}},
-                "partitionColumns": list(PARTITION_COLUMNS),
-                "configuration": {},
-                "createdTime": int(time.time() * 1000),
-            }
-            merged = [*base, *new, *tail]
-        else:
-            meta = dict(self.snapshot.metadata or {})
-            cut = next(
-                (i for i, f in enumerate(fields) if f["name"] in PARTITION_COLUMNS), len(fields)
-            )
-            merged = [*fields[:cut], *new, *fields[cut:]]
-        config = dict(meta.get("configuration") or {})
-        if config.get(MAPPING_MODE) == "name" or any(
-            c in MAPPED_CHARACTERS for f in merged for c in f["name"]
-        ):
-            merged, config = _map_by_name(merged, config)
-        meta["configuration"] = config
-        schema = {"type": "struct", "fields": merged}
-        meta["schemaString"] = json.dumps(schema, separators=(",", ":"))
-        return meta
 
     # ------------------------------------------------------------------ sweep
 
@@ -549,67 +419,16 @@ class Table:
         for entry in os.scandir(self.path):
             if entry.name.startswith(_SWEPT_PREFIXES) or entry.name in _SWEPT_NAMES:
                 _rmtree(Path(entry.path))
-        if delta_log.is_delta(self.path):
+        if self.format.is_table(self.path):
             return
         for outer in _subfolders(self.path, SENDER_COLUMN):
             for old in _subfolders(Path(outer.path), FILE_ID_COLUMN):
                 _rmtree(Path(old.path))
 
 
-def _map_by_name(
-    fields: list[dict[str, Any]], config: dict[str, str]
-) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """``fields`` and ``config`` with column mapping by name: every field an id and its
-    own name as physical name (those it has stay), and the largest id recorded."""
-    top = int(config.get(MAPPING_MAX_ID, "0"))
-    top = max([top, *(int(f.get("metadata", {}).get(MAPPING_ID, 0)) for f in fields)])
-    out = []
-    for f in fields:
-        meta = dict(f.get("metadata") or {})
-        if MAPPING_ID not in meta:
-            top += 1
-            meta[MAPPING_ID] = top
-        meta.setdefault(MAPPING_PHYSICAL, f["name"])
-        out.append({**f, "metadata": meta})
-    return out, {**config, MAPPING_MODE: "name", MAPPING_MAX_ID: str(top)}
-
-
 def _free(path: Path) -> Path:
     """``path``, or a name of its own beside it if a file is there (never replace one)."""
     return path if not path.exists() else path.with_name(f"{uuid.uuid4().hex[:8]}-{path.name}")
-
-
-def _stats(meta: Any) -> str:
-    """Delta statistics of a Parquet file from its footer: rows, and the bounds of
-    time and device where the footer has them (readers skip files by them)."""
-    stats: dict[str, Any] = {"numRecords": meta.num_rows}
-    if meta.num_rows == 0:
-        return json.dumps(stats)
-    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
-    low: dict[str, Any] = {}
-    high: dict[str, Any] = {}
-    for column in (TIME_COLUMN, DEVICE_COLUMN):
-        if column not in names:
-            continue
-        i = names.index(column)
-        lo = hi = None
-        for r in range(meta.num_row_groups):
-            s = meta.row_group(r).column(i).statistics
-            if s is None or not s.has_min_max:
-                lo = hi = None
-                break
-            a, b = _value(s.min), _value(s.max)
-            lo = a if lo is None or a < lo else lo
-            hi = b if hi is None or b > hi else hi
-        if lo is not None and hi is not None:
-            low[column], high[column] = lo, hi
-    if low:
-        stats["minValues"], stats["maxValues"] = low, high
-    return json.dumps(stats)
-
-
-def _value(value: Any) -> Any:
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def _old_sidecar_tags(path: Path) -> dict[str, str]:
@@ -626,15 +445,6 @@ def _write_empty(path: Path) -> None:
 
 
 _SYNC_THREADS = 8
-
-
-def part_files(folder: Path) -> list[Path]:
-    """The data files of one folder (a plain Parquet partition or a staging one)."""
-    return sorted(
-        Path(e.path)
-        for e in os.scandir(folder)
-        if e.is_file() and not e.name.startswith((".", "_"))
-    )
 
 
 def footer_rows(folder: Path) -> int:

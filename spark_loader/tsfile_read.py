@@ -46,7 +46,7 @@ from sealsync.errors import FormatError
 from sealsync.formats import deletion
 from sealsync.formats import tsfile as tsfile_format
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
-from spark_loader.table import KEY_COLUMN
+from spark_loader.table_layout import KEY_COLUMN
 
 FILE_ERROR = "sealsync-file-error"
 _FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)")

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import tsfile
 
+from receiver.folders import make_dirs
 from receiver.layout import SenderFolder, SyncLog
 from receiver.load.owners import DeviceOwners
-from receiver.storage import DirectoryStorage, make_dirs
+from receiver.storage import DirectoryStorage
 from sealsync.formats import FileInfo
 from sealsync.formats import inspect as real_inspect
 

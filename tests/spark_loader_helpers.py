@@ -23,7 +23,7 @@ from sealsync.formats.deletion import MIN_TIME
 from sealsync.names import MODS2_SUFFIX, MODS_SUFFIX, SIDECAR_SUFFIXES
 from sealsync.simulator import EdgeInstance
 from spark_loader import delta_log, read_arrow
-from spark_loader.table import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
+from spark_loader.table_layout import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
 
 SENDER_A = str(uuid.UUID(int=0xA))
 SENDER_B = str(uuid.UUID(int=0xB))

@@ -19,7 +19,7 @@ from spark_loader_helpers import Receiver, table_rows
 from sealsync.formats.deletion import MIN_TIME, SeriesDeletion
 from sealsync.simulator import EdgeInstance
 from spark_loader import arrow_write, run_load
-from spark_loader.table import KEY_COLUMN, part_files
+from spark_loader.table_layout import KEY_COLUMN, part_files
 from spark_loader.tsfile_read import FILE_ERROR, FILES_DDL, deletion_records
 
 TARGET = pa.schema(

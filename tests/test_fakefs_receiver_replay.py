@@ -40,7 +40,7 @@ from receiver.layout import SenderFolder
 from receiver.load.apply import Applier, read_load_log
 from receiver.load.owners import DeviceOwners
 from receiver.recover.replay import recover_all, recover_folder
-from receiver.storage import DirectoryStorage, StorageError
+from receiver.storage import DirectoryStorage, Storage, StorageError
 
 ROOT = Path("/r")
 DATA = ROOT / "data"
@@ -95,7 +95,7 @@ class RecordingStorage(DirectoryStorage):
         return out
 
 
-class MemoryStorage:
+class MemoryStorage(Storage):
     """A small recording host storage: a load takes the staged pieces into memory (and
     off the disk), a load whose pieces are gone is one an earlier attempt finished.
     It keeps the exhaustive test about replay's decisions; the default storage's own
@@ -126,6 +126,9 @@ class MemoryStorage:
 
     def list(self, sender: str) -> set[str]:
         return set(self.files) if sender == UUID else set()
+
+    def inventory(self, sender: str) -> dict[str, tuple[int, str]]:
+        return {name: (len(pieces[name]), "") for name, pieces in self.files.items()}
 
     def held(self) -> dict[str, bytes]:
         return {k: v for pieces in self.files.values() for k, v in pieces.items()}

@@ -376,8 +376,8 @@ def _wait_expired(edge: IoTDBServer) -> None:
 def _receiver_on_iotdb(dep: Deployment, dc: IoTDBServer) -> None:
     dialect = "0.12" if dc.release.standalone else "2.0"
     text = dep.receiver_config.read_text() + (
-        f'storage = "iotdb"\niotdb_port = {dc.rpc_port}\niotdb_dialect = "{dialect}"\n'
-        f'iotdb_python = "{client_python()}"\n'
+        f'\n[receiver.storage]\nkind = "iotdb"\nport = {dc.rpc_port}\ndialect = "{dialect}"\n'
+        f'python = "{client_python()}"\n'
     )
     dep.receiver_config.chmod(0o600)
     dep.receiver_config.write_text(text)

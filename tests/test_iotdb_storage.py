@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from receiver_load_helpers import UUID_A, copy_file, stage
 
-from receiver.iotdb_storage import (
+from receiver.layout import SenderFolder
+from receiver.storage import StorageError
+from receiver.storage.iotdb import (
     IoTDBClient,
     IoTDBSettings,
     IoTDBStorage,
     delete_statement,
     load_statement,
 )
-from receiver.layout import SenderFolder
-from receiver.storage import StorageError
 from sealsync.errors import ConfigError
 from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion
 
@@ -62,6 +62,7 @@ class Recorder:
 def _storage(tmp_path: Path, dialect: str, recorder: Recorder) -> IoTDBStorage:
     storage = IoTDBStorage([tmp_path / "data"], tmp_path / "schema", IoTDBSettings(dialect=dialect))
     storage.client = recorder  # type: ignore[assignment]
+    storage.start()
     return storage
 
 
@@ -176,5 +177,5 @@ def test_a_python_without_the_client_is_one_line_with_the_fix(tmp_path: Path) ->
     assert caught.value.exit_code == 2
     assert "\n" not in str(caught.value)
     missing = IoTDBClient(IoTDBSettings(python=str(tmp_path / "no-python")))
-    with pytest.raises(ConfigError, match="iotdb_python"):
+    with pytest.raises(ConfigError, match=r"\[receiver.storage\] python: cannot run"):
         missing.connect()

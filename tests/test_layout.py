@@ -203,6 +203,59 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+STORAGE_PACKAGE = "receiver.storage"
+LAYOUT_MODULE = "sealsync.received"
+LAYOUT_READERS = ("receiver", "spark_loader")
+MAX_CLASS_LINES = 400
+
+
+def contract_violations(files: dict[str, Path], root: Path = ROOT) -> list[str]:
+    """``file:line: ...`` where the code goes around the storage contract or the
+    received-files layout:
+
+    * outside ``receiver/storage/``, a storage probed for what it is or can do
+      (``getattr``/``hasattr`` on an expression naming a storage, ``isinstance``/
+      ``issubclass`` against a concrete storage class): the contract declares it;
+    * in the receiver and the loader, the data roots (``DATA_ROOTS``) named outside
+      ``sealsync/received.py``: a path of the layout built or taken apart by hand;
+    * a class longer than MAX_CLASS_LINES lines.
+    """
+    out = []
+    for module, path in files.items():
+        where = path.relative_to(root)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        in_storage = _within(module, STORAGE_PACKAGE)
+        reads_layout = module.split(".")[0] in LAYOUT_READERS and module != LAYOUT_MODULE
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_CLASS_LINES:
+                    out.append(f"{where}:{node.lineno}: class {node.name} is {length} lines")
+            if not in_storage and isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                func, args = node.func.id, node.args
+                if func in ("getattr", "hasattr") and args and "storage" in ast.unparse(args[0]):
+                    out.append(f"{where}:{node.lineno}: probes a storage ({ast.unparse(node)})")
+                if func in ("isinstance", "issubclass") and len(args) == 2:
+                    classes = ast.unparse(args[1])
+                    if any(n in classes for n in ("DirectoryStorage", "IoTDBStorage")):
+                        out.append(f"{where}:{node.lineno}: asks what a storage is ({classes})")
+            if reads_layout:
+                named = (
+                    (isinstance(node, ast.Name) and node.id == "DATA_ROOTS")
+                    or (isinstance(node, ast.Attribute) and node.attr == "DATA_ROOTS")
+                    or (
+                        isinstance(node, ast.ImportFrom)
+                        and any(a.name == "DATA_ROOTS" for a in node.names)
+                    )
+                )
+                if named:
+                    out.append(
+                        f"{where}:{node.lineno}: builds the received-files layout by hand "
+                        "(use sealsync.received)"
+                    )
+    return out
+
+
 # --- the rules, on the project -------------------------------------------------------
 
 
@@ -297,6 +350,38 @@ def test_each_rule_catches_its_breach(tmp_path: Path) -> None:
         "sealsync/names.py:3: core imports the role spark_loader (spark_loader.state)",
         "sealsync/output.py:1: core imports the app layer (sealsync.app.output)",
         "sender/attempt.py:1: sender imports another role, receiver (receiver.storage)",
+    ]
+
+
+def test_the_storage_contract_and_the_layout_module_are_not_gone_around() -> None:
+    assert contract_violations(project_files()) == []
+
+
+def test_each_contract_rule_catches_its_breach(tmp_path: Path) -> None:
+    long_class = "class Big:\n" + "    x = 1\n" * MAX_CLASS_LINES
+    root = _tree(
+        tmp_path,
+        {
+            **{f"{p}/__init__.py": "" for p in PACKAGES},
+            "receiver/storage/__init__.py": "",
+            "receiver/storage/directory.py": "def f(storage):\n"
+            "    return getattr(storage, 'usage', None)\n",
+            "receiver/apply.py": "def f(self):\n"
+            "    return getattr(self.storage, 'deferred_sync', None)\n",
+            "receiver/service.py": "def f(s):\n    return isinstance(s, DirectoryStorage)\n",
+            "receiver/walk.py": "from sealsync.names import DATA_ROOTS\n",
+            "spark_loader/disc.py": "import sealsync.names as n\nr = n.DATA_ROOTS\n",
+            "sealsync/received.py": "from sealsync.names import DATA_ROOTS\n",
+            "sender/scan.py": "from sealsync.names import DATA_ROOTS\n",
+            "spark_loader/big.py": long_class,
+        },
+    )
+    assert sorted(contract_violations(project_files(root), root)) == [
+        "receiver/apply.py:2: probes a storage (getattr(self.storage, 'deferred_sync', None))",
+        "receiver/service.py:2: asks what a storage is (DirectoryStorage)",
+        "receiver/walk.py:1: builds the received-files layout by hand (use sealsync.received)",
+        f"spark_loader/big.py:1: class Big is {MAX_CLASS_LINES + 1} lines",
+        "spark_loader/disc.py:2: builds the received-files layout by hand (use sealsync.received)",
     ]
 
 

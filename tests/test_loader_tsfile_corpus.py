@@ -25,7 +25,7 @@ import tsfile_corpus as corpus_module
 from spark_loader import jvm
 from spark_loader import schema as schemas
 from spark_loader.failure import describe
-from spark_loader.table import KEY_COLUMN
+from spark_loader.table_layout import KEY_COLUMN
 from spark_loader.tsfile_read import FILES_DDL, java_data, java_schema
 
 pytestmark = pytest.mark.slow  # Maven, Java and Spark
@@ -209,7 +209,7 @@ def test_a_load_puts_exactly_the_java_readers_answer_in_the_table(
     from spark_loader_helpers import SENDER_A, Receiver
 
     from spark_loader import read_arrow, run_load
-    from spark_loader.table import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
+    from spark_loader.table_layout import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
 
     chosen = [e for e in tsfile_corpus if (e.line, e.case) in _END_TO_END]
     assert len(chosen) == len(_END_TO_END)

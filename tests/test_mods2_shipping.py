@@ -11,10 +11,10 @@ from sender_transfer_helpers import FAKE_RECEIVER, FakeReceiver, fake_round_conf
 from spark_loader_helpers import SENDER_A, Receiver
 from state_helpers import write_data_file
 
-from receiver.storage import DELETE_ORDER, LOAD_ORDER
 from sealsync.formats import mods2
 from sealsync.protocol.messages import FileBegin
 from sealsync.protocol.spec import ProtocolError
+from sealsync.received import DELETE_ORDER, LOAD_ORDER
 from sealsync.simulator import EdgeInstance
 from sender.manage.layout import SenderPaths
 from sender.manage.snapshot import take_snapshot

@@ -21,7 +21,6 @@ from paramiko.buffered_pipe import PipeTimeout
 from receiver_load_helpers import UUID_A, UUID_B, inspect, make_env, stage
 from receiver_service_helpers import tsfile_bytes
 
-from receiver import storage as storage_module
 from receiver import writer as writer_module
 from receiver.chunk_pipe import ChunkPipe
 from receiver.incoming import IncomingFile
@@ -30,6 +29,7 @@ from receiver.layout import SenderFolder
 from receiver.load import apply as apply_module
 from receiver.load.apply import Applier, read_load_log
 from receiver.load.owners import DeviceConflict, DeviceIdError, DeviceOwners
+from receiver.storage import directory as storage_module
 from receiver.writer import BackgroundWriter
 from sealsync import durable, formats
 from sealsync.errors import FormatError

@@ -12,9 +12,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from receiver_load_helpers import UUID_A, UUID_B, copy_file, files_under, stage
 
-from receiver import storage as storage_module
+from receiver.folders import make_dirs
 from receiver.layout import SenderFolder, sender_folders
-from receiver.storage import DirectoryStorage, StorageError, make_dirs
+from receiver.storage import DirectoryStorage, StorageError
+from receiver.storage import directory as storage_module
+from sealsync import received
 from sealsync.errors import BadName
 from sealsync.names import check_sender_uuid
 
@@ -499,7 +501,7 @@ def test_a_file_system_that_declines_the_rename_falls_back_for_good(
     ],
 )
 def test_names_that_reach_another_file_or_sender_are_refused(data_dir: Path, name: str) -> None:
-    assert storage_module.storage_name_problem(name) is not None
+    assert received.name_problem(name) is not None
     folder = SenderFolder(data_dir, "10.0.0.2", UUID_B)
     staged = stage(folder, name)
     with pytest.raises(StorageError, match="refused name"):
@@ -512,7 +514,7 @@ def test_names_that_reach_another_file_or_sender_are_refused(data_dir: Path, nam
     [NAME, "sequence/root.sg1/1/2/3/a-b.tsfile", "unsequence/x.parquet", "sequence/a.b/c.tsfile"],
 )
 def test_database_names_are_stored(name: str) -> None:
-    assert storage_module.storage_name_problem(name) is None
+    assert received.name_problem(name) is None
 
 
 def test_a_deletion_removes_the_folders_it_empties(data_dir: Path) -> None:

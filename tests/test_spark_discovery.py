@@ -16,8 +16,9 @@ import pytest
 from spark_loader_helpers import SENDER_A, SENDER_B, Receiver
 
 from sealsync.errors import LockHeld
+from sealsync.received import is_sender_folder
 from sealsync.simulator import EdgeInstance
-from spark_loader.discovery import SourceFile, discover, file_id, is_sender_folder
+from spark_loader.discovery import SourceFile, discover, file_id
 from spark_loader.state import (
     DRIVER_LOCK_FILE,
     LOCK_FILE,
@@ -29,14 +30,8 @@ from spark_loader.state import (
     state_path,
     wait_for_previous_driver,
 )
-from spark_loader.table import (
-    MAX_FOLDER_BYTES,
-    UNCOMMITTED,
-    Partition,
-    Table,
-    folder_value,
-    unescape,
-)
+from spark_loader.table import Partition, Table
+from spark_loader.table_layout import MAX_FOLDER_BYTES, UNCOMMITTED, folder_value, unescape
 
 
 def _edge(tmp_path: Path) -> EdgeInstance:

@@ -28,7 +28,7 @@ from spark_loader_helpers import (
 
 from sealsync.config import LoaderConfig
 from spark_loader import delta_log, run_load
-from spark_loader.table import UNCOMMITTED
+from spark_loader.table_layout import UNCOMMITTED
 
 pytestmark = pytest.mark.slow  # Spark, and sealsync processes
 

@@ -15,7 +15,7 @@ import pytest
 
 from spark_loader import jvm, localfs
 from spark_loader.ingest import KEYED_FORMAT
-from spark_loader.table import KEY_COLUMN
+from spark_loader.table_layout import KEY_COLUMN
 
 
 def _classes(jar: Path) -> dict[str, bytes]:

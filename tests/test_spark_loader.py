@@ -38,7 +38,8 @@ from spark_loader import delta_log, jvm, localfs, read_arrow, run_load
 from spark_loader import run as run_module
 from spark_loader.ingest import KEYED_FORMAT
 from spark_loader.state import load_state, state_path
-from spark_loader.table import UNCOMMITTED, Table, part_files, unescape
+from spark_loader.table import Table
+from spark_loader.table_layout import UNCOMMITTED, part_files, unescape
 
 pytestmark = pytest.mark.slow
 

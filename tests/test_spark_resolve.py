@@ -419,7 +419,7 @@ def test_a_plain_parquet_table_of_resolved_groups_is_converted_as_it_is(
     import shutil
 
     from spark_loader import delta_log
-    from spark_loader.table import BOUNDS_TAG, GROUP_TAG, OLD_SIDECAR
+    from spark_loader.table_layout import BOUNDS_TAG, GROUP_TAG, OLD_SIDECAR
 
     edge, recv = _chain(tmp_path)
     covered = _write(edge, _rows(D1, range(50, 60), s1=lambda t: 9.0), "50-0-0-0.tsfile")

@@ -12,7 +12,6 @@ claimed already, and the storage recognises the file as loaded.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -21,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from receiver.folders import refuse_links
 from receiver.layout import SenderFolder
 from receiver.load.owners import DeviceConflict, DeviceOwners
-from receiver.storage import DirectoryStorage, Storage, refuse_links
+from receiver.storage import Storage
 from sealsync import deletions, durable
 from sealsync.crashpoints import crash_point
 from sealsync.names import check_data_name
@@ -116,9 +116,9 @@ class Applier:
         for recovery to replay.
 
         The durability order of :meth:`load` holds for every file: its move is durable
-        before its line is written. A storage with ``deferred_sync`` (DirectoryStorage)
-        also persists the moves of the whole batch with one fsync per folder instead of
-        two per rename.
+        before its line is written. A storage whose ``deferred_sync`` groups them (the
+        directory storage) also persists the moves of the whole batch with one fsync
+        per folder instead of two per rename.
         """
         results: list[Exception | None] = [None] * len(items)
         ready: list[tuple[int, str, Path]] = []
@@ -128,9 +128,8 @@ class Applier:
             except Exception as exc:  # reported per file by the caller
                 results[i] = exc
         errors: list[Exception | None] = []
-        deferred = getattr(self.storage, "deferred_sync", None)
         try:
-            with deferred() if deferred is not None else contextlib.nullcontext():
+            with self.storage.deferred_sync():
                 for _, name, staged in ready:
                     if errors and stopping is not None and stopping():
                         break
@@ -182,14 +181,14 @@ class Applier:
 def log_deletion(storage: Storage, sender: str, name: str) -> None:
     """Append each copy of ``name`` about to be deleted to its data dir's deletion log.
 
-    Only the default storage keeps loaded files where the Spark loader reads them;
-    another storage has no table fed from its folders.
+    Only a storage that keeps loaded files where the Spark loader reads them
+    (``feeds_loader``) has copies to log; another has no table fed from its folders.
     """
-    if not isinstance(storage, DirectoryStorage):
+    if not storage.feeds_loader:
         return
-    for data_dir in storage.data_dirs:
+    for data_dir, path in storage.loader_copies(sender, name):
         try:
-            deletions.record_file(data_dir, sender, name, storage.target(data_dir, sender, name))
+            deletions.record_file(data_dir, sender, name, path)
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise

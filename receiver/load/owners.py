@@ -31,8 +31,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from receiver.folders import make_dirs
 from receiver.layout import check_sender_uuid
-from receiver.storage import make_dirs
 from sealsync import durable
 from sealsync.errors import SealsyncError
 

@@ -155,13 +155,16 @@ def _receiver_process(config: Path, port: int, log: Path, env: dict[str, str]): 
 
 
 def _table_rows_per_device(table_path: Path) -> dict[str, int]:
-    import pyarrow.dataset as ds
+    """Rows per device in the Delta table's latest version: the files its log names,
+    as every Delta reader sees them (never the folder's Parquet files as such, which
+    hold removed versions too)."""
+    from spark_loader import read_arrow
 
     if not table_path.exists():
         return {}
-    table = ds.dataset(str(table_path), format="parquet", partitioning="hive").to_table(
-        columns=["device"]
-    )
+    table = read_arrow(table_path)
+    if "device" not in table.column_names:
+        return {}
     return dict(sorted(Counter(table.column("device").to_pylist()).items()))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,15 +24,53 @@ from sealsync.config.schema import (
     Number,
     PathList,
     PathValue,
+    Reader,
     Startups,
+    Table,
     Text,
     not_a_key,
     setting,
+    type_name,
 )
 from sealsync.config.values import IPNetwork, MaxStartups, format_endpoint
 from sealsync.durable import SYNC_METHODS, SYNCFS
+from sealsync.errors import ConfigError
 
 DEFAULT_ALLOW = ("127.0.0.0/8", "::1/128")
+LEGACY_IOTDB_PREFIX = "iotdb_"
+
+_log = logging.getLogger("sealsync.config")
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """``[receiver.storage]``: which storage backend holds verified files, and the
+    backend's own keys, which the backend reads and checks itself
+    (``receiver/storage/backends.py``): the core config knows no backend's keys."""
+
+    kind: str = "directory"
+    keys: Mapping[str, Any] = field(default_factory=dict)
+    source: str = MAPPING_SOURCE
+    base_dir: Path = Path(".")
+    label: str = "[receiver.storage]"
+
+
+class StorageTable(Reader):
+    """``[receiver.storage]`` (a table with ``kind`` and the backend's keys), or the
+    older ``storage = "<kind>"`` string."""
+
+    def read(self, table: Table, key: str, value: object) -> StorageSpec:
+        if isinstance(value, str):
+            return StorageSpec(value, {}, table.source, table.base_dir, f"{table.label} {key}")
+        if not isinstance(value, Mapping):
+            raise table.error(
+                key, f"must be a table ([receiver.storage] with kind = ...), got {type_name(value)}"
+            )
+        kind = value.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise table.error(f"{key}.kind", 'missing: say which storage, e.g. kind = "directory"')
+        keys = {k: v for k, v in value.items() if k != "kind"}
+        return StorageSpec(kind, keys, table.source, table.base_dir)
 
 
 def _default_allow() -> list[IPNetwork]:
@@ -83,9 +122,12 @@ class ReceiverConfig:
     client_alive_interval: float = field(default=15.0, metadata=setting(Number(0, 3600)))
     #: Unanswered keepalive intervals after which the connection is closed.
     client_alive_count_max: int = field(default=3, metadata=setting(Integer(1, 100)))
-    #: Where verified files go: "directory" (the data dirs) or "iotdb" (the data dirs,
-    #: and loaded into a running IoTDB with its LOAD statement: receiver/iotdb_storage.py).
-    storage: str = field(default="directory", metadata=setting(Choice(("directory", "iotdb"))))
+    #: Where verified files go: ``[receiver.storage]`` with ``kind`` and that backend's
+    #: own keys ("directory": the data dirs; "iotdb": the data dirs, and loaded into a
+    #: running IoTDB: receiver/storage/iotdb.py).
+    storage: StorageSpec = field(default_factory=StorageSpec, metadata=setting(StorageTable()))
+    #: The flat iotdb_* keys: ``[receiver.storage]``'s keys of kind "iotdb" before it was
+    #: a table; read for one more release, with a notice.
     iotdb_host: str = field(default="127.0.0.1", metadata=setting(Host()))
     iotdb_port: int = field(default=6667, metadata=setting(Integer(1, 65535)))
     iotdb_user: str = field(default="root", metadata=setting(Text()))
@@ -120,7 +162,36 @@ class ReceiverConfig:
         existence to the caller's own findings.
         """
         values = role_values(cls, "receiver", d, base_dir, source, create, init)
+        _fold_flat_iotdb_keys(values, source)
         return cls(**values, source=source)
+
+
+def _fold_flat_iotdb_keys(values: dict[str, Any], source: str) -> None:
+    """The flat ``iotdb_*`` keys (and ``storage = "iotdb"``) as the ``[receiver.storage]``
+    table they now are, with a one-line notice; both forms at once is an error."""
+    flat = {k: v for k, v in values.items() if k.startswith(LEGACY_IOTDB_PREFIX)}
+    spec: StorageSpec = values.get("storage", StorageSpec(source=source))
+    legacy_kind = "storage" not in values or spec.label != StorageSpec.label
+    if not flat and not (legacy_kind and spec.kind == "iotdb"):
+        return
+    if not legacy_kind:
+        key = sorted(flat)[0]
+        raise ConfigError(
+            f"{source}: [receiver] {key}: give it as {key[len(LEGACY_IOTDB_PREFIX) :]} in "
+            "[receiver.storage], not beside it"
+        )
+    _log.warning(
+        '%s: [receiver] storage = "iotdb" and the iotdb_* keys are deprecated: write '
+        '[receiver.storage] with kind = "iotdb" and host, port, user, password_file, '
+        "dialect, python (docs/operations.md)",
+        source,
+    )
+    if spec.kind == "iotdb":
+        keys = {
+            k[len(LEGACY_IOTDB_PREFIX) :]: str(v) if isinstance(v, Path) else v
+            for k, v in flat.items()
+        }
+        values["storage"] = StorageSpec("iotdb", keys, spec.source, spec.base_dir, spec.label)
 
 
 def load_receiver_config(path: str | os.PathLike[str], *, init: bool = False) -> ReceiverConfig:

@@ -1,154 +1,33 @@
-"""The host's storage: where verified files end up (docs/design.md §4.1).
+"""The default storage: plain folders in the receiver's data dirs (docs/design.md §4.8).
 
-The receiver runs inside a database server, which decides where loaded files live and
-how it registers them; ``Storage`` is the small interface it implements. The default,
-``DirectoryStorage`` (what ``sealsync serve`` uses), keeps a file of sender ``U`` named
-``sequence/<dirs...>/<file>`` at ``<data dir>/sequence/<dirs...>/<U>/<file>`` (same for
-``unsequence/``), sidecars beside it. So two senders' files never collide, a delete
-from one sender can never reach another's file or the host's own (which never sit in
-a folder named by a UUID, docs/design.md §9.4), and ``list`` only has to look at files whose
+What ``sealsync serve`` uses when its config names no other ``[receiver.storage]``
+kind. A file of sender ``U`` named ``sequence/<dirs...>/<file>`` is held at
+``<data dir>/sequence/<dirs...>/<U>/<file>``, sidecars beside it: the received-files
+layout of :mod:`sealsync.received`, which the Spark loader reads. So two senders'
+files never collide, a delete from one sender can never reach another's file or the
+host's own (docs/design.md §9.4), and ``list`` only has to look at files whose
 parent folder is exactly ``U``.
-
-Every operation is idempotent, because the loader replays after a crash without
-knowing how far the last attempt got: pieces already moved are recognised, an
-identical file already in place is success, a different one is an error and never a
-silent skip or overwrite.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import re
-import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
+from receiver.folders import refuse_links, remove_empty_parents, safe_dirs
 from receiver.inventory import held_files
-from receiver.layout import check_sender_uuid
-from sealsync import durable
-from sealsync.errors import SealsyncError
-from sealsync.names import DATA_ROOTS, check_data_name
+from receiver.storage.contract import Storage, StorageError
+from sealsync import durable, received
+from sealsync.names import check_data_name, check_sender_uuid
 from sealsync.printable import printable
 
 log = logging.getLogger(f"sealsync.{__name__}")
-
-
-class StorageError(SealsyncError):
-    """A load or delete the host's storage cannot do; the staged file is kept."""
-
-
-class Storage(Protocol):
-    """What a host server implements so that the receiver can hand it files."""
-
-    def load(self, sender: str, name: str, staged: Path) -> None:
-        """Move ``staged`` and its sidecars (``staged.name + ".resource"``/``".mods"``/``".mods2"``
-        beside it) in as ``sender``'s ``name``; already loaded identical is a no-op,
-        a different existing file raises StorageError."""
-        ...
-
-    def delete(self, sender: str, name: str) -> bool:
-        """Remove only ``sender``'s ``name`` with its sidecars; True if something was there."""
-        ...
-
-    def list(self, sender: str) -> set[str]:
-        """Relative names loaded from ``sender``."""
-        ...
-
-    def inventory(self, sender: str) -> dict[str, tuple[int, str]]:
-        """Per relative name loaded from ``sender``: the data file's size and the MD5
-        recorded when it was verified ("" if none; :mod:`receiver.inventory`)."""
-        ...
-
-
-# Moved in this order so that ``.resource``, whose presence marks a file complete
-# (docs/design.md §1.3), appears last; deleted in the reverse order for the same reason.
-LOAD_ORDER = ("", ".mods", ".mods2", ".resource")
-DELETE_ORDER = (".resource", ".mods", ".mods2", ".merge", "")
-
-
-_UUID_LIKE = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
-SQUAT_SUFFIXES = (".tsfile", ".parquet", ".resource", ".mods", ".mods2", ".merge", ".tmp")
-"""Suffixes of the files (and their sidecars and temporaries) a storage folder holds:
-no folder a name makes may end in one."""
-
-
-def storage_name_problem(name: str) -> str | None:
-    """Why the default storage refuses ``name`` (already a checked data name), or None.
-
-    A sender's file lands at ``<root>/<dirs...>/<uuid>/<file>``, so a folder component
-    that is a UUID would put it inside another sender's folder (or its own one
-    level down), and one named like a file or sidecar would squat the path where a
-    file's ``.mods`` or ``.resource`` must go. A hidden component is what the receiver's
-    temporaries look like. No database writes such names; refusing them keeps every
-    sender's namespace closed whatever it ships.
-    """
-    parts = name.split("/")
-    for part in parts[1:-1]:
-        if _UUID_LIKE.fullmatch(part):
-            return f"a folder named like a sender UUID ({part}) in {printable(name)}"
-        if part.lower().endswith(SQUAT_SUFFIXES):
-            shown = printable(part)
-            return f"a folder named like a data file or sidecar ({shown}) in {printable(name)}"
-    if any(part.startswith(".") for part in parts):
-        return f"a hidden component in {printable(name)}"
-    return None
-
-
-def check_storage_name(name: str) -> str:
-    """``name`` if :func:`storage_name_problem` finds nothing, else StorageError."""
-    problem = storage_name_problem(name)
-    if problem is not None:
-        raise StorageError(f"refused name: {problem}")
-    return name
-
-
-def make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents, each new entry persisted in its parent.
-
-    A parent another thread removed meanwhile (a deletion emptied it) is made again."""
-    for _ in range(8):
-        missing = []
-        probe = path
-        while not probe.exists():
-            missing.append(probe)
-            probe = probe.parent
-        try:
-            for folder in reversed(missing):
-                try:
-                    folder.mkdir()
-                except FileExistsError:
-                    continue
-                durable.fsync_dir(folder.parent)
-            return
-        except FileNotFoundError:
-            continue  # a parent went away between the look and the mkdir
-    path.mkdir()  # raises what is in the way
-
-
-def remove_empty_parents(top: Path, folder: Path) -> int:
-    """Remove ``folder`` and its parents below ``top`` while they are empty (``rmdir``
-    refuses anything else, and never follows a link); how many went.
-
-    A deletion that empties a folder takes it away, so shipping and deleting
-    deep-named files leaves no trail of empty folders (inodes no quota counts)."""
-    removed = 0
-    top = Path(top)
-    probe = Path(folder)
-    while probe != top and probe.is_relative_to(top):
-        try:
-            os.rmdir(probe)
-        except OSError:
-            break  # not empty, gone, or not a folder: the walk up ends here
-        removed += 1
-        probe = probe.parent
-    if removed:
-        durable.fsync_dir(probe)
-    return removed
 
 
 def migrate_storage(data_dirs: list[Path]) -> tuple[int, dict[str, list[str]]]:
@@ -157,27 +36,33 @@ def migrate_storage(data_dirs: list[Path]) -> tuple[int, dict[str, list[str]]]:
     The layout is unchanged, so every loaded file stays where it is and loads as
     before: nothing is moved or deleted but empty folders inside senders' folders
     (left by deletions before they removed them), and the folders that held only
-    those. Files held under names :func:`storage_name_problem` now refuses (shipped
+    those. Files held under names :func:`sealsync.received.name_problem` now refuses (shipped
     before the namespace was closed) are left in place and returned per sender,
-    for the log: the operator or the sender deletes them. Links are never followed.
+    for the log: the operator or the sender deletes them. Links are never followed, a
+    data root that is one included.
     Returns (folders removed, {sender: names refused now}).
     """
     removed = 0
     squatters: dict[str, list[str]] = {}
     for data_dir in data_dirs:
-        for root in DATA_ROOTS:
+        for root in received.ROOTS:
             top = Path(data_dir) / root
+            if os.path.islink(top):
+                # the walk would follow it out of the storage; the loads refuse it too
+                log.warning("storage: %s is a symbolic link: not tidied", printable(str(top)))
+                continue
             emptied: set[str] = set()
             for folder, dirs, files in os.walk(top, topdown=False):
                 if folder == str(top):
                     continue
                 rel = Path(folder).relative_to(top).parts
-                owned = any(_is_uuid(part) for part in rel)
-                if _is_uuid(rel[-1]):
+                owned = received.owner_of((root, *rel)) is not None
+                sender = received.sender_of_folder((root, *rel))
+                if sender is not None:
                     for file in files:
-                        name = "/".join((root, *rel[:-1], file))
-                        if storage_name_problem(name) is not None:
-                            squatters.setdefault(rel[-1], []).append(name)
+                        name = received.name_in((root, *rel), file)
+                        if received.name_problem(name) is not None:
+                            squatters.setdefault(sender, []).append(name)
                 left = [d for d in dirs if os.path.join(folder, d) not in emptied]
                 if files or left or not (owned or dirs):
                     continue
@@ -190,10 +75,6 @@ def migrate_storage(data_dirs: list[Path]) -> tuple[int, dict[str, list[str]]]:
             if emptied:
                 durable.fsync_dir(top)
     return removed, squatters
-
-
-def _is_uuid(part: str) -> bool:
-    return len(part) == 36 and _UUID_LIKE.fullmatch(part) is not None
 
 
 def log_migration(data_dirs: list[Path]) -> None:
@@ -215,38 +96,6 @@ def log_migration(data_dirs: list[Path]) -> None:
         )
 
 
-def refuse_links(root: Path, path: Path) -> None:
-    """Raise OSError (ELOOP, naming the link) if a component of ``path`` below ``root`` is
-    a symbolic link.
-
-    The receiver writes, renames and deletes only inside its own folders. A link planted
-    inside them (by another process on the host, a careless restore, a shell) would
-    carry those writes and deletes anywhere the receiver may write; so no component
-    below the configured folder may be one. ``root`` itself may be (a data dir mounted
-    through a link is the operator's choice). Components that do not exist yet are fine:
-    the receiver creates them as real folders.
-    """
-    probe = Path(root)
-    for part in Path(path).relative_to(root).parts:
-        probe = probe / part
-        try:
-            mode = os.lstat(probe).st_mode
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(mode):
-            raise OSError(
-                errno.ELOOP,
-                f"{probe} is a symbolic link, and the receiver follows none inside its "
-                "storage: replace it with a real folder",
-            )
-
-
-def safe_dirs(root: Path, folder: Path) -> None:
-    """``make_dirs(folder)`` after checking that nothing below ``root`` on the way is a link."""
-    refuse_links(root, folder)
-    make_dirs(folder)
-
-
 def _same_content(a: str, b: str) -> bool:
     """Byte equality (no stat cache: a replay must see what is on disk now)."""
     if os.stat(a).st_size != os.stat(b).st_size:
@@ -260,28 +109,15 @@ def _same_content(a: str, b: str) -> bool:
                 return True
 
 
-def _replaceable(dst: str) -> bool:
-    """``.mods`` (``.mods2`` in IoTDB 2.x) legitimately changes after sealing (points
-    deleted later, docs/design.md §3.7, §9.2): a newer list replaces the older one. So
-    does ``.resource``: IoTDB 0.12 rewrites a sealed file's ``.resource`` when a
-    ``DELETE`` reaches the file (docs/iotdb.md); the data file itself must still be
-    identical (it is compared before anything moves)."""
-    return dst.endswith((".mods", ".mods2", ".resource"))
-
-
-def _target(data_dir: str | os.PathLike[str], sender: str, name: str) -> str:
-    """Where ``sender``'s ``name`` lives in ``data_dir``, both checked first."""
-    check_sender_uuid(sender)
-    folder, _, base = check_data_name(name).rpartition("/")
-    return os.path.join(data_dir, folder, sender, base)
-
-
-class DirectoryStorage:
+class DirectoryStorage(Storage):
     """The default storage of ``sealsync serve``: plain folders in the receiver's data dirs.
 
     A file loads into the data dir its staged copy is in, so that the load is a rename
     on one file system, never a copy.
     """
+
+    measures_usage = True
+    feeds_loader = True
 
     def __init__(self, data_dirs: list[Path]) -> None:
         if not data_dirs:
@@ -294,7 +130,13 @@ class DirectoryStorage:
 
     def target(self, data_dir: Path, sender: str, name: str) -> Path:
         """Where ``sender``'s ``name`` lives in ``data_dir``."""
-        return Path(_target(data_dir, sender, name))
+        return Path(received.held_path(data_dir, sender, name))
+
+    def start(self) -> None:
+        log_migration(self.data_dirs)
+
+    def loader_copies(self, sender: str, name: str) -> Sequence[tuple[Path, Path]]:
+        return [(d, self.target(d, sender, name)) for d in self.data_dirs]
 
     def _data_dir_of(self, folder: str) -> Path:
         """The data dir a staged file in ``folder`` is in (a string: see ``load``)."""
@@ -343,9 +185,11 @@ class DirectoryStorage:
         staged_folder, _, staged_base = os.fspath(staged).rpartition("/")
         if staged_base != check_data_name(name).rpartition("/")[2]:
             raise StorageError(f"staged file {staged} does not match the name {name}")
-        check_storage_name(name)
+        problem = received.name_problem(name)
+        if problem is not None:
+            raise StorageError(f"refused name: {problem}")
         data_dir = self._data_dir_of(staged_folder)
-        target = _target(data_dir, sender, name)
+        target = received.held_path(data_dir, sender, name)
         target_folder = target.rpartition("/")[0]
         if self._load_new(os.fspath(staged), target, staged_folder, target_folder, data_dir):
             return
@@ -353,14 +197,16 @@ class DirectoryStorage:
         # that moves a sender's staged files.
         pieces = [
             (src, dst, os.path.exists(src), os.path.exists(dst))
-            for src, dst in ((f"{staged}{suffix}", f"{target}{suffix}") for suffix in LOAD_ORDER)
+            for src, dst in (
+                (f"{staged}{suffix}", f"{target}{suffix}") for suffix in received.LOAD_ORDER
+            )
         ]
-        if not pieces[0][2] and not pieces[0][3]:  # LOAD_ORDER starts with the data file
+        if not pieces[0][2] and not pieces[0][3]:  # the load order starts with the data file
             raise StorageError(f"{name}: the staged file is missing and it is not loaded")
         same: list[bool] = []
         for src, dst, src_there, dst_there in pieces:  # refuse before moving anything
             same.append(src_there and dst_there and _same_content(src, dst))
-            if src_there and dst_there and not same[-1] and not _replaceable(dst):
+            if src_there and dst_there and not same[-1] and not dst.endswith(received.REPLACEABLE):
                 raise StorageError(
                     f"{name}: a different {os.path.basename(dst)} is already loaded from "
                     f"this sender; the staged copy is kept in {staged_folder}"
@@ -392,7 +238,7 @@ class DirectoryStorage:
         self._checked(target_folder, data_dir)
         moved: list[tuple[str, str]] = []
         try:
-            for suffix in LOAD_ORDER:
+            for suffix in received.LOAD_ORDER:
                 src, dst = staged + suffix, target + suffix
                 try:
                     if not durable.rename_noreplace(src, dst):
@@ -447,7 +293,7 @@ class DirectoryStorage:
             target = self.target(data_dir, sender, name)
             refuse_links(data_dir, target.parent)
             gone = False
-            for suffix in DELETE_ORDER:
+            for suffix in received.DELETE_ORDER:
                 gone |= durable.remove(f"{target}{suffix}")
             if gone:
                 remove_empty_parents(
@@ -461,7 +307,7 @@ class DirectoryStorage:
         check_sender_uuid(sender)
         total = 0
         for data_dir in self.data_dirs:
-            for root in DATA_ROOTS:
+            for root in received.ROOTS:
                 top = data_dir / root
                 for folder, _dirs, files in os.walk(top):
                     if os.path.basename(folder) != sender or folder == str(top):
@@ -480,3 +326,13 @@ class DirectoryStorage:
     def inventory(self, sender: str) -> dict[str, tuple[int, str]]:
         check_sender_uuid(sender)
         return held_files(self.data_dirs, sender)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``[receiver.storage]`` with ``kind = "directory"``: no keys of its own."""
+
+
+def open_storage(config: Any, settings: Settings) -> DirectoryStorage:
+    """The default storage over the config's data dirs."""
+    return DirectoryStorage(list(config.data_dirs))

@@ -1,4 +1,4 @@
-"""The IoTDB storage: the data centre is a running Apache IoTDB (``storage = "iotdb"``).
+"""The IoTDB storage: the data centre is a running Apache IoTDB (``kind = "iotdb"``).
 
 A verified file is placed in the receiver's data dirs exactly as the default storage
 places it (:class:`DirectoryStorage`: ownership, quotas, ``send --reconcile``, the Spark
@@ -6,7 +6,7 @@ loader and recovery all keep working on those copies), and then loaded into IoTD
 its ``LOAD`` statement. IoTDB reads the path on its own file system, so it runs on the
 receiver's host.
 
-Per dialect (``iotdb_dialect``), as observed on the releases the tests start:
+Per dialect (``dialect``), as observed on the releases the tests start:
 
 * ``"0.12"`` (0.12, 0.13): ``LOAD '<path>'``. The server *moves* the ``.tsfile`` and
   its ``.resource`` into its data folder, and reads a ``.mods`` beside the path only
@@ -43,8 +43,8 @@ The one window left is a crash after ``LOAD`` returned and before its line is on
 disk: the replay loads the file again, which holds the same points, and applies its
 deletions again after it.
 
-IoTDB's Python client runs in a worker process (``receiver/iotdb_worker.py``) with
-``iotdb_python`` (default: this Python), never imported here: it is needed only when
+IoTDB's Python client runs in a worker process (``receiver/storage/iotdb_worker.py``)
+with ``python`` (default: this Python), never imported here: it is needed only when
 this storage is configured (``pip install 'sealsync[iotdb]'``), and its package
 brings a top-level ``tests`` package and numpy/pandas pins of its own.
 """
@@ -57,12 +57,15 @@ import os
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from receiver.storage import DirectoryStorage, StorageError, make_dirs
+from receiver.folders import make_dirs
+from receiver.storage.contract import StorageError
+from receiver.storage.directory import DirectoryStorage
 from sealsync import durable
+from sealsync.config.schema import Choice, Host, Integer, PathValue, Text, setting
 from sealsync.errors import ConfigError, SealsyncError
 from sealsync.formats import mods, mods2
 from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion
@@ -79,8 +82,24 @@ _MISSING, _UNREACHABLE = 3, 4
 
 
 @dataclass(frozen=True)
+class Settings:
+    """``[receiver.storage]`` with ``kind = "iotdb"``: where the IoTDB is and how to speak
+    to it."""
+
+    host: str = field(default="127.0.0.1", metadata=setting(Host()))
+    port: int = field(default=6667, metadata=setting(Integer(1, 65535)))
+    user: str = field(default="root", metadata=setting(Text()))
+    #: A file whose first line is the IoTDB user's password (none: IoTDB's default).
+    password_file: Path | None = field(default=None, metadata=setting(PathValue()))
+    #: The statements' dialect: "0.12" (0.12, 0.13) or "2.0" (1.x, 2.x).
+    dialect: str = field(default="2.0", metadata=setting(Choice(DIALECTS)))
+    #: The Python that runs IoTDB's client (``sealsync[iotdb]``); none: this one.
+    python: Path | None = field(default=None, metadata=setting(PathValue()))
+
+
+@dataclass(frozen=True)
 class IoTDBSettings:
-    """Where the IoTDB is and how to speak to it (the ``iotdb_*`` keys of [receiver])."""
+    """What the client needs at run time: the settings with the password read."""
 
     host: str = "127.0.0.1"
     port: int = 6667
@@ -91,27 +110,20 @@ class IoTDBSettings:
     connect_timeout: float = CONNECT_TIMEOUT
 
     @classmethod
-    def from_config(cls, config: Any) -> IoTDBSettings:
-        """From a :class:`ReceiverConfig`; an unreadable password file is a ConfigError."""
+    def from_settings(cls, settings: Settings) -> IoTDBSettings:
+        """An unreadable password file is a ConfigError naming it."""
         password = "root"
-        if config.iotdb_password_file is not None:
+        if settings.password_file is not None:
             try:
-                with open(config.iotdb_password_file, encoding="utf-8") as f:
+                with open(settings.password_file, encoding="utf-8") as f:
                     password = f.readline().rstrip("\r\n")
             except OSError as exc:
                 raise ConfigError(
-                    f"{config.source}: [receiver] iotdb_password_file: cannot read "
-                    f"{config.iotdb_password_file}: {exc.strerror or exc}"
+                    f"[receiver.storage] password_file: cannot read "
+                    f"{settings.password_file}: {exc.strerror or exc}"
                 ) from None
-        python = str(config.iotdb_python) if config.iotdb_python is not None else sys.executable
-        return cls(
-            host=config.iotdb_host,
-            port=config.iotdb_port,
-            user=config.iotdb_user,
-            password=password,
-            dialect=config.iotdb_dialect,
-            python=python,
-        )
+        python = str(settings.python) if settings.python is not None else sys.executable
+        return cls(settings.host, settings.port, settings.user, password, settings.dialect, python)
 
 
 def load_statement(dialect: str, path: str) -> str:
@@ -153,7 +165,7 @@ class IoTDBClient:
             )
         except OSError as exc:
             raise ConfigError(
-                f"[receiver] iotdb_python: cannot run {s.python}: {exc.strerror or exc}"
+                f"[receiver.storage] python: cannot run {s.python}: {exc.strerror or exc}"
             ) from None
         stdin = process.stdin
         assert stdin is not None
@@ -169,12 +181,12 @@ class IoTDBClient:
         if "missing" in hello:
             raise ConfigError(
                 f'storage = "iotdb" needs IoTDB\'s Python client, which {s.python} lacks: '
-                "pip install 'sealsync[iotdb]' there, or set [receiver] iotdb_python to a "
-                "Python that has it"
+                "pip install 'sealsync[iotdb]' there, or set python in [receiver.storage] to "
+                "a Python that has it"
             )
         raise SealsyncError(
             f"IoTDB at {s.host}:{s.port} did not accept a session: {hello.get('error')}; "
-            "start it, or fix [receiver] iotdb_host/iotdb_port/iotdb_user"
+            "start it, or fix host, port or user in [receiver.storage]"
         )
 
     @staticmethod
@@ -237,12 +249,20 @@ class IoTDBStorage(DirectoryStorage):
     def __init__(self, data_dirs: list[Path], schema_dir: Path, settings: IoTDBSettings) -> None:
         super().__init__(data_dirs)
         if settings.dialect not in DIALECTS:
-            raise ConfigError(f"[receiver] iotdb_dialect: must be one of {DIALECTS}")
+            raise ConfigError(f"[receiver.storage] dialect: must be one of {DIALECTS}")
         self.settings = settings
         self.client = IoTDBClient(settings)
         self._state_path = Path(schema_dir) / STATE_NAME
         self._state_lock = threading.Lock()
         self._loaded: dict[tuple[str, str], int] = {}  # -> deletions applied
+        self._state: durable.AppendLog | None = None
+
+    def start(self) -> None:
+        """Read which files IoTDB has loaded, open its session (a missing client or
+        an IoTDB that refuses the session stops the start here), tidy as the
+        directory storage does."""
+        if self._state is not None:
+            return
         for line in durable.read_lines(self._state_path):
             kind, _, rest = line.partition(" ")
             sender, _, rest = rest.partition(" ")
@@ -253,15 +273,21 @@ class IoTDBStorage(DirectoryStorage):
                 self._loaded[(sender, name)] = int(count)
             elif kind == "forget":
                 self._loaded.pop((sender, rest), None)
+        self.client.connect()
         self._state = durable.AppendLog(self._state_path)
+        super().start()
 
     def connect(self) -> IoTDBStorage:
-        self.client.connect()
+        """:meth:`start`, for a host that builds and starts the storage in one
+        expression."""
+        self.start()
         return self
 
     def close(self) -> None:
         self.client.close()
-        self._state.close()
+        if self._state is not None:
+            self._state.close()
+            self._state = None
 
     def loaded_into_iotdb(self, sender: str) -> set[str]:
         """Names of ``sender`` IoTDB has loaded (for tests and status)."""
@@ -269,6 +295,8 @@ class IoTDBStorage(DirectoryStorage):
             return {name for s, name in self._loaded if s == sender}
 
     def _record(self, line: str) -> None:
+        if self._state is None:
+            raise StorageError("the IoTDB storage is not started")
         with self._state_lock:
             self._state.append(line)
 
@@ -375,12 +403,7 @@ class IoTDBStorage(DirectoryStorage):
         return removed
 
 
-def storage_for(config: Any) -> IoTDBStorage:
-    """The IoTDB storage a receiver config asks for, its session open."""
-    settings = IoTDBSettings.from_config(config)
-    storage = IoTDBStorage(list(config.data_dirs), config.schema_dir, settings)
-    try:
-        return storage.connect()
-    except BaseException:
-        storage.close()
-        raise
+def open_storage(config: Any, settings: Settings) -> IoTDBStorage:
+    """The IoTDB storage a receiver config asks for, built (``start`` opens its session)."""
+    runtime = IoTDBSettings.from_settings(settings)
+    return IoTDBStorage(list(config.data_dirs), config.schema_dir, runtime)

@@ -1,0 +1,146 @@
+"""The received-files layout: where a receiver's storage keeps each sender's loaded
+files, and how a reader tells sender, name and sidecars back from a path.
+
+A file of sender ``U`` with the relative name ``sequence/<dirs...>/<file>`` is held at
+``<base>/sequence/<dirs...>/U/<file>`` (the same for ``unsequence/``), its sidecars
+beside it (``<file>.resource``, ``.mods``, ``.mods2``). ``<base>`` is a receiver data
+dir. So two senders' files never collide, a delete from one sender can never reach
+another's file or the host's own (which never sit in a folder named by a canonical
+UUID), and a reader finds a sender's files by their parent folder alone.
+
+This is a contract between two roles that never import each other: the receiver's
+storage writes it (:mod:`receiver.storage`), the Spark loader reads it
+(:mod:`spark_loader.discovery`), and the receiver's own inventory and quota read it
+too. Every path of that layout is built or taken apart here, on relative POSIX
+strings, so that the same rules hold whatever holds the files.
+``tests/test_layout.py`` refuses the data roots used outside this module in the
+receiver and the loader; ``tests/test_received_layout.py`` round-trips every name form.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+from sealsync.names import (
+    DATA_ROOTS,
+    DATA_SUFFIXES,
+    MODS2_SUFFIX,
+    MODS_SUFFIX,
+    RESOURCE_SUFFIX,
+    check_data_name,
+    check_sender_uuid,
+)
+from sealsync.printable import printable
+
+ROOTS = DATA_ROOTS
+"""The folders of a base that hold loaded files; everything else is not the layout's."""
+
+MERGE_SUFFIX = ".merge"
+LOAD_ORDER = ("", MODS_SUFFIX, MODS2_SUFFIX, RESOURCE_SUFFIX)
+"""A file's pieces in the order they move in: ``.resource``, whose presence marks the
+file complete (docs/design.md §1.3), last."""
+DELETE_ORDER = (RESOURCE_SUFFIX, MODS_SUFFIX, MODS2_SUFFIX, MERGE_SUFFIX, "")
+"""The order they go, the reverse of loading for the same reason."""
+REPLACEABLE = (MODS_SUFFIX, MODS2_SUFFIX, RESOURCE_SUFFIX)
+"""Pieces a newer copy legitimately replaces: deletions grow after sealing, and IoTDB
+0.12 rewrites a sealed file's ``.resource`` when a ``DELETE`` reaches it
+(docs/iotdb.md); the data file itself never changes under its name."""
+
+SQUAT_SUFFIXES = (*DATA_SUFFIXES, RESOURCE_SUFFIX, MODS_SUFFIX, MODS2_SUFFIX, MERGE_SUFFIX, ".tmp")
+"""Suffixes of the files (and their sidecars and temporaries) a storage folder holds:
+no folder a name makes may end in one."""
+
+_UUID_LIKE = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def is_sender_folder(part: str) -> bool:
+    """A folder named by a sender UUID, in the one spelling the receiver writes."""
+    return _CANONICAL.fullmatch(part) is not None
+
+
+def name_problem(name: str) -> str | None:
+    """Why the layout cannot hold ``name`` (already a checked data name), or None.
+
+    A sender's file lands at ``<root>/<dirs...>/<uuid>/<file>``, so a folder component
+    that looks like a UUID would put it inside another sender's folder (or its own one
+    level down), and one named like a file or sidecar would squat the path where a
+    file's ``.mods`` or ``.resource`` must go. A hidden component is what the receiver's
+    temporaries look like. No database writes such names; refusing them keeps every
+    sender's namespace closed whatever it ships.
+    """
+    parts = name.split("/")
+    for part in parts[1:-1]:
+        if _UUID_LIKE.fullmatch(part):
+            return f"a folder named like a sender UUID ({part}) in {printable(name)}"
+        if part.lower().endswith(SQUAT_SUFFIXES):
+            shown = printable(part)
+            return f"a folder named like a data file or sidecar ({shown}) in {printable(name)}"
+    if any(part.startswith(".") for part in parts):
+        return f"a hidden component in {printable(name)}"
+    return None
+
+
+def held_name(sender: str, name: str) -> str:
+    """Where ``sender``'s ``name`` is held, relative to the base, both checked first."""
+    check_sender_uuid(sender)
+    folder, _, base = check_data_name(name).rpartition("/")
+    return f"{folder}/{sender}/{base}"
+
+
+def held_path(base: str | os.PathLike[str], sender: str, name: str) -> str:
+    """:func:`held_name` joined to a base folder (a data dir)."""
+    return os.path.join(base, held_name(sender, name))
+
+
+def sender_of_folder(parts: Sequence[str]) -> str | None:
+    """The sender whose folder ``parts`` (a folder relative to the base) is, or None:
+    a canonical UUID below a data root, not the root itself."""
+    if len(parts) < 2 or parts[0] not in ROOTS or not is_sender_folder(parts[-1]):
+        return None
+    return parts[-1]
+
+
+def owner_of(parts: Sequence[str]) -> str | None:
+    """The sender whose folder ``parts`` (relative to the base) is or lies in."""
+    for part in reversed(parts[1:]):
+        if is_sender_folder(part):
+            return part
+    return None
+
+
+def source_of(parts: Sequence[str]) -> tuple[str, str] | None:
+    """``(sender, name)`` of a held data file, from its path's parts relative to the
+    base (``root, dirs..., uuid, file``); None if the path is not a held data file
+    (its name unchecked: :func:`sealsync.names.check_data_name` decides that)."""
+    if len(parts) < 3 or parts[0] not in ROOTS or not is_sender_folder(parts[-2]):
+        return None
+    if not parts[-1].endswith(DATA_SUFFIXES) or parts[-1].startswith("."):
+        return None
+    return parts[-2], "/".join((*parts[:-2], parts[-1]))
+
+
+def is_data_file(file: str) -> bool:
+    """A data file's own name in a sender's folder (not a sidecar or a temporary)."""
+    return file.endswith(DATA_SUFFIXES) and not file.startswith(".")
+
+
+def piece(path: str, suffix: str) -> str:
+    """A held file's piece: the data file itself (``""``) or one of its sidecars."""
+    return f"{path}{suffix}"
+
+
+def name_in(folder_parts: Sequence[str], file: str) -> str:
+    """The relative name of ``file`` in the sender folder ``folder_parts``."""
+    return "/".join((*folder_parts[:-1], file))
+
+
+def sidecar_of(file: str) -> tuple[str, str] | None:
+    """``(data file, suffix)`` when ``file`` is a sidecar of a held data file
+    (``X.tsfile.mods`` gives ``("X.tsfile", ".mods")``), else None."""
+    for suffix in (RESOURCE_SUFFIX, MODS2_SUFFIX, MODS_SUFFIX, MERGE_SUFFIX):
+        if file.endswith(suffix) and is_data_file(file[: -len(suffix)]):
+            return file[: -len(suffix)], suffix
+    return None
