@@ -9,6 +9,7 @@ from receiver.identity import MARKER, SCHEMA, inspect_storage
 from receiver.incoming import sync_method_in_effect
 from receiver.key_generation import require_generation
 from receiver.service import load_host_key
+from receiver.storage import open_storage
 from sealsync.config import ReceiverConfig
 from sealsync.errors import ConfigError, SealsyncError
 from sealsync.findings import Finding, plural, problem, sound, writable_dir
@@ -59,4 +60,6 @@ def check_receiver(config: ReceiverConfig) -> list[Finding]:
             )
         )
     out.append(sound(f"sync_method {sync_method_in_effect(config.sync_method)}"))
+    open_storage(config)  # an unknown kind or a bad [receiver.storage] key: exit 2, one line
+    out.append(sound(f"storage: kind {config.storage.kind}"))
     return out

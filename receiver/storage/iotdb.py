@@ -180,7 +180,7 @@ class IoTDBClient:
         process.wait()
         if "missing" in hello:
             raise ConfigError(
-                f'storage = "iotdb" needs IoTDB\'s Python client, which {s.python} lacks: '
+                f'kind = "iotdb" needs IoTDB\'s Python client, which {s.python} lacks: '
                 "pip install 'sealsync[iotdb]' there, or set python in [receiver.storage] to "
                 "a Python that has it"
             )
