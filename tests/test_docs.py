@@ -203,3 +203,12 @@ def test_design_lists_every_exit_code() -> None:
     assert codes == sorted(EXIT_CODES), (
         f"docs/design.md §7 lists exit codes {codes}; EXIT_CODES has {sorted(EXIT_CODES)}"
     )
+
+
+def test_performance_md_holds_todays_figures_only() -> None:
+    """performance.md is the figures of the code as it is: short enough to read, with the
+    history of how they came about left to git log."""
+    text = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 350
+    for history in ("kept the baseline slow before", "last run before", "Measured again"):
+        assert history not in text, history
