@@ -17,26 +17,14 @@ what IoTDB returns, since some encodings are lossy by design).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import tsfile_corpus
 from tsfile_cpp_writers import build as build_cpp
-from tsfile_read_helpers import differences, differing_series, loader_read
-
-from sealsync.errors import FormatError
-from sealsync.formats import tsfile as tsfile_format
+from tsfile_read_helpers import differences, differing_series, loader_read, receiver_verdict
 
 pytestmark = pytest.mark.slow  # Spark, Maven and Java
-
-
-def _receiver(path: Path) -> str | None:
-    try:
-        tsfile_format.check(path)
-    except FormatError as exc:
-        return str(exc)
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +54,7 @@ def test_cpp_files_load_exactly_as_written_or_are_refused_by_both(cpp: Any) -> N
     refused = set()
     for written, got in zip(corpus.files, read, strict=True):
         name = written.path.name
-        at_receiver = _receiver(written.path)
+        at_receiver = receiver_verdict(written.path)
         if isinstance(got, str) or at_receiver is not None:
             refused.add(name)
             if not (isinstance(got, str) and at_receiver is not None):
@@ -92,7 +80,7 @@ def test_rlbe_floats_are_refused_in_one_line_naming_the_series(cpp: Any) -> None
     (at,) = [i for i, f in enumerate(corpus.files) if f.path.name == "tree-RLBE.tsfile"]
     line = read[at]
     assert isinstance(line, str) and "RLBE on" in line and "_rlbe'" in line, line
-    assert "RLBE on" in str(_receiver(corpus.files[at].path))
+    assert "RLBE on" in str(receiver_verdict(corpus.files[at].path))
 
 
 def test_the_table_model_file_of_dataframe_to_tsfile_loads(cpp: Any) -> None:
@@ -122,7 +110,7 @@ def test_java_library_files_load_as_their_writer_reads_them_or_are_refused_by_bo
     refused = []
     for entry, got in zip(entries, read, strict=True):
         name = f"{entry.line}/{entry.case}/{entry.path.name}"
-        at_receiver = _receiver(entry.path)
+        at_receiver = receiver_verdict(entry.path)
         if isinstance(got, str) or at_receiver is not None:
             refused.append(name)
             if not (isinstance(got, str) and at_receiver is not None):

@@ -8,11 +8,14 @@ its rows, or as the one line the loader reports when it refuses or fails on it.
 
 from __future__ import annotations
 
-import math
 import shutil
 from pathlib import Path
 from typing import Any
 
+from tsfile_corpus import values_equal
+
+from sealsync.errors import FormatError
+from sealsync.formats import tsfile as tsfile_format
 from spark_loader import schema as schemas
 from spark_loader.failure import describe
 from spark_loader.table import KEY_COLUMN
@@ -27,13 +30,13 @@ def plain(value: Any) -> Any:
     return bytes(value) if isinstance(value, bytearray) else value
 
 
-def values_equal(a: Any, b: Any) -> bool:
-    """Exact equality: NaN equals only NaN, -0.0 is not 0.0, a float is not an int."""
-    if isinstance(a, float) and isinstance(b, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return type(a) is type(b) and bool(a == b)
+def receiver_verdict(path: Path) -> str | None:
+    """The receiver's one line refusing ``path`` (``formats.tsfile.check``), or None."""
+    try:
+        tsfile_format.check(path)
+    except FormatError as exc:
+        return str(exc)
+    return None
 
 
 def differences(got: Rows, want: Rows, limit: int = 5) -> list[str]:
