@@ -45,8 +45,10 @@ SOURCES = HERE / "java"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same classes give the same jar
 
 
-#: The TsFile library the Java reader is built and run with (reads formats 3 and 4).
-TSFILE_VERSION = "2.1.1"
+#: The TsFile library the Java reader is built and run with (reads formats 3 and 4): the
+#: newest release, whose decoders are, codec by codec, the ones every writer's release
+#: reads with (docs/formats.md, "What the loader reads exactly").
+TSFILE_VERSION = "2.4.0"
 TSFILE_PACKAGE = f"org.apache.tsfile:tsfile:{TSFILE_VERSION}"
 #: Its dependencies Spark already ships (the same libraries, Spark's versions are used).
 TSFILE_EXCLUDES = (
@@ -55,6 +57,7 @@ TSFILE_EXCLUDES = (
     "commons-io:commons-io",
     "org.apache.commons:commons-lang3",
     "org.lz4:lz4-java",
+    "at.yawk.lz4:lz4-java",  # the maintained fork (same classes) the library names from 2.4
     "org.tukaani:xz",
     "org.slf4j:slf4j-api",
     "org.antlr:antlr4-runtime",

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sealsync.errors import FormatError
-from sealsync.formats import deletion
+from sealsync.formats import deletion, tsfile_support
 from sealsync.formats import tsfile as tsfile_format
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
 from spark_loader.table_layout import KEY_COLUMN
@@ -100,7 +100,7 @@ def measurement_types(path: str) -> dict[str, pa.DataType]:
     columns (tags become part of ``device``). These are the columns ``to_arrow``
     returns besides ``time`` and ``device``.
     """
-    tsfile_format.verify(path)  # framing and metadata checks before the native reader
+    tsfile_format.check(path)  # framing, metadata and codec checks before the native reader
     import tsfile
 
     reader = tsfile.TsFileReader(path)
@@ -247,7 +247,7 @@ def java_schema(spark: Any, files: Any) -> Any:
     from pyspark.sql import DataFrame
 
     rows = spark.sparkContext._jvm.io.sealsync.spark.TsFileRows
-    return DataFrame(rows.schema(files._jdf), spark)
+    return DataFrame(rows.schema(files._jdf, tsfile_support.java_table()), spark)
 
 
 def java_data(spark: Any, files: Any, target: Any) -> Any:
@@ -255,4 +255,4 @@ def java_data(spark: Any, files: Any, target: Any) -> Any:
     from pyspark.sql import DataFrame
 
     rows = spark.sparkContext._jvm.io.sealsync.spark.TsFileRows
-    return DataFrame(rows.data(files._jdf, target.json()), spark)
+    return DataFrame(rows.data(files._jdf, target.json(), tsfile_support.java_table()), spark)

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sealsync.errors import FormatError
-from sealsync.formats import tsfile_meta
+from sealsync.formats import tsfile_meta, tsfile_support
 from sealsync.formats.common import (
     DEVICE_COLUMN,
     RESERVED_COLUMNS,
@@ -70,7 +70,7 @@ def _native_module() -> Any:
 
 def _reader(path: str | os.PathLike[str]) -> Any:
     """A native reader, opened only once the whole metadata check has passed."""
-    summary = tsfile_meta.read(path)
+    summary = check(path)
     if summary.version not in NATIVE_VERSIONS:
         raise FormatError(
             f"{os.fspath(path)}: TsFile format version {summary.version} is complete but "
@@ -380,14 +380,26 @@ def inspect(path: str | os.PathLike[str]) -> FileInfo:
     return _native(path, "reading data", run)
 
 
+def check(path: str | os.PathLike[str]) -> tsfile_meta.Summary:
+    """The whole metadata checked, and every chunk's data type and encoding one the
+    loader reads exactly (:mod:`sealsync.formats.tsfile_support`, the loader's own
+    table); FormatError with one line naming the file and the cause if not."""
+    summary = tsfile_meta.read(path)
+    refused = tsfile_support.file_refusal(summary.version, dict(summary.properties), summary.codecs)
+    if refused is not None:
+        raise FormatError(f"{os.fspath(path)}: TsFile {refused}; the loader cannot read it")
+    return summary
+
+
 def verify(path: str | os.PathLike[str]) -> FileInfo:
-    """The receiver's check (docs/design.md §1.3): the whole metadata, and the devices.
+    """The receiver's check (docs/design.md §1.3): the whole metadata, every chunk's
+    codec one the loader reads (:func:`check`), and the devices.
 
     Rows are not counted (``rows == -1``): that decodes every chunk, orders of
     magnitude slower than this check, and the transfer's MD5 already proves the bytes
     are the sender's sealed file.
     """
-    return FileInfo(devices=tsfile_meta.read(path).devices, rows=-1)
+    return FileInfo(devices=check(path).devices, rows=-1)
 
 
 def to_arrow(path: str | os.PathLike[str]) -> pa.Table:

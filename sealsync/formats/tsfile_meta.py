@@ -41,7 +41,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sealsync.errors import FormatError
 from sealsync.formats.common import one_line, unreadable
@@ -69,8 +69,9 @@ INTERNAL_DEVICE, LEAF_DEVICE, INTERNAL_MEASUREMENT, LEAF_MEASUREMENT = 0, 1, 2, 
 BOOLEAN, INT32, INT64, FLOAT, DOUBLE, TEXT, VECTOR = 0, 1, 2, 3, 4, 5, 6
 TIMESTAMP, DATE, BLOB, STRING = 8, 9, 10, 11
 DATA_TYPES = frozenset((0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11))
-#: TSEncoding codes (PLAIN .. RLBE).
-ENCODINGS = frozenset(range(14))
+#: TSEncoding codes (PLAIN .. CAMEL); which of them the loader reads is
+#: sealsync.formats.tsfile_support's to say.
+ENCODINGS = frozenset(range(15))
 #: CompressionType codes a writer can produce: UNCOMPRESSED, SNAPPY, GZIP, LZ4, ZSTD, LZMA2.
 COMPRESSIONS = frozenset((0, 1, 2, 7, 8, 9))
 #: ColumnCategory of a format-4 table schema: TAG, FIELD, ATTRIBUTE, TIME.
@@ -129,6 +130,10 @@ class Summary:
     series: int  # TimeseriesMetadata entries, an aligned device's time column included
     chunks: int
     points: int  # the series' statistics counts, an aligned device's time column excluded
+    # (data type, encoding, measurement) of the first chunk of each pair, and the file
+    # metadata's properties (format 4): what sealsync.formats.tsfile_support judges
+    codecs: tuple[tuple[int, int, str], ...] = field(default=(), compare=False)
+    properties: tuple[tuple[str, str | None], ...] = field(default=(), compare=False)
 
 
 def _skip_statistics(data: bytes, pos: int, data_type: int) -> int:
@@ -179,6 +184,8 @@ class _Walk:
         self.aligned: set[int] = set()  # devices with a time column
         self.series = 0
         self.points = 0
+        self.codecs: dict[tuple[int, int], bytes] = {}
+        self.properties: dict[str, str | None] = {}
         self.parsed = 0  # bytes of index regions walked: bounds the walk to the file
 
     # ----------------------------------------------------------------- TsFileMetadata
@@ -205,8 +212,9 @@ class _Walk:
             if not 0 <= 2 * count <= cur.left():
                 raise Corrupt(f"bad property count {count}")
             for _ in range(count):
-                cur.var_bytes_or_none()
-                cur.var_bytes_or_none()
+                key, value = cur.var_bytes_or_none(), cur.var_bytes_or_none()
+                if key is not None:
+                    self.properties[_text(key)] = None if value is None else _text(value)
         if cur.left():
             raise Corrupt(f"{cur.left()} bytes left over after the file metadata")
         if not HEAD_LEN <= self.meta_offset < meta_start:
@@ -446,6 +454,7 @@ class _Walk:
         if end > limit:
             raise Corrupt(f"chunk at {offset} runs past the data region")
         self.chunk_spans.append((offset, end))
+        self.codecs.setdefault((data_type, codes[2]), encoded_name)
 
     # ----------------------------------------------------------------- the result
 
@@ -465,8 +474,17 @@ class _Walk:
         if len(set(self.device_ids)) != len(self.device_ids):
             raise Corrupt("a device is listed twice")
         names = {self._device_name(d) for d in self.device_ids}
+        codecs = tuple(
+            (t, e, _text(name[uvar_at(name, 0)[1] :])) for (t, e), name in self.codecs.items()
+        )
         return Summary(
-            self.version, tuple(sorted(names)), self.series, len(self.chunk_spans), self.points
+            self.version,
+            tuple(sorted(names)),
+            self.series,
+            len(self.chunk_spans),
+            self.points,
+            tuple(sorted(codecs)),
+            tuple(sorted(self.properties.items())),
         )
 
     @staticmethod
@@ -474,6 +492,11 @@ class _Walk:
         if isinstance(device, bytes):
             return utf8(device, "device id")
         return ".".join("null" if s is None else utf8(s, "device id") for s in device)
+
+
+def _text(raw: bytes) -> str:
+    """A name or property from the file, for messages: never an error of its own."""
+    return raw.decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------- entry points

@@ -1,5 +1,6 @@
 package io.sealsync.spark;
 
+import io.sealsync.tsfile.Rules;
 import io.sealsync.tsfile.TsFilePoints;
 import java.util.ArrayList;
 import java.util.Iterator;
@@ -57,15 +58,21 @@ public final class TsFileRows {
     return ExpressionEncoder.apply(RowEncoder.encoderFor(schema, true));
   }
 
-  /** One row per measurement of each file, plus one per file (name null), or its error. */
-  public static Dataset<Row> schema(Dataset<Row> files) {
-    return files.mapPartitions(new SchemaPass(), encoder(SCHEMA_ROWS));
+  /**
+   * One row per measurement of each file, plus one per file (name null), or its error. {@code
+   * rules}: the table of what is read exactly ({@link Rules}), here for a file's encryption.
+   */
+  public static Dataset<Row> schema(Dataset<Row> files, String rules) {
+    return files.mapPartitions(new SchemaPass(new Rules(rules)), encoder(SCHEMA_ROWS));
   }
 
-  /** Every row of the files, shaped as {@code target} (time, device, measurements, key). */
-  public static Dataset<Row> data(Dataset<Row> files, String targetJson) {
+  /**
+   * Every row of the files, shaped as {@code target} (time, device, measurements, key); a file
+   * with a chunk {@code rules} refuse fails with that reason.
+   */
+  public static Dataset<Row> data(Dataset<Row> files, String targetJson, String rules) {
     StructType target = (StructType) DataType.fromJson(targetJson);
-    return files.mapPartitions(new DataPass(target), encoder(target));
+    return files.mapPartitions(new DataPass(target, new Rules(rules)), encoder(target));
   }
 
   /** Rows read by one call, for a benchmark of the reader alone (no Spark involved). */
@@ -164,7 +171,12 @@ public final class TsFileRows {
   }
 
   static final class SchemaPass implements MapPartitionsFunction<Row, Row> {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
+    private final Rules rules;
+
+    SchemaPass(Rules rules) {
+      this.rules = rules;
+    }
 
     @Override
     public Iterator<Row> call(Iterator<Row> files) {
@@ -174,7 +186,7 @@ public final class TsFileRows {
         String path = file.getString(file.fieldIndex("path"));
         String fid = file.getString(file.fieldIndex("file_id"));
         List<Row> rows = new ArrayList<>();
-        try (TsFilePoints points = new TsFilePoints(path)) {
+        try (TsFilePoints points = new TsFilePoints(path, rules)) {
           rows.add(RowFactory.create(fid, null, null, null));
           for (Map.Entry<String, List<TSDataType>> e : points.measurements().entrySet()) {
             String name = e.getKey();
@@ -195,16 +207,18 @@ public final class TsFileRows {
   }
 
   static final class DataPass implements MapPartitionsFunction<Row, Row> {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
     private final StructType target;
+    private final Rules rules;
 
-    DataPass(StructType target) {
+    DataPass(StructType target, Rules rules) {
       this.target = target;
+      this.rules = rules;
     }
 
     @Override
     public Iterator<Row> call(Iterator<Row> files) {
-      return new Rows(target, files);
+      return new Rows(target, files, rules);
     }
   }
 
@@ -214,6 +228,7 @@ public final class TsFileRows {
     private final int width;
     private final boolean[] toDouble;
     private final Map<String, Integer> columns;
+    private final Rules rules;
     private final List<Row> current = new ArrayList<>();
     private int next;
     private TsFilePoints open;
@@ -221,8 +236,9 @@ public final class TsFileRows {
     private Object key;
     private List<TsFilePoints.Deletion> deletions;
 
-    Rows(StructType target, Iterator<Row> files) {
+    Rows(StructType target, Iterator<Row> files, Rules rules) {
       this.files = files;
+      this.rules = rules;
       StructField[] fields = target.fields();
       this.width = fields.length;
       List<String> names = new ArrayList<>();
@@ -270,7 +286,7 @@ public final class TsFileRows {
       }
       try {
         deletions = deletions(file, at);
-        open = new TsFilePoints(path);
+        open = new TsFilePoints(path, rules);
       } catch (Exception | OutOfMemoryError | StackOverflowError e) {
         throw fail(e);
       }

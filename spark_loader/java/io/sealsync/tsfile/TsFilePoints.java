@@ -19,7 +19,6 @@ import org.apache.tsfile.file.metadata.IChunkMetadata;
 import org.apache.tsfile.file.metadata.IDeviceID;
 import org.apache.tsfile.file.metadata.PlainDeviceID;
 import org.apache.tsfile.file.metadata.TimeseriesMetadata;
-import org.apache.tsfile.file.metadata.enums.TSEncoding;
 import org.apache.tsfile.read.TsFileDeviceIterator;
 import org.apache.tsfile.read.TsFileSequenceReader;
 import org.apache.tsfile.read.common.Chunk;
@@ -102,14 +101,32 @@ public final class TsFilePoints implements AutoCloseable {
   private final TsFileSequenceReader reader;
   private final String path;
   private final int format;
+  private final Rules rules;
 
+  /** A file read without {@link Rules}: every chunk the library decodes (benchmarks). */
   public TsFilePoints(String path) throws IOException {
+    this(path, null);
+  }
+
+  /**
+   * A file read as the loader reads it: refused, before any row, if its metadata says it is
+   * encrypted, and at the first chunk whose data type and encoding {@code rules} refuse.
+   */
+  public TsFilePoints(String path, Rules rules) throws IOException {
     this.path = path;
     this.format = checkHead(path);
+    this.rules = rules;
     this.reader = new TsFileSequenceReader(path);
-    if (!reader.isComplete()) {
+    try {
+      if (!reader.isComplete()) {
+        throw new IOException("not a complete TsFile (its tail magic is missing)");
+      }
+      if (rules != null && format == 4) {
+        rules.file(reader.readFileMetadata().getTsFileProperties());
+      }
+    } catch (IOException | RuntimeException e) {
       reader.close();
-      throw new IOException("not a complete TsFile (its tail magic is missing)");
+      throw e;
     }
   }
 
@@ -310,15 +327,12 @@ public final class TsFilePoints implements AutoCloseable {
       throw new IOException("a chunk of " + meta.getMeasurementUid() + " starts outside the file");
     }
     Chunk chunk = reader.readMemChunk(meta);
-    TSDataType type = chunk.getHeader().getDataType();
-    if (format == 3
-        && chunk.getHeader().getEncodingType() == TSEncoding.RLBE
-        && (type == TSDataType.FLOAT || type == TSDataType.DOUBLE)) {
-      // IoTDB 1.x's reader and this library decode such a chunk to different values:
-      // loading either would put values in the table that IoTDB does not return.
-      throw new IOException(
-          type + " series " + meta.getMeasurementUid() + " is RLBE-encoded in a format 3 "
-              + "file, which TsFile 2.x decodes differently from IoTDB 1.x: not loaded");
+    if (rules != null) { // the receiver's table: a chunk not decoded exactly is not read
+      rules.chunk(
+          format,
+          chunk.getHeader().getDataType().serialize(),
+          chunk.getHeader().getEncodingType().serialize(),
+          chunk.getHeader().getMeasurementID());
     }
     return chunk;
   }
