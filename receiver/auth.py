@@ -100,7 +100,10 @@ class AuthorizedKeys:
 
     The file's identity (inode, size, mtime) and mode are checked at each
     authentication attempt. A file that vanished, cannot be read, or that group or
-    others can write grants nothing (fail closed, as sshd does).
+    others can write grants nothing (fail closed, as sshd does). Why it grants nothing
+    is logged once per reason, named on each connection it refuses, and told to the
+    sender as a fixed banner (:meth:`ignored`), so the edge does not ask for a key to
+    be added to a file that holds it.
     """
 
     def __init__(self, path: Path) -> None:
@@ -141,6 +144,12 @@ class AuthorizedKeys:
 
     def allows(self, key_blob: bytes) -> bool:
         return key_blob in self._refresh()
+
+    def ignored(self) -> str:
+        """Why the file grants no key now ("" when it is read and used)."""
+        self._refresh()
+        with self._lock:
+            return self._refused
 
 
 # --- UUID to key binding -------------------------------------------------------------
