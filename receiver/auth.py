@@ -100,7 +100,8 @@ class AuthorizedKeys:
 
     The file's identity (inode, size, mtime) and mode are checked at each
     authentication attempt. A file that vanished, cannot be read, or that group or
-    others can write grants nothing (fail closed, as sshd does). Why it grants nothing
+    others can write or replace (through its folder) grants nothing (fail closed, as
+    sshd does). Why it grants nothing
     is logged once per reason, named on each connection it refuses, and told to the
     sender as a fixed banner (:meth:`ignored`), so the edge does not ask for a key to
     be added to a file that holds it.
@@ -127,7 +128,7 @@ class AuthorizedKeys:
                 st = os.stat(self.path)
             except OSError as exc:
                 return self._refuse(f"cannot read ({exc.strerror or exc})")
-            unsafe = permissions.writable_problem(self.path, st.st_mode)
+            unsafe = permissions.trust_file_problem(self.path, st.st_mode)
             if unsafe is not None:
                 return self._refuse(unsafe)
             stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
