@@ -44,20 +44,18 @@ def test_every_rule_has_a_unit_test_that_makes_it_fire() -> None:
     alerts = ALERT.findall(RULES.read_text())
     assert len(alerts) == len(set(alerts)) >= 12
     cases = RULE_TESTS.read_text().split("- eval_time:")[1:]
-    firing = {
-        m.group(1)
-        for case in cases
-        if "exp_labels:" in case
-        for m in [re.search(r"alertname: (\w+)", case)]
-        if m
-    }
-    quiet = {
-        m.group(1)
-        for case in cases
-        if "exp_alerts: []" in case
-        for m in [re.search(r"alertname: (\w+)", case)]
-        if m
-    }
+
+    def tested(expecting: str) -> set[str]:
+        """The alerts of the cases that expect ``expecting`` in their text."""
+        return {
+            m.group(1)
+            for case in cases
+            if expecting in case
+            for m in [re.search(r"alertname: (\w+)", case)]
+            if m
+        }
+
+    firing, quiet = tested("exp_labels:"), tested("exp_alerts: []")
     assert set(alerts) <= firing, set(alerts) - firing
     assert set(alerts) <= quiet, set(alerts) - quiet  # and a time it must not fire
 
