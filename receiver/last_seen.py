@@ -36,6 +36,7 @@ from pathlib import Path
 from receiver.layout import check_sender_uuid, sender_folders
 from receiver.storage import refuse_links
 from sealsync import durable
+from sealsync.errors import BadName
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
@@ -101,7 +102,10 @@ class LastSeen:
     def read(self, uuid: str) -> Seen:
         """What was last recorded of ``uuid``; without a record, its last round as its
         round folders date it (0 without those either)."""
-        path = self.path(uuid)
+        try:
+            path = self.path(uuid)
+        except BadName:  # not a UUID a sender could have: nothing was recorded for it
+            return Seen()
         try:
             with open(path, "rb") as f:
                 data = f.read(MAX_RECORD + 1)
@@ -120,12 +124,15 @@ class LastSeen:
 
     def write(self, uuid: str, seen: Seen) -> None:
         """Record ``seen``; a failure is logged (the round it ends is not failed for it)."""
-        path = self.path(uuid)
         with self._lock:
             try:
+                path = self.path(uuid)  # an accepted sender's UUID: checked at its HELLO
                 refuse_links(self.schema_dir, path.parent)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 durable.atomic_write(path, seen.to_json())
+            except BadName as exc:
+                log.warning("no metrics record: %s", exc)
+                return
             except OSError as exc:
                 self._warn(path, f"cannot write it ({exc.strerror or exc})")
                 return

@@ -101,6 +101,13 @@ def test_a_damaged_record_is_ignored_with_one_warning(
     assert len(warnings) == 1 and str(seen.path(A)) in warnings[0]
 
 
+def test_a_malformed_uuid_in_the_key_bindings_gets_empty_series(tmp_path: Path) -> None:
+    m = metrics_over(tmp_path / "schema", tmp_path / "data", [A, "../../etc"])
+    s = m.snapshot()["senders"]
+    assert s["../../etc"]["last_round"] == 0 and s[A]["last_round"] == 0
+    assert not (tmp_path / "etc").exists()
+
+
 def test_a_record_is_not_written_through_a_link(tmp_path: Path) -> None:
     schema, elsewhere = tmp_path / "schema", tmp_path / "elsewhere"
     (schema / "sync").mkdir(parents=True)
