@@ -100,7 +100,11 @@ class AuthorizedKeys:
 
     The file's identity (inode, size, mtime) and mode are checked at each
     authentication attempt. A file that vanished, cannot be read, or that group or
-    others can write grants nothing (fail closed, as sshd does).
+    others can write or replace (through its folder) grants nothing (fail closed, as
+    sshd does). Why it grants nothing
+    is logged once per reason, named on each connection it refuses, and told to the
+    sender as a fixed banner (:meth:`ignored`), so the edge does not ask for a key to
+    be added to a file that holds it.
     """
 
     def __init__(self, path: Path) -> None:
@@ -124,7 +128,7 @@ class AuthorizedKeys:
                 st = os.stat(self.path)
             except OSError as exc:
                 return self._refuse(f"cannot read ({exc.strerror or exc})")
-            unsafe = permissions.writable_problem(self.path, st.st_mode)
+            unsafe = permissions.trust_file_problem(self.path, st.st_mode)
             if unsafe is not None:
                 return self._refuse(unsafe)
             stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -141,6 +145,12 @@ class AuthorizedKeys:
 
     def allows(self, key_blob: bytes) -> bool:
         return key_blob in self._refresh()
+
+    def ignored(self) -> str:
+        """Why the file grants no key now ("" when it is read and used)."""
+        self._refresh()
+        with self._lock:
+            return self._refused
 
 
 # --- UUID to key binding -------------------------------------------------------------

@@ -22,6 +22,12 @@ The sender's self-chosen name is one ``sealsync_receiver_sender_info`` sample, n
 a label on every series. Ages are measured on the monotonic clock, so a wall-clock
 step does not make an edge look stale or fresh.
 
+What a restart would otherwise forget of a sender, its name, its last round's end and
+its newest file's time, is recorded at the end of each of its rounds and read back
+when it gets its series (receiver/last_seen.py), so the dashboard keeps every edge's
+name and real times across restarts; the counters start again from zero, as
+Prometheus expects of a restarted process.
+
 ``MetricsServer`` (receiver/metrics_http.py) serves them over HTTP, on its own
 registry (nothing else in the host process leaks into it), on a thread the service
 starts and stops with itself.
@@ -39,6 +45,7 @@ from typing import Any, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from receiver.last_seen import LastSeen, Seen
 from sealsync.buildinfo import build_info_family
 from sealsync.errors import SealsyncError
 from sealsync.printable import printable
@@ -66,17 +73,25 @@ SENDER_REFUSALS = (Verdict.MISMATCH, Verdict.CONFLICT, Verdict.REFUSED, "round_b
 class _SenderCounts:
     """What one known sender did since the service started."""
 
-    __slots__ = ("name", "last_round", "files", "bytes", "refusals", "newest_file")
+    __slots__ = ("name", "last_round", "files", "bytes", "refusals", "newest_file", "newest_wall")
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.last_round = 0.0
-        """Wall-clock time its last round ended (0: none since the start)."""
+    def __init__(self, seen: Seen) -> None:
+        self.name = seen.name
+        self.last_round = seen.last_round
+        """Wall-clock time its last round ended (0: none known)."""
         self.files = 0
         self.bytes = 0
         self.refusals: dict[str, int] = dict.fromkeys(SENDER_REFUSALS, 0)
+        self.newest_wall = seen.newest_file
+        """Wall-clock time its newest file was stored (None: none known), for the record."""
         self.newest_file: float | None = None
-        """Monotonic time its newest file was verified and stored (None: none yet)."""
+        """Monotonic time its newest file was verified and stored (None: none known)."""
+        if seen.newest_file is not None:  # its age at the start, then the monotonic clock's
+            age = max(time.time() - seen.newest_file, 0.0)
+            self.newest_file = time.monotonic() - age
+
+    def seen(self) -> Seen:
+        return Seen(self.name, self.last_round, self.newest_wall)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -99,6 +114,11 @@ class ReceiverMetrics:
         """The UUIDs the receiver knows now (bound to a key, not retired): each has
         series from the start, and a sender no longer among them (retired, its line
         deleted) loses its series."""
+        self.storage_ok: Callable[[], bool] | None = None
+        """Whether the storage is still the one the receiver started with (None: not
+        watched, reported as 1)."""
+        self.last_seen: LastSeen | None = None
+        """Where each sender's name and times are kept across restarts (None: nowhere)."""
         self._lock = threading.Lock()
         self._sessions_open = 0
         self._sessions = 0
@@ -124,11 +144,20 @@ class ReceiverMetrics:
     def sender_accepted(self, uuid: str, name: str) -> None:
         """A sender's HELLO was accepted: from now on it has series of its own."""
         with self._lock:
-            counts = self._senders.get(uuid)
-            if counts is None:
-                self._senders[uuid] = _SenderCounts(name)
-            else:
-                counts.name = name
+            known = uuid in self._senders
+        seen = Seen() if known else self._recorded(uuid)
+        with self._lock:
+            counts = self._senders.setdefault(uuid, _SenderCounts(seen))
+            counts.name = name
+
+    def remember_senders(self, schema_dir: Path, data_dirs: Sequence[Path]) -> None:
+        """Keep each sender's name and times across restarts in ``schema_dir`` (and,
+        for a sender never recorded, date its last round by its folders in ``data_dirs``)."""
+        self.last_seen = LastSeen(schema_dir, data_dirs)
+
+    def _recorded(self, uuid: str) -> Seen:
+        """What was recorded of ``uuid`` before (read outside the lock: a file)."""
+        return self.last_seen.read(uuid) if self.last_seen is not None else Seen()
 
     def refused(self, reason: str, sender: str | None = None) -> None:
         """A connection, session or round turned away; ``reason`` is a key of REFUSALS,
@@ -156,6 +185,7 @@ class ReceiverMetrics:
             if kind == Verdict.VERIFIED:
                 counts.files += 1
                 counts.newest_file = time.monotonic()
+                counts.newest_wall = time.time()
             elif kind in counts.refusals:
                 counts.refusals[kind] += 1
 
@@ -164,12 +194,17 @@ class ReceiverMetrics:
             self._deleted += 1
 
     def round_ended(self, outcome: str, sender: str | None = None) -> None:
-        """``done`` at ROUND_END, ``abandoned`` when the session ended inside a round."""
+        """``done`` at ROUND_END, ``abandoned`` when the session ended inside a round;
+        a round done is recorded for the next start."""
         with self._lock:
             self._rounds[outcome] += 1
             counts = self._senders.get(sender) if sender is not None else None
-            if counts is not None and outcome == "done":
-                counts.last_round = time.time()
+            if counts is None or outcome != "done":
+                return
+            counts.last_round = time.time()
+            seen = counts.seen()
+        if self.last_seen is not None and sender is not None:
+            self.last_seen.write(sender, seen)
 
     def tracked(self, inspect: _F, count: Callable[..., int] = lambda *_: 1) -> _F:
         """``inspect`` counting its checks in flight (``count``: how many a call makes)."""
@@ -196,13 +231,17 @@ class ReceiverMetrics:
                 known = set(self.known_senders())
             except (OSError, SealsyncError) as exc:  # keep the series the receiver has
                 log.warning("metrics: cannot read the known senders: %s", exc)
+        if known is not None:
+            with self._lock:
+                new = known - self._senders.keys()
+            restored = {uuid: self._recorded(uuid) for uuid in sorted(new)}
         now = time.monotonic()
         with self._lock:
             if known is not None:
                 for gone in self._senders.keys() - known:
                     del self._senders[gone]
-                for uuid in known - self._senders.keys():
-                    self._senders[uuid] = _SenderCounts("")
+                for uuid, seen in restored.items():
+                    self._senders.setdefault(uuid, _SenderCounts(seen))
             return {
                 "sessions_open": self._sessions_open,
                 "sessions": self._sessions,
@@ -284,6 +323,12 @@ class ReceiverMetrics:
             yield gauge(
                 "inspect_workers_alive", "Live inspect worker processes.", self.workers_alive()
             )
+        yield gauge(
+            "storage_ok",
+            "1 while the receiver's storage is the one it started with, 0 once it is gone "
+            "or replaced (every round is then refused).",
+            int(self.storage_ok()) if self.storage_ok is not None else 1,
+        )
         if self.workers_unavailable is not None:
             yield gauge(
                 "inspect_unavailable",
@@ -336,7 +381,7 @@ def _sender_families(senders: dict[str, dict[str, Any]]) -> Iterator[Metric]:
     )
     last_round = GaugeMetricFamily(
         f"{PREFIX}_sender_last_round_timestamp_seconds",
-        "When the sender's last round ended (0: none since the receiver started).",
+        "When the sender's last round ended (0: none known).",
         labels=label,
     )
     files = CounterMetricFamily(
@@ -356,7 +401,7 @@ def _sender_families(senders: dict[str, dict[str, Any]]) -> Iterator[Metric]:
     age = GaugeMetricFamily(
         f"{PREFIX}_sender_newest_file_age_seconds",
         "Seconds since the sender's newest file was verified and stored for the loader "
-        "(no sample: none since the receiver started).",
+        "(no sample: none known).",
         labels=label,
     )
     for uuid, s in senders.items():

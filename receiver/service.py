@@ -101,6 +101,7 @@ class ReceiverService:
             [("schema", config.schema_dir), *(("data", d) for d in config.data_dirs)],
             paths=config.metrics_paths,
         )
+        self.metrics.remember_senders(config.schema_dir, list(config.data_dirs))
         self._metrics_server: MetricsServer | None = None
         # before any worker starts: it may refuse
         limits = limits_for(config, self.storage)

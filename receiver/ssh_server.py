@@ -38,6 +38,7 @@ from receiver.metrics import ReceiverMetrics
 from sealsync.keepalive import ActivitySocket
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
+    KEYS_IGNORED_BANNER,
     SSH_MAX_PACKET_SIZE,
     SSH_WINDOW_SIZE,
     SUBSYSTEM,
@@ -114,6 +115,13 @@ class SshServer(paramiko.ServerInterface):
     def get_allowed_auths(self, username: str) -> str:
         return "publickey"
 
+    def get_banner(self) -> tuple[str | None, str | None]:
+        """Sent before authentication: a receiver whose authorized_keys grants nothing
+        says so (a fixed text), so the sender does not blame its key."""
+        if self.authorized.ignored():
+            return KEYS_IGNORED_BANNER, "en"
+        return None, None
+
     def check_auth_none(self, username: str) -> int:
         return AUTH_FAILED
 
@@ -144,7 +152,13 @@ class SshServer(paramiko.ServerInterface):
                 self.admission.authenticated(self.startup)
             return AUTH_SUCCESSFUL
         self.auth_failures += 1
-        message = f"{self.peer_ip}: public key {fingerprint(key)} not authorized"
+        ignored = self.authorized.ignored()
+        message = (
+            f"{self.peer_ip}: public key {fingerprint(key)} refused: "
+            f"{self.authorized.path} is ignored ({ignored})"
+            if ignored
+            else f"{self.peer_ip}: public key {fingerprint(key)} not authorized"
+        )
         if self.refusals is not None:
             self.refusals.refused("key not authorized", logging.WARNING, self.peer_ip, message)
         else:

@@ -8,6 +8,12 @@ every file a config names (so every command refuses before it changes anything),
 and each end checks again where it reads the file, since a file can change while a
 receiver runs.
 
+The folder holding a key or trust file matters as much as the file: whoever may write
+a folder may rename a file in it and put another in its place, whatever the file's
+own mode. So a keys folder group or others may write is refused as the file would be
+(sshd's ``StrictModes`` does the same), unless its sticky bit keeps them from
+replacing what they do not own (``/tmp``'s mode 1777).
+
 Each check returns ``None`` or the problem as text naming the mode and the command
 that fixes it; the caller puts the path and its context in front (one line, like
 every sealsync error).
@@ -43,18 +49,48 @@ def _access(bits: int) -> str:
 
 
 def private_mode_problem(path: str | os.PathLike[str], mode: int | None = None) -> str | None:
-    """Why ``path`` is not fit to be a private key (group or others may touch it), or None.
+    """Why ``path`` is not fit to be a private key (group or others may touch it, or
+    replace it through its folder), or None.
 
     ``mode``: the permission bits if the caller has them already (from its own stat).
     """
     whole = file_mode(path) if mode is None else stat.S_IMODE(mode)
     bits = whole & PRIVATE_MASK
     if not bits:
-        return None
+        return folder_problem(path)
     return (
         f"mode {whole:04o} lets {_whom(bits)} {_access(bits)} it, and a private key must be "
         f"its owner's alone: run chmod 600 {shlex.quote(str(Path(path)))}"
     )
+
+
+def folder_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why group or others could replace ``path`` by writing its folder, or None: the
+    folder as the path names it and, for a symbolic link, the folder of its target."""
+    named = Path(path).absolute().parent
+    folders = [named]
+    real = Path(os.path.realpath(path)).parent
+    if real != named:
+        folders.append(real)
+    for folder in folders:
+        try:
+            st = os.stat(folder)
+        except OSError:
+            continue  # the file's own read reports a folder it cannot reach
+        whole = stat.S_IMODE(st.st_mode)
+        bits = whole & WRITE_MASK
+        if bits and not whole & stat.S_ISVTX:
+            return (
+                f"its folder {folder} has mode {whole:04o}, which lets {_whom(bits)} "
+                f"replace it: run chmod go-w {shlex.quote(str(folder))}"
+            )
+    return None
+
+
+def trust_file_problem(path: str | os.PathLike[str], mode: int | None = None) -> str | None:
+    """Why group or others could change a trust file (``known_hosts``,
+    ``authorized_keys``) or put another in its place, or None."""
+    return writable_problem(path, mode) or folder_problem(path)
 
 
 def writable_problem(path: str | os.PathLike[str], mode: int | None = None) -> str | None:

@@ -154,7 +154,7 @@ def read_trust_file(path: Path) -> str:
         raise TrustFileError(f"{path} does not exist") from None
     except OSError as exc:
         raise TrustFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    problem = permissions.writable_problem(path, mode)
+    problem = permissions.trust_file_problem(path, mode)
     if problem is not None:
         raise TrustFileError(f"{path}: {problem}")
     try:

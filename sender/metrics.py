@@ -10,6 +10,12 @@ yet reports 0 for its timestamps, so "no success for a while" fires for it too.
 Every label value a counter can take is written from the start (at 0), so that
 ``increase()`` sees the first failure of a kind as an increase.
 
+Every series carries the sender's UUID (label ``sender``, as the receiver's per-sender
+series do), so an edge's own view joins the receiver's view of it
+(``... * on (sender) group_left (name) sealsync_receiver_sender_info``). It is read,
+never created, here: before its first round a sender has none yet, and its series
+carry no ``sender`` label until it has.
+
 What is still to ship (``pending_files``, ``pending_bytes``, the oldest pending file's
 age) is not in the history: it is what a round would ship now, planned as
 ``send --dry-run`` plans it (reading only) when the textfile is written, so a
@@ -32,6 +38,7 @@ from sealsync.config import ReceiverEndpoint, SenderConfig
 from sealsync.errors import SealsyncError
 from sealsync.metrics import as_number as _number
 from sealsync.metrics import snapshot_registry, write_textfile
+from sender.manage.data_owner import _own_uuid as own_uuid
 from sender.manage.history import OK, OUTCOMES, last_attempt, last_success_time
 from sender.manage.layout import SchemaPaths
 
@@ -78,7 +85,8 @@ def sender_families(config: SenderConfig) -> Iterator[Metric]:
 def history_families(schema_dir: Path, receivers: Sequence[ReceiverEndpoint]) -> Iterator[Metric]:
     """The families the receivers' histories under ``schema_dir`` give."""
     lasts = [(r.name, last_attempt(SchemaPaths(schema_dir, r.host, r.port))) for r in receivers]
-    label = ["receiver"]
+    me = own_uuid(schema_dir)
+    label = ["receiver", "sender"] if me is not None else ["receiver"]
 
     def gauge(name: str, doc: str) -> GaugeMetricFamily:
         return GaugeMetricFamily(PREFIX + name, doc, labels=label)
@@ -96,28 +104,29 @@ def history_families(schema_dir: Path, receivers: Sequence[ReceiverEndpoint]) ->
         (CounterMetricFamily(PREFIX + name, doc, labels=label), key) for name, key, doc in _TOTALS
     ]
     outcomes = CounterMetricFamily(
-        PREFIX + "attempts", "Attempts by how they ended.", labels=["receiver", "outcome"]
+        PREFIX + "attempts", "Attempts by how they ended.", labels=[*label, "outcome"]
     )
     failures = CounterMetricFamily(
-        PREFIX + "failures", "Failed attempts by kind of failure.", labels=["receiver", "kind"]
+        PREFIX + "failures", "Failed attempts by kind of failure.", labels=[*label, "kind"]
     )
     for name, entry in lasts:
         line: dict[str, Any] = entry or {}
         sums: dict[str, Any] = line.get("totals") or {}
-        attempt_ts.add_metric([name], _number(line.get("end")))
-        success_ts.add_metric([name], last_success_time(entry) or 0.0)
-        success.add_metric([name], 1.0 if line.get("outcome") == OK else 0.0)
-        duration.add_metric([name], max(_number(line.get("end")) - _number(line.get("start")), 0))
+        who = [name, me] if me is not None else [name]
+        attempt_ts.add_metric(who, _number(line.get("end")))
+        success_ts.add_metric(who, last_success_time(entry) or 0.0)
+        success.add_metric(who, 1.0 if line.get("outcome") == OK else 0.0)
+        duration.add_metric(who, max(_number(line.get("end")) - _number(line.get("start")), 0))
         for family, key in last:
-            family.add_metric([name], _number(line.get(key)))
+            family.add_metric(who, _number(line.get(key)))
         for counter, key in totals:
-            counter.add_metric([name], _number(sums.get(key)))
+            counter.add_metric(who, _number(sums.get(key)))
         by_outcome = dict(sums.get("outcomes") or {})
         for outcome in (*OUTCOMES, *sorted(set(by_outcome) - set(OUTCOMES))):
-            outcomes.add_metric([name, outcome], _number(by_outcome.get(outcome)))
+            outcomes.add_metric([*who, outcome], _number(by_outcome.get(outcome)))
         by_kind = dict(sums.get("failures") or {})
         for kind in (*FAILURE_KINDS, *sorted(set(by_kind) - set(FAILURE_KINDS))):
-            failures.add_metric([name, kind], _number(by_kind.get(kind)))
+            failures.add_metric([*who, kind], _number(by_kind.get(kind)))
     yield attempt_ts
     yield success_ts
     yield success
@@ -149,7 +158,8 @@ def pending(config: SenderConfig, receiver: ReceiverEndpoint) -> tuple[int, int,
 
 
 def _pending_families(config: SenderConfig) -> Iterator[Metric]:
-    label = ["receiver"]
+    me = own_uuid(config.schema_dir)
+    label = ["receiver", "sender"] if me is not None else ["receiver"]
     files = GaugeMetricFamily(
         PREFIX + "pending_files", "Sealed files a round would ship now.", labels=label
     )
@@ -167,9 +177,10 @@ def _pending_families(config: SenderConfig) -> Iterator[Metric]:
             n, b, oldest = pending(config, receiver)
         except (OSError, SealsyncError):
             continue
-        files.add_metric([receiver.name], n)
-        nbytes.add_metric([receiver.name], b)
-        age.add_metric([receiver.name], 0.0 if oldest is None else max(now - oldest, 0.0))
+        who = [receiver.name, me] if me is not None else [receiver.name]
+        files.add_metric(who, n)
+        nbytes.add_metric(who, b)
+        age.add_metric(who, 0.0 if oldest is None else max(now - oldest, 0.0))
     yield from (files, nbytes, age)
 
 

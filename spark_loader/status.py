@@ -7,7 +7,9 @@ that state: files not in the table yet, and files in the table the receiver no l
 lists (whose rows leave only on evidence, :mod:`.removals`). The senders whose files
 waited in the last run, and why, are named (``held``: one sender's trouble, such as a
 folder gone or a file it cannot identify, holds its files alone); so is a sender whose
-listing is incomplete now (``troubled``), which the next run will hold.
+listing is incomplete now (``troubled``), which the next run will hold. A load in
+progress is named with its pid and start (``running``, :mod:`.running`): the last run
+is then the one before it, and what is pending is what it is loading.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sealsync.config import LoaderConfig
 from sealsync.units import iso_time
 from spark_loader import lastrun
 from spark_loader.discovery import discover
+from spark_loader.running import running_load
 from spark_loader.state import load_state
 
 
@@ -30,10 +33,12 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
     found = discover(list(config.receiver_data_dirs))
     listed = {f.file_id for f in found.files}
     last = lastrun.read(state_dir)
+    now = running_load(state_dir)
     doc: dict[str, Any] = {
         "role": "loader",
         "table_path": str(config.table_path),
         "state_dir": str(config.state_dir),
+        "running": None if now is None else {"pid": now.pid, "started": iso_time(now.started)},
         "last_run": None,
         "last_success": iso_time(last.get("last_success")) if last else None,
         "quarantined": sorted(lastrun.quarantined(state_dir)),
@@ -63,6 +68,14 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
 def render_loader(doc: dict[str, Any]) -> list[str]:
     """Human lines for a loader status document (the caller escapes control characters)."""
     lines = [f"loader table {doc['table_path']} (state in {doc['state_dir']})"]
+    now = doc.get("running")
+    if now is not None:
+        pid = f"pid {now['pid']}" if now["pid"] is not None else "pid unknown"
+        since = f", started {now['started']}" if now["started"] else ""
+        lines.append(
+            f"  running:      a load is in progress ({pid}{since}); the last run below is "
+            "the one before it"
+        )
     run = doc["last_run"]
     if run is None:
         lines.append("  last run:     never")

@@ -109,7 +109,7 @@ def make_receiver(
     if folders:
         (root / "dc/schema").mkdir(parents=True, exist_ok=True)
         (root / "dc/data").mkdir(parents=True, exist_ok=True)
-    (root / "keys").mkdir(parents=True, exist_ok=True)
+    (root / "keys").mkdir(mode=0o755, parents=True, exist_ok=True)  # others may not write it
     (root / "keys/host").write_text("not parsed at load\n")
     (root / "keys/host").chmod(0o600)  # a private key: its owner's alone, or it is refused
     (root / "keys/authorized_keys").write_text("")

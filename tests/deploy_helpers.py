@@ -167,7 +167,7 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
     """Keys, trust files and configs for one receiver and ``senders`` edge instances."""
     root.mkdir(parents=True, exist_ok=True)
     keys = root / "keys"
-    keys.mkdir(exist_ok=True)
+    keys.mkdir(mode=0o755, exist_ok=True)  # a keys folder others may write is refused
     port = free_port()
     host_pub = generate_keypair(keys / "host", comment="receiver")
     known = keys / "known_hosts"

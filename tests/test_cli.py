@@ -108,11 +108,6 @@ def test_v_and_q_are_taken_after_every_command() -> None:
         assert {"-v", "--verbose", "-q", "--quiet"} <= opts, command.name
 
 
-def test_version() -> None:
-    result = CliRunner().invoke(cli, ["--version"])
-    assert (result.exit_code, result.stdout) == (0, "sealsync, version 0.1.0\n")
-
-
 def test_usage_error_exits_2_with_clicks_message(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "send", "--frobnicate")
     assert code == 2 and out == ""

@@ -74,14 +74,21 @@ def scraped(tmp_path: Path) -> tuple[dict[str, Names], Deployment, str]:
     sender.config.write_text(
         text.replace("max_retries = 3\n", f'max_retries = 3\nmetrics_textfile = "{prom}"\n')
     )
+    url = f"http://127.0.0.1:{port}/metrics"
     dep.start_receiver()
     try:
         names = populate(sender.edge, groups=1, files=2)
         result = sender.send()
         assert result.returncode == 0, result.stderr
-        url = f"http://127.0.0.1:{port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             receiver_text = response.read().decode()
+    finally:
+        assert dep.stop_receiver() == 0
+    # restarted, the receiver shows the edge's name and times before it sends again
+    dep.start_receiver()
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            restarted_text = response.read().decode()
     finally:
         assert dep.stop_receiver() == 0
     loader_prom = tmp_path / "loader.prom"
@@ -104,6 +111,25 @@ def scraped(tmp_path: Path) -> tuple[dict[str, Names], Deployment, str]:
     assert samples[("sealsync_receiver_sender_newest_file_age_seconds", key)] >= 0
     info = [dict(k) for n, k in samples if n == "sealsync_receiver_sender_info"]
     assert [i["sender"] for i in info] == [sender.uuid]
+    assert info[0]["name"]  # the edge's host name
+    restarted = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(restarted_text)
+        for s in family.samples
+    }
+    last_round = "sealsync_receiver_sender_last_round_timestamp_seconds"
+    assert restarted[(last_round, key)] == samples[(last_round, key)]
+    age = "sealsync_receiver_sender_newest_file_age_seconds"
+    assert restarted[(age, key)] >= samples[(age, key)]
+    assert restarted[("sealsync_receiver_sender_files_received_total", key)] == 0
+    assert [dict(k) for n, k in restarted if n == "sealsync_receiver_sender_info"] == info
+    # the edge's own series carry its UUID, to join the receiver's on
+    assert {
+        s.labels.get("sender")
+        for family in text_string_to_metric_families(prom.read_text())
+        if family.name.startswith("sealsync_sender_")
+        for s in family.samples
+    } == {sender.uuid}
     return sources, dep, sender.uuid
 
 

@@ -38,6 +38,7 @@ from receiver.load.owners import DeviceOwners
 from receiver.serve import serve
 from receiver.service import ReceiverService
 from receiver.storage import DirectoryStorage
+from sealsync import __version__
 from sealsync.config import ReceiverConfig
 from sealsync.errors import FormatError
 from sealsync.formats.common import FileInfo
@@ -171,7 +172,7 @@ def test_round_over_ssh_verifies_stages_and_loads_byte_identical(
     svc.storage.load = gated_load  # type: ignore[method-assign]
     with svc, Client(svc.address, keys["edge_a"]) as c:
         assert c.host_key.asbytes() == paramiko.PKey.from_path(keys["host"]).asbytes()
-        assert c.hello(UUID_A) == Welcome(PROTOCOL_VERSION, "sealsync 0.1.0")
+        assert c.hello(UUID_A) == Welcome(PROTOCOL_VERSION, f"sealsync {__version__}")
         assert c.round_start() == RoundReady("ready", "")
         c.send(Delete(old))
         for i, (name, (data, res, mods2)) in enumerate(files.items()):

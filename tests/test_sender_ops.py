@@ -56,7 +56,10 @@ def metrics(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def value(samples: dict[Any, float], name: str, **labels: str) -> float:
-    key = (name, tuple(sorted({"receiver": "dc", **labels}.items())))
+    # every series of the edge carries its one sender UUID, once it has one
+    (uuid,) = {dict(k).get("sender") for n, k in samples if n.startswith("sealsync_sender_")}
+    own = {"sender": uuid} if uuid is not None else {}
+    key = (name, tuple(sorted({"receiver": "dc", **own, **labels}.items())))
     assert key in samples, (key, sorted(samples))
     return samples[key]
 

@@ -121,13 +121,17 @@ def test_receiver_refuses_unsafe_key_files_and_creates_nothing(
 
 def test_authorized_keys_made_writable_while_serving_lets_no_one_in(dep: Deployment) -> None:
     authorized = dep.root / "keys" / "authorized_keys"
-    authorized.chmod(0o666)
+    authorized.chmod(0o664)
     result = dep.senders[0].send()
     assert result.returncode == 1
-    assert "refused key" in one_line(result)
+    line = one_line(result)
+    # the edge is told why, not to add a key the file already holds
+    assert "refused key" in line and "ignores its authorized_keys and accepts no key" in line
+    assert "add " not in line and line.endswith("its log names the fix")
     assert dep.loaded_hashes(dep.senders[0]) == {}
-    assert f"{authorized}: mode 0666 lets group and others write it" in dep.log()
+    assert f"{authorized}: mode 0664 lets group write it" in dep.log()
     assert f"run chmod go-w {authorized}: no key is accepted" in dep.log()
+    assert f"refused: {authorized} is ignored (mode 0664 lets group write it" in dep.log()
     authorized.chmod(0o644)
     assert dep.senders[0].send().returncode == 0
     assert dep.loaded_hashes(dep.senders[0]) == dep.senders[0].sealed_hashes()

@@ -42,6 +42,7 @@ from sealsync.app.commands import check, demo, keygen, load, owners, senders, se
 from sealsync.app.inspect import inspect
 from sealsync.app.options import Options
 from sealsync.app.send import send
+from sealsync.buildinfo import version_line
 from sealsync.errors import (
     EXIT_CODES,
     EXIT_FAILURE,
@@ -187,7 +188,9 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
 
 
 @click.group(cls=SealsyncGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="sealsync")
+@click.version_option(
+    __version__, "--version", prog_name="sealsync", message=version_line().replace("%", "%%")
+)
 @click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.pass_context

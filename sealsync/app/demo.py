@@ -205,7 +205,7 @@ def run_demo(workdir: Path, echo: Echo = print) -> DemoSummary:
     _prepare_workdir(workdir)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     keys, logs = workdir / "keys", workdir / "logs"
-    keys.mkdir()
+    keys.mkdir(mode=0o700)  # no one else may replace a key or trust file, whatever the umask
     logs.mkdir()
     port = _free_port()
 

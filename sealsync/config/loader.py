@@ -15,10 +15,66 @@ from sealsync.config.schema import (
     PathList,
     PathValue,
     Settings,
+    Table,
     Text,
     not_a_key,
     setting,
 )
+
+SPARK_PREFIX = "spark."
+
+
+class SparkSettings(Settings):
+    """Spark's settings, as the documented quoted keys (``"spark.executor.memory" =
+    "2g"`` in the ``spark`` table) or as TOML's dotted keys.
+
+    Written unquoted under ``[loader]``, ``spark.executor.memory = "2g"`` is TOML for
+    the nested tables ``spark`` → ``executor`` → ``memory``: the setting that line
+    means is ``spark.executor.memory``, so nested tables are joined back with dots,
+    ``spark.`` in front unless the joined name has it already (the same line written
+    under a ``[loader.spark]`` header). One setting given both ways is refused.
+    """
+
+    def read(self, table: Table, key: str, value: object) -> dict[str, str]:
+        if not isinstance(value, Mapping):
+            return super().read(table, key, value)  # its "must be a table" error
+        flat: dict[str, object] = {}
+        dotted: dict[str, str] = {}  # setting -> how it was written, for a clash
+        for name, item in value.items():
+            if not isinstance(item, Mapping):
+                _put(table, key, flat, dotted, str(name), item, f'the quoted key "{name}"')
+                continue
+            for path, leaf in _leaves(str(name), item):
+                setting_name = path if path.startswith(SPARK_PREFIX) else SPARK_PREFIX + path
+                _put(table, key, flat, dotted, setting_name, leaf, f"the dotted key {key}.{path}")
+        return super().read(table, key, flat)
+
+
+def _leaves(prefix: str, table: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """``(dotted name, value)`` of every non-table value below ``table``."""
+    out: list[tuple[str, object]] = []
+    for name, item in table.items():
+        path = f"{prefix}.{name}"
+        out += _leaves(path, item) if isinstance(item, Mapping) else [(path, item)]
+    return out
+
+
+def _put(
+    table: Table,
+    key: str,
+    flat: dict[str, object],
+    written: dict[str, str],
+    name: str,
+    value: object,
+    how: str,
+) -> None:
+    if name in flat:
+        raise table.error(
+            f"{key}.{name}",
+            f"set twice, by {written[name]} and by {how}: keep one (quoted, "
+            f'"{name}" = ..., in the spark table)',
+        )
+    flat[name], written[name] = value, how
 
 
 @dataclass(frozen=True)
@@ -31,7 +87,7 @@ class LoaderConfig:
     #: The interpreter executors run; it needs pyarrow and tsfile (None: see ingest).
     python: str | None = field(default=None, metadata=setting(Text()))
     #: Spark settings for the session the loader starts (``spark.executor.memory``...).
-    spark: dict[str, str] = field(default_factory=dict, metadata=setting(Settings()))
+    spark: dict[str, str] = field(default_factory=dict, metadata=setting(SparkSettings()))
     #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
     metrics_textfile: Path | None = field(
         default=None, metadata=setting(PathValue(check=need_prom_path))

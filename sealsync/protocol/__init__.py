@@ -88,6 +88,7 @@ from sealsync.protocol.messages import (
 )
 from sealsync.protocol.spec import (
     ERROR_CODES,
+    KEYS_IGNORED_BANNER,
     MAX_CHUNK_PAYLOAD,
     MAX_CONTROL_PAYLOAD,
     MAX_DATA_DIRS,
@@ -128,6 +129,7 @@ __all__ = [
     "Delete",
     "DeleteAck",
     "ERROR_CODES",
+    "KEYS_IGNORED_BANNER",
     "Error",
     "ErrorCode",
     "FileBegin",

@@ -16,6 +16,11 @@ OLDEST_PROTOCOL_VERSION = 1
 """The oldest version this release still speaks: one version back (docs/protocol.md,
 "Versions and upgrades")."""
 SUBSYSTEM = "sealsync"
+KEYS_IGNORED_BANNER = "sealsync: this receiver ignores its authorized_keys, no key is accepted"
+"""The SSH authentication banner (RFC 4252, section 5.4) of a receiver whose
+``authorized_keys`` grants nothing because it is unsafe or unreadable: the sender then
+says so instead of asking for its key to be added to a file that already holds it. A
+fixed text, matched whole: nothing a server sends is printed."""
 
 
 def negotiate(offered: int) -> int | None:

@@ -36,6 +36,7 @@ from sealsync.keys import fingerprint
 from sealsync.monoclock import use_monotonic_clock
 from sealsync.printable import printable
 from sealsync.protocol import (
+    KEYS_IGNORED_BANNER,
     SSH_MAX_PACKET_SIZE,
     SSH_WINDOW_SIZE,
     SUBSYSTEM,
@@ -288,6 +289,16 @@ def handshake_failure(address: str, exc: BaseException, said: bytes = b"") -> st
     return f"SSH handshake with receiver {address} failed: {exc}"
 
 
+def _banner(transport: paramiko.Transport) -> str:
+    """The authentication banner the receiver sent ("" if none), compared whole by the
+    caller and never printed: it is the receiver's text."""
+    handler = transport.auth_handler
+    raw = getattr(handler, "banner", None) if handler is not None else None
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace").strip()
+    return raw.strip() if isinstance(raw, str) else ""
+
+
 def connect(
     host: str,
     port: int,
@@ -352,6 +363,12 @@ def connect(
             if keepalive.dead is not None or str(exc) == _AUTH_TIMED_OUT:
                 raise Unreachable(
                     f"receiver {address} did not answer authentication within {timeout:g} s"
+                ) from None
+            if _banner(transport) == KEYS_IGNORED_BANNER:
+                raise Refused(
+                    f"receiver {address} refused key {fingerprint(key)} ({identity}): it "
+                    "ignores its authorized_keys and accepts no key (a file group or "
+                    "others may write, or one it cannot read): its log names the fix"
                 ) from None
             raise Refused(
                 f"receiver {address} refused key {fingerprint(key)} ({identity}): "
