@@ -44,7 +44,7 @@ from sealsync.protocol import (
     channel_stream,
     preferred_ciphers,
 )
-from sender.transfer.errors import HostKeyError, Refused, Unreachable
+from sender.transfer.errors import Busy, HostKeyError, Refused, Unreachable
 
 USERNAME = "sealsync"
 IO_TIMEOUT = 120.0
@@ -339,7 +339,10 @@ def connect(
         try:
             transport.start_client(timeout=timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise Unreachable(handshake_failure(address, exc, watched.said)) from None
+            busy = refusal_line(watched.said) is not None  # it said why: it may take a later one
+            raise (Busy if busy else Unreachable)(
+                handshake_failure(address, exc, watched.said)
+            ) from None
         try:  # start_client returns quietly on timeout: only the key says it finished
             server_key = transport.get_remote_server_key()
         except paramiko.SSHException:
