@@ -103,8 +103,9 @@ class ReceiverService:
         )
         self.metrics.remember_senders(config.schema_dir, list(config.data_dirs))
         self._metrics_server: MetricsServer | None = None
+        self.owners = DeviceOwners(config.schema_dir, config.max_devices_per_sender)
         # before any worker starts: it may refuse
-        limits = limits_for(config, self.storage)
+        limits = limits_for(config, self.storage, self.owners)
         self._pool: InspectPool | None = None
         inspect_many = None
         if inspect is None:
@@ -116,7 +117,6 @@ class ReceiverService:
             self.metrics.workers_unavailable = lambda: pool.unavailable is not None
         inspect = self.metrics.tracked(inspect)
         self._inspect = inspect
-        self.owners = DeviceOwners(config.schema_dir)
         self.rounds = Rounds(self.storage, self.owners, inspect)
         sender_keys = SenderKeys(config.schema_dir, config.max_uuids_per_key)
         self.metrics.known_senders = lambda: [

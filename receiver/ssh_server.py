@@ -114,6 +114,8 @@ class SshServer(paramiko.ServerInterface):
         """The client proved it holds an authorized key (see :meth:`confirm`)."""
         self.offered = ""
         """The authorized key the client last offered, accepted if its signature verifies."""
+        self.key_full = False
+        """Its key, verified, was refused: every one of its connections was taken."""
         self._confirm_lock = threading.Lock()
         self.auth_failures = 0
         self.auth_attempted = False
@@ -156,8 +158,6 @@ class SshServer(paramiko.ServerInterface):
             barred = self.key_penalties.refused_for(fp) if self.key_penalties else 0.0
             if barred > 0:
                 return self._key_penalised(fp, barred)
-            if self._key_full(fp):
-                return self._refuse_full(fp)
             self.offered = fp
             return AUTH_SUCCESSFUL
         self.auth_failures += 1
@@ -180,7 +180,10 @@ class SshServer(paramiko.ServerInterface):
         the connection as its key's, in one of its ``max_sessions_per_key`` slots or, with
         those taken, in one of as many kept to hear ``busy``. False if both are taken
         meanwhile (the caller closes the connection). Idempotent; called from the
-        transport's thread (a channel request) and the connection's."""
+        transport's thread (a channel request) and the connection's. A key refused here
+        for having every connection taken is the key's doing, not its address's: the key
+        is penalised (:meth:`_refuse_full`), the address only as for a connection that
+        left without authenticating."""
         with self._confirm_lock:
             if self.authenticated:
                 return True
@@ -203,17 +206,6 @@ class SshServer(paramiko.ServerInterface):
                 self.admission.authenticated(self.startup)
             return True
 
-    def _key_full(self, fp: str) -> bool:
-        """Every slot of the key and every ``busy`` answer are taken."""
-        if self.key_slots is None or self.busy_slots is None:
-            return False
-        limit = self.key_slots.limit
-        return (
-            limit is not None
-            and self.key_slots.count(fp) >= limit
-            and self.busy_slots.count(fp) >= limit
-        )
-
     def _key_penalised(self, fp: str, left: float) -> int:
         """An authorized key refused for a while: its connections kept opening no session."""
         self.auth_failures += 1
@@ -228,21 +220,30 @@ class SshServer(paramiko.ServerInterface):
         self.metrics.refused("key")
         return AUTH_FAILED
 
-    def _refuse_full(self, fp: str) -> int:
-        """An authorized key with every connection slot and every ``busy`` answer taken:
-        refused on this connection (a sender never has so many open at once)."""
-        self.auth_failures += 1
+    def _refuse_full(self, fp: str) -> None:
+        """An authorized key, its signature verified, with every connection slot and
+        every ``busy`` answer taken: refused on this connection (a sender never has so
+        many open at once), and the key penalised as for a failed login."""
+        self.key_full = True
         limit = self.key_slots.limit if self.key_slots is not None else 0
         message = (
             f"{self.peer_ip}: key {fp} refused: it already has {limit} connections open and "
             f"{limit} more waiting to hear busy (max_sessions_per_key)"
         )
+        barred = self.key_penalties.failed(fp, Outcome.AUTH_FAILED) if self.key_penalties else 0
         if self.refusals is not None:
             self.refusals.refused("key connections full", logging.WARNING, self.peer_ip, message)
+            if barred:
+                self.refusals.refused(
+                    "key penalised",
+                    logging.WARNING,
+                    self.peer_ip,
+                    f"key {fp}: refused for {barred:.0f} s from every address: its "
+                    "connections keep coming past max_sessions_per_key",
+                )
         else:
             log.warning("%s", message)
         self.metrics.refused("key")
-        return AUTH_FAILED
 
     def release_key_slot(self) -> None:
         """Give the key's connection slot, or its ``busy`` slot, back (once)."""
@@ -364,7 +365,7 @@ def wait_for_subsystem(
             break
         now = time.monotonic()
         if not server.authenticated and transport.is_authenticated() and not server.confirm():
-            return Outcome.AUTH_FAILED  # its key has every connection taken
+            return Outcome.NO_AUTH  # its key has every connection taken (the key's penalty)
         if server.authenticated and now - server.authenticated_at >= session_wait:
             return Outcome.IDLE_AFTER_AUTH
         if preauth is not None and not server.auth_attempted:
@@ -377,6 +378,8 @@ def wait_for_subsystem(
             return Outcome.AUTHENTICATED if server.authenticated else Outcome.GRACE_EXCEEDED
     if server.authenticated or server.started.is_set():
         return Outcome.AUTHENTICATED
+    if server.key_full:  # penalised as the key's, not the address's
+        return Outcome.NO_AUTH
     if server.auth_failures or server.offered:  # a key refused, or a signature that failed
         return Outcome.AUTH_FAILED
     return Outcome.NO_AUTH

@@ -18,6 +18,14 @@ process, ``sealsync owners release``. Every operation therefore takes a thread l
 and then a file lock (``device_owner.log.lock``), reads whatever the log gained since
 it last looked, decides, and appends while still holding both; so a claim is atomic
 against every other claim and release, here or elsewhere.
+
+What one sender makes the log keep is bounded: it owns at most ``max_devices``
+devices (a claim past that is refused, whole, with one line), its lines count
+against its quota (:meth:`DeviceOwners.owned_bytes`), and a log that holds more
+superseded lines (a claim later released, and its release) than live ones, past
+``COMPACT_MIN``, is rewritten as one claim per owned device, in claim order, through
+:func:`sealsync.durable.atomic_write` under the file lock: the replay gives the same
+owners, and a reader in another process sees the file replaced and reads it again.
 """
 
 from __future__ import annotations
@@ -42,10 +50,18 @@ OWNER_LOG = "device_owner.log"
 CLAIM = "claim"
 RELEASE = "release"
 LOCK_TIMEOUT = 60.0
+COMPACT_MIN = 10_000
+"""Superseded lines a log holds before it may be compacted: rewriting a small log
+would cost more than reading its few dead lines."""
 
 
 class DeviceIdError(SealsyncError):
     """A device id that cannot be recorded in ``device_owner.log``."""
+
+
+class DeviceLimit(SealsyncError):
+    """A file's new devices would take its sender past ``max_devices_per_sender``;
+    nothing of it was claimed."""
 
 
 class DeviceConflict(SealsyncError):
@@ -69,6 +85,11 @@ def check_device(device: str) -> str:
     return device
 
 
+def _line_bytes(owner: str, device: str) -> int:
+    """Bytes of the claim line of ``device`` by ``owner``."""
+    return len(CLAIM) + len(owner) + len(device.encode("utf-8", errors="surrogateescape")) + 3
+
+
 def _unique(devices: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(check_device(d) for d in devices))
 
@@ -76,13 +97,18 @@ def _unique(devices: Iterable[str]) -> list[str]:
 class DeviceOwners:
     """The receiver's device -> owner map, kept in step with ``device_owner.log``."""
 
-    def __init__(self, schema_dir: Path) -> None:
+    def __init__(self, schema_dir: Path, max_devices: int | None = None) -> None:
+        """``max_devices``: devices one sender may own (``max_devices_per_sender``)."""
         self.path = Path(schema_dir) / "sync" / OWNER_LOG
+        self.max_devices = max_devices
         make_dirs(self.path.parent)
         self._thread_lock = threading.Lock()
         # Threads are serialised by the lock above, so the file lock need not be per thread.
         self._file_lock = FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT, thread_local=False)
         self._owners: dict[str, str] = {}
+        self._count: dict[str, int] = {}  # owner -> devices it owns
+        self._bytes: dict[str, int] = {}  # owner -> bytes of their claim lines
+        self._lines = 0  # event lines read from the log (live and superseded)
         self._identity: tuple[int, int] | None = None
         self._offset = 0
         self._torn = False
@@ -106,6 +132,9 @@ class DeviceOwners:
 
     def _reset(self) -> None:
         self._owners = {}
+        self._count = {}
+        self._bytes = {}
+        self._lines = 0
         self._identity = None
         self._offset = 0
         self._torn = False
@@ -138,10 +167,19 @@ class DeviceOwners:
 
     def _apply(self, line: str) -> None:
         fields = line.split("\t")
+        self._lines += 1
         if len(fields) == 3 and fields[0] == CLAIM and fields[2]:
-            self._owners.setdefault(fields[2], fields[1])
+            device, owner = fields[2], fields[1]
+            if device not in self._owners:
+                self._owners[device] = owner
+                self._count[owner] = self._count.get(owner, 0) + 1
+                self._bytes[owner] = self._bytes.get(owner, 0) + _line_bytes(owner, device)
         elif len(fields) == 2 and fields[0] == RELEASE:
-            self._owners.pop(fields[1], None)
+            released = fields[1]
+            was = self._owners.pop(released, None)
+            if was is not None:
+                self._count[was] -= 1
+                self._bytes[was] -= _line_bytes(was, released)
         elif line:
             log.warning("%s: ignoring a line that is not an event: %r", self.path, line[:200])
 
@@ -155,6 +193,34 @@ class DeviceOwners:
             self._torn = False
         self._log.append_many(lines)
         self._refresh()  # the state changes only by reading the log back
+        superseded = self._lines - len(self._owners)
+        if superseded > COMPACT_MIN and superseded > len(self._owners):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the log as one claim per owned device (the caller holds both locks)."""
+        body = "".join(f"{CLAIM}\t{owner}\t{device}\n" for device, owner in self._owners.items())
+        before = self._lines
+        durable.atomic_write(self.path, body.encode("utf-8", errors="surrogateescape"))
+        self._reset()
+        self._refresh()
+        log.info(
+            "%s: compacted: %d lines, %d of them superseded, rewritten as %d claims",
+            self.path,
+            before,
+            before - self._lines,
+            self._lines,
+        )
+
+    def _over_limit(self, uuid: str, new: int) -> DeviceLimit | None:
+        """Why ``new`` more devices may not be claimed for ``uuid``, if they may not."""
+        owned = self._count.get(uuid, 0)
+        if self.max_devices is None or not new or owned + new <= self.max_devices:
+            return None
+        return DeviceLimit(
+            f"sender {uuid} owns {owned} devices; {new} more would exceed "
+            f"max_devices_per_sender ({self.max_devices})"
+        )
 
     def claim(self, devices: Iterable[str], uuid: str) -> dict[str, str]:
         """Claim every unowned device for ``uuid``, or nothing if any is another's.
@@ -168,7 +234,11 @@ class DeviceOwners:
             conflicts = {d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid}
             if conflicts:
                 return conflicts
-            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in wanted if d not in self._owners])
+            new = [d for d in wanted if d not in self._owners]
+            over = self._over_limit(uuid, len(new))
+            if over is not None:
+                raise over
+            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
             return {}
 
     def claim_each(
@@ -177,7 +247,8 @@ class DeviceOwners:
         """:meth:`claim` for several files in order, under one lock and one append.
 
         Per file: ``{}`` (claimed), its conflicts, or the DeviceIdError of a device id
-        the log cannot hold. What the files claim is on disk when this returns.
+        the log cannot hold (the DeviceLimit of one that would take the sender past
+        ``max_devices``). What the files claim is on disk when this returns.
         """
         check_sender_uuid(uuid)
         wanted_each: list[list[str] | SealsyncError] = []
@@ -197,7 +268,12 @@ class DeviceOwners:
                     d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid
                 }
                 if not conflicts:
-                    new.update((d, None) for d in wanted if d not in self._owners)
+                    fresh = [d for d in wanted if d not in self._owners and d not in new]
+                    over = self._over_limit(uuid, len(new) + len(fresh))
+                    if over is not None:
+                        results.append(over)
+                        continue
+                    new.update((d, None) for d in fresh)
                 results.append(conflicts)
             self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
         return results
@@ -215,6 +291,12 @@ class DeviceOwners:
             owned = [d for d in wanted if d in self._owners]
             self._append([f"{RELEASE}\t{d}" for d in owned])
             return owned
+
+    def owned_bytes(self, uuid: str) -> int:
+        """Bytes of ``uuid``'s claim lines in the log (what it makes the receiver keep
+        there, for its quota)."""
+        with self._locked():
+            return self._bytes.get(uuid, 0)
 
     def by_owner(self) -> dict[str, list[str]]:
         """Devices per owner uuid, each list sorted."""
