@@ -20,9 +20,10 @@
    (``client_alive_*``, :mod:`sealsync.keepalive`) that close it once the sender has
    gone silent, so a dead link frees its session;
 5. gives it ``login_grace_time`` from accept to open the ``sealsync`` subsystem on one
-   ``session`` channel, ``preauth_timeout`` for each of its first steps (the key
-   exchange from accept, then its first authentication request: a client that
-   finishes the exchange and idles is cut early) and ``SESSION_WAIT`` from its key's
+   ``session`` channel, ``preauth_timeout`` for each of its first steps (its first
+   byte from accept, its first authentication request from the end of the key
+   exchange: a client that finishes the exchange and idles is cut early; see
+   :class:`~receiver.ssh_server.PreAuth`) and ``SESSION_WAIT`` from its key's
    acceptance; the connection leaves the startup counts once its key is accepted (and
    takes one of the key's ``max_sessions_per_key`` connection slots, or, with those
    taken, one of as many kept only to hear ``busy``; past those the key is refused on
@@ -48,6 +49,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import paramiko
@@ -67,6 +69,7 @@ from receiver.limits import (
 from receiver.metrics import ReceiverMetrics
 from receiver.session import Session, SessionContext
 from receiver.ssh_server import (
+    PreAuth,
     SshServer,
     confirm_on_success,
     server_transport,
@@ -157,6 +160,12 @@ def known_senders(data_dirs: list[Path]) -> list[tuple[str, float]]:
             continue
         found.append((source_of(ip), max(age, 0.0)))
     return found
+
+
+def _heard(sock: ActivitySocket) -> Callable[[], bool]:
+    """Whether the peer of ``sock`` (made now, nothing read yet) has sent a byte since."""
+    silent_since = sock.last_received
+    return lambda: sock.last_received != silent_since
 
 
 def _drained(sock: socket.socket) -> bool:
@@ -351,6 +360,7 @@ class Connections:
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             watched = ActivitySocket(sock)
+            heard = _heard(watched)  # before paramiko reads a byte
             assert self._host_key is not None
             grace = self.config.login_grace_time
             if at_limit:  # served only to hear why: no long stay
@@ -380,7 +390,7 @@ class Connections:
                 server,
                 accepted + grace,
                 lambda: self.accepting,
-                preauth=(accepted, self.config.preauth_timeout),
+                preauth=PreAuth(accepted, self.config.preauth_timeout, heard),
             )
             if server.started.is_set():
                 self.admission.logged_in(startup)
@@ -446,8 +456,8 @@ class Connections:
                 "idle before authenticating",
                 logging.WARNING,
                 peer_ip,
-                f"{peer_ip}: no key exchange or authentication request within "
-                f"preauth_timeout ({self.config.preauth_timeout:g} s), closing",
+                f"{peer_ip}: silent, or no authentication request after the key exchange, "
+                f"for preauth_timeout ({self.config.preauth_timeout:g} s), closing",
             )
         elif outcome is Outcome.IDLE_AFTER_AUTH:
             self.refusals.refused(

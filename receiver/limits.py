@@ -67,7 +67,7 @@ class Outcome(enum.Enum):
     AUTH_FAILED = "authentication failed"
     GRACE_EXCEEDED = "login grace time exceeded"
     NO_AUTH = "closed without authenticating"
-    IDLE_BEFORE_AUTH = "no key exchange or authentication within preauth_timeout"
+    IDLE_BEFORE_AUTH = "silent, or no authentication after the key exchange (preauth_timeout)"
     IDLE_AFTER_AUTH = "authenticated but opened no session"
 
 

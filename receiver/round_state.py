@@ -59,6 +59,7 @@ class RoundState:
         self._taken = 0  # of the budget, given back when the round ends
         self._known: set[str] = set()  # staging folders this round made or found there
         self._made: list[str] = []  # those it made, parents first
+        self._used: set[str] = set()  # folders of files in sync.log: the loader's now
         self.sync_log = SyncLog(folder.sync_log)
         self.deleted_open = False
         self.deleted_done = False
@@ -104,13 +105,18 @@ class RoundState:
         return None
 
     def prune(self) -> int:
-        """Remove the staging folders this round made that are empty (a refused file's,
-        or one whose file was loaded), deepest first, and give them back to the
-        sender's budget; returns how many went. Only this round's folders, never one
-        holding anything, never through a link (``rmdir`` refuses all three)."""
+        """Remove the staging folders this round made for files it did not log (refused
+        ones), that are empty, deepest first, and give them back to the sender's
+        budget; returns how many went. Folders of logged files are the loader's until
+        the round is cleaned up (it moves their files out and persists the folder:
+        one gone under it would fail the load), and go with that clean-up. Only this
+        round's folders, never one holding anything, never through a link (``rmdir``
+        refuses all three)."""
         removed = 0
         parents: set[str] = set()
         for folder in reversed(self._made):
+            if folder in self._used:
+                continue
             try:
                 os.rmdir(folder)
             except OSError:
@@ -175,7 +181,14 @@ class RoundState:
         self.deleted_done = True
 
     def log_tsfiles(self, names: list[str]) -> None:
-        """Verified names, one fsync for all of them."""
+        """Verified names, one fsync for all of them; their folders are the loader's
+        from now on (never pruned)."""
+        top = os.fspath(self.folder.data)
+        for name in names:
+            folder = os.path.dirname(self.folder.staged_name(name))
+            while folder != top and folder not in self._used:
+                self._used.add(folder)
+                folder = os.path.dirname(folder)
         if not self.tsfile_open:
             self.sync_log.tsfile_start()
             crash_point("receiver.synclog.tsfile_start")

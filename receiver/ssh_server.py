@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import paramiko
@@ -343,20 +344,31 @@ def confirm_on_success(transport: paramiko.Transport, server: SshServer) -> None
     transport.auth_handler = _ConfirmingAuth(transport, server)
 
 
+@dataclass(frozen=True)
+class PreAuth:
+    """``preauth_timeout`` for one connection: a peer that has sent nothing ``timeout``
+    seconds after ``accepted`` (``heard`` says whether it has), or no authentication
+    request ``timeout`` seconds after the receiver finished the key exchange, is idle.
+    Between the two, while the exchange runs, ``login_grace_time`` alone applies: the
+    receiver's own slowness under load is never held against a sender."""
+
+    accepted: float
+    timeout: float
+    heard: Callable[[], bool]
+
+
 def wait_for_subsystem(
     transport: paramiko.Transport,
     server: SshServer,
     deadline: float,
     running: Callable[[], bool],
     session_wait: float = SESSION_WAIT,
-    preauth: tuple[float, float] | None = None,
+    preauth: PreAuth | None = None,
 ) -> Outcome:
     """Wait until ``deadline`` for auth, a channel and the subsystem; how it went.
     ``running``: False once the service stops, which ends the wait too. Once the key
-    is accepted, the session must start within ``session_wait`` seconds too.
-    ``preauth``: (when the connection was accepted, ``preauth_timeout``): the key
-    exchange must be over that long after accept, and the first authentication
-    request that long after the exchange."""
+    is accepted, the session must start within ``session_wait`` seconds too; before
+    the first authentication request, :class:`PreAuth`'s rule applies."""
     kex_done: float | None = None
     while not server.started.wait(POLL):
         if server.auth_failures >= MAX_AUTH_TRIES:
@@ -371,8 +383,10 @@ def wait_for_subsystem(
         if preauth is not None and not server.auth_attempted:
             if kex_done is None and transport.initial_kex_done:
                 kex_done = now
-            since = preauth[0] if kex_done is None else kex_done
-            if now - since >= preauth[1]:
+            if kex_done is not None:
+                if now - kex_done >= preauth.timeout:
+                    return Outcome.IDLE_BEFORE_AUTH
+            elif now - preauth.accepted >= preauth.timeout and not preauth.heard():
                 return Outcome.IDLE_BEFORE_AUTH
         if now >= deadline:
             return Outcome.AUTHENTICATED if server.authenticated else Outcome.GRACE_EXCEEDED

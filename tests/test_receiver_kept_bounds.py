@@ -225,6 +225,22 @@ def test_prune_never_removes_what_the_round_did_not_make_or_anything_through_a_l
     assert (rnd.folder.data / "sequence" / "link").is_symlink()
 
 
+def test_the_folders_of_logged_files_are_left_to_the_loader(tmp_path: Path) -> None:
+    """A logged file's folder is the loader's: it moves the file out and then persists
+    the folder, so pruning it when the round ends would fail the load; it goes with
+    the round's clean-up instead."""
+    rnd = round_state(tmp_path, ByteLedger(10))
+    logged, refused = "sequence/root.sg/0/0/1-1-0-0.tsfile", "sequence/root.sg/0/9/x.tsfile"
+    for name in (logged, refused):
+        assert rnd.staging_problem(name) is None
+        assert rnd.staging_path(name) is not None
+    rnd.log_tsfiles([logged])
+    staged_folder = Path(rnd.folder.staged_name(logged)).parent
+    assert rnd.prune() == 1  # .../0/9 only: .../0/0 is empty too, but the loader's
+    assert staged_folder.is_dir()
+    assert not Path(rnd.folder.staged_name(refused)).parent.exists()
+
+
 def test_the_budget_is_shared_safely_by_concurrent_rounds(tmp_path: Path) -> None:
     budget = ByteLedger(100)
     rounds = [round_state(tmp_path, budget, ip=f"192.0.2.{i}") for i in range(4)]

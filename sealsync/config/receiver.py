@@ -89,8 +89,8 @@ class ReceiverConfig:
     max_sessions: int = field(default=16, metadata=setting(Integer(1, 10000)))
     idle_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
     login_grace_time: float = field(default=20.0, metadata=setting(Number(0, 3600)))
-    #: Seconds an unauthenticated connection has for its key exchange (from accept), then
-    #: for its first authentication request; past either it is closed and penalised.
+    #: Seconds an unauthenticated connection may stay silent from accept, or without an
+    #: authentication request from the end of its key exchange; then it is closed.
     preauth_timeout: float = field(default=5.0, metadata=setting(Number(0, 3600)))
     max_startups: MaxStartups = field(default=MaxStartups(10, 30, 60), metadata=setting(Startups()))
     per_source_max_startups: int = field(default=8, metadata=setting(Integer(1, 10000)))
