@@ -25,7 +25,6 @@ one is an fsynced inode no byte quota sees.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
@@ -37,8 +36,6 @@ from receiver.load.loader import FolderLoader
 from sealsync import durable
 from sealsync.crashpoints import crash_point
 from sealsync.protocol import ErrorCode, ProtocolError
-
-log = logging.getLogger(f"sealsync.{__name__}")
 
 MAX_STAGING_DEPTH = 64
 """Folders a staged name may nest (``sequence/`` included): IoTDB's names nest 4."""
@@ -137,12 +134,12 @@ class RoundState:
 
     def abandon(self) -> None:
         """The session ended mid-round: its empty staging folders go now, before the
-        loader drains (the rest go with the round's clean-up, or at recovery)."""
-        self.sync_log.close()
+        loader drains (the rest go with the round's clean-up, or at recovery), and
+        what it took of the sender's budget comes back whatever else fails."""
         try:
+            self.sync_log.close()
+        finally:
             self.prune()
-        except OSError as exc:  # pragma: no cover - rmdir and fsync failures are caught above
-            log.warning("%s: staging folders not pruned: %s", self.folder.root, exc)
 
     def staging_path(self, name: str) -> str | None:
         """Where ``name`` is staged, its folder made (checked and made once a round, and
@@ -206,4 +203,4 @@ class RoundState:
         self.sync_log.end()
         crash_point("receiver.synclog.end")
         self.sync_log.close()
-        self.prune()
+        self.prune()  # (if a write above fails, the session abandons the round: abandon())
