@@ -17,7 +17,16 @@ def check_loader(config: LoaderConfig) -> list[Finding]:
         sound(f"loader config {config.source}: table {config.table_path}, master {config.master}")
     ]
     out.extend(_receiver_data_dir(d) for d in config.receiver_data_dirs)
-    out.append(_creatable("table_path", config.table_path))
+    table = config.table_path
+    if table.path is not None:
+        out.append(_creatable("table_path", table.path))
+    else:
+        out.append(
+            sound(
+                f"table_path {table.uri}: a table on {table.scheme}://, reached through "
+                "Spark's Hadoop file system when a load runs (not opened here: no Spark)"
+            )
+        )
     out.append(_creatable("state_dir", config.state_dir))
     refuse_another_table(config)  # the state dir loads another table: exit 2, one line
     return out
