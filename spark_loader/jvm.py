@@ -180,6 +180,19 @@ def spark_jars() -> Path:
     return found
 
 
+def hadoop_version() -> str:
+    """The Hadoop release whose client PySpark ships (``hadoop-client-api-<v>.jar``):
+    Hadoop's own connectors (``hadoop-aws``) must be of the same release."""
+    names = sorted(p.name for p in spark_jars().glob("hadoop-client-api-*.jar"))
+    return names[-1].removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def hadoop_aws_package() -> str:
+    """The coordinates of Hadoop's S3 connector (``s3a://``) matching PySpark's Hadoop;
+    it brings the AWS SDK bundle it is built with."""
+    return f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
+
+
 def tsfile_jars(into: Path, mvn: str = "mvn") -> list[Path]:
     """The TsFile library's jars (it and ``common``), fetched by Maven into ``~/.m2`` and
     copied into ``into``, to compile against."""
