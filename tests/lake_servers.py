@@ -419,6 +419,13 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+#: The master's ``/json/`` fetched from inside its network namespace.
+_FETCH = (
+    "import sys, urllib.request; "
+    "print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
+)
+
+
 def _hiding(folders: Sequence[Path], command: list[str]) -> list[str]:
     """``command`` run in a mount namespace of its own in which each of ``folders`` is an
     empty read-only tmpfs (the mounts are private: the rest of the machine sees none)."""
@@ -440,6 +447,8 @@ class SparkCluster:
 
     work: Path
     hidden: tuple[Path, ...] = ()
+    #: Run every process through this (``offline_network()``'s ``nsenter``).
+    prefix: tuple[str, ...] = ()
     workers: int = 2
     cores: int = 1
     memory: str = "2g"
@@ -481,7 +490,7 @@ class SparkCluster:
     def _start(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
         with open(self.log_path(name), "ab") as log:
             process = subprocess.Popen(
-                command,
+                [*self.prefix, *command],
                 cwd=self.work,
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
@@ -493,9 +502,22 @@ class SparkCluster:
         return process
 
     def state(self) -> dict[str, Any]:
-        """The master's ``/json/`` document (workers, running and completed apps)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
-            answer: dict[str, Any] = json.load(r)
+        """The master's ``/json/`` document (workers, running and completed apps), asked
+        from where the master runs."""
+        url = f"http://127.0.0.1:{self.ui_port}/json/"
+        if not self.prefix:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                answer: dict[str, Any] = json.load(r)
+            return answer
+        done = subprocess.run(
+            [*self.prefix, sys.executable, "-c", _FETCH, url],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if done.returncode != 0:
+            raise OSError(done.stderr.strip().splitlines()[-1:] or "fetch failed")
+        answer = json.loads(done.stdout)
         return answer
 
     def _alive_workers(self) -> int:
@@ -648,6 +670,39 @@ class SparkDriver:
         for stream in (self._process.stdin, self._process.stdout):
             if stream is not None:
                 stream.close()
+
+
+@contextlib.contextmanager
+def offline_network() -> Iterator[tuple[str, ...]]:
+    """A network namespace with only a loopback interface (no route off this machine:
+    Maven Central is unreachable from it); yields the command prefix that runs a
+    process in it. A ``sleep`` holds it open until the block ends."""
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        raise ServerUnavailable("no unshare or nsenter on PATH (util-linux)")
+    holder = subprocess.Popen(
+        ["unshare", "--net", "--", "sleep", "86400"],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=own_session_tied_to_parent,
+    )
+    try:
+        ours, theirs = os.readlink("/proc/self/ns/net"), f"/proc/{holder.pid}/ns/net"
+        deadline = time.monotonic() + 30
+        while holder.poll() is None and os.readlink(theirs) == ours:  # not unshared yet
+            if time.monotonic() > deadline:
+                raise ServerUnavailable("unshare --net did not make a network namespace in 30s")
+            time.sleep(0.05)
+        if holder.poll() is not None:
+            assert holder.stderr is not None
+            said = holder.stderr.read().decode(errors="replace").strip()
+            raise ServerUnavailable(f"unshare --net failed ({holder.returncode}): {said}")
+        prefix = ("nsenter", f"--net={theirs}", "--")
+        subprocess.run([*prefix, "ip", "link", "set", "lo", "up"], check=True, timeout=30)
+        yield prefix
+    finally:
+        stop_group(holder, STOP_TIMEOUT)
+        if holder.stderr is not None:
+            holder.stderr.close()
 
 
 def _interrupt(signum: int, frame: object) -> None:
