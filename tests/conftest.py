@@ -228,12 +228,8 @@ def lake_hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hdfs]:
     its root at ``lake_hdfs.uri`` (``tests/lake_servers.py``)."""
     from lake_servers import Hdfs
 
-    server = Hdfs(tmp_path_factory.mktemp("hdfs"))
-    server.start()
-    try:
+    with Hdfs(tmp_path_factory.mktemp("hdfs")).running() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -242,12 +238,8 @@ def lake_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     ``spark_conf()``, ``storage_options()`` and ``env()`` say how to reach it."""
     from lake_servers import S3Server
 
-    server = S3Server(tmp_path_factory.mktemp("s3"))
-    server.start()
-    try:
+    with S3Server(tmp_path_factory.mktemp("s3")).running() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -255,7 +247,7 @@ def lake_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClus
     """A Spark standalone master with two workers for the whole run, each worker unable
     to see any folder of this run's ``tmp_path``s (receiver data, state, local tables):
     what reaches the executors must go through the driver or a shared store."""
-    from lake_servers import isolated_cluster
+    from lake_servers import spark_cluster
 
-    with isolated_cluster([tmp_path_factory.getbasetemp()]) as cluster:
+    with spark_cluster([tmp_path_factory.getbasetemp()]) as cluster:
         yield cluster

@@ -160,10 +160,7 @@ _ADD_OPENS = tuple(
 
 def cache_root() -> Path:
     """Where resolved classpaths are kept between runs."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    return Path.home() / ".cache" / "sealsync" / "iotdb"
+    return java_servers.cache_folder(CACHE_ENV, "iotdb")
 
 
 def find_java() -> str:

@@ -33,6 +33,13 @@ class ServerUnavailable(RuntimeError):
     message names the cause (the Maven error, the server's log and its tail)."""
 
 
+def cache_folder(env: str, name: str) -> Path:
+    """Where a server's resolved class paths are kept between runs: ``$env`` if set,
+    else ``~/.cache/sealsync/<name>``."""
+    configured = os.environ.get(env)
+    return Path(configured) if configured else Path.home() / ".cache" / "sealsync" / name
+
+
 def find_java(*, named_by: str | None = None) -> str:
     """The ``java`` to start servers with: ``$named_by`` if set, else ``$JAVA_HOME``'s,
     else the PATH's."""

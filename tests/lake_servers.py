@@ -24,7 +24,8 @@ offline), as :mod:`iotdb_server` does for IoTDB. ``hadoop-aws``, its AWS SDK bun
 and the S3 settings reach a Spark session through :meth:`S3Server.spark_conf`.
 
 The fixtures ``lake_hdfs``, ``lake_s3`` and ``lake_cluster`` of ``tests/conftest.py``
-start one of each per test run and stop them at its end.
+start one of each per test run and stop them at its end; :func:`spark_cluster` starts
+a cluster of another shape (one worker, shared folders, :func:`offline_network`).
 ``python tests/lake_servers.py`` starts all three, prints how to reach them and how
 long each took, and waits for Ctrl-C.
 """
@@ -46,10 +47,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from java_servers import (
     ServerUnavailable,
+    cache_folder,
     find_java,
     free_ports,
     log_tail,
@@ -87,10 +89,7 @@ S3PROXY_MAIN = "org.gaul.s3proxy.Main"
 
 def cache_root() -> Path:
     """Where resolved class paths are kept between runs."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    return Path.home() / ".cache" / "sealsync" / "lake"
+    return cache_folder(CACHE_ENV, "lake")
 
 
 def hadoop_version() -> str:
@@ -186,27 +185,66 @@ def _wait(
     return time.monotonic() - began
 
 
-# -- HDFS ------------------------------------------------------------------------
-
-
 @dataclass
-class Hdfs:
-    """A NameNode and one DataNode under ``home``; :meth:`start` and :meth:`stop` them."""
+class JavaServer:
+    """One server's JVM under ``home``, its output in :attr:`log_path`; a subclass's
+    :meth:`start` builds the command and says when it is ready (:meth:`_run`)."""
 
     home: Path
     java: str = field(default_factory=find_java)
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     start_seconds: float = 0.0
+    NAME: ClassVar[str] = "server"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / f"{self.NAME}.log"
+
+    def start(self, timeout: float = START_TIMEOUT) -> Self:
+        raise NotImplementedError
+
+    def _run(self, command: list[str], ready: Any, what: str, timeout: float) -> Self:
+        began = time.monotonic()
+        self.process = _launch(command, self.log_path, self.home)
+        try:
+            _wait(ready, self.process, what, self.log_path, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - began
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        if self.process is not None:
+            whole = stop_group(self.process, timeout)
+            self.process = None
+            if not whole:
+                raise RuntimeError(f"{self.NAME} processes survived stop (killed)")
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Self]:
+        """Started for the block, stopped after it."""
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+
+
+# -- HDFS ------------------------------------------------------------------------
+
+
+@dataclass
+class Hdfs(JavaServer):
+    """A NameNode and one DataNode under ``home``; :meth:`start` and :meth:`stop` them."""
+
+    NAME: ClassVar[str] = "hdfs"
 
     @property
     def uri(self) -> str:
         """The file system's root: ``hdfs://127.0.0.1:<NameNode port>``."""
         return f"hdfs://127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.home / "hdfs.log"
 
     @property
     def data_dir(self) -> Path:
@@ -220,7 +258,7 @@ class Hdfs:
     def spark_conf(self) -> dict[str, str]:
         return {f"spark.hadoop.{k}": v for k, v in self.hadoop_conf().items()}
 
-    def start(self, timeout: float = START_TIMEOUT) -> Hdfs:
+    def start(self, timeout: float = START_TIMEOUT) -> Self:
         classpath = hdfs_jars().classpath()
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "tmp").mkdir(exist_ok=True)
@@ -253,56 +291,32 @@ class Hdfs:
             str(details),
             *(arg for k, v in settings.items() for arg in ("-D", f"{k}={v}")),
         ]
-        began = time.monotonic()
-        self.process = _launch(command, self.log_path, self.home)
-        try:
-            # The details are written once the NameNode is out of safe mode and the
-            # DataNode has registered (MiniDFSCluster's build waits for both).
-            _wait(
-                lambda: details.is_file() and port_answers(self.port),
-                self.process,
-                f"HDFS (Hadoop {hadoop_version()} MiniDFSCluster)",
-                self.log_path,
-                timeout,
-            )
-        except BaseException:
-            self.stop()
-            raise
-        self.start_seconds = time.monotonic() - began
-        return self
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        if self.process is not None:
-            whole = stop_group(self.process, timeout)
-            self.process = None
-            if not whole:
-                raise RuntimeError("HDFS processes survived stop (killed)")
+        # The details are written once the NameNode is out of safe mode and the
+        # DataNode has registered (MiniDFSCluster's build waits for both).
+        return self._run(
+            command,
+            lambda: details.is_file() and port_answers(self.port),
+            f"HDFS (Hadoop {hadoop_version()} MiniDFSCluster)",
+            timeout,
+        )
 
 
 # -- S3 ----------------------------------------------------------------------------
 
 
 @dataclass
-class S3Server:
+class S3Server(JavaServer):
     """s3proxy serving ``buckets`` from folders under ``home``."""
 
-    home: Path
     buckets: tuple[str, ...] = ("lake",)
     access_key: str = "sealsync-test"
     secret_key: str = "sealsync-test-secret"
     region: str = "us-east-1"
-    java: str = field(default_factory=find_java)
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
-    start_seconds: float = 0.0
+    NAME: ClassVar[str] = "s3proxy"
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.home / "s3proxy.log"
 
     @property
     def store(self) -> Path:
@@ -359,7 +373,7 @@ class S3Server:
             "AWS_REGION": self.region,
         }
 
-    def start(self, timeout: float = START_TIMEOUT) -> S3Server:
+    def start(self, timeout: float = START_TIMEOUT) -> Self:
         classpath = s3proxy_jars().classpath()
         self.home.mkdir(parents=True, exist_ok=True)
         for bucket in self.buckets:  # the filesystem backend's buckets are its folders
@@ -386,28 +400,7 @@ class S3Server:
             "--properties",
             str(conf),
         ]
-        began = time.monotonic()
-        self.process = _launch(command, self.log_path, self.home)
-        try:
-            _wait(
-                lambda: port_answers(self.port),
-                self.process,
-                f"s3proxy ({S3PROXY})",
-                self.log_path,
-                timeout,
-            )
-        except BaseException:
-            self.stop()
-            raise
-        self.start_seconds = time.monotonic() - began
-        return self
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        if self.process is not None:
-            whole = stop_group(self.process, timeout)
-            self.process = None
-            if not whole:
-                raise RuntimeError("s3proxy processes survived stop (killed)")
+        return self._run(command, lambda: port_answers(self.port), f"s3proxy ({S3PROXY})", timeout)
 
 
 # -- Spark standalone ----------------------------------------------------------------
@@ -608,11 +601,20 @@ class SparkCluster:
 
 
 @contextlib.contextmanager
-def isolated_cluster(hidden: Sequence[Path], *, workers: int = 2) -> Iterator[SparkCluster]:
-    """A cluster whose workers see none of ``hidden``, its own folder made (and removed)
-    outside them."""
+def spark_cluster(
+    hidden: Sequence[Path] = (),
+    *,
+    workers: int = 2,
+    cores: int = 1,
+    prefix: Sequence[str] = (),
+) -> Iterator[SparkCluster]:
+    """A running cluster whose workers see none of ``hidden`` (with none, they share
+    every folder with this machine), its own folder made outside them and removed at
+    the end."""
     work = Path(tempfile.mkdtemp(prefix="sealsync-spark-"))
-    cluster = SparkCluster(work, hidden=tuple(hidden), workers=workers)
+    cluster = SparkCluster(
+        work, hidden=tuple(hidden), prefix=tuple(prefix), workers=workers, cores=cores
+    )
     try:
         cluster.start()
         yield cluster
@@ -719,11 +721,12 @@ def main(argv: Sequence[str]) -> int:
         home = Path(tmp)
         hidden = home / "driver"
         hidden.mkdir()
-        hdfs, s3 = Hdfs(home / "hdfs"), S3Server(home / "s3")
         try:
-            hdfs.start()
-            s3.start()
-            with isolated_cluster([hidden]) as cluster:
+            with (
+                Hdfs(home / "hdfs").running() as hdfs,
+                S3Server(home / "s3").running() as s3,
+                spark_cluster([hidden]) as cluster,
+            ):
                 print(
                     f"HDFS {hdfs.uri} ({hdfs.start_seconds:.1f}s)\n"
                     f"S3 {s3.endpoint}, bucket {s3.buckets[0]}, key {s3.access_key} "
@@ -739,9 +742,6 @@ def main(argv: Sequence[str]) -> int:
         except ServerUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 3
-        finally:
-            s3.stop()
-            hdfs.stop()
 
 
 if __name__ == "__main__":

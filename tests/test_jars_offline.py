@@ -12,14 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from config_helpers import write_config
-from lake_servers import SparkCluster, offline_network
+from lake_servers import SparkCluster, offline_network, spark_cluster
 from spark_loader_helpers import Receiver, source_rows, table_rows, two_senders
 
 from spark_loader import jars_dir, jvm
@@ -73,21 +72,16 @@ def test_a_cluster_load_without_maven_central_takes_the_jars_dir(tmp_path: Path)
 
     with (
         offline_network() as prefix,
-        tempfile.TemporaryDirectory(prefix="sealsync-spark-") as work,
+        spark_cluster(prefix=prefix, workers=1, cores=2) as cluster,
     ):
-        cluster = SparkCluster(Path(work), prefix=prefix, workers=1, cores=2)
-        try:
-            cluster.start()
-            # Without the folder the session must resolve, and Maven Central is not there.
-            resolving = _sealsync(
-                prefix, "load", "--config", str(_config(tmp_path, "resolving", recv, cluster))
-            )
-            written = sorted((tmp_path / "table").rglob("*.parquet"))
-            offline = _config(tmp_path, "offline", recv, cluster, jars_dir=str(folder))
-            loaded = _sealsync(prefix, "load", "--json", "--config", str(offline))
-            apps = cluster.state().get("completedapps", [])
-        finally:
-            cluster.stop()
+        # Without the folder the session must resolve, and Maven Central is not there.
+        resolving = _sealsync(
+            prefix, "load", "--config", str(_config(tmp_path, "resolving", recv, cluster))
+        )
+        written = sorted((tmp_path / "table").rglob("*.parquet"))
+        offline = _config(tmp_path, "offline", recv, cluster, jars_dir=str(folder))
+        loaded = _sealsync(prefix, "load", "--json", "--config", str(offline))
+        apps = cluster.state().get("completedapps", [])
 
     assert resolving.returncode == 1, resolving.stderr
     error = resolving.stderr.strip().splitlines()[-1]
