@@ -30,15 +30,17 @@ def fetch(folder: Path, *, s3: bool = False, verbose: bool = False) -> list[Path
     folder.mkdir(parents=True, exist_ok=True)
     wanted, excludes = jvm.packages(s3=s3)
     conf = {"spark.jars.packages": ",".join(wanted), "spark.jars.excludes": ",".join(excludes)}
-    with tempfile.TemporaryDirectory(prefix="sealsync-jars-") as logs:
-        spark = create_session("local[1]", Path(logs), verbose=verbose, conf=conf)
-        try:
-            # Beyond the loader's own jar: what ivy resolved (or what the jar cache
-            # remembers of the same resolution: the same files).
-            own = {"spark.jars": str(jvm.JAR)} if jvm.JAR.is_file() else {}
-            resolved = [Path(j) for j in jar_cache.resolved_jars(own, spark)]
-        finally:
-            spark.stop()
+    # The session's log stays where the error names it if the resolution fails.
+    logs = Path(tempfile.mkdtemp(prefix="sealsync-jars-"))
+    spark = create_session("local[1]", logs, verbose=verbose, conf=conf)
+    try:
+        # Beyond the loader's own jar: what ivy resolved (or what the jar cache
+        # remembers of the same resolution: the same files).
+        own = {"spark.jars": str(jvm.JAR)} if jvm.JAR.is_file() else {}
+        resolved = [Path(j) for j in jar_cache.resolved_jars(own, spark)]
+    finally:
+        spark.stop()
+    shutil.rmtree(logs, ignore_errors=True)
     copied = []
     for jar in resolved:
         target = folder / jar.name
