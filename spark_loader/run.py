@@ -392,6 +392,7 @@ class _Run:
             verbose=self.options.verbose,
             conf=self.config.spark,
             python=self.config.python,
+            jars_dir=self.config.jars_dir,
         )
         if not url.startswith("local"):
             _ship_package(created, self.state_dir)

@@ -36,6 +36,7 @@ COMMANDS = [
     "check",
     "demo",
     "inspect",
+    "jars",
     "keygen",
     "load",
     "owners",

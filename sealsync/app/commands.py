@@ -1,5 +1,5 @@
 """The commands besides ``send``: ``serve``, ``load``, ``status``, ``check``,
-``owners``, ``senders``, ``keygen`` and ``demo``.
+``owners``, ``senders``, ``jars``, ``keygen`` and ``demo``.
 
 Each parses its options, loads its config and hands the work to its role, importing
 that role inside the command: ``sealsync --help`` and a sender's round never import
@@ -21,6 +21,7 @@ from sealsync.app.status import render, status_of
 from sealsync.config import load_any, load_loader_config, load_receiver_config
 from sealsync.errors import EXIT_FAILURE
 from sealsync.printable import printable
+from sealsync.units import human_bytes
 
 
 @click.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
@@ -79,9 +80,11 @@ def load(
     --full rebuilds the table from every file in one commit (readers see the old table
     or the new one). A file that cannot be read is reported and retried next run
     (exit 1)."""
-    from spark_loader import run_load
+    from spark_loader import jars_dir, run_load
 
     config = load_loader_config(config_path)
+    if config.jars_dir is not None:  # before any work: a jar missing there is exit 2
+        jars_dir.session_jars(config.jars_dir)
     chatty = not (as_json or opts.quiet)
     report = run_load(
         config,
@@ -269,6 +272,42 @@ def senders(
             f"from {printable(row['last_address'])}  {row['files']} files  "
             f"{row['devices_owned']} devices"
         )
+
+
+@click.command(short_help="The loader's jars: list them, or fetch them into a folder.")
+@click.argument("action", required=False, type=click.Choice(["fetch"]))
+@click.argument("folder", required=False, type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--s3", is_flag=True, help="Also Hadoop's S3 connector (hadoop-aws and its AWS SDK, ~700 MB)."
+)
+@click.pass_obj
+def jars(opts: Options, action: str | None, folder: Path | None, s3: bool) -> None:
+    """The Maven coordinates a loader's Spark session resolves: Delta Lake and the
+    TsFile library (with --s3, Hadoop's S3 connector for s3a:// too).
+
+    `jars fetch DIR`, where Maven Central answers (it needs Java), resolves them as the
+    loader's session does, copies the jars into DIR and writes DIR/sealsync-jars.json
+    last. On a machine without Maven Central, copy DIR there whole and set
+    jars_dir = "DIR" in [loader]: the loader then takes its jars from DIR and resolves
+    nothing; a jar missing there stops it with one line naming the jar (exit 2)."""
+    from spark_loader import jars_dir, jvm
+    from spark_loader.jars_fetch import fetch
+
+    if action is None:
+        if folder is not None:
+            raise click.UsageError("a folder is only taken by: sealsync jars fetch DIR")
+        wanted, excludes = jvm.packages(s3=s3)
+        for package in wanted:
+            click.echo(package)
+        click.echo(f"(resolved without {', '.join(excludes)}: Spark ships them)")
+        return
+    if folder is None:
+        raise click.UsageError("fetch needs the folder to fill: sealsync jars fetch DIR")
+    fetched = fetch(folder, s3=s3, verbose=opts.verbose > 0)
+    size = human_bytes(sum(jar.stat().st_size for jar in fetched))
+    click.echo(f"{len(fetched)} jars ({size}) in {folder}, listed in {jars_dir.MANIFEST}")
+    if not opts.quiet:
+        click.echo(f'set jars_dir = "{folder.resolve()}" in [loader] to load without Maven Central')
 
 
 @click.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")

@@ -104,6 +104,9 @@ class LoaderConfig:
     python: str | None = field(default=None, metadata=setting(Text()))
     #: Spark settings for the session the loader starts (``spark.executor.memory``...).
     spark: dict[str, str] = field(default_factory=dict, metadata=setting(SparkSettings()))
+    #: A folder ``sealsync jars fetch`` filled: Delta's and TsFile's jars come from it,
+    #: not from Maven Central (checked when a session starts: ``spark_loader.jars_dir``).
+    jars_dir: Path | None = field(default=None, metadata=setting(PathValue()))
     #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
     metrics_textfile: Path | None = field(
         default=None, metadata=setting(PathValue(check=need_prom_path))
