@@ -104,6 +104,7 @@ def run_load(
     sync: bool = True,
     driver_wait: float = 120.0,
     prune_missing: bool = False,
+    changes_since: float | None = None,
 ) -> LoadReport:
     """Bring the table at ``config.table_path`` in line with the receiver's files.
 
@@ -113,7 +114,9 @@ def run_load(
     the fsync of written partitions (tests). ``driver_wait``: how long to wait for
     the Spark driver of a killed earlier run to exit. ``prune_missing``: remove the
     rows of files missing from the receiver without a logged deletion
-    (:mod:`.removals`; by default they are kept and counted).
+    (:mod:`.removals`; by default they are kept and counted). ``changes_since``: when
+    the receiver made the first change this run takes in (``sealsync load --follow``),
+    recorded as the run's lag.
     """
     started = time.monotonic()
     options = _Options(
@@ -145,10 +148,10 @@ def run_load(
         except BaseException as exc:
             run.report.seconds = time.monotonic() - started
             with contextlib.suppress(Exception):  # never hide why the run failed
-                lastrun.record_run(config, run.report, wall, exc)
+                lastrun.record_run(config, run.report, wall, exc, changes_since)
             raise
         run.report.seconds = time.monotonic() - started
-        lastrun.record_run(config, run.report, wall, None)
+        lastrun.record_run(config, run.report, wall, None, changes_since)
     return run.report  # the caller prints the summary: once, where it wants it
 
 
@@ -385,18 +388,7 @@ class _Run:
         existing = active_session()
         if existing is not None:
             return existing, False
-        url = self.options.master or self.config.master
-        created = create_session(
-            url,
-            self.state_dir,
-            verbose=self.options.verbose,
-            conf=self.config.spark,
-            python=self.config.python,
-            jars_dir=self.config.jars_dir,
-        )
-        if not url.startswith("local"):
-            _ship_package(created, self.state_dir)
-        return created, True
+        return start_session(self.config, self.options.master, self.options.verbose), True
 
     def ingest(
         self,
@@ -453,6 +445,24 @@ class _Run:
         finally:
             table.remove_run_folder(table.at(LINKS, run_id))
             shutil.rmtree(self.state_dir / LINKS / run_id, ignore_errors=True)
+
+
+def start_session(config: LoaderConfig, master: str | None, verbose: bool = False) -> Any:
+    """The loader's Spark session on ``master`` (default: the config's): its jars, its
+    settings, and on a cluster the loader's package shipped to the executors."""
+    url = master or config.master
+    state_dir = Path(config.state_dir)
+    created = create_session(
+        url,
+        state_dir,
+        verbose=verbose,
+        conf=config.spark,
+        python=config.python,
+        jars_dir=config.jars_dir,
+    )
+    if not url.startswith("local"):
+        _ship_package(created, state_dir)
+    return created
 
 
 def _remote_python(session: Any) -> bool:

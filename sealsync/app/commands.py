@@ -18,7 +18,7 @@ import click
 from sealsync.app.check import check_config
 from sealsync.app.options import CONFIG_PATH, Options
 from sealsync.app.status import render, status_of
-from sealsync.config import load_any, load_loader_config, load_receiver_config
+from sealsync.config import LoaderConfig, load_any, load_loader_config, load_receiver_config
 from sealsync.errors import EXIT_FAILURE
 from sealsync.printable import printable
 from sealsync.units import human_bytes
@@ -61,6 +61,19 @@ def serve(opts: Options, config_path: Path, init: bool) -> None:
     is_flag=True,
     help="Also remove the rows of files missing without a logged deletion.",
 )
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Stay up: commit what the receiver loads as it arrives, in one Spark session.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(0.0, 3600.0),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="--follow: how long a change waits for more before its run (at most one commit a window).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def load(
@@ -69,6 +82,8 @@ def load(
     master: str | None,
     full: bool,
     prune_missing: bool,
+    follow: bool,
+    window: float,
     as_json: bool,
 ) -> None:
     """One Spark ingest run: every file loaded on the receiver goes into the table at
@@ -79,12 +94,19 @@ def load(
     removed, the others load (exit 1); --prune-missing removes the missing ones.
     --full rebuilds the table from every file in one commit (readers see the old table
     or the new one). A file that cannot be read is reported and retried next run
-    (exit 1)."""
+    (exit 1). --follow stays up and loads as files arrive (one Spark session, a run
+    after each change of the receiver's logs, each recorded as a one-shot run is)
+    until SIGTERM or SIGINT, which let the run in progress finish."""
     from spark_loader import jars_dir, run_load
 
     config = load_loader_config(config_path)
     if config.jars_dir is not None:  # before any work: a jar missing there is exit 2
         jars_dir.session_jars(config.jars_dir)
+    if follow:
+        if full or prune_missing or as_json:
+            raise click.UsageError("--follow takes no --full, --prune-missing or --json")
+        _follow(opts, config, master, window)
+        return
     chatty = not (as_json or opts.quiet)
     report = run_load(
         config,
@@ -107,6 +129,34 @@ def load(
         click.echo(report.summary())
     if not report.ok:
         raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+def _follow(opts: Options, config: LoaderConfig, master: str | None, window: float) -> None:
+    """``load --follow``: one session, a run per change, until a signal."""
+    from spark_loader.follow import Follower, FollowOptions, install_stop_signals
+    from spark_loader.run import run_load, start_session
+
+    say = (lambda text: click.echo(f"load: {text}", err=True)) if not opts.quiet else None
+    if say is not None:
+        say("following: starting Spark")
+    session = start_session(config, master, opts.verbose > 0)
+    try:
+        follower = Follower(
+            config,
+            FollowOptions(master=master, window=window, verbose=opts.verbose > 0),
+            run_load,
+            session,
+            said=None if opts.quiet else lambda report: click.echo(report.summary()),
+            progress=say,
+        )
+        install_stop_signals(follower)
+        if say is not None:
+            say(f"following the receiver's loads (window {window:g} s); SIGTERM stops")
+        follower.run()
+    finally:
+        session.stop()
+    if say is not None:
+        say(f"stopped after {follower.runs} runs")
 
 
 @click.command(short_help="Show the state of a sender, receiver or loader.")
