@@ -53,6 +53,7 @@ REFUSALS = {
     "connections": "too many connections open",
     "key": "the public key is not in authorized_keys",
     "sender_key": "the sender UUID is bound to another public key",
+    "identity": "another host holds the sender's identity lease (a copy of that sender)",
     "sessions": "max_sessions open: the sender was told busy",
     "round_busy": "the sender folder was busy (a round or loads in progress)",
     "metrics": "a /metrics connection outside metrics_allow or over metrics_max_connections",
@@ -95,6 +96,8 @@ class ReceiverMetrics:
         """The inspect pool's live worker count, if the service has a pool."""
         self.workers_unavailable: Callable[[], bool] | None = None
         """Whether the pool's workers do not start (the format check cannot run)."""
+        self.storage_ok: Callable[[], bool] | None = None
+        """Whether the storage is the one the service started with (receiver/liveness.py)."""
         self.known_senders: Callable[[], Iterable[str]] | None = None
         """The UUIDs the receiver knows now (bound to a key, not retired): each has
         series from the start, and a sender no longer among them (retired, its line
@@ -290,6 +293,13 @@ class ReceiverMetrics:
                 "1 while the format check's worker processes do not start (the receiver's "
                 "fault: files are answered 'retry later'), else 0.",
                 int(self.workers_unavailable()),
+            )
+        if self.storage_ok is not None:
+            yield gauge(
+                "storage_ok",
+                "1 while the storage is the one the receiver started with, 0 when it is gone "
+                "(a folder vanished or replaced, a marker lost): no round is taken then.",
+                int(self.storage_ok()),
             )
         free = GaugeMetricFamily(
             f"{PREFIX}_disk_free_bytes",

@@ -39,6 +39,7 @@ import click
 
 from sealsync import __version__
 from sealsync.app.commands import check, demo, keygen, load, owners, senders, serve, status
+from sealsync.app.identity import identity
 from sealsync.app.inspect import inspect
 from sealsync.app.options import Options
 from sealsync.app.send import send
@@ -206,7 +207,7 @@ def exit_code_help() -> str:
 
 cli.help = f"{cli.help}\n\n{exit_code_help()}"
 
-for command in (send, serve, load, status, check, inspect, owners, senders, keygen, demo):
+for command in (send, serve, load, status, check, inspect, owners, senders, identity, keygen, demo):
     cli.add_command(command)
 
 
