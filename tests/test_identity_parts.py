@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from config_helpers import make_receiver
 
 from receiver.gate import SessionGate, StorageGone
 from receiver.identity import MARKER, folders, read_record, record_path, require_storage
@@ -20,7 +21,7 @@ from receiver.leases import Leases, Refused
 from receiver.liveness import StorageWatch
 from receiver.load.owners import DeviceOwners
 from receiver.metrics import ReceiverMetrics
-from sealsync.config import ReceiverConfig
+from sealsync.config import ReceiverConfig, load_receiver_config
 from sealsync.errors import ConfigError
 from sealsync.protocol import LEASE_RE, ErrorCode, Hello, Lease, ProtocolError
 
@@ -168,20 +169,7 @@ def test_device_scopes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None
 
 
 def receiver_config(tmp_path: Path) -> ReceiverConfig:
-    keys = tmp_path / "keys"
-    keys.mkdir(exist_ok=True)
-    (keys / "host").write_text("")
-    (keys / "authorized_keys").write_text("")
-    for name in ("schema", "data"):
-        (tmp_path / name).mkdir(exist_ok=True)
-    return ReceiverConfig(
-        listen_host="127.0.0.1",
-        listen_port=1,
-        host_key=keys / "host",
-        authorized_keys=keys / "authorized_keys",
-        schema_dir=tmp_path / "schema",
-        data_dirs=[tmp_path / "data"],
-    )
+    return load_receiver_config(make_receiver(tmp_path))
 
 
 def test_the_watch_sees_a_folder_replaced_its_marker_lost_and_the_storage_back(
@@ -194,7 +182,7 @@ def test_the_watch_sees_a_folder_replaced_its_marker_lost_and_the_storage_back(
     metrics = ReceiverMetrics()
     metrics.storage_ok = lambda: watch.ok
     assert watch.check() is None and watch.ok
-    data = tmp_path / "data"
+    data = tmp_path / "dc" / "data"
     os.rename(data, tmp_path / "moved")
     data.mkdir()
     problem = watch.check()
@@ -220,11 +208,11 @@ def test_the_record_outside_the_storage(tmp_path: Path) -> None:
     assert record is not None and record.storage == storage
     assert record.path == record_path(config) and record.path.parent == tmp_path / "keys"
     body = json.loads(record.path.read_text())
-    assert body["folders"] == [str(tmp_path / "schema"), str(tmp_path / "data")]
-    (tmp_path / "data" / MARKER).unlink()
+    assert body["folders"] == [str(tmp_path / "dc" / "schema"), str(tmp_path / "dc" / "data")]
+    (tmp_path / "dc" / "data" / MARKER).unlink()
     with pytest.raises(ConfigError, match="storage gone: .* holds no sealsync storage"):
         require_storage(config, init=True)
     with pytest.raises(ConfigError, match=f"the storage this receiver served is {storage}"):
         require_storage(config, init=True, replaces=OTHER)
     assert require_storage(config, init=True, replaces=storage) == storage
-    assert json.loads((tmp_path / "data" / MARKER).read_text())["storage"] == storage
+    assert json.loads((tmp_path / "dc" / "data" / MARKER).read_text())["storage"] == storage

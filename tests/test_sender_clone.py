@@ -13,7 +13,8 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from deploy_helpers import SEALSYNC, Deployment, Sender, make_deployment, populate
@@ -68,119 +69,125 @@ def deletions_logged(dep: Deployment, uuid: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def test_a_copied_sender_is_refused_before_it_deletes_and_takes_an_identity_of_its_own(
-    tmp_path: Path,
-) -> None:
-    dep = make_deployment(tmp_path / "site")
+@dataclass(frozen=True)
+class Site:
+    """One receiver (``device_scope = "sender"``) and a sender that shipped its files."""
+
+    dep: Deployment
+    original: Sender
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    dep = make_deployment(tmp_path_factory.mktemp("clone") / "site")
     per_sender_devices(dep)
     original = dep.senders[0]
     populate(original.edge, groups=2, files=2)
     dep.start_receiver()
     try:
         assert original.send().returncode == 0
-        copy = copy_of(dep, original, "edge0-copy")
-        uuid = original.uuid
-        assert copy.uuid == uuid
-        # the original goes on: a new file, and the next lease of its identity
-        populate(original.edge, groups=1, files=1, prefix="root.later")
-        assert original.send().returncode == 0
-        held = dep.loaded_hashes(original)
-        assert held == original.sealed_hashes()
-
-        # the copy compacts two of its files (deleting them) and writes one
-        sources = [n for n in copy.edge.sealed_files() if n.startswith("sequence/root.sg0/")]
-        copy.edge.merge(sources, "root.sg0", 0)
-        populate(copy.edge, groups=1, files=1, prefix="root.copy")
-        refused = copy.send()
-        assert refused.returncode == 1
-        line = refused.stderr
-        assert line.count("\n") == 1 and line.startswith(
-            f"sealsync: error: receiver dc: sender {uuid} is in use by another host: "
-            f"'{hostname()}:{original.edge.schema_dir}' at 127.0.0.1 (since "
-        )
-        assert re.search(
-            f"\\) holds its lease, and this host '{re.escape(hostname())}:"
-            f"{re.escape(str(copy.edge.schema_dir))}' at 127\\.0\\.0\\.1 holds an older lease "
-            "of it \\(a cloned image or copied state, or this host's state restored from an "
-            "older backup\\?\\): nothing was sent; ",
-            line,
-        ), line
-        assert line.endswith(
-            "if this host is a copy, give it an identity of its own: a key of its own "
-            "(`sealsync keygen`, authorized on each receiver) and `sealsync identity new "
-            f"--config {copy.config}` (a new UUID and state: it ships its files anew, and the "
-            "other host's files stay at the receiver); if no other host acts as this sender, "
-            f"take the identity back with `sealsync identity reclaim --config {copy.config}`\n"
-        )
-        assert dep.loaded_hashes(original) == held  # nothing of the original's was deleted
-        assert deletions_logged(dep, uuid) == ""  # so the loader removes none of its rows
-        again = original.send()  # the original is not disturbed
-        assert again.returncode == 0 and again.stderr == "", again.stderr
-
-        key_of_its_own(dep, copy)
-        done = run("identity", "--config", str(copy.config), "new")
-        assert done.returncode == 0, done.stderr
-        own = copy.uuid
-        assert own != uuid
-        assert done.stdout.startswith(f"sender UUID {own} (was {uuid}): ")
-        shipped = copy.send()
-        assert shipped.returncode == 0, shipped.stderr
-        assert dep.loaded_hashes(copy) == copy.sealed_hashes()  # the copy's files, its own
-        assert dep.loaded_hashes(original) == held
-        assert deletions_logged(dep, uuid) == ""
-        shown = json.loads(run("identity", "--config", str(copy.config), "--json").stdout)
-        assert shown == {"uuid": own, "receivers": {"dc": {"held": True, "reclaim": False}}}
-
-        # the original's state restored from an older backup: an older lease, refused
-        # the same way; it alone acts as this sender, so it takes the identity back
-        lease = SchemaPaths(original.edge.schema_dir, "127.0.0.1", dep.port).lease
-        backup = lease.read_bytes()
-        populate(original.edge, groups=1, files=1, prefix="root.latest")
-        assert original.send().returncode == 0
-        lease.write_bytes(backup)
-        restored = original.send()
-        assert restored.returncode == 1 and "holds an older lease of it" in restored.stderr
-        taken = run("identity", "--config", str(original.config), "reclaim")
-        assert taken.returncode == 0, taken.stderr
-        result = original.send()
-        assert result.returncode == 0, result.stderr
-        assert dep.loaded_hashes(original) == original.sealed_hashes()
-        reclaimed = "reclaimed its identity (sealsync identity reclaim)"
-        assert reclaimed in dep.log()
+        yield Site(dep, original)
     finally:
         assert dep.stop_receiver() == 0
 
 
-def test_a_copy_given_a_new_key_and_no_uuid_is_told_the_copys_procedure(tmp_path: Path) -> None:
-    dep = make_deployment(tmp_path / "site")
-    per_sender_devices(dep)
-    original = dep.senders[0]
-    populate(original.edge, groups=1, files=2)
-    dep.start_receiver()
-    try:
-        assert original.send().returncode == 0
-        copy = copy_of(dep, original, "edge0-copy")
-        key_of_its_own(dep, copy)
-        uuid_path(copy.edge.schema_dir).unlink()
-        refused = copy.send()
-        assert refused.returncode == 2
-        data_dir = copy.edge.data_dirs[0]
-        assert refused.stderr == (
-            f"sealsync: error: {copy.config}: [sender] data_dirs[0]: {data_dir} is synced "
-            f"by another sender (UUID {original.uuid}, recorded in "
-            f"{data_dir / 'sync-sender' / 'owner.txt'}), this config is a new sender (no "
-            f"UUID yet) (schema_dir {copy.edge.schema_dir}): one data dir has one sender. A "
-            "second config for this instance? give it the schema_dir of the config that "
-            "syncs it (one config per instance, one [[receiver]] table per receiver). A copy "
-            "of that sender's host (a cloned image or copied folders, its uuid.txt removed "
-            "or replaced)? give it an identity of its own with `sealsync identity new "
-            f"--config {copy.config}`\n"
-        )
-        assert run("identity", "--config", str(copy.config), "new").returncode == 0
-        shipped = copy.send()
-        assert shipped.returncode == 0, shipped.stderr
-        assert copy.uuid != original.uuid
-        assert dep.loaded_hashes(copy) == copy.sealed_hashes()
-        assert dep.loaded_hashes(original) == original.sealed_hashes()
-    finally:
-        assert dep.stop_receiver() == 0
+def test_a_copied_sender_is_refused_before_it_deletes_and_takes_an_identity_of_its_own(
+    site: Site,
+) -> None:
+    dep, original = site.dep, site.original
+    copy = copy_of(dep, original, "edge0-copy")
+    uuid = original.uuid
+    assert copy.uuid == uuid
+    # the original goes on: a new file, and the next lease of its identity
+    populate(original.edge, groups=1, files=1, prefix="root.later")
+    assert original.send().returncode == 0
+    held = dep.loaded_hashes(original)
+    assert held == original.sealed_hashes()
+
+    # the copy compacts two of its files (deleting them) and writes one
+    sources = [n for n in copy.edge.sealed_files() if n.startswith("sequence/root.sg0/")]
+    copy.edge.merge(sources, "root.sg0", 0)
+    populate(copy.edge, groups=1, files=1, prefix="root.copy")
+    refused = copy.send()
+    assert refused.returncode == 1
+    line = refused.stderr
+    assert line.count("\n") == 1 and line.startswith(
+        f"sealsync: error: receiver dc: sender {uuid} is in use by another host: "
+        f"'{hostname()}:{original.edge.schema_dir}' at 127.0.0.1 (since "
+    )
+    assert re.search(
+        f"\\) holds its lease, and this host '{re.escape(hostname())}:"
+        f"{re.escape(str(copy.edge.schema_dir))}' at 127\\.0\\.0\\.1 holds an older lease "
+        "of it \\(a cloned image or copied state, or this host's state restored from an "
+        "older backup\\?\\): nothing was sent; ",
+        line,
+    ), line
+    assert line.endswith(
+        "if this host is a copy, give it an identity of its own: a key of its own "
+        "(`sealsync keygen`, authorized on each receiver) and `sealsync identity new "
+        f"--config {copy.config}` (a new UUID and state: it ships its files anew, and the "
+        "other host's files stay at the receiver); if no other host acts as this sender, "
+        f"take the identity back with `sealsync identity reclaim --config {copy.config}`\n"
+    )
+    assert dep.loaded_hashes(original) == held  # nothing of the original's was deleted
+    assert deletions_logged(dep, uuid) == ""  # so the loader removes none of its rows
+    again = original.send()  # the original is not disturbed
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+
+    key_of_its_own(dep, copy)
+    done = run("identity", "--config", str(copy.config), "new")
+    assert done.returncode == 0, done.stderr
+    own = copy.uuid
+    assert own != uuid
+    assert done.stdout.startswith(f"sender UUID {own} (was {uuid}): ")
+    shipped = copy.send()
+    assert shipped.returncode == 0, shipped.stderr
+    assert dep.loaded_hashes(copy) == copy.sealed_hashes()  # the copy's files, its own
+    assert dep.loaded_hashes(original) == held
+    assert deletions_logged(dep, uuid) == ""
+    shown = json.loads(run("identity", "--config", str(copy.config), "--json").stdout)
+    assert shown == {"uuid": own, "receivers": {"dc": {"held": True, "reclaim": False}}}
+
+    # the original's state restored from an older backup: an older lease, refused
+    # the same way; it alone acts as this sender, so it takes the identity back
+    lease = SchemaPaths(original.edge.schema_dir, "127.0.0.1", dep.port).lease
+    backup = lease.read_bytes()
+    populate(original.edge, groups=1, files=1, prefix="root.latest")
+    assert original.send().returncode == 0
+    lease.write_bytes(backup)
+    restored = original.send()
+    assert restored.returncode == 1 and "holds an older lease of it" in restored.stderr
+    taken = run("identity", "--config", str(original.config), "reclaim")
+    assert taken.returncode == 0, taken.stderr
+    result = original.send()
+    assert result.returncode == 0, result.stderr
+    assert dep.loaded_hashes(original) == original.sealed_hashes()
+    reclaimed = "reclaimed its identity (sealsync identity reclaim)"
+    assert reclaimed in dep.log()
+
+
+def test_a_copy_given_a_new_key_and_no_uuid_is_told_the_copys_procedure(site: Site) -> None:
+    dep, original = site.dep, site.original
+    copy = copy_of(dep, original, "edge0-second-copy")
+    key_of_its_own(dep, copy)
+    uuid_path(copy.edge.schema_dir).unlink()
+    refused = copy.send()
+    assert refused.returncode == 2
+    data_dir = copy.edge.data_dirs[0]
+    assert refused.stderr == (
+        f"sealsync: error: {copy.config}: [sender] data_dirs[0]: {data_dir} is synced "
+        f"by another sender (UUID {original.uuid}, recorded in "
+        f"{data_dir / 'sync-sender' / 'owner.txt'}), this config is a new sender (no "
+        f"UUID yet) (schema_dir {copy.edge.schema_dir}): one data dir has one sender. A "
+        "second config for this instance? give it the schema_dir of the config that "
+        "syncs it (one config per instance, one [[receiver]] table per receiver). A copy "
+        "of that sender's host (a cloned image or copied folders, its uuid.txt removed "
+        "or replaced)? give it an identity of its own with `sealsync identity new "
+        f"--config {copy.config}`\n"
+    )
+    assert run("identity", "--config", str(copy.config), "new").returncode == 0
+    shipped = copy.send()
+    assert shipped.returncode == 0, shipped.stderr
+    assert copy.uuid != original.uuid
+    assert dep.loaded_hashes(copy) == copy.sealed_hashes()
+    assert dep.loaded_hashes(original) == original.sealed_hashes()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -33,37 +34,38 @@ def identity(config_path: Path, as_json: bool, action: str | None) -> None:
     config = load_sender_config(config_path)
     if action == "new":
         old, new = new_identity(config)
-        if as_json:
-            click.echo(json.dumps({"uuid": new, "was": old}, indent=2))
-            return
-        click.echo(
+        _say(
+            as_json,
+            {"uuid": new, "was": old},
             f"sender UUID {new} (was {old or 'none'}): this host's state towards each "
             "receiver is reset, and its next send ships its files anew under the new UUID; "
             "the files the other host shipped stay at the receivers. A copy needs a key of "
             "its own (a key acts as one sender), and writes the device ids of the host it "
             "was copied from: a receiver refuses them as another sender's unless it runs "
-            'with device_scope = "sender"'
+            'with device_scope = "sender"',
         )
-        return
-    if action == "reclaim":
+    elif action == "reclaim":
         own = reclaim(config)
-        if as_json:
-            click.echo(json.dumps({"uuid": own, "reclaim": True}, indent=2))
-            return
-        click.echo(
+        _say(
+            as_json,
+            {"uuid": own, "reclaim": True},
             f"sender UUID {own}: the next send takes the identity back on every receiver; "
-            "another host acting as this sender is refused from then on"
+            "another host acting as this sender is refused from then on",
         )
-        return
-    found = show(config)
-    if as_json:
+    else:
+        found = show(config)
         leases = {
             name: {"held": bool(lease.lease), "reclaim": lease.reclaim}
             for name, lease in found.leases.items()
         }
-        click.echo(json.dumps({"uuid": found.uuid, "receivers": leases}, indent=2))
-        return
-    click.echo(f"sender UUID {found.uuid or 'none yet (created by the first send)'}")
-    for name, lease in found.leases.items():
-        held = f"lease {lease.lease.split('-')[0]}" if lease.lease else "no lease yet"
-        click.echo(f"  receiver {name}: {held}{', to reclaim' if lease.reclaim else ''}")
+        lines = [f"sender UUID {found.uuid or 'none yet (created by the first send)'}"]
+        lines += [
+            f"  receiver {name}: {'lease held' if held['held'] else 'no lease yet'}"
+            f"{', to reclaim' if held['reclaim'] else ''}"
+            for name, held in leases.items()
+        ]
+        _say(as_json, {"uuid": found.uuid, "receivers": leases}, "\n".join(lines))
+
+
+def _say(as_json: bool, doc: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(doc, indent=2) if as_json else text)
