@@ -219,6 +219,8 @@ class DeviceOwners:
     def set_scope(self, scope: str) -> None:
         """Run with ``scope`` from now on, logged in the log if it changes (the service
         at start, under the storage lock)."""
+        if scope == RECEIVER_SCOPE and not self.path.exists():
+            return  # no log yet: the default scope, and nothing to write (not even a lock)
         with self._locked():
             if scope == self._scope:
                 return
