@@ -188,7 +188,7 @@ class BatchCommitter:
             if isinstance(conflicts, SealsyncError):
                 item.verdict(Verdict.REFUSED, f"device ownership not recorded: {conflicts}")
             elif conflicts:
-                item.verdict(Verdict.CONFLICT, _conflict_reason(conflicts))
+                item.verdict(Verdict.CONFLICT, _conflict_reason(conflicts, self.owners.describe))
             else:
                 item.devices = info.devices
 
@@ -211,13 +211,13 @@ def _format_problem(item: Arrived, exc: FormatError) -> str:
     return f"not a valid data file: {reason}"
 
 
-def _conflict_reason(conflicts: dict[str, str]) -> str:
+def _conflict_reason(conflicts: dict[str, str], describe: Callable[[str], str]) -> str:
     devices = sorted(conflicts)
     first = devices[0]
     more = f" (and {len(devices) - 1} more devices)" if len(devices) > 1 else ""
-    # The owner's UUID is not told: a sender learns no other sender's (operators see
-    # them in ``sealsync owners`` and ``sealsync senders``).
-    return f"device {first} is owned by another sender{more}"
+    # The owner is named by the name its HELLO gave, never its UUID: a sender learns no
+    # other sender's (operators see them in ``sealsync owners`` and ``sealsync senders``).
+    return f"device {first} is owned by {describe(conflicts[first])}{more}"
 
 
 CommitFn = Callable[[list[Arrived], RoundState, "Future[None] | None"], None]

@@ -41,7 +41,7 @@ class SenderQueries:
 
     def owners(self, msg: OwnersQuery) -> Owners:
         try:
-            owners = self._owners.owners_of(msg.devices)
+            owners = self._owners.owners_of(msg.devices, asking=self.uuid)
         except SealsyncError as exc:  # a device id the owner log cannot hold (a TAB)
             raise ProtocolError(f"OWNERS_QUERY: {exc}", code=ErrorCode.BAD_DEVICE) from None
         mine = self.uuid

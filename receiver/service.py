@@ -25,10 +25,13 @@ import paramiko
 
 from receiver.auth import RETIRED, SenderKeys
 from receiver.connections import Connections
+from receiver.identity import folders
 from receiver.incoming import sync_method_in_effect
 from receiver.inspect_pool import InspectPool, verify_in_worker
+from receiver.leases import Leases
 from receiver.limits import RefusalLog
-from receiver.load.owners import DeviceOwners
+from receiver.liveness import INTERVAL, StorageWatch
+from receiver.load.owners import DeviceOwners, scope_for
 from receiver.lock import StorageLock
 from receiver.metrics import ReceiverMetrics
 from receiver.metrics_http import MetricsServer
@@ -97,14 +100,19 @@ class ReceiverService:
         self._own_storage = storage is None  # the host closes what it passed
         self.storage: Storage = as_storage(storage) if storage is not None else open_storage(config)
         self._storage_lock = StorageLock(config.schema_dir, config.data_dirs)
+        self.watch = StorageWatch(folders(config))
+        self._storage_down = False
         self.metrics = ReceiverMetrics(
             [("schema", config.schema_dir), *(("data", d) for d in config.data_dirs)],
             paths=config.metrics_paths,
         )
         self.metrics.remember_senders(config.schema_dir, list(config.data_dirs))
+        watch = self.watch
+        self.metrics.storage_ok = lambda: watch.ok
         self._metrics_server: MetricsServer | None = None
         # before any worker starts: it may refuse
         limits = limits_for(config, self.storage)
+        self._device_scope = scope_for(config, self.storage)  # IoTDB keeps one owner: exit 2
         self._pool: InspectPool | None = None
         inspect_many = None
         if inspect is None:
@@ -117,6 +125,8 @@ class ReceiverService:
         inspect = self.metrics.tracked(inspect)
         self._inspect = inspect
         self.owners = DeviceOwners(config.schema_dir)
+        leases = Leases(config.schema_dir)
+        self.owners.names = leases.name_of  # a conflict names the owner by its name
         self.rounds = Rounds(self.storage, self.owners, inspect)
         sender_keys = SenderKeys(config.schema_dir, config.max_uuids_per_key)
         self.metrics.known_senders = lambda: [
@@ -135,6 +145,8 @@ class ReceiverService:
             metrics=self.metrics,
             partial_max_age=config.partial_max_age,
             sync_method=config.sync_method,
+            storage_problem=self.watch.check,
+            leases=leases,
         )
         self.refusals = RefusalLog(lambda level, line: log.log(level, "%s", line))
         self.connections = Connections(config, self.context, self.metrics, self.refusals)
@@ -172,6 +184,8 @@ class ReceiverService:
             raise SealsyncError(f"the receiver service cannot start: it is {self._state}")
         try:
             self._storage_lock.acquire()
+            self.watch.start()  # the storage's identity, looked at again while it runs
+            self.owners.set_scope(self._device_scope)
             host_key = load_host_key(self.config.host_key)
             if self._pool is not None:
                 self._pool.warm()
@@ -286,10 +300,16 @@ class ReceiverService:
         that expiry never waits for a round of that sender. Never raises."""
         interval = partial_sweep_interval(self.config.partial_max_age)
         next_sweep = time.monotonic() + interval
+        next_look = time.monotonic() + INTERVAL
         while not self._stopping.wait(HOUSEKEEPING_TICK):
             try:
                 self.refusals.flush()
                 self._end_retired()
+                if time.monotonic() >= next_look:
+                    next_look = time.monotonic() + INTERVAL
+                    self._watch_storage()
+                if self._storage_down:
+                    continue  # nothing is swept in whatever is at the storage's path now
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + interval
                     removed = sweep_all(list(self.config.data_dirs), self.config.partial_max_age)
@@ -297,6 +317,20 @@ class ReceiverService:
                         log.info("removed %d expired partial-upload file(s)", removed)
             except Exception:
                 log.exception("housekeeping failed")
+
+    def _watch_storage(self) -> None:
+        """Look at the storage (receiver/liveness.py): gone, stop its loaders and end
+        every session; back, take rounds again."""
+        problem = self.watch.check()
+        if problem is not None and not self._storage_down:
+            self._storage_down = True
+            self.rounds.suspend(problem)
+            for _, channel in self.connections.live():
+                transport = channel.get_transport()
+                (transport or channel).close()
+        elif problem is None and self._storage_down:
+            self._storage_down = False
+            self.rounds.resume()
 
     def _end_retired(self) -> None:
         """Close the connection of every running session whose sender was retired."""

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [
     "check",
     "demo",
+    "identity",
     "inspect",
     "jars",
     "keygen",

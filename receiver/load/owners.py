@@ -5,9 +5,27 @@ fields separated by one TAB:
 
     claim<TAB><sender uuid><TAB><device>     the sender now owns the device
     release<TAB><device>                     the device has no owner any more
+    scope<TAB><receiver|sender>              ``device_scope`` from here on
 
 The state is the replay of the lines in order: a ``claim`` of an owned device is
-ignored (the first claim wins), a ``release`` makes the device unowned. A device id
+ignored (the first claim wins), a ``release`` makes the device unowned.
+
+**Scopes** (``device_scope``). By default a device has one owner on the receiver.
+Fleets reuse device ids across sites (every plant has ``root.plant.line1``), so with
+``device_scope = "sender"`` each sender's device ids are its own: a claim never
+conflicts, and each sender's claims are logged for it (the first claimant stays the
+device's owner for the default scope). Only a storage that keeps senders' files apart
+may do that (``Storage.keeps_senders_apart``: the default storage, one folder per
+sender, which the Spark table keeps apart by its ``sender`` column); one that merges
+them (IoTDB would merge two senders' points of one device) keeps one owner per
+device, and ``serve`` refuses the other scope for it (:func:`scope_for`). The service
+logs the scope it runs with whenever it changes; back to ``receiver``, a device
+several senders claimed meanwhile is its first claimant's, and the others' files of
+it are conflicts again (the start says how many such devices there are).
+
+A conflict names the owner by the name its last HELLO gave (``names``: the
+receiver's sender records, receiver/leases.py), never by its UUID: no sender learns
+another's. A device id
 may hold any character but TAB, CR and LF (rejected with a clear error, since they
 would forge fields or lines); the uuid is a canonical lowercase uuid. Every append is
 fsynced before the call returns; a torn last line (crash mid-append) is not an event
@@ -25,7 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,14 +51,19 @@ from filelock import FileLock, Timeout
 
 from receiver.folders import make_dirs
 from receiver.layout import check_sender_uuid
+from receiver.storage import Storage
 from sealsync import durable
-from sealsync.errors import SealsyncError
+from sealsync.config import ReceiverConfig
+from sealsync.errors import ConfigError, SealsyncError
+from sealsync.printable import printable
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
 OWNER_LOG = "device_owner.log"
 CLAIM = "claim"
 RELEASE = "release"
+SCOPE = "scope"
+RECEIVER_SCOPE, SENDER_SCOPE = "receiver", "sender"
 LOCK_TIMEOUT = 60.0
 
 
@@ -48,11 +71,28 @@ class DeviceIdError(SealsyncError):
     """A device id that cannot be recorded in ``device_owner.log``."""
 
 
+def scope_for(config: ReceiverConfig, storage: Storage) -> str:
+    """The configured ``device_scope``, or ConfigError (exit 2, one line) when the
+    storage merges senders' points of one device."""
+    if config.device_scope == SENDER_SCOPE and not storage.keeps_senders_apart:
+        raise ConfigError(
+            f'{config.source}: [receiver] device_scope = "sender": the {config.storage.kind} '
+            "storage keeps one set of points per device (IoTDB would merge two senders' "
+            "points of one device), so a device keeps one owner there: leave device_scope "
+            'out (or "receiver"), and give each site device ids of its own'
+        )
+    return config.device_scope
+
+
 class DeviceConflict(SealsyncError):
     """A file holds devices that another sender owns; nothing of it was claimed."""
 
-    def __init__(self, name: str, conflicts: dict[str, str]) -> None:
-        shown = ", ".join(f"{d} (owner {o})" for d, o in sorted(conflicts.items())[:5])
+    def __init__(
+        self, name: str, conflicts: dict[str, str], describe: Callable[[str], str] = str
+    ) -> None:
+        shown = ", ".join(
+            f"{d} (owner {describe(o)}, {o})" for d, o in sorted(conflicts.items())[:5]
+        )
         more = f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
         super().__init__(f"{name}: devices owned by another sender: {shown}{more}")
         self.name = name
@@ -83,10 +123,14 @@ class DeviceOwners:
         # Threads are serialised by the lock above, so the file lock need not be per thread.
         self._file_lock = FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT, thread_local=False)
         self._owners: dict[str, str] = {}
+        self._claimants: dict[str, set[str]] = {}  # every sender that claimed a device
+        self._scope = RECEIVER_SCOPE
         self._identity: tuple[int, int] | None = None
         self._offset = 0
         self._torn = False
         self._log: durable.AppendLog | None = None
+        self.names: Callable[[str], str | None] = lambda uuid: None
+        """The name a sender's HELLO gave (the service's sender records), for conflicts."""
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -106,6 +150,8 @@ class DeviceOwners:
 
     def _reset(self) -> None:
         self._owners = {}
+        self._claimants = {}
+        self._scope = RECEIVER_SCOPE
         self._identity = None
         self._offset = 0
         self._torn = False
@@ -140,8 +186,14 @@ class DeviceOwners:
         fields = line.split("\t")
         if len(fields) == 3 and fields[0] == CLAIM and fields[2]:
             self._owners.setdefault(fields[2], fields[1])
+            self._claimants.setdefault(fields[2], set()).add(fields[1])
         elif len(fields) == 2 and fields[0] == RELEASE:
             self._owners.pop(fields[1], None)
+            self._claimants.pop(fields[1], None)
+        elif (
+            len(fields) == 2 and fields[0] == SCOPE and fields[1] in (SENDER_SCOPE, RECEIVER_SCOPE)
+        ):
+            self._scope = fields[1]
         elif line:
             log.warning("%s: ignoring a line that is not an event: %r", self.path, line[:200])
 
@@ -156,6 +208,53 @@ class DeviceOwners:
         self._log.append_many(lines)
         self._refresh()  # the state changes only by reading the log back
 
+    # --- scope and names ----------------------------------------------------------
+
+    @property
+    def scope(self) -> str:
+        """``receiver`` (one owner per device) or ``sender``, as the log says now."""
+        with self._locked():
+            return self._scope
+
+    def set_scope(self, scope: str) -> None:
+        """Run with ``scope`` from now on, logged in the log if it changes (the service
+        at start, under the storage lock)."""
+        if scope == RECEIVER_SCOPE and not self.path.exists():
+            return  # no log yet: the default scope, and nothing to write (not even a lock)
+        with self._locked():
+            if scope == self._scope:
+                return
+            self._append([f"{SCOPE}\t{scope}"])
+            shared = sum(1 for owners in self._claimants.values() if len(owners) > 1)
+        log.info("device_scope %s from now on (%s)", scope, self.path)
+        if scope == RECEIVER_SCOPE and shared:
+            log.warning(
+                "device_scope receiver: %d devices were claimed by several senders under "
+                "device_scope sender: each is its first claimant's again, and the others' "
+                "files of it are refused as conflicts (sealsync owners lists them)",
+                shared,
+            )
+
+    def describe(self, uuid: str) -> str:
+        """A sender as a conflict names it: by its name, never its UUID."""
+        try:
+            name = self.names(uuid)
+        except (OSError, SealsyncError):
+            name = None
+        return f"sender '{printable(name)}'" if name else "another sender"
+
+    def _conflicts(self, wanted: Iterable[str], uuid: str) -> dict[str, str]:
+        if self._scope == SENDER_SCOPE:
+            return {}
+        return {d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid}
+
+    def _unclaimed(self, wanted: Iterable[str], uuid: str) -> list[str]:
+        """The devices a claim by ``uuid`` appends: those it does not own yet (in the
+        sender scope, those it never claimed)."""
+        if self._scope == SENDER_SCOPE:
+            return [d for d in wanted if uuid not in self._claimants.get(d, ())]
+        return [d for d in wanted if d not in self._owners]
+
     def claim(self, devices: Iterable[str], uuid: str) -> dict[str, str]:
         """Claim every unowned device for ``uuid``, or nothing if any is another's.
 
@@ -165,10 +264,10 @@ class DeviceOwners:
         check_sender_uuid(uuid)
         wanted = _unique(devices)
         with self._locked():
-            conflicts = {d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid}
+            conflicts = self._conflicts(wanted, uuid)
             if conflicts:
                 return conflicts
-            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in wanted if d not in self._owners])
+            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in self._unclaimed(wanted, uuid)])
             return {}
 
     def claim_each(
@@ -193,19 +292,20 @@ class DeviceOwners:
                 if isinstance(wanted, SealsyncError):
                     results.append(wanted)
                     continue
-                conflicts = {
-                    d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid
-                }
+                conflicts = self._conflicts(wanted, uuid)
                 if not conflicts:
-                    new.update((d, None) for d in wanted if d not in self._owners)
+                    new.update((d, None) for d in self._unclaimed(wanted, uuid))
                 results.append(conflicts)
             self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
         return results
 
-    def owners_of(self, devices: Iterable[str]) -> dict[str, str]:
-        """Owner uuid per device, ``""`` for an unowned one."""
+    def owners_of(self, devices: Iterable[str], asking: str | None = None) -> dict[str, str]:
+        """Owner uuid per device, ``""`` for an unowned one. In the sender scope, as
+        ``asking`` sees them: its own devices, every other one free to it."""
         wanted = _unique(devices)
         with self._locked():
+            if self._scope == SENDER_SCOPE and asking is not None:
+                return {d: asking if asking in self._claimants.get(d, ()) else "" for d in wanted}
             return {d: self._owners.get(d, "") for d in wanted}
 
     def release(self, devices: Iterable[str]) -> list[str]:
@@ -217,11 +317,14 @@ class DeviceOwners:
             return owned
 
     def by_owner(self) -> dict[str, list[str]]:
-        """Devices per owner uuid, each list sorted."""
+        """Devices per owner uuid, each list sorted (in the sender scope, a device under
+        each sender that claimed it)."""
         with self._locked():
             grouped: dict[str, list[str]] = {}
             for device, owner in self._owners.items():
-                grouped.setdefault(owner, []).append(device)
+                owners = self._claimants[device] if self._scope == SENDER_SCOPE else (owner,)
+                for each in owners:
+                    grouped.setdefault(each, []).append(device)
         return {owner: sorted(found) for owner, found in sorted(grouped.items())}
 
     def close(self) -> None:

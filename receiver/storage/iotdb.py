@@ -246,6 +246,8 @@ class IoTDBClient:
 class IoTDBStorage(DirectoryStorage):
     """The default storage's copies, each loaded into IoTDB once, its deletions applied."""
 
+    keeps_senders_apart = False  # IoTDB merges every sender's points of one device
+
     def __init__(self, data_dirs: list[Path], schema_dir: Path, settings: IoTDBSettings) -> None:
         super().__init__(data_dirs)
         if settings.dialect not in DIALECTS:

@@ -49,6 +49,7 @@ from sealsync.app.commands import (
     serve,
     status,
 )
+from sealsync.app.identity import identity
 from sealsync.app.inspect import inspect
 from sealsync.app.options import Options
 from sealsync.app.send import send
@@ -219,7 +220,20 @@ def exit_code_help() -> str:
 
 cli.help = f"{cli.help}\n\n{exit_code_help()}"
 
-for command in (send, serve, load, status, check, inspect, owners, senders, jars, keygen, demo):
+for command in (
+    send,
+    serve,
+    load,
+    status,
+    check,
+    inspect,
+    owners,
+    senders,
+    identity,
+    jars,
+    keygen,
+    demo,
+):
     cli.add_command(command)
 
 

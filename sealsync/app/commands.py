@@ -27,14 +27,23 @@ from sealsync.units import human_bytes
 @click.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 @click.option("--init", is_flag=True, help="Create the schema dir and data dirs if missing.")
+@click.option(
+    "--replaces",
+    metavar="STORAGE_ID",
+    help="The storage this receiver served is gone for good: serve another one.",
+)
 @click.pass_obj
-def serve(opts: Options, config_path: Path, init: bool) -> None:
+def serve(opts: Options, config_path: Path, init: bool, replaces: str | None) -> None:
     """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly.
 
     The schema dir and data dirs must exist and carry the storage marker that --init
     writes (a typo or an unmounted disk is an error, exit 2, nothing written); --init
     creates the missing ones and marks them, for a receiver's first start. One
     receiver per storage: another one on the same folders exits 75, naming its pid.
+    The receiver records the storage it serves outside it (state_dir): folders that
+    held it and hold no storage or another one now are refused ("storage gone"),
+    --init included, unless --replaces names the old storage's id. While it runs, a
+    storage that vanishes or is replaced stops every round until it is back.
     A sender_keys.txt older than its last retirement or re-key (a restored backup)
     is refused, exit 2, naming `senders accept-restore`.
     Logs go to stderr (and log_file) with timestamps, at INFO (-v: DEBUG).
@@ -46,7 +55,8 @@ def serve(opts: Options, config_path: Path, init: bool) -> None:
 
     with server_logging(opts.verbose, opts.quiet):
         config = load_receiver_config(config_path, init=init)
-        storage = require_storage(config, init=init)  # an unmounted disk or a typo: exit 2
+        # an unmounted disk, a typo, a replaced storage: exit 2
+        storage = require_storage(config, init=init, replaces=replaces)
         require_generation(config, storage)  # sender keys restored from an older backup: 2
         code = serve_until_stopped(config)
     raise click.exceptions.Exit(code)

@@ -11,7 +11,8 @@ from sealsync.errors import SealsyncError
 
 PROTOCOL_VERSION = 2
 """The newest version this release speaks. Version 2 added HELD_QUERY/HELD (a
-summary of what the receiver holds of a sender, docs/design.md §3.9)."""
+summary of what the receiver holds of a sender, docs/design.md §3.9) and LEASE/
+LEASE_GRANT (the sender identity lease, docs/design.md §5.1)."""
 OLDEST_PROTOCOL_VERSION = 1
 """The oldest version this release still speaks: one version back (docs/protocol.md,
 "Versions and upgrades")."""
@@ -105,6 +106,7 @@ class ErrorCode(StrEnum):
     QUOTA = "quota"  # a file would take the sender over sender_quota_bytes
     IO = "io"  # the receiver could not write its own state (disk full, permissions)
     INTERNAL = "internal"  # a receiver bug; its log has the traceback
+    IDENTITY = "identity"  # another host acts as this sender: its lease is newer
     CLOSED = "closed"  # never sent: the code of a connection the peer closed
 
 
@@ -144,6 +146,8 @@ class Kind(IntEnum):
     PARTIALS = 22
     HELD_QUERY = 23  # version 2
     HELD = 24  # version 2
+    LEASE = 25  # version 2
+    LEASE_GRANT = 26  # version 2
 
 
 class Verdict:

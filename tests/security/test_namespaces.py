@@ -153,7 +153,8 @@ def test_a_sender_cannot_reach_into_another_senders_folder(tmp_path: Path) -> No
     assert isinstance(owners, Owners) and owners.owners
     assert set(owners.owners.values()) == {ANOTHER_SENDER}
     assert [v.status for v in conflict] == ["conflict"]
-    assert "another sender" in conflict[0].reason and a not in conflict[0].reason
+    # the owner is named by its HELLO name, never by its UUID
+    assert "is owned by sender '" in conflict[0].reason and a not in conflict[0].reason
 
 
 def _partial_bytes(site: Site) -> int:
