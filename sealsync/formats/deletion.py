@@ -33,10 +33,8 @@ The Java reader of the loader matches with the same rules
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,6 +43,11 @@ from sealsync.errors import FormatError
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 
 MIN_TIME, MAX_TIME = -(1 << 63), (1 << 63) - 1
+MAX_PATTERN_BYTES = 4096
+"""The longest path pattern a deletion may carry (UTF-8 bytes): far past any IoTDB
+path, and short enough that matching one against every series of a file stays cheap."""
+MAX_PATTERN_NODES = 256
+"""The most nodes a path pattern may have; IoTDB's paths are a few levels deep."""
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,30 @@ def _is_quoted(node: str) -> bool:
     return len(node) >= 2 and node[0] == node[-1] and node[0] in '`"'
 
 
-@lru_cache(maxsize=4096)
-def _glob(node: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in node.split("*")), re.DOTALL)
+def _glob_matches(pattern: str, name: str) -> bool:
+    """Whether ``name`` matches the glob node ``pattern`` (``*``: any run of characters),
+    in time linear in their lengths.
+
+    A regular expression of ``.*`` between the parts backtracks: ``*a*a*a...*b``
+    against a long run of ``a`` took hours. Here the first part must start the name,
+    the last end it, and each one between is taken at its leftmost place after the one
+    before: if any placement fits, the leftmost ones do, since they leave the most of
+    the name to the parts after.
+    """
+    parts = pattern.split("*")
+    first, last = parts[0], parts[-1]
+    if len(first) + len(last) > len(name) or not name.startswith(first):
+        return False
+    if not name.endswith(last):
+        return False
+    at, end = len(first), len(name) - len(last)
+    for part in parts[1:-1]:
+        if part:
+            found = name.find(part, at, end)
+            if found < 0:
+                return False
+            at = found + len(part)
+    return True
 
 
 def _node_matches(pattern: str, name: str) -> bool:
@@ -136,22 +160,21 @@ def _node_matches(pattern: str, name: str) -> bool:
     if pattern in ("*", "**"):
         return True
     if pattern.startswith("*") or pattern.endswith("*"):
-        return _glob(pattern).fullmatch(name) is not None
+        return _glob_matches(pattern, name)
     return pattern == name
 
 
 def _match(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
-    """IoTDB 0.13+ matching of ``pattern`` against a path's node names."""
+    """IoTDB 0.13+ matching of ``pattern`` against a path's node names, in time
+    proportional to the pattern's nodes times the path's (each node tested once per
+    place it may start at)."""
     # reach: how many names the pattern's nodes so far can have consumed
-    reach = {0}
+    reach: set[int] = {0}
     for node in pattern:
-        nxt: set[int] = set()
-        multi = node == "**"
-        for j in reach:
-            if multi:
-                nxt.update(range(j + 1, len(names) + 1))
-            elif j < len(names) and _node_matches(node, names[j]):
-                nxt.add(j + 1)
+        if node == "**":  # one or more names: everything past the first place reached
+            nxt = set(range(min(reach) + 1, len(names) + 1))
+        else:
+            nxt = {j + 1 for j in reach if j < len(names) and _node_matches(node, names[j])}
         if not nxt:
             return False
         reach = nxt
@@ -196,11 +219,21 @@ def matches(deletion: SeriesDeletion, device: str, measurement: str) -> bool:
 
 
 def check_pattern(path: str, where: str) -> tuple[str, ...]:
-    """``path`` split into nodes, or FormatError naming ``where`` and the cause."""
+    """``path`` split into nodes, or FormatError naming ``where`` and the cause (one
+    over :data:`MAX_PATTERN_BYTES` or :data:`MAX_PATTERN_NODES` included)."""
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATTERN_BYTES:
+        raise FormatError(
+            f"{where}: a path pattern of {size} bytes, over the limit of {MAX_PATTERN_BYTES}"
+        )
     try:
         nodes = split_path(path)
     except ValueError as exc:
         raise FormatError(f"{where}: path {path!r}: {exc}") from None
+    if len(nodes) > MAX_PATTERN_NODES:
+        raise FormatError(
+            f"{where}: a path pattern of {len(nodes)} nodes, over the limit of {MAX_PATTERN_NODES}"
+        )
     if node_name(nodes[0]) != "root":
         raise FormatError(f"{where}: path {path!r} does not start with root")
     return nodes

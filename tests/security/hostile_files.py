@@ -1,0 +1,184 @@
+"""Hostile data files and deletion files, built byte by byte: what a sender with a valid
+key ships to exhaust the receiver's check, ``sealsync inspect`` or the loader.
+
+Each builder writes what the attack needs and no more: a ``.mods`` of millions of
+short lines, a deletion pattern that makes a backtracking matcher run for hours, a
+TsFile whose metadata lists one chunk hundreds of thousands of times under a
+measurement name megabytes long, a TsFile whose index is all tiny entries, a Parquet
+file of a few KiB whose dictionary column decodes to gigabytes. Not a test module.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+GLOB_PATTERN = "root.h.d1." + "*a" * 12 + "*b"
+"""A glob node a backtracking regex takes hours over against :data:`GLOB_NAME`."""
+GLOB_NAME = "a" * 60
+"""A 60-character measurement the glob does not match (it ends without ``b``)."""
+
+
+def _uvar(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _str(raw: bytes) -> bytes:
+    return _uvar(len(raw) << 1) + raw
+
+
+def _i64(n: int) -> bytes:
+    return struct.pack(">q", n)
+
+
+INT64 = 2
+_INT64_STATS = _uvar(3) + _i64(1) + _i64(3) + bytes(4 * 8 + 8)
+
+
+def long_mods(path: Path, lines: int = 2_500_000) -> int:
+    """A ``.mods`` of ``lines`` short deletion lines (24 bytes each); its size."""
+    line = b"DELETION,root.h.d,9,0,1\n"
+    with open(path, "wb") as f:
+        block = line * 100_000
+        for _ in range(lines // 100_000):
+            f.write(block)
+        f.write(line * (lines % 100_000))
+    return len(line) * lines
+
+
+def glob_mods(path: Path, file_size: int) -> None:
+    """A ``.mods`` with one line whose pattern is :data:`GLOB_PATTERN`, covering every
+    chunk of a data file of ``file_size`` bytes."""
+    path.write_text(f"DELETION,{GLOB_PATTERN},{file_size},0,9223372036854775807\n")
+
+
+def repeated_chunk_tsfile(
+    path: Path, name_len: int = 2 << 20, refs: int = 350_000, device: bytes = b"root.h.d1"
+) -> int:
+    """A format-3 TsFile of one device and one INT64 series whose measurement name is
+    ``name_len`` bytes and whose chunk list names its one chunk ``refs`` times: every
+    reference makes a reader compare the name with the chunk header's. Its size."""
+    name = b"m" * name_len
+    out = bytearray(b"TsFile\x03")
+    out += b"\x00" + _str(device)
+    chunk = len(out)
+    out += b"\x05" + _str(name) + _uvar(4) + bytes([INT64, 0, 0]) + b"\x01\x02\x03\x04"
+    meta_offset = len(out)
+    out.append(0x02)
+    series = len(out)
+    offsets = _i64(chunk) * refs
+    out += b"\x00" + _str(name) + bytes([INT64]) + _uvar(len(offsets)) + _INT64_STATS + offsets
+    node = len(out)
+    out += _uvar(1) + _str(name) + _i64(series) + _i64(node) + b"\x03"
+    end = len(out)
+    meta = _uvar(1) + _str(device) + _i64(node) + _i64(end) + b"\x01" + _i64(meta_offset)
+    meta += _uvar(0) + _uvar(0) + _uvar(0)
+    out += meta + struct.pack(">i", len(meta)) + b"TsFile"
+    path.write_bytes(out)
+    return len(out)
+
+
+def many_chunks_tsfile(path: Path, chunks: int, devices: int = 1) -> int:
+    """A format-3 TsFile whose ``devices`` devices have one series each, listing
+    ``chunks`` distinct minimal chunks in all: the most index entries a file's bytes
+    can hold (about 20 bytes of file per chunk). Valid: a reader must walk all of it.
+    Its size."""
+    per = chunks // devices
+    out = bytearray(b"TsFile\x03")
+    chunk_at: list[list[int]] = []
+    names = [f"root.h.d{i:06d}".encode() for i in range(devices)]
+    for name in names:
+        out += b"\x00" + _str(name)
+        starts = []
+        for _ in range(per):
+            starts.append(len(out))
+            out += b"\x05" + _str(b"s") + _uvar(1) + bytes([INT64, 0, 0]) + b"\x00"
+        chunk_at.append(starts)
+    meta_offset = len(out)
+    out.append(0x02)
+    series_at = []
+    for starts in chunk_at:
+        series_at.append(len(out))
+        offsets = np.asarray(starts, dtype=">i8").tobytes()
+        out += b"\x00" + _str(b"s") + bytes([INT64]) + _uvar(len(offsets)) + _INT64_STATS
+        out += offsets
+    first_node = len(out)
+    node_at = []
+    for i in range(devices):
+        node_at.append(len(out))
+        end = series_at[i + 1] if i + 1 < devices else first_node
+        out += _uvar(1) + _str(b"s") + _i64(series_at[i]) + _i64(end) + b"\x03"
+    leaves_end = len(out)
+    root = _uvar(devices)
+    for name, at in zip(names, node_at, strict=True):
+        root += _str(name) + _i64(at)
+    root += _i64(leaves_end) + b"\x01"
+    meta = root + _i64(meta_offset) + _uvar(0) + _uvar(0) + _uvar(0)
+    out += meta + struct.pack(">i", len(meta)) + b"TsFile"
+    path.write_bytes(out)
+    return len(out)
+
+
+def wide_node_tsfile(path: Path, entries: int) -> int:
+    """A format-3 TsFile of one device whose measurement index is one internal node of
+    ``entries`` entries (all keys empty), each pointing at a leaf node of
+    one empty-named series: the most index nodes a file's bytes can hold. Its size."""
+    out = bytearray(b"TsFile\x03")
+    out += b"\x00" + _str(b"root.h.d1")
+    chunks = []
+    for _ in range(entries):
+        chunks.append(len(out))
+        out += b"\x05" + _str(b"") + _uvar(0) + bytes([INT64, 0, 0])
+    meta_offset = len(out)
+    out.append(0x02)
+    series = []
+    for at in chunks:
+        series.append(len(out))
+        out += b"\x00" + _str(b"") + bytes([INT64]) + _uvar(8) + _INT64_STATS + _i64(at)
+    leaves_start = len(out)
+    leaves = []
+    for i, at in enumerate(series):
+        leaves.append(len(out))
+        end = series[i + 1] if i + 1 < entries else leaves_start
+        out += _uvar(1) + _str(b"") + _i64(at) + _i64(end) + b"\x03"
+    internal = len(out)
+    body = bytearray(_uvar(entries))
+    for at in leaves:
+        body += _str(b"") + _i64(at)
+    out += body + _i64(internal) + b"\x02"
+    end = len(out)
+    meta = _uvar(1) + _str(b"root.h.d1") + _i64(internal) + _i64(end) + b"\x01"
+    meta += _i64(meta_offset) + _uvar(0) + _uvar(0) + _uvar(0)
+    out += meta + struct.pack(">i", len(meta)) + b"TsFile"
+    path.write_bytes(out)
+    return len(out)
+
+
+def dictionary_bomb_parquet(path: Path, rows: int = 1_500_000, device_len: int = 1000) -> int:
+    """A Parquet file of a few KiB whose ``device`` column is one string of
+    ``device_len`` characters, dictionary-encoded, in ``rows`` rows: read as strings it
+    is ``rows * device_len`` bytes (1.5 GB by default). Its size."""
+    device = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(rows, dtype=np.int32)), pa.array(["root.h." + "d" * (device_len - 7)])
+    )
+    table = pa.table({"time": pa.array(np.zeros(rows, dtype=np.int64)), "device": device})
+    pq.write_table(
+        table,
+        path,
+        compression="zstd",
+        use_dictionary=True,
+        row_group_size=rows,
+        data_page_size=1 << 30,
+        write_batch_size=rows,
+        write_statistics=False,
+    )
+    return path.stat().st_size
