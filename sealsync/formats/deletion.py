@@ -48,6 +48,11 @@ MAX_PATTERN_BYTES = 4096
 path, and short enough that matching one against every series of a file stays cheap."""
 MAX_PATTERN_NODES = 256
 """The most nodes a path pattern may have; IoTDB's paths are a few levels deep."""
+MAX_DELETIONS = 100_000
+"""The most deletions one ``.mods`` or ``.mods2`` may hold. Each is a record the loader
+keeps for the file's run and matches against every series of the file; IoTDB writes one
+per ``DELETE`` pattern that reached the file, so a file past this many was not written by
+a database's own deletions."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +242,19 @@ def check_pattern(path: str, where: str) -> tuple[str, ...]:
     if node_name(nodes[0]) != "root":
         raise FormatError(f"{where}: path {path!r} does not start with root")
     return nodes
+
+
+def too_large(kind: str, size: int, limit: int) -> FormatError:
+    """The one line for a deletion file over its size limit."""
+    return FormatError(
+        f"{kind} of {size} bytes, over the limit of {limit} bytes for a deletion file "
+        f"(at most {MAX_DELETIONS} deletions); not read"
+    )
+
+
+def too_many(kind: str, where: str) -> FormatError:
+    """The one line for a deletion file holding more than :data:`MAX_DELETIONS`."""
+    return FormatError(f"{kind} {where}: more than {MAX_DELETIONS} deletions in one file; not read")
 
 
 def refuse_table_deletions(deletions: Sequence[Deletion]) -> None:

@@ -87,15 +87,15 @@ def repeated_chunk_tsfile(
     return len(out)
 
 
-def many_chunks_tsfile(path: Path, chunks: int, devices: int = 1) -> int:
+def many_chunks_tsfile(path: Path, chunks: int, devices: int = 1, degree: int = 256) -> int:
     """A format-3 TsFile whose ``devices`` devices have one series each, listing
     ``chunks`` distinct minimal chunks in all: the most index entries a file's bytes
-    can hold (about 20 bytes of file per chunk). Valid: a reader must walk all of it.
-    Its size."""
+    can hold (about 20 bytes of file per chunk), with leaf device nodes of ``degree``
+    devices under one root. Valid: a reader must walk all of it. Its size."""
     per = chunks // devices
     out = bytearray(b"TsFile\x03")
     chunk_at: list[list[int]] = []
-    names = [f"root.h.d{i:06d}".encode() for i in range(devices)]
+    names = [f"root.h.d{i:07d}".encode() for i in range(devices)]
     for name in names:
         out += b"\x00" + _str(name)
         starts = []
@@ -118,10 +118,21 @@ def many_chunks_tsfile(path: Path, chunks: int, devices: int = 1) -> int:
         end = series_at[i + 1] if i + 1 < devices else first_node
         out += _uvar(1) + _str(b"s") + _i64(series_at[i]) + _i64(end) + b"\x03"
     leaves_end = len(out)
-    root = _uvar(devices)
-    for name, at in zip(names, node_at, strict=True):
-        root += _str(name) + _i64(at)
-    root += _i64(leaves_end) + b"\x01"
+    groups = [list(range(i, min(i + degree, devices))) for i in range(0, devices, degree)]
+
+    def node(entries: list[tuple[bytes, int]], end: int, kind: int) -> bytes:
+        body = b"".join(_str(key) + _i64(at) for key, at in entries)
+        return _uvar(len(entries)) + body + _i64(end) + bytes([kind])
+
+    if len(groups) == 1:
+        root = node([(names[i], node_at[i]) for i in groups[0]], leaves_end, 1)
+    else:
+        leaf_at = []
+        for g, group in enumerate(groups):
+            leaf_at.append(len(out))
+            end = node_at[groups[g + 1][0]] if g + 1 < len(groups) else leaves_end
+            out += node([(names[i], node_at[i]) for i in group], end, 1)
+        root = node([(names[g[0]], at) for g, at in zip(groups, leaf_at, strict=True)], len(out), 0)
     meta = root + _i64(meta_offset) + _uvar(0) + _uvar(0) + _uvar(0)
     out += meta + struct.pack(">i", len(meta)) + b"TsFile"
     path.write_bytes(out)
