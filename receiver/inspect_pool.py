@@ -57,7 +57,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import forkserver
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sealsync.errors import FormatError
 from sealsync.printable import single_line
@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from sealsync.formats import FileInfo
 
 log = logging.getLogger(f"sealsync.{__name__}")
+
+_R = TypeVar("_R")
 
 DEFAULT_TIMEOUT = 300.0
 """Seconds a task may take, wall clock: the bound for a worker stuck without using CPU
@@ -135,7 +137,7 @@ def verify_in_worker(path: str) -> FileInfo:
 
 def _deletions(path: Path) -> FileInfo:
     """A deletion file read as the loader reads it: no devices, its entries as rows."""
-    from sealsync.formats import mods, mods2
+    from sealsync.formats import FileInfo, mods, mods2
 
     read = mods2.read if path.name.endswith(".mods2") else mods.read
     return FileInfo((), len(read(path)))
@@ -200,7 +202,7 @@ def _cpu_used() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _budgeted(target: Callable[[str], FileInfo], path: str) -> FileInfo:
+def _budgeted(target: Callable[[str], _R], path: str) -> _R:
     """``target(path)`` within the file's CPU budget, in a worker: RLIMIT_CPU's soft
     limit raises SIGXCPU at the budget (:class:`OverBudget`, the file refused), and
     ``ITIMER_PROF`` ends the worker :data:`CPU_GRACE` seconds later if the check could
@@ -383,7 +385,7 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _start_failure(target: Callable[[str], FileInfo]) -> str:
+def _start_failure(target: Callable[[str], Any]) -> str:
     """Why a worker dies as it starts, in one line: what a worker imports, done in a
     process of its own started the same way (same interpreter, environment, working
     directory and ``sys.path``), whose error is captured rather than lost on stderr."""
@@ -427,6 +429,63 @@ def _new_pool(
         initializer=_worker_start,
         initargs=(os.getpid(), memory_budget, cpu_base, marks),
     )
+
+
+def _end(pool: ProcessPoolExecutor, kill: bool) -> None:
+    """Shut ``pool`` down without waiting; ``kill``: its workers too, at once."""
+    if kill:
+        # A hung reader never returns; shutdown() alone would leave it running.
+        # ``_processes`` is private but the only handle on the workers.
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            try:
+                proc.kill()
+            except Exception:  # already gone
+                pass
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_bounded(
+    fn: Callable[[str], _R], paths: Sequence[str], timeout: float = DEFAULT_TIMEOUT
+) -> list[_R | FormatError]:
+    """``fn(path)`` for each path, one at a time, in a worker process bounded as the
+    receiver's are (memory, a CPU budget per file, ``timeout``): what ``sealsync
+    inspect`` runs. Per path its result, or the FormatError that says why there is none
+    (``fn``'s own, or: over a bound, crashed its worker). ``fn`` must be importable by
+    the worker (a module-level function)."""
+    marks = tempfile.mkdtemp(prefix="sealsync-checks-")
+    pool: ProcessPoolExecutor | None = None
+    out: list[_R | FormatError] = []
+    try:
+        for path in paths:
+            name = Path(path).name
+            if pool is None:
+                pool = _new_pool(1, marks=marks)
+            try:
+                out.append(pool.submit(_budgeted, fn, path).result(timeout=timeout))
+            except FormatError as exc:
+                out.append(exc)
+            except BrokenProcessPool:
+                ended = _ended_past_budget(pool, marks)
+                _end(pool, kill=False)
+                pool = None
+                if path in ended:
+                    out.append(FormatError(f"{name}: its check was ended past its CPU budget"))
+                else:
+                    out.append(FormatError(f"{name}: the file crashed the format reader"))
+            except FutureTimeout:
+                _end(pool, kill=True)
+                pool = None
+                out.append(
+                    FormatError(f"{name}: the format reader did not finish in {timeout:g} s")
+                )
+            except _NO_START:
+                pool = None
+                out.append(InspectUnavailable(_unavailable_text(_start_failure(fn))))
+    finally:
+        if pool is not None:
+            _end(pool, kill=len(out) < len(paths))  # interrupted: do not wait for its check
+        shutil.rmtree(marks, ignore_errors=True)
+    return out
 
 
 def _ended_past_budget(pool: ProcessPoolExecutor, marks: str) -> set[str]:
@@ -497,7 +556,7 @@ class _Turns:
                         queue.remove(ticket)
                         if not queue:
                             del self._waiting[sender]
-                    raise FormatError("the receiver is stopping: file not inspected")
+                    raise _stopping()
                 self._cond.wait()
             self._granted.discard(ticket)
 
@@ -586,7 +645,7 @@ class InspectPool:
     def _get_pool(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._closed:
-                raise FormatError("the receiver is stopping: file not inspected")
+                raise _stopping()
             if self._down is not None:
                 retry_at, cause = self._down
                 if time.monotonic() < retry_at:
@@ -672,15 +731,7 @@ class InspectPool:
         with self._lock:
             if self._pool is pool:
                 self._pool = None
-        if kill:
-            # A hung reader never returns; shutdown() alone would leave it running.
-            # ``_processes`` is private but the only handle on the workers.
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                try:
-                    proc.kill()
-                except Exception:  # already gone
-                    pass
-        pool.shutdown(wait=False, cancel_futures=True)
+        _end(pool, kill)
 
     def _submit(
         self, fn: Callable[..., Any], *args: Any
@@ -723,10 +774,12 @@ class InspectPool:
             self._discard(pool, kill=False)
             if str(path) in ended:
                 raise self._past_budget(path) from None
+            if self._closed:
+                raise _stopping() from None
             log.warning("%s: a format reader's worker died; checking it alone", path)
             return self._alone(path)
         except CancelledError:
-            raise FormatError("the receiver is stopping: file not inspected") from None
+            raise _stopping() from None
         except FutureTimeout:
             log.warning("%s: the format reader hung; restarting the pool", path)
             self._discard(pool, kill=True)
@@ -750,7 +803,7 @@ class InspectPool:
         there is this file's doing and nobody else's."""
         with self._alone_slots:
             if self._closed:
-                raise FormatError("the receiver is stopping: file not inspected")
+                raise _stopping()
             pool = self._new(1)
             kill = False
             try:
@@ -761,7 +814,7 @@ class InspectPool:
                 return info
             except _NO_START:
                 if self._closed:
-                    raise FormatError("the receiver is stopping: file not inspected") from None
+                    raise _stopping() from None
                 if str(path) in _ended_past_budget(pool, self._marks):
                     raise self._past_budget(path) from None  # the file's doing, for certain
                 cause = self._workers_start()  # the file's doing, or no worker starts?
@@ -815,9 +868,7 @@ class InspectPool:
                 results.extend(self._hung(p) for p in task)  # never checked twice
                 continue
             except CancelledError:
-                results.extend(
-                    FormatError("the receiver is stopping: file not inspected") for _ in task
-                )
+                results.extend(_stopping() for _ in task)
                 continue
             except BrokenProcessPool:
                 ended = _ended_past_budget(pool, self._marks)
@@ -875,6 +926,12 @@ class InspectPool:
 
     def __call__(self, path: Path) -> FileInfo:
         return self.inspect(path)
+
+
+def _stopping() -> InspectUnavailable:
+    """The check of a file asked for while the receiver stops: the receiver's doing,
+    so the file is answered "retry later"."""
+    return InspectUnavailable("the receiver is stopping: file not inspected")
 
 
 def _unavailable_text(cause: str) -> str:
