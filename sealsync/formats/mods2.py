@@ -49,11 +49,7 @@ from sealsync.formats.deletion import (
 from sealsync.protocol.spec import MAX_DELETION_FILE_SIZE
 
 MAX_MODS2_SIZE = MAX_DELETION_FILE_SIZE
-"""The largest ``.mods2`` read (bytes), refused by its size before any of it is read.
-The protocol carries sidecars of up to 1 GiB, but every deletion becomes a record the
-loader holds and hands to its readers with the file (see
-:data:`~sealsync.formats.deletion.MAX_DELETIONS`); receivers refuse a larger one when it
-is announced."""
+"""The largest ``.mods2`` read: as for a ``.mods`` (:data:`sealsync.formats.mods.MAX_MODS_SIZE`)."""
 MAX_STRING = MAX_PATTERN_BYTES
 """The longest string an entry may hold (a pattern, a table or measurement name)."""
 TREE, TABLE = 0x01, 0x00

@@ -16,32 +16,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tsfile_bytes import INT64, INT64_STATS, i64, string, uvar
 
 GLOB_PATTERN = "root.h.d1." + "*a" * 12 + "*b"
 """A glob node a backtracking regex takes hours over against :data:`GLOB_NAME`."""
 GLOB_NAME = "a" * 60
 """A 60-character measurement the glob does not match (it ends without ``b``)."""
-
-
-def _uvar(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _str(raw: bytes) -> bytes:
-    return _uvar(len(raw) << 1) + raw
-
-
-def _i64(n: int) -> bytes:
-    return struct.pack(">q", n)
-
-
-INT64 = 2
-_INT64_STATS = _uvar(3) + _i64(1) + _i64(3) + bytes(4 * 8 + 8)
 
 
 def long_mods(path: Path, lines: int = 2_500_000) -> int:
@@ -69,19 +49,19 @@ def repeated_chunk_tsfile(
     reference makes a reader compare the name with the chunk header's. Its size."""
     name = b"m" * name_len
     out = bytearray(b"TsFile\x03")
-    out += b"\x00" + _str(device)
+    out += b"\x00" + string(device)
     chunk = len(out)
-    out += b"\x05" + _str(name) + _uvar(4) + bytes([INT64, 0, 0]) + b"\x01\x02\x03\x04"
+    out += b"\x05" + string(name) + uvar(4) + bytes([INT64, 0, 0]) + b"\x01\x02\x03\x04"
     meta_offset = len(out)
     out.append(0x02)
     series = len(out)
-    offsets = _i64(chunk) * refs
-    out += b"\x00" + _str(name) + bytes([INT64]) + _uvar(len(offsets)) + _INT64_STATS + offsets
+    offsets = i64(chunk) * refs
+    out += b"\x00" + string(name) + bytes([INT64]) + uvar(len(offsets)) + INT64_STATS + offsets
     node = len(out)
-    out += _uvar(1) + _str(name) + _i64(series) + _i64(node) + b"\x03"
+    out += uvar(1) + string(name) + i64(series) + i64(node) + b"\x03"
     end = len(out)
-    meta = _uvar(1) + _str(device) + _i64(node) + _i64(end) + b"\x01" + _i64(meta_offset)
-    meta += _uvar(0) + _uvar(0) + _uvar(0)
+    meta = uvar(1) + string(device) + i64(node) + i64(end) + b"\x01" + i64(meta_offset)
+    meta += uvar(0) + uvar(0) + uvar(0)
     out += meta + struct.pack(">i", len(meta)) + b"TsFile"
     path.write_bytes(out)
     return len(out)
@@ -97,11 +77,11 @@ def many_chunks_tsfile(path: Path, chunks: int, devices: int = 1, degree: int = 
     chunk_at: list[list[int]] = []
     names = [f"root.h.d{i:07d}".encode() for i in range(devices)]
     for name in names:
-        out += b"\x00" + _str(name)
+        out += b"\x00" + string(name)
         starts = []
         for _ in range(per):
             starts.append(len(out))
-            out += b"\x05" + _str(b"s") + _uvar(1) + bytes([INT64, 0, 0]) + b"\x00"
+            out += b"\x05" + string(b"s") + uvar(1) + bytes([INT64, 0, 0]) + b"\x00"
         chunk_at.append(starts)
     meta_offset = len(out)
     out.append(0x02)
@@ -109,20 +89,20 @@ def many_chunks_tsfile(path: Path, chunks: int, devices: int = 1, degree: int = 
     for starts in chunk_at:
         series_at.append(len(out))
         offsets = np.asarray(starts, dtype=">i8").tobytes()
-        out += b"\x00" + _str(b"s") + bytes([INT64]) + _uvar(len(offsets)) + _INT64_STATS
+        out += b"\x00" + string(b"s") + bytes([INT64]) + uvar(len(offsets)) + INT64_STATS
         out += offsets
     first_node = len(out)
     node_at = []
     for i in range(devices):
         node_at.append(len(out))
         end = series_at[i + 1] if i + 1 < devices else first_node
-        out += _uvar(1) + _str(b"s") + _i64(series_at[i]) + _i64(end) + b"\x03"
+        out += uvar(1) + string(b"s") + i64(series_at[i]) + i64(end) + b"\x03"
     leaves_end = len(out)
     groups = [list(range(i, min(i + degree, devices))) for i in range(0, devices, degree)]
 
     def node(entries: list[tuple[bytes, int]], end: int, kind: int) -> bytes:
-        body = b"".join(_str(key) + _i64(at) for key, at in entries)
-        return _uvar(len(entries)) + body + _i64(end) + bytes([kind])
+        body = b"".join(string(key) + i64(at) for key, at in entries)
+        return uvar(len(entries)) + body + i64(end) + bytes([kind])
 
     if len(groups) == 1:
         root = node([(names[i], node_at[i]) for i in groups[0]], leaves_end, 1)
@@ -133,7 +113,7 @@ def many_chunks_tsfile(path: Path, chunks: int, devices: int = 1, degree: int = 
             end = node_at[groups[g + 1][0]] if g + 1 < len(groups) else leaves_end
             out += node([(names[i], node_at[i]) for i in group], end, 1)
         root = node([(names[g[0]], at) for g, at in zip(groups, leaf_at, strict=True)], len(out), 0)
-    meta = root + _i64(meta_offset) + _uvar(0) + _uvar(0) + _uvar(0)
+    meta = root + i64(meta_offset) + uvar(0) + uvar(0) + uvar(0)
     out += meta + struct.pack(">i", len(meta)) + b"TsFile"
     path.write_bytes(out)
     return len(out)
@@ -144,31 +124,31 @@ def wide_node_tsfile(path: Path, entries: int) -> int:
     ``entries`` entries (all keys empty), each pointing at a leaf node of
     one empty-named series: the most index nodes a file's bytes can hold. Its size."""
     out = bytearray(b"TsFile\x03")
-    out += b"\x00" + _str(b"root.h.d1")
+    out += b"\x00" + string(b"root.h.d1")
     chunks = []
     for _ in range(entries):
         chunks.append(len(out))
-        out += b"\x05" + _str(b"") + _uvar(0) + bytes([INT64, 0, 0])
+        out += b"\x05" + string(b"") + uvar(0) + bytes([INT64, 0, 0])
     meta_offset = len(out)
     out.append(0x02)
     series = []
     for at in chunks:
         series.append(len(out))
-        out += b"\x00" + _str(b"") + bytes([INT64]) + _uvar(8) + _INT64_STATS + _i64(at)
+        out += b"\x00" + string(b"") + bytes([INT64]) + uvar(8) + INT64_STATS + i64(at)
     leaves_start = len(out)
     leaves = []
     for i, at in enumerate(series):
         leaves.append(len(out))
         end = series[i + 1] if i + 1 < entries else leaves_start
-        out += _uvar(1) + _str(b"") + _i64(at) + _i64(end) + b"\x03"
+        out += uvar(1) + string(b"") + i64(at) + i64(end) + b"\x03"
     internal = len(out)
-    body = bytearray(_uvar(entries))
+    body = bytearray(uvar(entries))
     for at in leaves:
-        body += _str(b"") + _i64(at)
-    out += body + _i64(internal) + b"\x02"
+        body += string(b"") + i64(at)
+    out += body + i64(internal) + b"\x02"
     end = len(out)
-    meta = _uvar(1) + _str(b"root.h.d1") + _i64(internal) + _i64(end) + b"\x01"
-    meta += _i64(meta_offset) + _uvar(0) + _uvar(0) + _uvar(0)
+    meta = uvar(1) + string(b"root.h.d1") + i64(internal) + i64(end) + b"\x01"
+    meta += i64(meta_offset) + uvar(0) + uvar(0) + uvar(0)
     out += meta + struct.pack(">i", len(meta)) + b"TsFile"
     path.write_bytes(out)
     return len(out)
