@@ -76,16 +76,16 @@ MEMORY_BUDGET = 1 << 30
 """Bytes of address space a worker may add to what it holds when it starts: far more
 than any accepted file's check needs (the format readers bound what they hold; a
 TsFile's metadata walk stays under a few hundred MiB at its caps)."""
-CPU_BASE = 2.0
-CPU_RATE = 8 << 20
+CPU_BASE = 1.0
+CPU_RATE = 4 << 20
 CPU_MAX = 120.0
 """A file's check may use ``CPU_BASE`` seconds of CPU plus one per ``CPU_RATE`` bytes of
-the file, up to ``CPU_MAX``: a hundred times what the densest files a database writes
-take, and past what the formats' caps allow a walk to cost."""
+the file, up to ``CPU_MAX``: several times what the densest files the formats allow
+take, and past what their caps let a walk cost."""
 CPU_GRACE = 2.0
 """Seconds of CPU past its budget after which a check that cannot be interrupted (a
 native reader's loop) ends its worker."""
-TASK_BUDGET = 10.0
+TASK_BUDGET = 16.0
 """The most CPU budget one task (the files one worker checks in one go) may hold: how
 long another sender's files can wait for a worker, at most, once it is their turn."""
 RECHECK_AFTER = 30.0
@@ -180,6 +180,8 @@ _in_worker = False
 end any other process)."""
 _memory = MEMORY_BUDGET
 _cpu_base = CPU_BASE
+_cpu_limits = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+"""This worker's RLIMIT_CPU as it started: what each check's budget is set within."""
 _mark = -1
 """A file this worker writes the path it is checking to (its pid's, in its pool's
 folder): a worker the kernel ends past a budget cannot say which file it was at."""
@@ -211,11 +213,11 @@ def _budgeted(target: Callable[[str], _R], path: str) -> _R:
     if not _in_worker:
         return target(path)
     budget = cpu_budget(_size(path), _cpu_base)
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft, hard = _cpu_limits
     limit = math.ceil(_cpu_used() + budget)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
-    _checking = (Path(path).name, budget)
+    _checking = (os.path.basename(path), budget)
     _set_mark(os.fsencode(path))
     resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
     signal.setitimer(signal.ITIMER_PROF, budget + CPU_GRACE)
@@ -233,10 +235,9 @@ def _budgeted(target: Callable[[str], _R], path: str) -> _R:
 
 
 def _set_mark(path: bytes) -> None:
+    """The path being checked, ended by a NUL (an empty one: none)."""
     if _mark >= 0:
-        os.ftruncate(_mark, 0)
-        if path:
-            os.pwrite(_mark, path, 0)
+        os.pwrite(_mark, path + b"\0", 0)
 
 
 def _inspect_one(target: Callable[[str], FileInfo], path: str) -> FileInfo:
@@ -295,8 +296,9 @@ def _worker_start(host: int, memory_budget: int, cpu_base: float, marks: str) ->
     the worker holds now; 0: no bound), one thread for pyarrow, and the CPU budgets
     (``cpu_base``: :data:`CPU_BASE` or a pool's own) and their signals; the file in
     ``marks`` named by this worker's pid says which file it checks."""
-    global _in_worker, _memory, _cpu_base, _mark
+    global _in_worker, _memory, _cpu_base, _mark, _cpu_limits
     _memory, _cpu_base = memory_budget, cpu_base
+    _cpu_limits = resource.getrlimit(resource.RLIMIT_CPU)
     if marks:
         _mark = os.open(os.path.join(marks, str(os.getpid())), os.O_RDWR | os.O_CREAT, 0o600)
     _exit_with_host(host)
@@ -498,7 +500,7 @@ def _ended_past_budget(pool: ProcessPoolExecutor, marks: str) -> set[str]:
             continue
         try:
             with open(os.path.join(marks, str(pid)), "rb") as f:
-                path = os.fsdecode(f.read())
+                path = os.fsdecode(f.read().split(b"\0", 1)[0])
         except OSError:
             continue
         if path:
@@ -527,19 +529,20 @@ def _current_sender() -> str:
 
 class _Turns:
     """Worker slots, handed to the senders waiting one sender at a time in rotation:
-    a sender with many files queued gets a slot, then each other sender waiting does,
-    before it gets its next. At most ``slots`` tasks are in the workers at once, so
-    nothing queues inside the process pool, where it would be first come first
-    served."""
+    the slot that frees goes to the waiting sender served longest ago, so a sender with
+    many files queued gets one, then each other sender waiting does, before its next.
+    At most ``slots`` tasks are in the workers at once, so nothing queues inside the
+    process pool, where it would be first come first served."""
 
     def __init__(self, slots: int) -> None:
         self._cond = threading.Condition()
         self._free = max(slots, 1)
-        self._waiting: collections.OrderedDict[str, collections.deque[int]] = (
-            collections.OrderedDict()
-        )
+        self._waiting: dict[str, collections.deque[int]] = {}
         self._granted: set[int] = set()
         self._tickets = 0
+        self._grants = 0
+        self._served: dict[str, int] = {}
+        """When each sender last got a slot (its grant's number): who goes next."""
         self._closed = False
 
     def take(self, sender: str) -> None:
@@ -568,10 +571,14 @@ class _Turns:
     def _grant(self) -> None:
         granted = False
         while self._free > 0 and self._waiting:
-            sender, queue = self._waiting.popitem(last=False)  # the longest waiting
+            # the sender served longest ago (or never) first
+            sender = min(self._waiting, key=lambda name: self._served.get(name, -1))
+            queue = self._waiting[sender]
             self._granted.add(queue.popleft())
-            if queue:
-                self._waiting[sender] = queue  # to the back of the rotation
+            if not queue:
+                del self._waiting[sender]
+            self._grants += 1
+            self._served[sender] = self._grants
             self._free -= 1
             granted = True
         if granted:

@@ -41,7 +41,7 @@ def bounded_inspect(path: str) -> FileInfo:
     """What the worker bounds must stop: ``spin*`` loops in Python for ever,
     ``native*`` in C without returning to Python (a key derivation of minutes, in one
     call into OpenSSL), ``hog*`` asks for 4 GiB, ``hang*`` sleeps a minute; ``sleep*`` takes
-    0.3 s. Each call is noted in ``calls.log``."""
+    0.15 s. Each call is noted in ``calls.log``."""
     import hashlib
 
     name = Path(path).name
@@ -57,6 +57,6 @@ def bounded_inspect(path: str) -> FileInfo:
     if name.startswith("hang"):
         time.sleep(60)
     if name.startswith("sleep"):
-        time.sleep(0.3)
+        time.sleep(0.15)
     _note(path, "end")
     return FileInfo(("root.fine",), 1)

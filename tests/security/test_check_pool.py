@@ -100,10 +100,10 @@ def test_a_task_that_times_out_is_not_checked_again(tmp_path: Path) -> None:
 
 
 def test_one_senders_many_files_never_queue_another_behind_them(tmp_path: Path) -> None:
-    """One worker; a sender's 30 files (0.3 s each) are asked for first, then another
+    """One worker; a sender's 60 files (0.15 s each) are asked for first, then another
     sender's one: it gets the worker after at most one task of the first's (at most
-    :data:`~receiver.inspect_pool.TASK_BUDGET` of budgets), not after all of them."""
-    many = _files(tmp_path / "many", *(f"sleep{i:02d}.tsfile" for i in range(30)))
+    :data:`~receiver.inspect_pool.TASK_BUDGET` of budgets: 16 files), not after all."""
+    many = _files(tmp_path / "many", *(f"sleep{i:02d}.tsfile" for i in range(60)))
     (one,) = _files(tmp_path / "one", "sleep-honest.tsfile")
     done: dict[str, float] = {}
     with InspectPool(workers=1, timeout=60, target=bounded_inspect) as pool:
@@ -124,11 +124,11 @@ def test_one_senders_many_files_never_queue_another_behind_them(tmp_path: Path) 
         thread.join(60)
     honest_wait = done["honest"] - started
     hostile_took = done["hostile"] - started
-    held = got == FINE and honest_wait < 3.5 and done["honest"] < done["hostile"]
-    record("security", attack="one sender's 30 files queued before another's", tried=30, held=held)
+    held = got == FINE and honest_wait < 4 and done["honest"] < done["hostile"]
+    record("security", attack="one sender's 60 files queued before another's", tried=60, held=held)
     assert got == FINE
-    assert honest_wait < 3.5, honest_wait  # a task of the other's (5 files, 1.5 s), then its own
-    assert hostile_took > 8, hostile_took  # the other's 30 files took 9 s in all
+    assert honest_wait < 4, honest_wait  # a task of the other's (16 files, 2.4 s), then its own
+    assert hostile_took > 8.5, hostile_took  # the other's 60 files took 9 s in all
     assert done["honest"] < done["hostile"]
 
 
