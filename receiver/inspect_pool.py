@@ -51,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -644,7 +645,9 @@ class InspectPool:
         self._down: tuple[float, str] | None = None
         """(monotonic time to try again, cause) while workers do not start."""
         self._marks = tempfile.mkdtemp(prefix="sealsync-checks-")
-        """Where each worker says which file it checks (``_worker_start``)."""
+        """Where each worker says which file it checks (``_worker_start``); removed at
+        close, or when the pool is collected or the process exits."""
+        weakref.finalize(self, shutil.rmtree, self._marks, True)
 
     def _new(self, workers: int) -> ProcessPoolExecutor:
         return _new_pool(workers, self.memory_budget, self.cpu_base, self._marks)
