@@ -270,14 +270,14 @@ class ReceiverService:
         for transport in transports:
             transport.close()
         self.rounds.close()
+        if self._pool is not None:
+            self._pool.close()  # a check in progress ends now: no session waits for it
         deadline = time.monotonic() + STOP_JOIN_TIMEOUT
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 log.warning("%s did not stop in time", thread.name)
         self.context.executor.shutdown(wait=False, cancel_futures=True)
-        if self._pool is not None:
-            self._pool.close()
         self.owners.close()
         if self._own_storage:
             self.storage.close()

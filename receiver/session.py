@@ -53,6 +53,7 @@ from sealsync.durable import SYNCFS
 from sealsync.errors import FormatError, SealsyncError
 from sealsync.printable import printable
 from sealsync.protocol import (
+    MAX_DELETION_FILE_SIZE,
     PROTOCOL_VERSION,
     AnyMessage,
     Bye,
@@ -443,6 +444,11 @@ class Session:
             log.warning("sender %s: refused %s", self.uuid, problem)
             self._file = Refused(msg, f"the receiver stores no file named so: {problem}")
             return
+        big = _deletion_file_too_large(msg)
+        if big is not None:  # refused before a byte is stored: the loader could not hold it
+            log.warning("sender %s: refused %s: %s", self.uuid, printable(msg.name), big)
+            self._file = Refused(msg, big)
+            return
         size = msg.stream_size
         resume = None
         if msg.resumable:
@@ -540,3 +546,14 @@ class Session:
             )
         begin = item.begin
         return encode(FileVerdict(begin.file_id, begin.name, status, clean_text(item.reason)))
+
+
+def _deletion_file_too_large(begin: FileBegin) -> str | None:
+    """Why a file's ``.mods`` or ``.mods2`` is refused by its announced size, or None."""
+    for suffix, size in ((".mods", begin.mods_size), (".mods2", begin.mods2_size)):
+        if size > MAX_DELETION_FILE_SIZE:
+            return (
+                f"its {suffix} is {size} bytes, over the limit of {MAX_DELETION_FILE_SIZE} "
+                "bytes for a deletion file: not stored"
+            )
+    return None

@@ -7,7 +7,7 @@ inserts, aligned devices on 2.x, every data type of the release, nulls, ``DELETE
 series, of ``*`` and ``**`` patterns and of time ranges, ``FLUSH``, 0.12's ``MERGE``, a
 TTL under which a whole database expires, a deleted database), while ``sealsync send``
 ships its data folder in a round after each batch to ``sealsync serve`` with ``storage =
-"iotdb"`` (receiver/iotdb_storage.py), which loads each file into the data centre's
+"iotdb"`` (receiver/storage/iotdb.py), which loads each file into the data centre's
 server; one round's ``send`` is killed with SIGKILL in the middle of its transfer, and the
 next rounds recover. Then ``sealsync load`` builds the table. ``SELECT * FROM root.**
 ALIGN BY DEVICE`` (``root`` on 0.12, which has no ``**``) on the edge, the same on the

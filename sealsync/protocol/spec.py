@@ -67,6 +67,11 @@ MAX_CHUNK_PAYLOAD = 1024 * 1024
 MAX_SCHEMA_PAYLOAD = 1024 * 1024
 MAX_FILE_SIZE = 1 << 40
 MAX_SIDECAR_SIZE = 1 << 30
+MAX_DELETION_FILE_SIZE = 16 << 20
+"""The largest ``.mods`` or ``.mods2`` a receiver accepts: a FILE_BEGIN announcing a
+larger one is answered *refused* (the file, not the session; its bytes are read and
+dropped). The frame itself may carry up to :data:`MAX_SIDECAR_SIZE`; every deletion
+becomes a record the loader holds with its file (sealsync.formats.mods)."""
 MAX_TEXT = 1024
 MAX_DEVICES_PER_QUERY = 4096
 MAX_DATA_DIRS = 1024
