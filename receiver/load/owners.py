@@ -42,6 +42,8 @@ OWNER_LOG = "device_owner.log"
 CLAIM = "claim"
 RELEASE = "release"
 LOCK_TIMEOUT = 60.0
+MAX_TOLD = 4096
+"""Devices remembered per sender as named in its conflict verdicts (the oldest go)."""
 
 
 class DeviceIdError(SealsyncError):
@@ -87,6 +89,7 @@ class DeviceOwners:
         self._offset = 0
         self._torn = False
         self._log: durable.AppendLog | None = None
+        self._told: dict[str, dict[str, None]] = {}  # uuid -> devices its verdicts named
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -198,9 +201,26 @@ class DeviceOwners:
                 }
                 if not conflicts:
                     new.update((d, None) for d in wanted if d not in self._owners)
+                else:
+                    self._tell(uuid, min(conflicts))
                 results.append(conflicts)
             self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
         return results
+
+    def _tell(self, uuid: str, device: str) -> None:
+        """Remember that ``uuid`` was refused a file for ``device`` (the conflict verdict
+        names the first conflicting device in this order: receiver/commit.py)."""
+        told = self._told.setdefault(uuid, {})
+        told.pop(device, None)
+        told[device] = None
+        while len(told) > MAX_TOLD:
+            del told[next(iter(told))]
+
+    def told(self, uuid: str) -> set[str]:
+        """The devices a conflict verdict to ``uuid`` named since this receiver started:
+        what ``OWNERS_QUERY`` may answer it about (receiver/queries.py)."""
+        with self._thread_lock:
+            return set(self._told.get(uuid, ()))
 
     def owners_of(self, devices: Iterable[str]) -> dict[str, str]:
         """Owner uuid per device, ``""`` for an unowned one."""
