@@ -194,3 +194,34 @@ def test_the_worker_imports_the_client_not_the_storage_beside_it(tmp_path: Path)
     )
     assert run.returncode == 4, run.stdout + run.stderr  # it reached the client's Session
     assert "the stand-in client" in run.stdout
+
+
+def test_an_entry_left_out_is_said_once_and_not_tried_again(
+    dirs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On 0.12 ``DELETE FROM root.sg.d0.*`` would also reach B's device below A's."""
+    with DeviceOwners(dirs / "schema") as owners:
+        assert owners.claim(["root.sg.d0.sub"], UUID_B) == {}
+    recorder = Recorder()
+    storage = _storage(dirs, "0.12", recorder)
+    folder = SenderFolder(dirs / "data", "10.0.0.1", UUID_A)
+    mods = _mods(("root.sg.d0.*", 1 << 40, MIN_TIME, 5), ("root.sg.d0.s1", 1 << 40, 7, 8))
+    staged = stage(folder, NAME, mods=mods)
+    keep = dirs / "keep.tsfile"
+    copy_file(staged, keep)
+    with caplog.at_level("WARNING", logger="sealsync.receiver.storage.iotdb"):
+        storage.load(UUID_A, NAME, staged)
+    assert recorder.statements[1:] == ["DELETE FROM root.sg.d0.s1 WHERE time >= 7 AND time <= 8"]
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        f"{NAME} of {UUID_A}: the deletion at .mods line 1 is not applied to device root.sg.d0: "
+        "IoTDB 0.12 reads DELETE FROM root.sg.d0.* as a prefix, which reaches "
+        "root.sg.d0.sub of another sender; delete those points in IoTDB by hand if they "
+        "should go"
+    ]
+    copy_file(keep, staged)  # a replay of the same load: nothing sent or said again
+    Path(f"{staged}.resource").write_bytes(b"resource")
+    Path(f"{staged}.mods").write_bytes(mods)
+    caplog.clear()
+    storage.load(UUID_A, NAME, staged)
+    assert len(recorder.statements) == 2 and not caplog.records

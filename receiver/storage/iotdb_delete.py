@@ -27,8 +27,9 @@ those below ``D.m``. Such a statement is not sent when it would reach a device a
 sender owns: the caller says so. 1.x and 2.x read ``D.*`` as the series of ``D`` alone.
 
 How a path is written (seen on 0.12.0 and 2.0.1-beta): 1.x and 2.x (dialect ``"2.0"``)
-take any name in backquotes, a backquote in it doubled (``IdentifierParser.g4``: a
-quoted identifier is a name, never a wildcard), so every node but ``root`` goes quoted.
+take any name in backquotes, a backquote in it doubled (``SqlLexer.g4``'s
+``BQUOTA_STRING`` knows no other escape; a quoted identifier is a name, never a
+wildcard), so every node but ``root`` goes quoted.
 0.12 keeps a node's double quotes as part of its name (``root.sg."a.b"`` is the device
 it writes, and ``root.sg."d1"`` is not ``root.sg.d1``), so each node goes exactly as the
 device's files name it, if it is a bare name of the characters 0.12 reads as one, or
