@@ -23,8 +23,7 @@ Three independent gates (docs/design.md §5.1, §9.7, §9.10):
   (an edge wiped and reinstalled, or a copy of its key, would otherwise come back at
   once under a new name and claim the devices its retirement released) until the
   operator binds it to one, ``sealsync senders rekey NEWUUID --key KEY.pub``. A line
-  ``retired`` without a fingerprint (written before the key was kept) retires the UUID
-  alone.
+  ``retired`` without a fingerprint retires the UUID alone.
 
   Each of those operator changes raises the file's **generation** (a first line
   ``# generation N``), and :mod:`receiver.key_generation` records it outside the

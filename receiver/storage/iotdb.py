@@ -360,9 +360,11 @@ class IoTDBStorage(DirectoryStorage):
 
     def _devices(self, sender: str) -> OwnedDevices:
         """The devices ``sender`` owns now, and every other sender's."""
-        if self._owners is None:
-            self._owners = DeviceOwners(self._schema_dir)
-        by_owner = self._owners.by_owner()
+        with self._state_lock:  # loader threads of several senders get here at once
+            if self._owners is None:
+                self._owners = DeviceOwners(self._schema_dir)
+            book = self._owners
+        by_owner = book.by_owner()
         others = [d for owner, found in by_owner.items() if owner != sender for d in found]
         return OwnedDevices(by_owner.get(sender, []), others)
 
