@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
+from receiver import umask
 from receiver.auth import RETIRED, SenderKeys
 from receiver.connections import Connections
 from receiver.identity import folders
@@ -156,6 +157,7 @@ class ReceiverService:
         self._stopping = threading.Event()
         self._housekeeper: threading.Thread | None = None
         self._state = "new"  # new -> running -> stopped
+        self._umask_held = False  # receiver/umask.py, from start() to stop()
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -182,6 +184,8 @@ class ReceiverService:
         background thread. ReceiverLocked (exit 75) if another receiver has the storage."""
         if self._state != "new":
             raise SealsyncError(f"the receiver service cannot start: it is {self._state}")
+        umask.tighten()  # given back at stop(), which a failed start runs too
+        self._umask_held = True
         try:
             self._storage_lock.acquire()
             self.watch.start()  # the storage's identity, looked at again while it runs
@@ -282,6 +286,9 @@ class ReceiverService:
         if self._own_storage:
             self.storage.close()
         self._storage_lock.release()  # last: nothing of this service touches the storage now
+        if self._umask_held:
+            self._umask_held = False
+            umask.release()
         if was_running:
             log.info("receiver stopped")
 

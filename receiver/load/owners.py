@@ -65,6 +65,8 @@ RELEASE = "release"
 SCOPE = "scope"
 RECEIVER_SCOPE, SENDER_SCOPE = "receiver", "sender"
 LOCK_TIMEOUT = 60.0
+MAX_TOLD = 4096
+"""Devices remembered per sender as named in its conflict verdicts (the oldest go)."""
 
 
 class DeviceIdError(SealsyncError):
@@ -131,6 +133,7 @@ class DeviceOwners:
         self._log: durable.AppendLog | None = None
         self.names: Callable[[str], str | None] = lambda uuid: None
         """The name a sender's HELLO gave (the service's sender records), for conflicts."""
+        self._told: dict[str, dict[str, None]] = {}  # uuid -> devices its verdicts named
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -295,9 +298,26 @@ class DeviceOwners:
                 conflicts = self._conflicts(wanted, uuid)
                 if not conflicts:
                     new.update((d, None) for d in self._unclaimed(wanted, uuid))
+                else:
+                    self._tell(uuid, min(conflicts))
                 results.append(conflicts)
             self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
         return results
+
+    def _tell(self, uuid: str, device: str) -> None:
+        """Remember that ``uuid`` was refused a file for ``device`` (the conflict verdict
+        names the first conflicting device in this order: receiver/commit.py)."""
+        told = self._told.setdefault(uuid, {})
+        told.pop(device, None)
+        told[device] = None
+        while len(told) > MAX_TOLD:
+            del told[next(iter(told))]
+
+    def told(self, uuid: str) -> set[str]:
+        """The devices a conflict verdict to ``uuid`` named since this receiver started:
+        what ``OWNERS_QUERY`` may answer it about (receiver/queries.py)."""
+        with self._thread_lock:
+            return set(self._told.get(uuid, ()))
 
     def owners_of(self, devices: Iterable[str], asking: str | None = None) -> dict[str, str]:
         """Owner uuid per device, ``""`` for an unowned one. In the sender scope, as
