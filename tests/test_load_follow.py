@@ -184,6 +184,9 @@ def test_a_following_loader_keeps_the_table_up_to_date_through_a_fleet_s_bad_day
         while _table_rows(table) != want:
             assert time.monotonic() - start < FRESH, follower.said()
             time.sleep(0.5)
+        while not json.loads((state / "last_run.json").read_text())["held"]:
+            assert time.monotonic() - start < FRESH, follower.said()  # recorded after its commit
+            time.sleep(0.2)
         last = json.loads((state / "last_run.json").read_text())
         assert list(last["held"]) == [dep.senders[1].uuid]
 
