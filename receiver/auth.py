@@ -18,8 +18,12 @@ Three independent gates (docs/design.md §5.1, §9.7, §9.10):
   re-keys a sender with ``sealsync senders rekey UUID --key NEW.pub`` (the binding moves
   from the old key to the new one in one write: the UUID is never free for another key
   to claim) and retires one with ``sealsync senders retire UUID``, which keeps its line
-  with the fingerprint ``retired``: no key can claim that UUID again until it is
-  re-keyed explicitly.
+  with the key field ``retired:<the key's fingerprint>``: no key can claim that UUID
+  again until it is re-keyed explicitly, and the retired key binds no new UUID either
+  (an edge wiped and reinstalled, or a copy of its key, would otherwise come back at
+  once under a new name and claim the devices its retirement released) until the
+  operator binds it to one, ``sealsync senders rekey NEWUUID --key KEY.pub``. A line
+  ``retired`` without a fingerprint retires the UUID alone.
 
   Each of those operator changes raises the file's **generation** (a first line
   ``# generation N``), and :mod:`receiver.key_generation` records it outside the
@@ -53,7 +57,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 SENDER_KEYS_FILE = "sender_keys.txt"
 RETIRED = "retired"
-"""The fingerprint of a retired sender's binding: no key matches it."""
+"""The fingerprint of a retired sender's binding: no key matches it. On disk the key
+field is ``retired:<fingerprint of the key it had>`` (or ``retired`` alone)."""
 
 
 # --- allow list ----------------------------------------------------------------------
@@ -162,9 +167,18 @@ class SenderBinding:
     fingerprint: str
     last_ip: str
     first_seen: str
+    retired_key: str = ""
+    """For a retired binding: the fingerprint of the key it had, which binds no new UUID."""
 
     def line(self) -> str:
-        return "\t".join((self.uuid, self.fingerprint, self.last_ip, self.first_seen))
+        key = f"{RETIRED}:{self.retired_key}" if self.retired_key else self.fingerprint
+        return "\t".join((self.uuid, key, self.last_ip, self.first_seen))
+
+    @classmethod
+    def from_fields(cls, uuid: str, key: str, last_ip: str, first_seen: str) -> SenderBinding:
+        if key.startswith(f"{RETIRED}:"):
+            return cls(uuid, RETIRED, last_ip, first_seen, key[len(RETIRED) + 1 :])
+        return cls(uuid, key, last_ip, first_seen)
 
 
 GENERATION_LINE = "# generation "
@@ -192,11 +206,13 @@ def parse_sender_keys(lines: Iterable[str]) -> dict[str, SenderBinding]:
             if line:
                 log.warning("%s: ignoring a malformed line: %r", SENDER_KEYS_FILE, line[:200])
             continue
-        out.setdefault(parts[0], SenderBinding(*parts))
+        out.setdefault(parts[0], SenderBinding.from_fields(*parts))
     return out
 
 
 def _is_key_field(value: str) -> bool:
+    if value.startswith(f"{RETIRED}:"):
+        value = value[len(RETIRED) + 1 :]
     return value.startswith("SHA256:") or value == RETIRED
 
 
@@ -255,6 +271,7 @@ class SenderKeys:
         self._stamp: tuple[int, int, int, int] | None = None
         self._bindings: dict[str, SenderBinding] = {}
         self._by_key: dict[str, set[str]] = {}
+        self._retired_keys: dict[str, str] = {}  # key fingerprint -> a UUID retired with it
         self._generation = 0
         self._highest = 0  # the highest generation this process has seen
 
@@ -293,9 +310,12 @@ class SenderKeys:
             )
         self._highest = max(self._highest, generation)
         self._by_key = {}
+        self._retired_keys = {}
         for b in bindings.values():
             if b.fingerprint != RETIRED:
                 self._by_key.setdefault(b.fingerprint, set()).add(b.uuid)
+            elif b.retired_key:
+                self._retired_keys.setdefault(b.retired_key, b.uuid)
 
     def _file_stamp(self) -> tuple[int, int, int, int] | None:
         try:
@@ -308,7 +328,8 @@ class SenderKeys:
         """Bind ``uuid`` to ``key`` (a paramiko key, blob or fingerprint) if it is free.
 
         Returns the binding when the key may act as ``uuid``, None when the UUID is
-        already bound to another key; raises Retired for a retired UUID, and KeyLimit
+        already bound to another key; raises Retired for a retired UUID, or a new UUID
+        presented by a key a retirement kept (see the module doc), and KeyLimit
         when the UUID is free but the key already binds ``max_uuids_per_key`` others
         (UUIDs it holds stay usable). A HELLO from a known sender at its known address
         reads nothing but a ``stat``; a change is decided again under the file lock,
@@ -337,6 +358,13 @@ class SenderKeys:
                 return None
             if current is not None and current.last_ip == ip:
                 return current
+            if current is None and fp in self._retired_keys:
+                raise Retired(
+                    f"key {fp} was retired on this receiver with sender "
+                    f"{self._retired_keys[fp]}: it acts as no new sender ({uuid}) until "
+                    f"the receiver's operator binds it: sealsync senders rekey {uuid} "
+                    "--key <its .pub>"
+                )
             if current is None:
                 held = self._by_key.get(fp, set())
                 if self.max_uuids_per_key is not None and len(held) >= self.max_uuids_per_key:
@@ -353,12 +381,16 @@ class SenderKeys:
 
     def set_key(self, uuid: str, fp: str) -> SenderBinding | None:
         """Bind ``uuid`` to the key ``fp`` in one write, whatever held it (re-keying, or
-        bringing back a retired sender); returns the binding it replaced. KeyLimit if
-        the key already acts as ``max_uuids_per_key`` other senders."""
+        bringing back a retired sender, or letting a retired sender's key act as a new
+        UUID); returns the binding it replaced. KeyLimit if the key already acts as
+        ``max_uuids_per_key`` other senders."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, self._file_lock:
             bindings = self._current()
             old = bindings.get(uuid)
+            kept = ""  # a retirement keeps the key it retires (or kept before)
+            if fp == RETIRED and old is not None:
+                kept = old.retired_key if old.fingerprint == RETIRED else old.fingerprint
             others = self._by_key.get(fp, set()) - {uuid}
             if fp != RETIRED and self.max_uuids_per_key is not None:
                 if len(others) >= self.max_uuids_per_key:
@@ -368,7 +400,7 @@ class SenderKeys:
                     )
             first_seen = old.first_seen if old is not None else _now()
             last_ip = old.last_ip if old is not None else "-"
-            new = {**bindings, uuid: SenderBinding(uuid, fp, last_ip, first_seen)}
+            new = {**bindings, uuid: SenderBinding(uuid, fp, last_ip, first_seen, kept)}
             self._operator_write(new)
             return old
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from receiver.identity import MARKER, SCHEMA, inspect_storage
 from receiver.incoming import sync_method_in_effect
 from receiver.key_generation import require_generation
+from receiver.load.owners import scope_for
 from receiver.service import load_host_key
 from receiver.storage import open_storage
 from sealsync.config import ReceiverConfig
@@ -60,6 +61,7 @@ def check_receiver(config: ReceiverConfig) -> list[Finding]:
             )
         )
     out.append(sound(f"sync_method {sync_method_in_effect(config.sync_method)}"))
-    open_storage(config)  # an unknown kind or a bad [receiver.storage] key: exit 2, one line
-    out.append(sound(f"storage: kind {config.storage.kind}"))
+    storage = open_storage(config)  # an unknown kind or a bad [receiver.storage] key: exit 2
+    scope = scope_for(config, storage)  # per-sender devices in a storage that merges them: 2
+    out.append(sound(f"storage: kind {config.storage.kind}, device_scope {scope}"))
     return out

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from receiver.incoming import Fsyncs, IncomingFile, stage_all, store_failure_reason
-from receiver.inspect_pool import InspectUnavailable
+from receiver.inspect_pool import DELETION_SUFFIXES, InspectUnavailable, checking_for
 from receiver.load.owners import DeviceOwners
 from receiver.round_state import RoundState
 from receiver.session_limits import SessionAdmission
@@ -166,15 +166,22 @@ class BatchCommitter:
                     self.admission.release(item.incoming)
 
     def check(self, batch: list[Arrived]) -> None:
-        """Format and devices (inspected concurrently), then ownership in arrival order."""
+        """Format and devices (inspected concurrently, and with the worker pool each
+        file's ``.mods``/``.mods2`` too), then ownership in arrival order."""
         todo = [item for item in batch if item.status is None]
         many = self.inspect_many
-        if many is not None and len(todo) > 1:
-            found = many([item.file.data_tmp for item in todo])
+        infos: list[FileInfo | str]
+        if many is not None and todo:
+            sidecars = [(n, path) for n, item in enumerate(todo) for path in _deletion_files(item)]
+            with checking_for(self.admission.uuid):  # workers go to senders in turn
+                found = many([item.file.data_tmp for item in todo] + [p for _, p in sidecars])
             infos = [
                 _format_problem(item, info) if isinstance(info, FormatError) else info
-                for item, info in zip(todo, found, strict=True)
+                for item, info in zip(todo, found, strict=False)
             ]
+            for (n, path), got in zip(sidecars, found[len(todo) :], strict=True):
+                if isinstance(got, FormatError) and not isinstance(infos[n], str):
+                    infos[n] = _deletions_problem(todo[n], path, got)
         else:
             infos = list(self.executor.map(self._inspect, todo))
         valid = []
@@ -188,7 +195,7 @@ class BatchCommitter:
             if isinstance(conflicts, SealsyncError):
                 item.verdict(Verdict.REFUSED, f"device ownership not recorded: {conflicts}")
             elif conflicts:
-                item.verdict(Verdict.CONFLICT, _conflict_reason(conflicts))
+                item.verdict(Verdict.CONFLICT, _conflict_reason(conflicts, self.owners.describe))
             else:
                 item.devices = info.devices
 
@@ -211,13 +218,32 @@ def _format_problem(item: Arrived, exc: FormatError) -> str:
     return f"not a valid data file: {reason}"
 
 
-def _conflict_reason(conflicts: dict[str, str]) -> str:
+def _deletion_files(item: Arrived) -> list[Path]:
+    """The ``.mods``/``.mods2`` a stream brought (written beside its data file)."""
+    sizes = (item.begin.mods_size, item.begin.mods2_size)
+    return [
+        Path(item.file.data_tmp_name + suffix)
+        for suffix, size in zip(DELETION_SUFFIXES, sizes, strict=True)
+        if size >= 0
+    ]
+
+
+def _deletions_problem(item: Arrived, path: Path, exc: FormatError) -> str:
+    """The refusal reason for a file whose deletions do not read (or over their bounds)."""
+    if isinstance(exc, InspectUnavailable):
+        return f"{exc}; retry later"
+    suffix = path.name[len(item.file.data_tmp.name) :]
+    reason = str(exc).replace(str(path), item.name + suffix).replace(path.name, item.name + suffix)
+    return f"its deletions do not read: {reason}"
+
+
+def _conflict_reason(conflicts: dict[str, str], describe: Callable[[str], str]) -> str:
     devices = sorted(conflicts)
     first = devices[0]
     more = f" (and {len(devices) - 1} more devices)" if len(devices) > 1 else ""
-    # The owner's UUID is not told: a sender learns no other sender's (operators see
-    # them in ``sealsync owners`` and ``sealsync senders``).
-    return f"device {first} is owned by another sender{more}"
+    # The owner is named by the name its HELLO gave, never its UUID: a sender learns no
+    # other sender's (operators see them in ``sealsync owners`` and ``sealsync senders``).
+    return f"device {first} is owned by {describe(conflicts[first])}{more}"
 
 
 CommitFn = Callable[[list[Arrived], RoundState, "Future[None] | None"], None]

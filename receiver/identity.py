@@ -13,6 +13,16 @@ The marker names the folder's role and the storage it belongs to (one id per
 receiver, the schema dir's): a data dir of another receiver's storage is refused
 too. ``--init`` marks only folders without a marker; it never replaces one.
 
+**The receiver remembers its storage.** A marker travels with its folder: a disk
+replaced by an empty one, or an empty folder left where the storage was, carries none,
+and ``serve --init`` would mark it as a new storage without a word. So the receiver
+records the storage it serves, and in which folders, in a file outside the storage
+(``sealsync-served-<hash of the schema dir's path>.json`` in ``state_dir``, by default
+the folder of ``authorized_keys``: configuration, which a lost or restored storage does
+not take along). A recorded folder that holds no storage, or another one, is refused
+by ``serve``, ``serve --init`` and ``check`` ("storage gone: ..."), unless the operator
+names the recorded storage's id: ``--replaces ID`` says that storage is gone for good.
+
 **Storages from before the marker.** A folder that holds the receiver's own state
 (the schema dir's ``sync/``, a data dir's ``sync-receiver/``) with anything besides
 the lock file in it has been served before: ``serve`` marks it once, with an INFO
@@ -23,6 +33,7 @@ an empty one, and ``serve --init`` marks it if it is really the storage.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -61,6 +72,131 @@ class Folder:
     @property
     def state(self) -> Path:
         return self.path / (SCHEMA_STATE if self.role == SCHEMA else RECEIVER_FOLDER)
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the receiver recorded, outside its storage, about the storage it serves."""
+
+    path: Path
+    storage: str
+    folders: frozenset[str]
+    """The absolute paths of the folders that held it (schema dir and data dirs)."""
+
+
+RECORD_PREFIX = "sealsync-served-"
+
+
+def record_path(config: ReceiverConfig) -> Path:
+    """The record of this receiver's storage: one per schema dir (two receivers may
+    share a configuration folder), named by a digest of its path."""
+    digest = hashlib.sha256(os.path.abspath(config.schema_dir).encode()).hexdigest()[:16]
+    return config.record_dir / f"{RECORD_PREFIX}{digest}.json"
+
+
+def read_record(config: ReceiverConfig) -> Record | None:
+    """The record, None when there is none (a receiver from before records, or a
+    configuration set up anew); ConfigError if it cannot be read or is damaged."""
+    path = record_path(config)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(
+            f"{config.source}: cannot read {path} (the storage this receiver serves): "
+            f"{exc.strerror or exc}: give the receiver's user read access to it"
+        ) from None
+    try:
+        body = json.loads(raw)
+        folders = body["folders"]
+        if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+            raise ValueError("folders")
+        return Record(path, str(uuid.UUID(body["storage"])), frozenset(folders))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise ConfigError(
+            f"{config.source}: {path} is damaged (the storage this receiver serves): restore "
+            "it, or remove it once the configured folders hold the right storage"
+        ) from None
+
+
+def _paths(config: ReceiverConfig) -> list[str]:
+    return [os.path.abspath(f.path) for f in folders(config)]
+
+
+def write_record(config: ReceiverConfig, storage: str) -> None:
+    """Record ``storage`` and the configured folders, if the record says otherwise; a
+    record that cannot be written is one warning (the storage is served all the same)."""
+    try:
+        known = read_record(config)
+    except ConfigError:
+        known = None
+    paths = _paths(config)
+    if known is not None and known.storage == storage and known.folders == frozenset(paths):
+        return
+    body = {
+        "sealsync": "receiver storage record",
+        "storage": storage,
+        "folders": paths,
+        "recorded": datetime.now(UTC).replace(microsecond=0).isoformat(),
+    }
+    path = record_path(config)
+    try:
+        durable.atomic_write(path, json.dumps(body, indent=1) + "\n", 0o644)
+    except OSError as exc:
+        log.warning(
+            "cannot record the storage this receiver serves in %s: %s: a storage replaced "
+            "by an empty folder cannot be told from a new one; set [receiver] state_dir "
+            "to a folder the receiver may write, outside its storage",
+            path,
+            exc.strerror or exc,
+        )
+        return
+    log.info("storage %s recorded in %s", storage, path)
+
+
+def _against_record(
+    config: ReceiverConfig,
+    found: list[tuple[Folder, dict[str, str] | None]],
+    replaces: str | None,
+) -> None:
+    """ConfigError ("storage gone: ...") for a recorded folder that holds no storage or
+    another one, unless ``replaces`` names the recorded storage."""
+    source = config.source
+    record = read_record(config)
+    if replaces is not None:
+        if record is None:
+            raise ConfigError(
+                f"--replaces {replaces}: this receiver has no record of a storage "
+                f"({record_path(config)} does not exist): leave --replaces out"
+            )
+        if replaces != record.storage:
+            raise ConfigError(
+                f"--replaces {replaces}: the storage this receiver served is {record.storage} "
+                f"({record.path}): name that one, or leave --replaces out"
+            )
+        return
+    if record is None:
+        return
+    for folder, marker in found:
+        if os.path.abspath(folder.path) not in record.folders or not folder.path.is_dir():
+            continue  # a new folder, or a missing one (the config's own check names it)
+        if marker is None:
+            raise ConfigError(
+                f"{source}: [receiver] {folder.key}: storage gone: {folder.path} holds no "
+                f"sealsync storage (no {MARKER}), but this receiver served storage "
+                f"{record.storage} there ({record.path}): a disk not mounted, or the folder "
+                "replaced? mount it back (nothing was written); if that storage is lost for "
+                f"good, start a new one with `sealsync serve --init --replaces {record.storage}`"
+            )
+        if marker["storage"] != record.storage:
+            raise ConfigError(
+                f"{source}: [receiver] {folder.key}: storage gone: {folder.path} holds storage "
+                f"{marker['storage']}, but this receiver served storage {record.storage} there "
+                f"({record.path}): the wrong disk mounted? mount the right one; to serve "
+                f"storage {marker['storage']} from now on, start with `sealsync serve "
+                f"--replaces {record.storage}`"
+            )
 
 
 @dataclass(frozen=True)
@@ -113,14 +249,19 @@ def _served_before(folder: Folder) -> bool:
         return False
 
 
-def inspect_storage(config: ReceiverConfig, *, init: bool = False) -> Verdict:
+def inspect_storage(
+    config: ReceiverConfig, *, init: bool = False, replaces: str | None = None
+) -> Verdict:
     """The storage's id and the folders to mark; ConfigError (one line: the folder, the
-    likely cause, the fix) for a folder that is not this receiver's storage. Writes
-    nothing. ``init`` (``serve --init``): unmarked folders are to be marked as well."""
+    likely cause, the fix) for a folder that is not this receiver's storage, or that
+    held the recorded storage and holds another one or none now (unless ``replaces``
+    names the recorded one). Writes nothing. ``init`` (``serve --init``): unmarked
+    folders are to be marked as well."""
     source = config.source
     found: list[tuple[Folder, dict[str, str] | None]] = [
         (f, _read(f, source)) for f in folders(config)
     ]
+    _against_record(config, found, replaces)
     for folder, marker in found:
         if marker is not None and marker["role"] != folder.role:
             raise ConfigError(
@@ -170,11 +311,22 @@ def _write(folder: Folder, storage: str) -> None:
         ) from None
 
 
-def require_storage(config: ReceiverConfig, *, init: bool = False) -> str:
+def require_storage(
+    config: ReceiverConfig, *, init: bool = False, replaces: str | None = None
+) -> str:
     """Refuse a storage that is not this receiver's (ConfigError, nothing written), then
-    mark the folders served before markers existed (and, with ``init``, the new ones);
-    returns the storage id. Called by ``serve`` before anything else touches a folder."""
-    verdict = inspect_storage(config, init=init)
+    mark the folders served before markers existed (and, with ``init``, the new ones)
+    and record the storage outside it; returns the storage id. Called by ``serve``
+    before anything else touches a folder."""
+    verdict = inspect_storage(config, init=init, replaces=replaces)
+    if replaces is not None:
+        log.warning(
+            "storage %s: %s (--replaces)",
+            replaces,
+            "folders set up anew in it"
+            if verdict.storage == replaces
+            else f"replaced by storage {verdict.storage}",
+        )
     for folder in verdict.upgrade:
         _write(folder, verdict.storage)
         if init and not _served_before(folder):
@@ -187,4 +339,15 @@ def require_storage(config: ReceiverConfig, *, init: bool = False) -> str:
                 folder.state,
                 MARKER,
             )
+    write_record(config, verdict.storage)
     return verdict.storage
+
+
+def marker_storage(path: Path) -> str | None:
+    """The storage id in the marker at the top of ``path``; None when it has none or
+    it does not read (the running receiver's look, :mod:`receiver.liveness`)."""
+    try:
+        body = json.loads((Path(path) / MARKER).read_bytes())
+        return str(uuid.UUID(body["storage"]))
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None

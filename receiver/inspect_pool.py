@@ -17,6 +17,17 @@ anything named like one of its packages) had workers import that instead of the
 installed code, and die. Workers therefore start with ``PYTHONSAFEPATH`` set, so they
 import exactly what the receiver itself imports, wherever it was started.
 
+Every check is bounded, whatever the file: a worker's address space may grow by
+:data:`MEMORY_BUDGET` past what it holds when it starts (``RLIMIT_AS``; over it a
+check gets MemoryError and its file is refused), and each file's check gets a CPU
+budget that grows with the file's size (:func:`cpu_budget`): past it the check is
+interrupted and the file refused, and a reader stuck in native code past it and a
+grace is ended by the kernel (``ITIMER_PROF``, whose signal ends the process). Workers
+are handed out to the senders waiting, one sender at a time in rotation, and a task
+holds at most :data:`TASK_BUDGET` seconds of budgets: one sender's files never queue
+another's behind all of theirs. A check that does not finish in ``timeout`` (a
+worker stuck without using CPU) refuses its files without checking them again.
+
 A worker that cannot start at all (a broken installation, a native library that
 fails to load) is the receiver's fault, never the file's: before a crash is blamed on
 a file, a worker is started on an empty input; if that one dies too, the check is
@@ -26,22 +37,28 @@ once as an error, and the check is not tried again for ``RECHECK_AFTER`` seconds
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
+import math
 import multiprocessing
 import os
+import resource
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import forkserver
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sealsync.errors import FormatError
 from sealsync.printable import single_line
@@ -51,7 +68,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
+_R = TypeVar("_R")
+
 DEFAULT_TIMEOUT = 300.0
+"""Seconds a task may take, wall clock: the bound for a worker stuck without using CPU
+(the CPU budgets bound the rest)."""
+MEMORY_BUDGET = 1 << 30
+"""Bytes of address space a worker may add to what it holds when it starts: far more
+than any accepted file's check needs (the format readers bound what they hold; a
+TsFile's metadata walk stays under a few hundred MiB at its caps)."""
+CPU_BASE = 1.0
+CPU_RATE = 4 << 20
+CPU_MAX = 120.0
+"""A file's check may use ``CPU_BASE`` seconds of CPU plus one per ``CPU_RATE`` bytes of
+the file, up to ``CPU_MAX``: several times what the densest files the formats allow
+take, and past what their caps let a walk cost."""
+CPU_GRACE = 2.0
+"""Seconds of CPU past its budget after which a check that cannot be interrupted (a
+native reader's loop) ends its worker."""
+TASK_BUDGET = 16.0
+"""The most CPU budget one task (the files one worker checks in one go) may hold: how
+long another sender's files can wait for a worker, at most, once it is their turn."""
 RECHECK_AFTER = 30.0
 """Seconds after a failed worker start before workers are tried again."""
 PRELOAD = ("sealsync.formats", "tsfile")
@@ -80,16 +117,31 @@ def _inspect_in_worker(path: str) -> FileInfo:
     return _guarded(inspect, path)
 
 
+DELETION_SUFFIXES = (".mods", ".mods2")
+
+
 def verify_in_worker(path: str) -> FileInfo:
     """``formats.verify`` in the worker: what the receiver checks of a received file.
 
     The metadata check of docs/design.md §1.3, not ``inspect``'s decode of every page,
-    which is orders of magnitude slower (docs/performance.md).
+    which is orders of magnitude slower (docs/performance.md). A path ending in
+    ``.mods`` or ``.mods2`` is a file's deletions: read whole with their parser (its
+    bounds included), so the loader never meets one that does not read.
     """
     from sealsync import formats
 
+    if path.endswith(DELETION_SUFFIXES):
+        return _guarded(_deletions, path)
     verify = formats.verify  # outside the try: a missing reader is our bug, not the file's
     return _guarded(verify, path)
+
+
+def _deletions(path: Path) -> FileInfo:
+    """A deletion file read as the loader reads it: no devices, its entries as rows."""
+    from sealsync.formats import FileInfo, mods, mods2
+
+    read = mods2.read if path.name.endswith(".mods2") else mods.read
+    return FileInfo((), len(read(path)))
 
 
 def _guarded(read: Callable[[Path], FileInfo], path: str) -> FileInfo:
@@ -98,16 +150,109 @@ def _guarded(read: Callable[[Path], FileInfo], path: str) -> FileInfo:
         return read(Path(path))
     except FormatError:
         raise
+    except MemoryError:
+        raise FormatError(
+            f"{Path(path).name}: its check needed more memory than a check may use "
+            f"({_memory >> 20} MiB)"
+        ) from None
     except Exception as exc:  # a reader bug on hostile input is still "not a valid file"
         raise FormatError(f"{Path(path).name}: unreadable: {type(exc).__name__}: {exc}") from None
 
 
+def cpu_budget(size: int, base: float = CPU_BASE) -> float:
+    """Seconds of CPU the check of a file of ``size`` bytes may use (see :data:`CPU_MAX`);
+    ``base`` in place of :data:`CPU_BASE`."""
+    return min(base + max(size, 0) / CPU_RATE, CPU_MAX)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+class OverBudget(FormatError):
+    """A check used its file's CPU budget (raised in the worker by SIGXCPU)."""
+
+
+_in_worker = False
+"""Set in worker processes: only there are the CPU budgets armed (their signals would
+end any other process)."""
+_memory = MEMORY_BUDGET
+_cpu_base = CPU_BASE
+_cpu_limits = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+"""This worker's RLIMIT_CPU as it started: what each check's budget is set within."""
+_mark = -1
+"""A file this worker writes the path it is checking to (its pid's, in its pool's
+folder): a worker the kernel ends past a budget cannot say which file it was at."""
+"""This worker's memory budget (its pool's), for what its errors say."""
+_checking: tuple[str, float] = ("", 0.0)
+"""The file being checked in this worker, and its budget: what SIGXCPU's error names."""
+
+
+def _over_budget(signum: int, frame: object) -> None:
+    name, budget = _checking
+    raise OverBudget(
+        f"{name}: its check used more than {budget:g} s of CPU, the most a file of its "
+        f"size may take ({_cpu_base:g} s and one more per {CPU_RATE >> 20} MiB, at most "
+        f"{CPU_MAX:g} s)"
+    )
+
+
+def _cpu_used() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _budgeted(target: Callable[[str], _R], path: str) -> _R:
+    """``target(path)`` within the file's CPU budget, in a worker: RLIMIT_CPU's soft
+    limit raises SIGXCPU at the budget (:class:`OverBudget`, the file refused), and
+    ``ITIMER_PROF`` ends the worker :data:`CPU_GRACE` seconds later if the check could
+    not be interrupted. Elsewhere ``target(path)`` as it is."""
+    global _checking
+    if not _in_worker:
+        return target(path)
+    budget = cpu_budget(_size(path), _cpu_base)
+    soft, hard = _cpu_limits
+    limit = math.ceil(_cpu_used() + budget)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    _checking = (os.path.basename(path), budget)
+    _set_mark(os.fsencode(path))
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
+    signal.setitimer(signal.ITIMER_PROF, budget + CPU_GRACE)
+    try:
+        return target(path)
+    except MemoryError:  # over the worker's RLIMIT_AS
+        raise FormatError(
+            f"{Path(path).name}: its check needed more memory than a check may use "
+            f"({_memory >> 20} MiB)"
+        ) from None
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        _set_mark(b"")
+
+
+def _set_mark(path: bytes) -> None:
+    """The path being checked, ended by a NUL (an empty one: none)."""
+    if _mark >= 0:
+        os.pwrite(_mark, path + b"\0", 0)
+
+
+def _inspect_one(target: Callable[[str], FileInfo], path: str) -> FileInfo:
+    """Runs in the worker: ``target`` for one path, within its budget."""
+    return _budgeted(target, path)
+
+
 def _inspect_each(target: Callable[[str], FileInfo], paths: list[str]) -> list[Any]:
-    """Runs in the worker: ``target`` for each path, a FormatError kept as its result."""
+    """Runs in the worker: ``target`` for each path within its budget, a FormatError
+    kept as its result."""
     out: list[Any] = []
     for path in paths:
         try:
-            out.append(target(path))
+            out.append(_budgeted(target, path))
         except FormatError as exc:
             out.append(exc)
     return out
@@ -137,6 +282,46 @@ def _host_alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
+def _vm_size() -> int:
+    """Bytes of address space this process holds now (0 where /proc cannot tell)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _worker_start(host: int, memory_budget: int, cpu_base: float, marks: str) -> None:
+    """Runs in each new worker: follow the host (:func:`_exit_with_host`), then bound
+    what a check may take: address space (``RLIMIT_AS``, ``memory_budget`` past what
+    the worker holds now; 0: no bound), one thread for pyarrow, and the CPU budgets
+    (``cpu_base``: :data:`CPU_BASE` or a pool's own) and their signals; the file in
+    ``marks`` named by this worker's pid says which file it checks."""
+    global _in_worker, _memory, _cpu_base, _mark, _cpu_limits
+    _memory, _cpu_base = memory_budget, cpu_base
+    _cpu_limits = resource.getrlimit(resource.RLIMIT_CPU)
+    if marks:
+        _mark = os.open(os.path.join(marks, str(os.getpid())), os.O_RDWR | os.O_CREAT, 0o600)
+    _exit_with_host(host)
+    try:
+        import pyarrow
+
+        pyarrow.set_cpu_count(1)  # its thread pools reserve address space per thread
+        pyarrow.set_io_thread_count(1)
+    except ImportError:  # a worker of a test target that needs none
+        pass
+    held = _vm_size()
+    if memory_budget > 0 and held > 0:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = held + memory_budget
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    signal.signal(signal.SIGXCPU, _over_budget)
+    signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the kernel ends the worker
+    _in_worker = True
+
+
 def _exit_with_host(host: int) -> None:
     """Runs in each new worker: exit once the host process is gone.
 
@@ -163,22 +348,29 @@ def _exit_with_host(host: int) -> None:
 _ENV_LOCK = threading.Lock()
 
 
+_WORKER_ENV = {"PYTHONSAFEPATH": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
+"""What a worker (and the fork server) starts with: no working directory on its
+``sys.path`` (see the module's docstring), and pyarrow allocating with the C library
+rather than its own allocator, which reserves a gigabyte of address space at a time
+and so fails under a worker's ``RLIMIT_AS`` on files that need little."""
+
+
 @contextlib.contextmanager
 def _safe_path() -> Iterator[None]:
-    """``PYTHONSAFEPATH`` set while a worker process (or the fork server) starts, and
-    put back after: no working directory on its ``sys.path`` (see the module's
-    docstring), while the host's own environment, which its other children inherit,
-    stays as the host set it."""
+    """:data:`_WORKER_ENV` set while a worker process (or the fork server) starts, and
+    put back after, while the host's own environment, which its other children
+    inherit, stays as the host set it."""
     with _ENV_LOCK:
-        before = os.environ.get("PYTHONSAFEPATH")
-        os.environ["PYTHONSAFEPATH"] = "1"
+        before = {name: os.environ.get(name) for name in _WORKER_ENV}
+        os.environ.update(_WORKER_ENV)
         try:
             yield
         finally:
-            if before is None:
-                del os.environ["PYTHONSAFEPATH"]
-            else:
-                os.environ["PYTHONSAFEPATH"] = before
+            for name, value in before.items():
+                if value is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = value
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -196,7 +388,7 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _start_failure(target: Callable[[str], FileInfo]) -> str:
+def _start_failure(target: Callable[[str], Any]) -> str:
     """Why a worker dies as it starts, in one line: what a worker imports, done in a
     process of its own started the same way (same interpreter, environment, working
     directory and ``sys.path``), whose error is captured rather than lost on stderr."""
@@ -231,13 +423,192 @@ def _start_failure(target: Callable[[str], FileInfo]) -> str:
     return "a worker process exited as it started (its error is on the receiver's stderr)"
 
 
-def _new_pool(workers: int) -> ProcessPoolExecutor:
+def _new_pool(
+    workers: int, memory_budget: int = MEMORY_BUDGET, cpu_base: float = CPU_BASE, marks: str = ""
+) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=_context(),
-        initializer=_exit_with_host,
-        initargs=(os.getpid(),),
+        initializer=_worker_start,
+        initargs=(os.getpid(), memory_budget, cpu_base, marks),
     )
+
+
+def _end(pool: ProcessPoolExecutor, kill: bool) -> None:
+    """Shut ``pool`` down without waiting; ``kill``: its workers too, at once."""
+    if kill:
+        # A hung reader never returns; shutdown() alone would leave it running.
+        # ``_processes`` is private but the only handle on the workers.
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            try:
+                proc.kill()
+            except Exception:  # already gone
+                pass
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_bounded(
+    fn: Callable[[str], _R], paths: Sequence[str], timeout: float = DEFAULT_TIMEOUT
+) -> list[_R | FormatError]:
+    """``fn(path)`` for each path, one at a time, in a worker process bounded as the
+    receiver's are (memory, a CPU budget per file, ``timeout``): what ``sealsync
+    inspect`` runs. Per path its result, or the FormatError that says why there is none
+    (``fn``'s own, or: over a bound, crashed its worker). ``fn`` must be importable by
+    the worker (a module-level function)."""
+    marks = tempfile.mkdtemp(prefix="sealsync-checks-")
+    pool: ProcessPoolExecutor | None = None
+    out: list[_R | FormatError] = []
+    try:
+        for path in paths:
+            name = Path(path).name
+            if pool is None:
+                pool = _new_pool(1, marks=marks)
+            try:
+                out.append(pool.submit(_budgeted, fn, path).result(timeout=timeout))
+            except FormatError as exc:
+                out.append(exc)
+            except BrokenProcessPool:
+                ended = _ended_past_budget(pool, marks)
+                _end(pool, kill=False)
+                pool = None
+                if path in ended:
+                    out.append(FormatError(f"{name}: its check was ended past its CPU budget"))
+                else:
+                    out.append(FormatError(f"{name}: the file crashed the format reader"))
+            except FutureTimeout:
+                _end(pool, kill=True)
+                pool = None
+                out.append(
+                    FormatError(f"{name}: the format reader did not finish in {timeout:g} s")
+                )
+            except _NO_START:
+                pool = None
+                out.append(InspectUnavailable(_unavailable_text(_start_failure(fn))))
+    finally:
+        if pool is not None:
+            _end(pool, kill=len(out) < len(paths))  # interrupted: do not wait for its check
+        shutil.rmtree(marks, ignore_errors=True)
+    return out
+
+
+def _ended_past_budget(pool: ProcessPoolExecutor, marks: str) -> set[str]:
+    """The files ``pool``'s workers were checking when the kernel ended them past their
+    CPU budget (SIGPROF): those are refused without a second check."""
+    found: set[str] = set()
+    # ``_processes`` is private but the only handle on the workers (see _discard).
+    for pid, proc in list((getattr(pool, "_processes", None) or {}).items()):
+        if proc.exitcode != -signal.SIGPROF or not marks:
+            continue
+        try:
+            with open(os.path.join(marks, str(pid)), "rb") as f:
+                path = os.fsdecode(f.read().split(b"\0", 1)[0])
+        except OSError:
+            continue
+        if path:
+            found.add(path)
+    return found
+
+
+_sender = threading.local()
+
+
+@contextlib.contextmanager
+def checking_for(sender: str) -> Iterator[None]:
+    """The checks this thread asks for in the body are ``sender``'s: workers are
+    handed out to senders in rotation (:class:`_Turns`)."""
+    before = getattr(_sender, "name", "")
+    _sender.name = sender
+    try:
+        yield
+    finally:
+        _sender.name = before
+
+
+def _current_sender() -> str:
+    return str(getattr(_sender, "name", ""))
+
+
+class _Turns:
+    """Worker slots, handed to the senders waiting one sender at a time in rotation:
+    the slot that frees goes to the waiting sender served longest ago, so a sender with
+    many files queued gets one, then each other sender waiting does, before its next.
+    At most ``slots`` tasks are in the workers at once, so nothing queues inside the
+    process pool, where it would be first come first served."""
+
+    def __init__(self, slots: int) -> None:
+        self._cond = threading.Condition()
+        self._free = max(slots, 1)
+        self._waiting: dict[str, collections.deque[int]] = {}
+        self._granted: set[int] = set()
+        self._tickets = 0
+        self._grants = 0
+        self._served: dict[str, int] = {}
+        """When each sender last got a slot (its grant's number): who goes next."""
+        self._closed = False
+
+    def take(self, sender: str) -> None:
+        """Wait for a slot for ``sender``; FormatError once the pool is closing."""
+        with self._cond:
+            ticket = self._tickets
+            self._tickets += 1
+            self._waiting.setdefault(sender, collections.deque()).append(ticket)
+            self._grant()
+            while ticket not in self._granted:
+                if self._closed:
+                    queue = self._waiting.get(sender)
+                    if queue is not None and ticket in queue:
+                        queue.remove(ticket)
+                        if not queue:
+                            del self._waiting[sender]
+                    raise _stopping()
+                self._cond.wait()
+            self._granted.discard(ticket)
+
+    def give_back(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._grant()
+
+    def _grant(self) -> None:
+        granted = False
+        while self._free > 0 and self._waiting:
+            # the sender served longest ago (or never) first
+            sender = min(self._waiting, key=lambda name: self._served.get(name, -1))
+            queue = self._waiting[sender]
+            self._granted.add(queue.popleft())
+            if not queue:
+                del self._waiting[sender]
+            self._grants += 1
+            self._served[sender] = self._grants
+            self._free -= 1
+            granted = True
+        if granted:
+            self._cond.notify_all()
+
+    def waiting(self) -> int:
+        with self._cond:
+            return sum(len(q) for q in self._waiting.values())
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+def _tasks(paths: Sequence[Path], per_task: int, cpu_base: float) -> list[list[Path]]:
+    """``paths`` in tasks of at most ``per_task`` files and :data:`TASK_BUDGET` seconds
+    of CPU budgets each (a file over it alone), in order."""
+    tasks: list[list[Path]] = []
+    budget = 0.0
+    for path in paths:
+        cost = cpu_budget(_size(str(path)), cpu_base)
+        if tasks and len(tasks[-1]) < per_task and budget + cost <= TASK_BUDGET:
+            tasks[-1].append(path)
+            budget += cost
+        else:
+            tasks.append([path])
+            budget = cost
+    return tasks
 
 
 class InspectPool:
@@ -245,7 +616,8 @@ class InspectPool:
 
     The pool starts on first use (a receiver that never gets a file never pays for
     the workers) and is replaced when a worker dies, so one hostile file does not
-    break the files after it.
+    break the files after it. Whose checks they are is what :func:`checking_for` set
+    on the calling thread.
     """
 
     def __init__(
@@ -253,29 +625,43 @@ class InspectPool:
         workers: int = 2,
         timeout: float = DEFAULT_TIMEOUT,
         target: Callable[[str], FileInfo] = _inspect_in_worker,
+        memory_budget: int = MEMORY_BUDGET,
+        cpu_base: float = CPU_BASE,
     ) -> None:
-        """``target`` runs in the workers (a module-level function, for tests)."""
+        """``target`` runs in the workers (a module-level function, for tests);
+        ``memory_budget``: see :data:`MEMORY_BUDGET` (0: unbounded); ``cpu_base``: see
+        :data:`CPU_BASE` (the tests' budgets are shorter)."""
         self.workers = workers
         self.timeout = timeout
+        self.memory_budget = memory_budget
+        self.cpu_base = cpu_base
         self._target = target
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
+        self._turns = _Turns(workers)
         self._alone_slots = threading.BoundedSemaphore(max(workers, 1))
         """Bounds the workers of :meth:`_alone` re-checks running at once."""
         self._down: tuple[float, str] | None = None
         """(monotonic time to try again, cause) while workers do not start."""
+        self._marks = tempfile.mkdtemp(prefix="sealsync-checks-")
+        """Where each worker says which file it checks (``_worker_start``); removed at
+        close, or when the pool is collected or the process exits."""
+        weakref.finalize(self, shutil.rmtree, self._marks, True)
+
+    def _new(self, workers: int) -> ProcessPoolExecutor:
+        return _new_pool(workers, self.memory_budget, self.cpu_base, self._marks)
 
     def _get_pool(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._closed:
-                raise FormatError("the receiver is stopping: file not inspected")
+                raise _stopping()
             if self._down is not None:
                 retry_at, cause = self._down
                 if time.monotonic() < retry_at:
                     raise InspectUnavailable(_unavailable_text(cause))
             if self._pool is None:
-                self._pool = _new_pool(self.workers)
+                self._pool = self._new(self.workers)
             return self._pool
 
     @property
@@ -287,10 +673,10 @@ class InspectPool:
     def _workers_start(self) -> str | None:
         """None if a new worker starts and runs the check (on an empty input: no file's
         content is involved); else why not, in one line."""
-        pool = _new_pool(1)  # creates no process yet: submit() starts them
+        pool = self._new(1)  # creates no process yet: submit() starts them
         kill = False
         try:
-            pool.submit(self._target, os.devnull).result(timeout=self.timeout)
+            pool.submit(_inspect_one, self._target, os.devnull).result(timeout=self.timeout)
         except _NO_START:
             return _start_failure(self._target)
         except FutureTimeout:
@@ -355,62 +741,92 @@ class InspectPool:
         with self._lock:
             if self._pool is pool:
                 self._pool = None
-        if kill:
-            # A hung reader never returns; shutdown() alone would leave it running.
-            # ``_processes`` is private but the only handle on the workers.
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                try:
-                    proc.kill()
-                except Exception:  # already gone
-                    pass
-        pool.shutdown(wait=False, cancel_futures=True)
+        _end(pool, kill)
+
+    def _submit(
+        self, fn: Callable[..., Any], *args: Any
+    ) -> tuple[ProcessPoolExecutor, Future[Any]]:
+        """``fn(*args)`` in a worker, once it is the calling sender's turn; the slot is
+        given back when the task ends, whatever its end."""
+        self._turns.take(_current_sender())
+        try:
+            pool = self._get_pool()
+            try:
+                future = pool.submit(fn, *args)
+            except (BrokenProcessPool, RuntimeError):  # broken by another file, or shut down
+                self._discard(pool, kill=False)
+                pool = self._get_pool()
+                future = pool.submit(fn, *args)
+        except BaseException:
+            self._turns.give_back()
+            raise
+        future.add_done_callback(lambda _: self._turns.give_back())
+        return pool, future
 
     def inspect(self, path: Path) -> FileInfo:
         """The devices and rows of ``path``; FormatError if it is not a valid data file,
         InspectUnavailable (a FormatError) if the check cannot run at all."""
-        pool = self._get_pool()
         try:
-            try:
-                future = pool.submit(self._target, str(path))
-            except (BrokenProcessPool, RuntimeError):  # broken by another file, or shut down
-                self._discard(pool, kill=False)
-                pool = self._get_pool()
-                future = pool.submit(self._target, str(path))
+            pool, future = self._submit(_inspect_one, self._target, str(path))
         except _NO_START:  # no worker process could be started
-            self._discard(pool, kill=False)
             return self._alone(path)
         try:
-            info = future.result(timeout=self.timeout)
+            info: FileInfo = future.result(timeout=self.timeout)
             self._up()
             return info
         except FormatError:
             raise
         except BrokenProcessPool:
             # A worker died: this file's or another's, in flight in the same pool (every
-            # session shares it). Only a check of this file alone can say which.
-            log.warning("%s: a format reader's worker died; checking it alone", path)
+            # session shares it). Only a check of this file alone can say which, unless
+            # the kernel ended the worker at this file's budget.
+            ended = _ended_past_budget(pool, self._marks)
             self._discard(pool, kill=False)
+            if str(path) in ended:
+                raise self._past_budget(path) from None
+            if self._closed:
+                raise _stopping() from None
+            log.warning("%s: a format reader's worker died; checking it alone", path)
             return self._alone(path)
+        except CancelledError:
+            raise _stopping() from None
         except FutureTimeout:
             log.warning("%s: the format reader hung; restarting the pool", path)
             self._discard(pool, kill=True)
-            raise FormatError(
-                f"{Path(path).name}: the format reader did not finish in {self.timeout:g} s"
-            ) from None
+            raise self._hung(path) from None
+
+    def _past_budget(self, path: Path) -> FormatError:
+        log.warning("%s: its check was ended past its CPU budget: refused", path)
+        return FormatError(
+            f"{Path(path).name}: its check was ended past its CPU budget (a file's check may "
+            f"use {self.cpu_base:g} s of CPU and one more per {CPU_RATE >> 20} MiB, at most "
+            f"{CPU_MAX:g} s)"
+        )
+
+    def _hung(self, path: Path) -> FormatError:
+        return FormatError(
+            f"{Path(path).name}: the format reader did not finish in {self.timeout:g} s"
+        )
 
     def _alone(self, path: Path) -> FileInfo:
         """The verdict on ``path`` from a worker of its own, started for it: a crash
         there is this file's doing and nobody else's."""
         with self._alone_slots:
             if self._closed:
-                raise FormatError("the receiver is stopping: file not inspected")
-            pool = _new_pool(1)
+                raise _stopping()
+            pool = self._new(1)
             kill = False
             try:
-                info = pool.submit(self._target, str(path)).result(timeout=self.timeout)
+                info: FileInfo = pool.submit(_inspect_one, self._target, str(path)).result(
+                    timeout=self.timeout
+                )
                 self._up()
                 return info
             except _NO_START:
+                if self._closed:
+                    raise _stopping() from None
+                if str(path) in _ended_past_budget(pool, self._marks):
+                    raise self._past_budget(path) from None  # the file's doing, for certain
                 cause = self._workers_start()  # the file's doing, or no worker starts?
                 if cause is not None:
                     raise self._down_for(cause) from None
@@ -421,54 +837,71 @@ class InspectPool:
                 ) from None
             except FutureTimeout:
                 kill = True
-                raise FormatError(
-                    f"{Path(path).name}: the format reader did not finish in {self.timeout:g} s"
-                ) from None
+                raise self._hung(path) from None
             finally:
                 self._discard(pool, kill=kill)
 
     def inspect_many(self, paths: Sequence[Path]) -> list[FileInfo | FormatError]:
         """``inspect`` for several files: per path, its FileInfo or its FormatError.
 
-        One task per worker instead of one per file: with small files the pool's
-        messaging (pickling, pipes, its threads waking up) cost more than the reading.
-        A task whose worker dies or hangs is redone one file at a time, so that only
-        the bad file is refused, exactly as ``inspect`` would have.
+        Several files per task (:func:`_tasks`) instead of one: with small files the
+        pool's messaging cost more than the reading. A task whose worker dies is redone
+        one file at a time, so that only the bad file is refused, exactly as
+        ``inspect`` would have; one that does not finish in ``timeout`` refuses its
+        files, none of them checked again.
         """
         if len(paths) < 2:
             return [self._inspect_or_error(p) for p in paths]
-        size = -(-len(paths) // self.workers)
-        chunks = [list(paths[i : i + size]) for i in range(0, len(paths), size)]
-        try:
-            pool = self._get_pool()
-        except FormatError as exc:  # stopping, or workers do not start: the same for all
-            return [exc for _ in paths]
-        try:
-            futures = [
-                pool.submit(_inspect_each, self._target, [str(p) for p in chunk])
-                for chunk in chunks
-            ]
-        except (RuntimeError, *_NO_START):  # broken, shut down, or no worker starts
-            self._discard(pool, kill=False)
-            return [self._inspect_or_error(p) for p in paths]
-        deadline = time.monotonic() + self.timeout
+        tasks = _tasks(paths, -(-len(paths) // self.workers), self.cpu_base)
+        submitted: list[tuple[ProcessPoolExecutor, Future[Any], float]] = []
         results: list[FileInfo | FormatError] = []
-        for chunk, future in zip(chunks, futures, strict=True):
+        try:
+            for task in tasks:
+                pool, future = self._submit(_inspect_each, self._target, [str(p) for p in task])
+                submitted.append((pool, future, time.monotonic() + self.timeout))
+        except FormatError as exc:  # stopping, or workers do not start: the same for all
+            if not submitted:
+                return [exc for _ in paths]
+        except (RuntimeError, *_NO_START):  # broken, shut down, or no worker starts
+            pass
+        for n, task in enumerate(tasks):
+            if n >= len(submitted):
+                results.extend(self._inspect_or_error(p) for p in task)
+                continue
+            pool, future, deadline = submitted[n]
             try:
                 results.extend(future.result(timeout=max(deadline - time.monotonic(), 0.0)))
                 continue
             except FutureTimeout:
+                log.warning("%s: the format reader hung; restarting the pool", task[0])
                 self._discard(pool, kill=True)
+                results.extend(self._hung(p) for p in task)  # never checked twice
+                continue
+            except CancelledError:
+                results.extend(_stopping() for _ in task)
+                continue
             except BrokenProcessPool:
+                ended = _ended_past_budget(pool, self._marks)
                 self._discard(pool, kill=False)
+                results.extend(
+                    self._past_budget(p) if str(p) in ended else self._alone_or_error(p)
+                    for p in task
+                )
+                continue
             except Exception:  # not the pool's failure: ``inspect`` reports it per file
                 pass
-            results.extend(self._inspect_or_error(p) for p in chunk)
+            results.extend(self._alone_or_error(p) for p in task)
         return results
 
     def _inspect_or_error(self, path: Path) -> FileInfo | FormatError:
         try:
             return self.inspect(path)
+        except FormatError as exc:
+            return exc
+
+    def _alone_or_error(self, path: Path) -> FileInfo | FormatError:
+        try:
+            return self._alone(path)
         except FormatError as exc:
             return exc
 
@@ -480,12 +913,20 @@ class InspectPool:
         procs = list((getattr(pool, "_processes", None) or {}).values())
         return sum(1 for proc in procs if proc.is_alive())
 
+    def waiting(self) -> int:
+        """Tasks waiting for a worker (all senders')."""
+        return self._turns.waiting()
+
     def close(self) -> None:
+        """Stop at once: checks in progress end (their files answered "stopping"), and
+        their workers are ended rather than waited for (a check may take minutes)."""
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, None
+        self._turns.close()
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            self._discard(pool, kill=True)
+        shutil.rmtree(self._marks, ignore_errors=True)
 
     def __enter__(self) -> InspectPool:
         return self
@@ -495,6 +936,12 @@ class InspectPool:
 
     def __call__(self, path: Path) -> FileInfo:
         return self.inspect(path)
+
+
+def _stopping() -> InspectUnavailable:
+    """The check of a file asked for while the receiver stops: the receiver's doing,
+    so the file is answered "retry later"."""
+    return InspectUnavailable("the receiver is stopping: file not inspected")
 
 
 def _unavailable_text(cause: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sealsync.errors import BadName
-from sealsync.names import RECEIVER_FOLDER, check_data_name, check_sender_uuid
+from sealsync.names import LOAD_LOG, RECEIVER_FOLDER, check_data_name, check_sender_uuid
 from sealsync.synclog import SyncLog, SyncLogState, parse_sync_log, read_sync_log
 
 __all__ = [
@@ -76,7 +76,7 @@ class SenderFolder:
 
     @property
     def load_log(self) -> Path:
-        return self.root / "load.log"
+        return self.root / LOAD_LOG
 
     @property
     def sync_end(self) -> Path:

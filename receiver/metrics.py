@@ -60,6 +60,7 @@ REFUSALS = {
     "connections": "too many connections open",
     "key": "the public key is not in authorized_keys",
     "sender_key": "the sender UUID is bound to another public key",
+    "identity": "another host holds the sender's identity lease (a copy of that sender)",
     "sessions": "max_sessions open: the sender was told busy",
     "round_busy": "the sender folder was busy (a round or loads in progress)",
     "metrics": "a /metrics connection outside metrics_allow or over metrics_max_connections",
@@ -115,8 +116,8 @@ class ReceiverMetrics:
         series from the start, and a sender no longer among them (retired, its line
         deleted) loses its series."""
         self.storage_ok: Callable[[], bool] | None = None
-        """Whether the storage is still the one the receiver started with (None: not
-        watched, reported as 1)."""
+        """Whether the storage is still the one the receiver started with
+        (receiver/liveness.py; None: not watched, reported as 1)."""
         self.last_seen: LastSeen | None = None
         """Where each sender's name and times are kept across restarts (None: nowhere)."""
         self._lock = threading.Lock()

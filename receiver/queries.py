@@ -5,6 +5,16 @@
 Each answer covers the asking sender only: another sender's UUID is never named
 (the owner is ``ANOTHER_SENDER``), and the inventory and summary list only its own
 files.
+
+``OWNERS_QUERY`` is how a sender decides whether to offer again a file the receiver
+refused for a conflict (sender/transfer/refusals.py): it asks about that file's
+devices. So it is answered for what the sender already knows: the devices it owns,
+and the devices a conflict verdict to it named since the receiver started
+(:meth:`DeviceOwners.told`: their owner now, ``ANOTHER_SENDER`` or ``""`` once
+released). Any other device is left out of the answer, whoever owns it: answering
+every name would let a sender learn, one query of guesses at a time, which devices
+other senders have. A device left out reads as free to the sender, which then offers
+the file again and hears the verdict (after a receiver restart, once per such file).
 """
 
 from __future__ import annotations
@@ -41,15 +51,18 @@ class SenderQueries:
 
     def owners(self, msg: OwnersQuery) -> Owners:
         try:
-            owners = self._owners.owners_of(msg.devices)
+            owners = self._owners.owners_of(msg.devices, asking=self.uuid)
         except SealsyncError as exc:  # a device id the owner log cannot hold (a TAB)
             raise ProtocolError(f"OWNERS_QUERY: {exc}", code=ErrorCode.BAD_DEVICE) from None
         mine = self.uuid
+        told = self._owners.told(mine)
 
         def shown(owner: str) -> str:  # another sender's UUID is not this sender's business
             return owner if owner in ("", mine) else ANOTHER_SENDER
 
-        return Owners({d: shown(owners.get(d, "")) for d in msg.devices})
+        return Owners(
+            {d: shown(owner) for d, owner in owners.items() if owner == mine or d in told}
+        )
 
     def inventory(self, msg: InventoryQuery) -> Inventory:
         if msg.after == "" or self._held is None:

@@ -48,6 +48,7 @@ class Rounds:
         self._loaders: dict[SenderFolder, FolderLoader] = {}
         self._active: set[SenderFolder] = set()
         self._closed = False
+        self._gone: str | None = None  # the storage is gone: why (receiver/liveness.py)
 
     def begin(self, folder: SenderFolder, wait: float = 0.0) -> FolderLoader:
         """Claim ``folder`` for a round and return its loader; Busy if it is not free.
@@ -62,6 +63,8 @@ class Rounds:
             while True:
                 if self._closed:
                     raise Busy("the receiver is stopping")
+                if self._gone is not None:
+                    raise Busy(self._gone)
                 if folder not in self._active:
                     break
                 left = deadline - time.monotonic()
@@ -118,11 +121,30 @@ class Rounds:
             self._active.discard(folder)
             self._freed.notify_all()
 
+    def suspend(self, reason: str) -> None:
+        """The storage is gone: no round starts and every loader stops (what it had not
+        applied stays in its round's logs, in the storage, for recovery), so that
+        nothing is written into whatever is at the storage's path now."""
+        with self._lock:
+            self._gone = reason
+            self._freed.notify_all()
+        self._stop_loaders()
+
+    def resume(self) -> None:
+        """The storage is back: rounds start again (a folder whose loader was stopped
+        is recovered at its next round start)."""
+        with self._lock:
+            self._gone = None
+
     def close(self) -> None:
         """Stop every loader; what they had not applied is replayed by recovery at start."""
         with self._lock:
             self._closed = True
             self._freed.notify_all()
+        self._stop_loaders()
+
+    def _stop_loaders(self) -> None:
+        with self._lock:
             loaders, self._loaders = list(self._loaders.values()), {}
         for loader in loaders:
             try:

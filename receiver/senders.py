@@ -79,8 +79,9 @@ def rekey(config: ReceiverConfig, uuid: str, key_path: Path) -> tuple[str, Sende
 def retire(
     config: ReceiverConfig, uuid: str, release_devices: bool
 ) -> tuple[SenderBinding, list[str]]:
-    """Retire a known ``uuid`` (no key may claim it again) and, if asked, free the
-    devices it owns; its files stay where they are. The old binding, devices freed."""
+    """Retire a known ``uuid`` (no key may claim it again, and its key binds no new
+    UUID until :func:`rekey` binds it to one) and, if asked, free the devices it owns;
+    its files stay where they are. The old binding, devices freed."""
     uuid = _uuid(uuid)
     keys = operator_keys(config)
     if uuid not in keys.bindings():

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from receiver import umask
 from receiver.lock import ReceiverLocked, holder
 from receiver.openfiles import raise_open_files_limit
 from receiver.service import ReceiverService
@@ -90,14 +91,24 @@ def serve(config: ReceiverConfig, stop_event: threading.Event | None = None) -> 
     """Host the receiver until a signal or ``stop_event``; returns the exit code.
 
     Signal handlers are installed only in the main thread (Python allows no other)
-    and restored on return. Start-up failures (port in use, bad host key, storage
+    and restored on return; so is the process umask, which the receiver tightens while
+    it runs (receiver/umask.py). Start-up failures (port in use, bad host key, storage
     locked by another receiver) raise SealsyncError for the CLI to print as one line.
     """
     stop = stop_event if stop_event is not None else threading.Event()
-    previous: dict[signal.Signals, _Handler] = {}
     running = holder(config.schema_dir, config.data_dirs)
     if running is not None:  # before the service reads anything: one line, nothing else
         raise ReceiverLocked(running.message())
+    umask.tighten()  # before the log file and the service make anything
+    try:
+        return _serve(config, stop)
+    finally:
+        umask.release()
+
+
+def _serve(config: ReceiverConfig, stop: threading.Event) -> int:
+    """:func:`serve` once the storage is known free and the umask is the receiver's."""
+    previous: dict[signal.Signals, _Handler] = {}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if not stop.is_set():

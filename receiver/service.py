@@ -23,12 +23,16 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
+from receiver import umask
 from receiver.auth import RETIRED, SenderKeys
 from receiver.connections import Connections
+from receiver.identity import folders
 from receiver.incoming import sync_method_in_effect
 from receiver.inspect_pool import InspectPool, verify_in_worker
+from receiver.leases import Leases
 from receiver.limits import RefusalLog
-from receiver.load.owners import DeviceOwners
+from receiver.liveness import INTERVAL, StorageWatch
+from receiver.load.owners import DeviceOwners, scope_for
 from receiver.lock import StorageLock
 from receiver.metrics import ReceiverMetrics
 from receiver.metrics_http import MetricsServer
@@ -97,15 +101,20 @@ class ReceiverService:
         self._own_storage = storage is None  # the host closes what it passed
         self.storage: Storage = as_storage(storage) if storage is not None else open_storage(config)
         self._storage_lock = StorageLock(config.schema_dir, config.data_dirs)
+        self.watch = StorageWatch(folders(config))
+        self._storage_down = False
         self.metrics = ReceiverMetrics(
             [("schema", config.schema_dir), *(("data", d) for d in config.data_dirs)],
             paths=config.metrics_paths,
         )
         self.metrics.remember_senders(config.schema_dir, list(config.data_dirs))
+        watch = self.watch
+        self.metrics.storage_ok = lambda: watch.ok
         self._metrics_server: MetricsServer | None = None
         self.owners = DeviceOwners(config.schema_dir, config.max_devices_per_sender)
         # before any worker starts: it may refuse
         limits = limits_for(config, self.storage, self.owners)
+        self._device_scope = scope_for(config, self.storage)  # IoTDB keeps one owner: exit 2
         self._pool: InspectPool | None = None
         inspect_many = None
         if inspect is None:
@@ -117,6 +126,8 @@ class ReceiverService:
             self.metrics.workers_unavailable = lambda: pool.unavailable is not None
         inspect = self.metrics.tracked(inspect)
         self._inspect = inspect
+        leases = Leases(config.schema_dir)
+        self.owners.names = leases.name_of  # a conflict names the owner by its name
         self.rounds = Rounds(self.storage, self.owners, inspect)
         sender_keys = SenderKeys(config.schema_dir, config.max_uuids_per_key)
         self.metrics.known_senders = lambda: [
@@ -135,6 +146,8 @@ class ReceiverService:
             metrics=self.metrics,
             partial_max_age=config.partial_max_age,
             sync_method=config.sync_method,
+            storage_problem=self.watch.check,
+            leases=leases,
         )
         self.refusals = RefusalLog(lambda level, line: log.log(level, "%s", line))
         self.connections = Connections(config, self.context, self.metrics, self.refusals)
@@ -144,6 +157,7 @@ class ReceiverService:
         self._stopping = threading.Event()
         self._housekeeper: threading.Thread | None = None
         self._state = "new"  # new -> running -> stopped
+        self._umask_held = False  # receiver/umask.py, from start() to stop()
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -170,8 +184,12 @@ class ReceiverService:
         background thread. ReceiverLocked (exit 75) if another receiver has the storage."""
         if self._state != "new":
             raise SealsyncError(f"the receiver service cannot start: it is {self._state}")
+        umask.tighten()  # given back at stop(), which a failed start runs too
+        self._umask_held = True
         try:
             self._storage_lock.acquire()
+            self.watch.start()  # the storage's identity, looked at again while it runs
+            self.owners.set_scope(self._device_scope)
             host_key = load_host_key(self.config.host_key)
             if self._pool is not None:
                 self._pool.warm()
@@ -256,18 +274,21 @@ class ReceiverService:
         for transport in transports:
             transport.close()
         self.rounds.close()
+        if self._pool is not None:
+            self._pool.close()  # a check in progress ends now: no session waits for it
         deadline = time.monotonic() + STOP_JOIN_TIMEOUT
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 log.warning("%s did not stop in time", thread.name)
         self.context.executor.shutdown(wait=False, cancel_futures=True)
-        if self._pool is not None:
-            self._pool.close()
         self.owners.close()
         if self._own_storage:
             self.storage.close()
         self._storage_lock.release()  # last: nothing of this service touches the storage now
+        if self._umask_held:
+            self._umask_held = False
+            umask.release()
         if was_running:
             log.info("receiver stopped")
 
@@ -286,10 +307,16 @@ class ReceiverService:
         that expiry never waits for a round of that sender. Never raises."""
         interval = partial_sweep_interval(self.config.partial_max_age)
         next_sweep = time.monotonic() + interval
+        next_look = time.monotonic() + INTERVAL
         while not self._stopping.wait(HOUSEKEEPING_TICK):
             try:
                 self.refusals.flush()
                 self._end_retired()
+                if time.monotonic() >= next_look:
+                    next_look = time.monotonic() + INTERVAL
+                    self._watch_storage()
+                if self._storage_down:
+                    continue  # nothing is swept in whatever is at the storage's path now
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + interval
                     removed = sweep_all(list(self.config.data_dirs), self.config.partial_max_age)
@@ -297,6 +324,20 @@ class ReceiverService:
                         log.info("removed %d expired partial-upload file(s)", removed)
             except Exception:
                 log.exception("housekeeping failed")
+
+    def _watch_storage(self) -> None:
+        """Look at the storage (receiver/liveness.py): gone, stop its loaders and end
+        every session; back, take rounds again."""
+        problem = self.watch.check()
+        if problem is not None and not self._storage_down:
+            self._storage_down = True
+            self.rounds.suspend(problem)
+            for _, channel in self.connections.live():
+                transport = channel.get_transport()
+                (transport or channel).close()
+        elif problem is None and self._storage_down:
+            self._storage_down = False
+            self.rounds.resume()
 
     def _end_retired(self) -> None:
         """Close the connection of every running session whose sender was retired."""

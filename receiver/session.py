@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING
 from receiver.auth import KeyLimit, Retired, SenderKeys
 from receiver.channel import SessionChannel, Stalled, clean_text
 from receiver.commit import Arrived, BatchCommitter, CommitPipeline
+from receiver.gate import SessionGate
 from receiver.incoming import IncomingFile, store_failure_reason
 from receiver.layout import SenderFolder
+from receiver.leases import Leases
 from receiver.limits import StallWindow
 from receiver.load.loader import FolderLoaderClosed
 from receiver.load.owners import DeviceOwners
@@ -51,6 +53,7 @@ from sealsync.durable import SYNCFS
 from sealsync.errors import FormatError, SealsyncError
 from sealsync.printable import printable
 from sealsync.protocol import (
+    MAX_DELETION_FILE_SIZE,
     PROTOCOL_VERSION,
     AnyMessage,
     Bye,
@@ -65,6 +68,7 @@ from sealsync.protocol import (
     HeldQuery,
     Hello,
     InventoryQuery,
+    Lease,
     OwnersQuery,
     Partials,
     PartialsQuery,
@@ -79,7 +83,6 @@ from sealsync.protocol import (
     Verdict,
     Welcome,
     encode,
-    negotiate,
 )
 from sealsync.received import name_problem
 from sealsync.units import human_bytes
@@ -91,6 +94,10 @@ log = logging.getLogger(f"sealsync.{__name__}")
 
 DEFAULT_LOAD_WAIT = 10.0
 IO_THREADS = 8
+
+
+def _storage_there() -> str | None:
+    return None
 
 
 @dataclass
@@ -118,6 +125,10 @@ class SessionContext:
     """Seconds a partial upload is kept (``partial_max_age``), swept at round start."""
     sync_method: str = SYNCFS
     """How a batch's files are made durable (``sync_method``, see ``incoming.Fsyncs``)."""
+    storage_problem: Callable[[], str | None] = _storage_there
+    """A fresh look at the storage (receiver/liveness.py): why it is gone, or None."""
+    leases: Leases | None = None
+    """The senders' identity leases (receiver/leases.py); None: not checked."""
 
 
 def _unexpected(msg: AnyMessage, where: str) -> ProtocolError:
@@ -162,6 +173,7 @@ class Session:
         self.name = ""
         self.version = PROTOCOL_VERSION
         """The session's protocol version, as negotiated at HELLO."""
+        self._gate = SessionGate(ctx.storage_problem, ctx.leases, ctx.metrics, peer_ip)
         self._round: RoundState | None = None
         self._partials: PartialStore | None = None  # the round's sender folder's
         self._queries: SenderQueries | None = None  # from HELLO on
@@ -195,6 +207,7 @@ class Session:
                 if self._commits.pending:
                     self._commits.pump(self._round)  # before blocking: the sender may wait
                 msg = self._io.recv(in_stream=self._file is not None)
+                self._gate.arrived()  # the lease offered is the sender's now
                 if isinstance(msg, Bye):
                     if self._round is not None or self._file is not None:
                         raise ProtocolError(
@@ -274,21 +287,7 @@ class Session:
         msg = self._io.recv(in_stream=False)
         if not isinstance(msg, Hello):
             raise _unexpected(msg, "before HELLO")
-        version = negotiate(msg.version)
-        if version is None:
-            log.warning(
-                "refused: sender %s from %s speaks protocol version %d, this receiver %d",
-                msg.uuid,
-                self.peer_ip,
-                msg.version,
-                PROTOCOL_VERSION,
-            )
-            raise ProtocolError(
-                f"protocol version {msg.version} not supported (receiver speaks "
-                f"{PROTOCOL_VERSION}, and serves one version older and newer): upgrade "
-                f"the {'receiver' if msg.version > PROTOCOL_VERSION else 'sender'}",
-                code=ErrorCode.VERSION,
-            )
+        version = self._gate.hello(msg)
         try:
             binding = self.ctx.sender_keys.bind(msg.uuid, self.key_fingerprint, self.peer_ip)
         except (KeyLimit, Retired) as exc:
@@ -306,6 +305,7 @@ class Session:
             raise ProtocolError(
                 f"sender UUID {msg.uuid} is bound to another public key", code=ErrorCode.AUTH
             )
+        self._gate.admitted(msg.uuid, msg.name, version)
         self._admission.open_session(msg.uuid, self.peer_ip)
         self.uuid, self.name, self.version = msg.uuid, msg.name, version
         self._queries = SenderQueries(msg.uuid, self.ctx.owners, self.ctx.rounds.storage)
@@ -351,16 +351,20 @@ class Session:
             self._io.send(self._asked().inventory(msg))
         elif isinstance(msg, HeldQuery) and self.version >= 2:
             self._io.send(self._asked().held())
+        elif isinstance(msg, Lease) and self.version >= 2:
+            self._io.send(self._gate.lease(msg))
         else:
             raise _unexpected(msg, "outside a round")
 
     def _asked(self) -> SenderQueries:
         assert self._queries is not None, "dispatch starts after HELLO"
+        self._gate.storage()  # an empty folder in its place would answer "nothing held"
         return self._queries
 
     # --- schema ----------------------------------------------------------------------
 
     def _schema(self, msg: Schema) -> None:
+        self._gate.may_write()
         position = self.ctx.schema.append(
             self.uuid, msg.offset, msg.data, self._admission.admit_schema
         )
@@ -371,6 +375,7 @@ class Session:
     def _round_start(self, msg: RoundStart) -> None:
         dirs = self.ctx.data_dirs
         folder = SenderFolder(dirs[msg.data_dir % len(dirs)], self.peer_ip, self.uuid)
+        self._gate.may_write()
         try:
             loader = self.ctx.rounds.begin(folder, wait=self.ctx.load_wait)
         except Busy as exc:
@@ -401,6 +406,7 @@ class Session:
 
     def _round_end(self) -> None:
         rnd = self._require_round()
+        self._gate.storage()  # the round's commit: it stays for recovery if gone
         rnd.end()
         durable.atomic_write(rnd.folder.sync_end, b"")
         crash_point("receiver.sync_end")
@@ -441,6 +447,11 @@ class Session:
         if refusal is not None:
             log.warning("sender %s: %s refused: %s", self.uuid, printable(msg.name), refusal)
             self._file = Refused(msg, refusal)
+            return
+        big = _deletion_file_too_large(msg)
+        if big is not None:  # refused before a byte is stored: the loader could not hold it
+            log.warning("sender %s: refused %s: %s", self.uuid, printable(msg.name), big)
+            self._file = Refused(msg, big)
             return
         size = msg.stream_size
         resume = None
@@ -539,3 +550,14 @@ class Session:
             )
         begin = item.begin
         return encode(FileVerdict(begin.file_id, begin.name, status, clean_text(item.reason)))
+
+
+def _deletion_file_too_large(begin: FileBegin) -> str | None:
+    """Why a file's ``.mods`` or ``.mods2`` is refused by its announced size, or None."""
+    for suffix, size in ((".mods", begin.mods_size), (".mods2", begin.mods2_size)):
+        if size > MAX_DELETION_FILE_SIZE:
+            return (
+                f"its {suffix} is {size} bytes, over the limit of {MAX_DELETION_FILE_SIZE} "
+                "bytes for a deletion file: not stored"
+            )
+    return None

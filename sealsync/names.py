@@ -21,6 +21,8 @@ SIDECAR_SUFFIXES = (RESOURCE_SUFFIX, MODS_SUFFIX, MODS2_SUFFIX)
 #: The receiver's folder in each of its data dirs: rounds in flight, deletion logs
 #: (``deletions``), the lock; the loader reads the deletion logs there too.
 RECEIVER_FOLDER = "sync-receiver"
+LOAD_LOG = "load.log"
+"""In each sender folder of ``sync-receiver/``: the receiver's record of what it loaded."""
 
 
 def check_relative(name: str) -> str:

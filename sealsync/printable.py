@@ -2,10 +2,12 @@
 
 Device ids, file names, sender names and refusal reasons come from other machines
 (or from files they wrote). Printed raw, an escape sequence in one of them can
-recolour, move or hide what an operator reads, or forge a log line; so such text is
-printed with its control characters written as escapes (ESC as ``\\x1b``, a newline
-as ``\\n``). Ordinary text, letters of any script included, is left as it is, so
-what an operator greps for or copies is what was sent; a backslash is left alone too.
+recolour, move or hide what an operator reads, or forge a log line; and a character
+that draws nothing (a zero-width space, a tag character) makes one name print as
+another. So such text is printed with those characters written as escapes (ESC as
+``\\x1b``, a newline as ``\\n``, a zero-width space as ``\\u200b``). Ordinary text,
+letters of any script included, is left as it is, so what an operator greps for or
+copies is what was sent; a backslash is left alone too.
 
 The command line prints through :func:`escaped_std_streams`: everything a command
 writes to stdout and stderr (its lines, its log lines, click's errors, a traceback
@@ -17,27 +19,73 @@ draws with ``\\r`` writes to :func:`unescaped` of its stream.
 from __future__ import annotations
 
 import sys
+import unicodedata
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO, cast
 
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 # Bidirectional overrides and isolates reorder what a terminal shows ("Trojan
-# Source"); the line and paragraph separators break a line in some viewers.
-_INVISIBLE = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"
+# Source"); the line and paragraph separators break a line in some viewers; format
+# characters (Unicode category Cf: zero-width spaces and joiners, the word joiner, the
+# byte order mark, the soft hyphen, tag characters) and the other default-ignorable
+# code points draw nothing, so ``<uuid>\u200b`` would print as ``<uuid>``.
+_ALWAYS = frozenset({0x2028, 0x2029})
+_IGNORABLE = (
+    (0x034F, 0x034F),  # combining grapheme joiner
+    (0x115F, 0x1160),  # Hangul fillers
+    (0x17B4, 0x17B5),  # Khmer inherent vowels
+    (0x180B, 0x180F),  # Mongolian variation selectors and vowel separator
+    (0x3164, 0x3164),  # Hangul filler
+    (0xFE00, 0xFE0F),  # variation selectors
+    (0xFFA0, 0xFFA0),  # halfwidth Hangul filler
+    (0xFFF0, 0xFFF8),  # unassigned, default ignorable
+    (0xE0000, 0xE0FFF),  # tags, variation selectors supplement, reserved
+)
+_MAX_CACHED = 1 << 16
+"""Code points remembered per table; past that the table starts again, so that text
+holding every code point cannot grow it without end."""
 
 
 def _escape(code: int) -> str:
     char = chr(code)
     if char in _NAMED:
         return _NAMED[char]
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
-_TABLE = {
-    code: _escape(code)
-    for code in [*range(0x20), *range(0x7F, 0xA0), *(ord(c) for c in _INVISIBLE)]
-}
+def _hidden(code: int) -> bool:
+    """Whether a code point must be escaped: a control (C0, DEL, C1), a format character
+    (category Cf), a surrogate (undecodable bytes, as ``surrogateescape`` gives them), a
+    line or paragraph separator, or another default-ignorable code point."""
+    if code < 0x20 or 0x7F <= code < 0xA0 or code in _ALWAYS:
+        return True
+    if code < 0xAD:
+        return False
+    if unicodedata.category(chr(code)) in ("Cf", "Cs", "Cc"):
+        return True
+    return any(low <= code <= high for low, high in _IGNORABLE)
+
+
+class _Escapes(dict[int, str]):
+    """A ``str.translate`` table deciding each code point on first sight (a table of
+    every code point up front costs a third of a second at every command's start)."""
+
+    def __init__(self, keep: str = "") -> None:
+        super().__init__()
+        self.keep = frozenset(ord(c) for c in keep)
+
+    def __missing__(self, code: int) -> str:
+        if len(self) >= _MAX_CACHED:
+            self.clear()
+        out = _escape(code) if code not in self.keep and _hidden(code) else chr(code)
+        self[code] = out
+        return out
+
+
+_TABLE = _Escapes()
 
 
 def printable(text: object) -> str:
@@ -51,7 +99,7 @@ def single_line(text: str) -> str:
     return " ".join(text.split()) if "\n" in text or "\r" in text else text
 
 
-_KEEP_LINES = {code: text for code, text in _TABLE.items() if code != ord("\n")}
+_KEEP_LINES = _Escapes(keep="\n")
 
 
 class EscapedOutput:

@@ -23,11 +23,14 @@ import os
 import re
 from collections.abc import Sequence
 
+from sealsync import deletions
 from sealsync.names import (
     DATA_ROOTS,
     DATA_SUFFIXES,
+    LOAD_LOG,
     MODS2_SUFFIX,
     MODS_SUFFIX,
+    RECEIVER_FOLDER,
     RESOURCE_SUFFIX,
     check_data_name,
     check_sender_uuid,
@@ -144,3 +147,35 @@ def sidecar_of(file: str) -> tuple[str, str] | None:
         if file.endswith(suffix) and is_data_file(file[: -len(suffix)]):
             return file[: -len(suffix)], suffix
     return None
+
+
+def activity_marks(data_dir: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
+    """``(size, mtime_ns)`` of what changes when the receiver loads or deletes a file
+    in ``data_dir``: ``sync-receiver/`` and each sender folder in it (a round creates
+    its ``sync.log`` and ``load.log`` there and removes them when it has loaded all it
+    received, so the folder's own time moves at a round's start and end), each
+    ``load.log`` (a line per file loaded, appended after the file is in place) and
+    each deletion log. A changed mark means something to ingest or remove. Cheap (one
+    listing and a stat or two per sender): a following loader polls it."""
+    marks: dict[str, tuple[int, int]] = {}
+    folder = os.path.join(data_dir, RECEIVER_FOLDER)
+    try:
+        entries = list(os.scandir(folder))
+        st = os.stat(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return marks
+    marks[folder] = (st.st_size, st.st_mtime_ns)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            paths = [entry.path, os.path.join(entry.path, LOAD_LOG)]
+        elif deletions.is_log_name(entry.name):
+            paths = [entry.path]
+        else:
+            continue
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue  # no load.log now, or gone meanwhile
+            marks[path] = (st.st_size, st.st_mtime_ns)
+    return marks

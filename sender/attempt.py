@@ -46,7 +46,7 @@ from sender.fleet import Cancel
 from sender.manage import idle_mark, shipped_mods
 from sender.manage.data_owner import claim
 from sender.manage.history import write_round_record
-from sender.manage.identity import hostname, sender_uuid
+from sender.manage.identity import exchange_lease, hostname, sender_uuid
 from sender.manage.layout import SchemaPaths, SenderPaths
 from sender.manage.scan import scan
 from sender.manage.selection import Selection, select
@@ -313,6 +313,13 @@ class _Attempt:
         )
         try:
             self._hello(session, conn)
+            exchange_lease(  # before anything else: a copy of this sender stops here
+                session,
+                SchemaPaths(config.schema_dir, receiver.host, receiver.port).lease,
+                config.schema_dir,
+                config.source,
+                receiver.name,
+            )
             try:
                 self._rounds(session)
             except ProtocolError as exc:

@@ -1,5 +1,6 @@
 """``sealsync check`` of a loader config: the receiver's data dirs hold something, the
-table and the state can be written. No Spark is started."""
+table and the state can be written, the jars folder (if any) holds the loader's jars.
+No Spark is started."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import os
 from pathlib import Path
 
 from sealsync.config import LoaderConfig
+from sealsync.errors import ConfigError
 from sealsync.findings import Finding, data_roots, problem, sound
+from spark_loader.jars_dir import session_jars
 from spark_loader.table_binding import refuse_another_table
 
 
@@ -17,10 +20,29 @@ def check_loader(config: LoaderConfig) -> list[Finding]:
         sound(f"loader config {config.source}: table {config.table_path}, master {config.master}")
     ]
     out.extend(_receiver_data_dir(d) for d in config.receiver_data_dirs)
-    out.append(_creatable("table_path", config.table_path))
+    table = config.table_path
+    if table.path is not None:
+        out.append(_creatable("table_path", table.path))
+    else:
+        out.append(
+            sound(
+                f"table_path {table.uri}: a table on {table.scheme}://, reached through "
+                "Spark's Hadoop file system when a load runs (not opened here: no Spark)"
+            )
+        )
     out.append(_creatable("state_dir", config.state_dir))
+    if config.jars_dir is not None:
+        out.append(_jars(config.jars_dir))
     refuse_another_table(config)  # the state dir loads another table: exit 2, one line
     return out
+
+
+def _jars(folder: Path) -> Finding:
+    try:
+        found = session_jars(folder)
+    except ConfigError as exc:
+        return problem(str(exc))
+    return sound(f"jars_dir {folder} holds the {len(found)} jars the loader needs")
 
 
 def _receiver_data_dir(folder: Path) -> Finding:

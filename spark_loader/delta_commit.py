@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from sealsync import durable
+from sealsync.config.location import TableLocation
 from sealsync.errors import SealsyncError
 from spark_loader.delta_log import APP_ID, log_folder
 from spark_loader.spark_session import conf_set
+from spark_loader.store import java_reason
 
 #: How the commits appear in the table's history.
 OPERATION = "DeltaOperations$ManualUpdate$"
@@ -89,7 +91,7 @@ def _action(parse: Any, action: dict[str, Any]) -> Any:
 
 def commit(
     spark: Any,
-    table: Path,
+    table: TableLocation,
     actions: list[dict[str, Any]],
     metadata: dict[str, Any] | None,
     read_version: int,
@@ -112,7 +114,7 @@ def commit(
 
 def _commit(
     spark: Any,
-    table: Path,
+    table: TableLocation,
     actions: list[dict[str, Any]],
     metadata: dict[str, Any] | None,
     read_version: int,
@@ -122,11 +124,11 @@ def _commit(
     delta = jvm.org.apache.spark.sql.delta
     try:  # a table deleted and made again at the path: no cached log of the old one
         delta.DeltaLog.invalidateCache(
-            spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(str(table))
+            spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(table.uri)
         )
     except Exception:
         pass  # nothing cached
-    log = delta.DeltaLog.forTable(spark._jsparkSession, str(table))
+    log = delta.DeltaLog.forTable(spark._jsparkSession, table.uri)
     txn = log.startTransaction()
     if txn.readVersion() != read_version:
         raise TableChanged(
@@ -150,23 +152,18 @@ def _commit(
         version = int(txn.commit(seq, _jvm_object(jvm, OPERATION)))
     except Exception as exc:  # Delta refused it (a concurrent writer, a check): one line
         raise CommitFailed(
-            f"the Delta commit to {table} failed: {_reason(exc)}; nothing committed"
+            f"the Delta commit to {table} failed: {java_reason(exc)}; nothing committed"
         ) from None
     _sync(table, version)
     return version
 
 
-def _reason(exc: BaseException) -> str:
-    """The first line of what Delta said (a Java exception's message, not py4j's frame)."""
-    java = getattr(exc, "java_exception", None)
-    text = str(java) if java is not None else str(exc)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0][:500] if lines else type(exc).__name__
-
-
-def _sync(table: Path, version: int) -> None:
-    """Make the commit durable: the log store renames it in, but does not fsync."""
-    path = log_folder(table) / f"{version:020d}.json"
+def _sync(table: TableLocation, version: int) -> None:
+    """Make the commit durable on a local disk: the log store renames it in, but does
+    not fsync. (A distributed store's files are durable once written.)"""
+    if table.path is None:
+        return
+    path = Path(log_folder(table.path)) / f"{version:020d}.json"
     try:
         durable.fsync_file(path)
         durable.fsync_dir(path.parent)

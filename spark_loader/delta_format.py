@@ -14,14 +14,15 @@ import json
 import time
 import uuid
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from sealsync.config.location import TableLocation
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from spark_loader import delta_commit, delta_log
 from spark_loader.delta_log import APP_ID, DataFile, Snapshot
+from spark_loader.store import Store
 from spark_loader.table_format import Plan
 from spark_loader.table_layout import PARTITION_COLUMNS
 
@@ -40,15 +41,15 @@ class DeltaFormat:
     name = "delta"
     app_id = APP_ID
 
-    def read(self, table: Path) -> Snapshot:
+    def read(self, table: str, store: Store) -> Snapshot:
         """The latest version (an empty snapshot, version -1, if there is none)."""
-        return delta_log.read(table)
+        return delta_log.read(table, store=store)
 
-    def is_table(self, table: Path) -> bool:
-        return delta_log.is_delta(table)
+    def is_table(self, table: str, store: Store) -> bool:
+        return delta_log.is_delta(table, store)
 
-    def read_arrow(self, table: Path, version: int | None = None) -> pa.Table:
-        return delta_log.read_arrow(table, version)
+    def read_arrow(self, table: str, store: Store, version: int | None = None) -> pa.Table:
+        return delta_log.read_arrow(table, version, store)
 
     def file_stats(self, meta: Any) -> str:
         """A data file's statistics, from its Parquet footer."""
@@ -110,7 +111,7 @@ class DeltaFormat:
         return actions, metadata
 
     def commit(
-        self, spark: Any, table: Path, plan: Plan, read_version: int, run_version: int
+        self, spark: Any, table: TableLocation, plan: Plan, read_version: int, run_version: int
     ) -> int:
         """Commit ``plan`` as one version (Delta's transaction; :mod:`.delta_commit`)."""
         actions, metadata = plan

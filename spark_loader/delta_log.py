@@ -1,10 +1,11 @@
 """The table's Delta log, read without Spark: which data files a version holds.
 
-The loader decides what a run must change before it starts Spark (a run with nothing
-new never starts it), so it reads the log itself: the newest classic checkpoint
-(``<v>.checkpoint.parquet``, or its parts) and the JSON commits after it, replayed in
-order (Delta's protocol: a file is in the table when its last ``add`` is not followed
-by a ``remove`` of the same path). Commits are written by Delta itself
+The loader decides what a run must change before it starts Spark (a run on a local
+table with nothing new never starts it), so it reads the log itself, through the
+table's store (:mod:`.store`: a local folder, or HDFS or S3 through Spark's client):
+the newest classic checkpoint (``<v>.checkpoint.parquet``, or its parts) and the JSON
+commits after it, replayed in order (Delta's protocol: a file is in the table when its
+last ``add`` is not followed by a ``remove`` of the same path). Commits are written by Delta itself
 (:mod:`.delta_commit`); this module never writes the log.
 
 :func:`read_arrow` reads a version of the table with pyarrow alone: the files it holds,
@@ -15,16 +16,18 @@ refused rather than read with rows it has deleted.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from spark_loader.store import LocalStore, Store
 
 LOG_FOLDER = "_delta_log"
 #: The application id of the loader's commits (Delta's idempotent transactions: the
@@ -43,7 +46,7 @@ class DataFile:
     """One data file of a version: where it is and what the log says of it."""
 
     log_path: str  # the path as the log spells it (URL-encoded, relative or a URI)
-    path: Path  # where it is on this machine
+    path: str  # where it is: a local path, or a URI of the table's file system
     partition: dict[str, str]
     size: int
     modification_time: int
@@ -64,17 +67,14 @@ class Snapshot:
     transactions: dict[str, int] = field(default_factory=dict)  # appId -> version
 
 
-def log_folder(table: Path) -> Path:
-    return Path(table) / LOG_FOLDER
+def log_folder(table: str | os.PathLike[str], store: Store | None = None) -> str:
+    return (store or LocalStore()).join(os.fspath(table), LOG_FOLDER)
 
 
-def is_delta(table: Path) -> bool:
+def is_delta(table: str | os.PathLike[str], store: Store | None = None) -> bool:
     """Whether ``table`` has a Delta log with at least one commit or checkpoint."""
-    folder = log_folder(table)
-    try:
-        names = os.listdir(folder)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
+    store = store or LocalStore()
+    names = [e.name for e in store.listdir(log_folder(table, store))]
     return any(_COMMIT_RE.match(n) or _CHECKPOINT_RE.match(n) for n in names)
 
 
@@ -83,25 +83,32 @@ def encode_path(relative: str) -> str:
     return quote(relative, safe="/=-_.~")
 
 
-def local_path(table: Path, log_path: str) -> Path:
-    """Where the file a log path names is on this machine."""
+def data_path(table: str, log_path: str, store: Store) -> str:
+    """Where the file a log path names is: below the table (a relative path), or the
+    absolute path or URI the log gives, on the table's own file system."""
     parsed = urlparse(log_path)
-    if parsed.scheme in ("", "file") and log_path.startswith(("file:", "/")):
-        return Path(unquote(parsed.path))
-    if parsed.scheme and parsed.scheme != "file":
-        raise DeltaLogError(f"a data file outside the local file system: {log_path}")
-    return Path(table) / unquote(log_path)
+    if store.local:
+        if parsed.scheme in ("", "file") and log_path.startswith(("file:", "/")):
+            return unquote(parsed.path)
+        if parsed.scheme and parsed.scheme != "file":
+            raise DeltaLogError(f"a data file outside the local file system: {log_path}")
+        return store.join(table, unquote(log_path))
+    if parsed.scheme:
+        return log_path
+    return store.join(table, unquote(log_path))
 
 
-def read(table: Path, version: int | None = None) -> Snapshot:
+def read(
+    table: str | os.PathLike[str], version: int | None = None, store: Store | None = None
+) -> Snapshot:
     """The table's latest version, or ``version``; an empty snapshot without a log."""
-    table = Path(table)
-    folder = log_folder(table)
-    try:
-        names = os.listdir(folder)
-    except (FileNotFoundError, NotADirectoryError):
+    store = store or LocalStore()
+    root = os.fspath(table)
+    folder = log_folder(root, store)
+    names = [e.name for e in store.listdir(folder)]
+    if not names:
         if version is not None:
-            raise DeltaLogError(f"{table} has no Delta log") from None
+            raise DeltaLogError(f"{root} has no Delta log")
         return Snapshot()
     commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT_RE.match(n)))
     parts: dict[int, set[tuple[int, int]]] = {}
@@ -119,40 +126,41 @@ def read(table: Path, version: int | None = None) -> Snapshot:
         got = parts[cp]
         total = next(iter(got))[1]
         if cp <= target and got == {(i, total) for i in range(1, total + 1)}:
-            _replay_checkpoint(table, folder, cp, total, snap)
+            _replay_checkpoint(root, folder, cp, total, snap, store)
             snap.version = cp
             start = cp + 1
             break
     for v in range(start, target + 1):
         if v not in commits:
             raise DeltaLogError(f"{folder} lacks commit {v} (version {target} was asked for)")
-        _replay_commit(table, folder / f"{v:020d}.json", snap)
+        _replay_commit(root, store.join(folder, f"{v:020d}.json"), snap, store)
         snap.version = v
     return snap
 
 
-def _replay_commit(table: Path, path: Path, snap: Snapshot) -> None:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                _apply(table, json.loads(line), snap)
+def _replay_commit(table: str, path: str, snap: Snapshot, store: Store) -> None:
+    for line in store.read_bytes(path).decode("utf-8").splitlines():
+        if line.strip():
+            _apply(table, json.loads(line), snap, store)
 
 
-def _replay_checkpoint(table: Path, folder: Path, version: int, total: int, snap: Snapshot) -> None:
+def _replay_checkpoint(
+    table: str, folder: str, version: int, total: int, snap: Snapshot, store: Store
+) -> None:
     for i in range(1, total + 1):
         name = (
             f"{version:020d}.checkpoint.parquet"
             if total == 1
             else f"{version:020d}.checkpoint.{i:010d}.{total:010d}.parquet"
         )
-        data = pq.read_table(folder / name)
+        data = pq.read_table(io.BytesIO(store.read_bytes(store.join(folder, name))))
         wanted = [
             c for c in ("txn", "add", "remove", "metaData", "protocol") if c in data.schema.names
         ]
         for row in data.select(wanted).to_pylist():
             for key, value in row.items():
                 if value is not None:
-                    _apply(table, {key: _plain(value)}, snap)
+                    _apply(table, {key: _plain(value)}, snap, store)
 
 
 def _plain(value: Any) -> Any:
@@ -164,7 +172,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _apply(table: Path, action: dict[str, Any], snap: Snapshot) -> None:
+def _apply(table: str, action: dict[str, Any], snap: Snapshot, store: Store) -> None:
     if "add" in action:
         add = action["add"]
         rows = None
@@ -175,7 +183,7 @@ def _apply(table: Path, action: dict[str, Any], snap: Snapshot) -> None:
                 rows = None
         snap.files[add["path"]] = DataFile(
             log_path=add["path"],
-            path=local_path(table, add["path"]),
+            path=data_path(table, add["path"], store),
             partition=dict(add.get("partitionValues") or {}),
             size=int(add.get("size") or 0),
             modification_time=int(add.get("modificationTime") or 0),
@@ -195,17 +203,19 @@ def _apply(table: Path, action: dict[str, Any], snap: Snapshot) -> None:
         snap.transactions[str(txn["appId"])] = int(txn["version"])
 
 
-def read_arrow(table: str | os.PathLike[str], version: int | None = None) -> pa.Table:
+def read_arrow(
+    table: str | os.PathLike[str], version: int | None = None, store: Store | None = None
+) -> pa.Table:
     """A version of the table (default: the latest) with pyarrow: every file's columns
     unified (missing -> null), the partition columns as string columns."""
-    table = Path(table)
-    snap = read(table, version)
+    store = store or LocalStore()
+    snap = read(table, version, store)
     partition_columns = list((snap.metadata or {}).get("partitionColumns") or [])
     pieces = []
     for f in sorted(snap.files.values(), key=lambda f: f.log_path):
         if f.deletion_vector:
             raise DeltaLogError(f"{f.log_path} has a deletion vector, which this reader skips")
-        data = pq.read_table(f.path)
+        data = pq.read_table(io.BytesIO(store.read_bytes(f.path)))
         for name in partition_columns:
             value = f.partition.get(name)
             data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()))

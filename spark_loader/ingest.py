@@ -58,10 +58,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from sealsync import formats
 from sealsync.errors import FormatError
 from sealsync.formats import deletion, mods, mods2
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
@@ -70,11 +66,18 @@ from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import SplitRetry, describe
-from spark_loader.inputs import PARQUET_GROUP, TSFILE, Prepared, culprit, link_batch
+from spark_loader.inputs import (
+    PARQUET_GROUP,
+    TSFILE,
+    Prepared,
+    culprit,
+    parquet_input,
+    stage_inputs,
+)
 from spark_loader.report import LoadReport
 from spark_loader.spark_session import stage_progress
 from spark_loader.state import FileRecord, IngestState
-from spark_loader.table import Partition, Table, remove_run_folder
+from spark_loader.table import Partition, Table
 from spark_loader.table_layout import KEY_COLUMN, LINKS, STAGING
 from spark_loader.tsfile_read import (
     FILES_DDL,
@@ -92,21 +95,6 @@ KEYED_FORMAT = "io.sealsync.spark.KeyedParquetFileFormat"
 def _sender(item: Prepared) -> str:
     """Whose file it is: a failing job is split by sender first (failure.SplitRetry)."""
     return item.source.sender
-
-
-def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
-    from pyspark.sql.pandas.types import from_arrow_type
-
-    if len(set(arrow.names)) != len(arrow.names):
-        raise ValueError("duplicate column names")
-    out = {}
-    for f in arrow:
-        t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
-        try:
-            out[f.name] = from_arrow_type(t)
-        except Exception:
-            raise ValueError(f"column {f.name!r} has a type Spark cannot read: {t}") from None
-    return out
 
 
 def read_deletions(source: SourceFile) -> list[SeriesDeletion] | None:
@@ -176,9 +164,12 @@ class Ingest:
         self.state_dir = state_dir
         self.report = report
         self.progress = progress
-        self.links = table.path / LINKS / run_id
+        # Inputs are linked (a snapshot) into a local folder; for a table on another
+        # file system they are then copied beside the table, where executors read them.
+        self.local_links = (table.path if table.store.local else state_dir) / LINKS / run_id
+        self.links = table.at(LINKS, run_id)
         self.sync = sync
-        self._members: dict[Path, set[str]] = {}
+        self._members: dict[str, set[str]] = {}
         # TsFiles are read by the Java reader wherever the session has it (:mod:`.tsfile_read`).
         self.java_tsfile = jvm.tsfile_reader(spark)
 
@@ -239,20 +230,9 @@ class Ingest:
                 )
                 continue
             try:
-                if not formats.is_complete(source.path):
-                    raise ValueError("not a complete Parquet file")
-                meta = pq.read_metadata(source.path)
-                arrow = meta.schema.to_arrow_schema()
-                columns = _spark_columns(arrow)
+                ready.append(parquet_input(source, partition, deleted))
             except Exception as exc:
                 self._skip(source, describe(exc).reason)
-                continue
-            key = arrow.remove_metadata().to_string()
-            ready.append(
-                Prepared(
-                    source, source.file_id, columns, meta.num_rows, key, partition, deleted=deleted
-                )
-            )
         if tsfiles:
             self._say(f"reading the metadata of {len(tsfiles)} TsFiles")
             found = self._tsfile_columns(tsfiles)
@@ -266,9 +246,12 @@ class Ingest:
         return ready
 
     def _link_batch(self, batch: list[Prepared], number: int) -> list[Prepared]:
-        """Link the batch's files for reading (:func:`.inputs.link_batch`); a file that
-        cannot be linked is skipped, one replaced since discovery waits for the next run."""
-        linked, failed, changed = link_batch(batch, self.links / f"b{number}")
+        """The batch's inputs, where the job reads them (:func:`.inputs.stage_inputs`); a
+        file that cannot be staged is skipped, one replaced since discovery waits."""
+        root = self.local_links / f"b{number}"
+        linked, failed, changed = stage_inputs(
+            batch, root, self.local_links, self.links, self.table.store
+        )
         for item, reason in failed:
             self._skip(item.source, reason)
         self.report.changed += changed
@@ -335,7 +318,7 @@ class Ingest:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         parts = []
-        groups: dict[Path, list[Prepared]] = {}
+        groups: dict[str, list[Prepared]] = {}
         for item in batch:
             assert item.folder is not None
             groups.setdefault(item.folder, []).append(item)
@@ -354,9 +337,9 @@ class Ingest:
                 if items[0].kind == TSFILE or not plain:
                     continue
                 items = plain
-            reader = self.spark.read.option("basePath", str(folder))
+            reader = self.spark.read.option("basePath", folder)
             if {p.file_id for p in items} == self._members.get(folder):
-                df = reader.parquet(str(folder))  # one listing instead of a path per file
+                df = reader.parquet(folder)  # one listing instead of a path per file
             else:  # part of a batch being retried
                 paths = [str(p.link) for p in items]
                 df = reader.option("__globPaths__", "false").parquet(*paths)
@@ -366,7 +349,7 @@ class Ingest:
     def _write(
         self,
         batch: list[Prepared],
-        staging: Path,
+        staging: str,
         ranks: tuple[dict[int, int], dict[int, int]] | None = None,
     ) -> None:
         """Write the batch's rows by key; with ``ranks`` (key -> priority, key ->
@@ -377,7 +360,9 @@ class Ingest:
         """
         names = {n for p in batch for n in schemas.measurements(p.columns)}
         target = schemas.target_schema(self.state.columns, sorted(names))
-        compression = arrow_write.codec(self.spark) if ranks is None else None
+        # Arrow's copy runs in Python workers, which reach only local files.
+        local = self.table.store.local
+        compression = arrow_write.codec(self.spark) if ranks is None and local else None
         arrowed = [p for p in batch if p.kind == PARQUET_GROUP] if compression else []
         rest = [p for p in batch if p.kind != PARQUET_GROUP] if arrowed else batch
         if rest:  # first: Spark's write makes the staging folder, which must not exist
@@ -387,7 +372,7 @@ class Ingest:
             self._arrow_write(arrowed, target, staging, compression)
 
     def _arrow_write(
-        self, items: list[Prepared], target: Any, staging: Path, compression: str
+        self, items: list[Prepared], target: Any, staging: str, compression: str
     ) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
@@ -396,18 +381,20 @@ class Ingest:
         body = functools.partial(
             arrow_write.written_batches,
             schema=to_arrow_schema(stored),
-            staging=str(staging),
+            staging=staging,
             compression=compression,
         )
         files = self._files_df(items, deletions=True)
         written = files.mapInArrow(body, arrow_write.WRITTEN_DDL).collect()
-        arrow_write.keep_returned(staging, [p.key for p in items if p.key is not None], written)
+        arrow_write.keep_returned(
+            Path(staging), [p.key for p in items if p.key is not None], written
+        )
 
     def _spark_write(
         self,
         frame: Any,
         target: Any,
-        staging: Path,
+        staging: str,
         ranks: tuple[dict[int, int], dict[int, int]] | None,
     ) -> None:
         from pyspark.sql.types import DoubleType, FloatType
@@ -425,7 +412,7 @@ class Ingest:
             # re-creates every partition folder file by file.
             .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
         )
-        if self.table.path.is_absolute():
+        if self.table.store.local:
             # The table is a local (or mounted) folder: write it without Hadoop's
             # ``.crc`` sidecar per file (Parquet pages carry their own checksums), and
             # without a forked ``chmod`` per file and folder where we can (:mod:`.localfs`).
@@ -436,17 +423,19 @@ class Ingest:
         for field in target.fields:
             if field.name == TIME_COLUMN or isinstance(field.dataType, (DoubleType, FloatType)):
                 writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
-        writer.save(str(staging))
+        writer.save(staging)
 
-    def _record(self, batch: list[Prepared], staging: Path) -> None:
+    def _record(self, batch: list[Prepared], staging: str) -> None:
         """After a committed job: check each file's rows, move its partition into the
         table, make them durable, record them."""
         written = []
-        moves: list[tuple[Path, Partition]] = []
+        moves: list[tuple[str, Partition]] = []
+        store = self.table.store
         for item in batch:
             src, partition = item.source, item.partition
-            output = staging / f"{KEY_COLUMN}={item.key}"
-            rows = self.table.staged_rows(output) if output.is_dir() else 0
+            output = store.join(staging, f"{KEY_COLUMN}={item.key}")
+            made = store.is_dir(output)
+            rows = self.table.staged_rows(output) if made else 0
             # Parquet: the footer's row count must be what was written. With deletions
             # the table holds fewer, and how many fewer only the file's time and device
             # columns tell: reading them here would read data on the driver, and a second
@@ -459,7 +448,7 @@ class Ingest:
                 held = f"{item.rows} before its deletions" if item.deleted else item.rows
                 self._skip(src, f"wrote {rows} rows, the file holds {held}")
                 continue
-            if output.is_dir():
+            if made:
                 moves.append((output, partition))
                 written.append(partition)
             self.state.files[item.file_id] = FileRecord(
@@ -485,18 +474,18 @@ class Ingest:
         )
         for group in retry:
             self._clear_partitions(group)
-            staging = self.table.path / STAGING / uuid.uuid4().hex
+            staging = self.table.at(STAGING, uuid.uuid4().hex)
             try:
                 with stage_progress(self.spark, self.progress, label):
                     self._write(group, staging)
             except Exception as exc:
-                remove_run_folder(staging)
+                self.table.remove_run_folder(staging)
                 retry.failed(group, exc)
                 continue
             try:
                 self._record(group, staging)
             finally:
-                remove_run_folder(staging)
+                self.table.remove_run_folder(staging)
         self.report.quarantined |= retry.blamed
 
     def _clear_partitions(self, group: list[Prepared]) -> None:
@@ -504,7 +493,7 @@ class Ingest:
         this run that failed after some of its files had moved in): a partition is
         written whole by one job."""
         for item in group:
-            if item.partition.path.is_dir():
+            if self.table.store.is_dir(item.partition.path):
                 self.table.delete(item.partition)
 
     # ------------------------------------------------------------------ resolve
@@ -546,7 +535,7 @@ class Ingest:
                 )
             return False
         finally:
-            remove_run_folder(staging)
+            self.table.remove_run_folder(staging)
         if self.sync:
             self.table.sync([m.partition for m in members])
         return True

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from sealsync.formats.deletion import SeriesDeletion
 from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import Failure
@@ -41,8 +43,8 @@ class Prepared:
     partition: Partition  # where its rows go in the table
     kind: str = ""  # set when linked: PARQUET_GROUP or TSFILE
     key: int | None = None  # set when linked: the file's number in its batch
-    link: Path | None = None
-    folder: Path | None = None  # the link folder one scan reads
+    link: str | None = None  # where the job reads it: a local path, or a URI
+    folder: str | None = None  # the link folder one scan reads
     # The deletions of its X.mods and X.mods2, in file order; empty if none.
     deleted: list[SeriesDeletion] = dataclasses.field(default_factory=list)
 
@@ -51,6 +53,39 @@ class Prepared:
         if not self.deleted:
             return None
         return deletion_records(self.deleted)
+
+
+def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    if len(set(arrow.names)) != len(arrow.names):
+        raise ValueError("duplicate column names")
+    out = {}
+    for f in arrow:
+        t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+        try:
+            out[f.name] = from_arrow_type(t)
+        except Exception:
+            raise ValueError(f"column {f.name!r} has a type Spark cannot read: {t}") from None
+    return out
+
+
+def parquet_input(
+    source: SourceFile, partition: Partition, deleted: list[SeriesDeletion]
+) -> Prepared:
+    """A Parquet file ready for its job: its footer read (no data), its columns as
+    Spark types; ValueError (or pyarrow's) if it is not a whole Parquet file."""
+    import pyarrow.parquet as pq
+
+    from sealsync import formats
+
+    if not formats.is_complete(source.path):
+        raise ValueError("not a complete Parquet file")
+    meta = pq.read_metadata(source.path)
+    arrow = meta.schema.to_arrow_schema()
+    columns = _spark_columns(arrow)
+    key = arrow.remove_metadata().to_string()
+    return Prepared(source, source.file_id, columns, meta.num_rows, key, partition, deleted=deleted)
 
 
 def link(src: Path, dst: Path) -> None:
@@ -76,15 +111,17 @@ def link_batch(
         source, fid = item.source, item.file_id
         item.key = number_in_batch
         if source.suffix != PARQUET:
-            item.kind, item.folder = TSFILE, root / TSFILE
-            item.link = item.folder / f"{fid}.tsfile"
+            folder = root / TSFILE
+            local = folder / f"{fid}.tsfile"
+            item.kind = TSFILE
         else:
+            folder = groups.setdefault(item.schema_key, root / f"{PARQUET_GROUP}{len(groups)}")
+            local = folder / f"{KEY_COLUMN}={item.key}" / "data.parquet"
             item.kind = PARQUET_GROUP
-            item.folder = groups.setdefault(item.schema_key, root / f"{PARQUET_GROUP}{len(groups)}")
-            item.link = item.folder / f"{KEY_COLUMN}={item.key}" / "data.parquet"
+        item.folder, item.link = str(folder), str(local)
         try:
-            link(source.path, item.link)
-            st = os.stat(item.link)
+            link(source.path, local)
+            st = os.stat(local)
         except OSError as exc:
             failed.append((item, f"cannot link it for reading: {exc.strerror or exc}"))
             continue
@@ -107,3 +144,57 @@ def culprit(failure: Failure, group: list[Prepared]) -> Prepared | None:
         if key in by_key:
             return by_key[key]
     return None
+
+
+def stage_inputs(
+    batch: list[Prepared], root: Path, local_root: Path, remote_root: str, store: Any
+) -> tuple[list[Prepared], list[tuple[Prepared, str]], int]:
+    """:func:`link_batch` under ``root`` (below ``local_root``); for a table on another
+    file system, each linked file then copied to ``remote_root`` (:func:`upload_batch`)."""
+    linked, failed, changed = link_batch(batch, root)
+    if not store.local:
+        lost = upload_batch(linked, local_root, remote_root, store)
+        gone = {id(item) for item, _ in lost}
+        linked = [item for item in linked if id(item) not in gone]
+        failed += lost
+    return linked, failed, changed
+
+
+def upload_batch(
+    linked: list[Prepared], local_root: Path, remote_root: str, store: Any
+) -> list[tuple[Prepared, str]]:
+    """Copy the linked files of a batch to the table's store, each at the place its
+    link has below ``local_root`` (executors that share no folder with this machine
+    read them there); the items then name their remote copy. A Parquet file with
+    deletions is copied with its deletions applied (the executors' Parquet path is
+    Spark's, which cannot apply them). The ones that could not be copied, with why."""
+    failed = []
+    for item in linked:
+        assert item.link is not None and item.folder is not None
+        local = Path(item.link)
+        rel = local.relative_to(local_root).as_posix()
+        remote = store.join(remote_root, rel)
+        try:
+            if item.kind == PARQUET_GROUP and item.deleted:
+                local, item.rows = _without_deletions(item, local)
+                item.deleted = []
+            store.upload(local, remote)
+        except OSError as exc:
+            failed.append((item, f"cannot copy it to the table's store: {exc.strerror or exc}"))
+            continue
+        item.link = remote
+        item.folder = store.join(remote_root, Path(item.folder).relative_to(local_root).as_posix())
+    return failed
+
+
+def _without_deletions(item: Prepared, local: Path) -> tuple[Path, int]:
+    """A copy of a Parquet file beside its link with its deletions applied, and its rows."""
+    import pyarrow.parquet as pq
+
+    from sealsync.formats import deletion
+
+    table = pq.read_table(local)
+    kept = deletion.apply(table, item.deleted, os.path.getsize(local))
+    out = local.with_name("applied.parquet")
+    pq.write_table(kept, out)
+    return out, kept.num_rows

@@ -85,18 +85,24 @@ def _local_path(jar: str) -> str:
     return unquote(parsed.path) if parsed.scheme == "file" else jar
 
 
-def remember(key: str, conf: dict[str, str], spark: Any) -> None:
-    """Record the jars Spark resolved for ``conf``'s packages under ``key``.
+def resolved_jars(conf: dict[str, str], spark: Any) -> list[str]:
+    """The local jars ``spark`` (started with ``conf``) has beyond ``conf``'s own
+    ``spark.jars``: those resolved for its packages.
 
     ``spark-submit`` lists the local jars of a Python application in
     ``spark.repl.local.jars``: the session's own ``spark.jars`` first, then the
-    resolved ones. Best effort: a cache that cannot be written only means resolving
-    again next time.
+    resolved ones.
     """
     listed = spark.sparkContext.getConf().get("spark.repl.local.jars") or ""
     own = {str(Path(j).resolve()) for j in conf.get(JARS, "").split(",") if j}
     jars = [_local_path(j) for j in listed.split(",") if j]
-    resolved = [j for j in jars if str(Path(j).resolve()) not in own]
+    return [j for j in jars if str(Path(j).resolve()) not in own]
+
+
+def remember(key: str, conf: dict[str, str], spark: Any) -> None:
+    """Record the jars Spark resolved for ``conf``'s packages under ``key``. Best
+    effort: a cache that cannot be written only means resolving again next time."""
+    resolved = resolved_jars(conf, spark)
     if not resolved or not all(Path(j).is_file() for j in resolved):
         return
     path = cache_file()

@@ -15,7 +15,8 @@ And the TsFile reader, which runs on every master: ``TsFileRows`` (Spark's side)
 ``TsFilePoints`` (the reading, with Apache TsFile's Java library ``TSFILE_PACKAGE``),
 used by :mod:`.tsfile_read`. The session the loader starts asks Spark for the
 library by its Maven coordinates (``spark.jars.packages``: resolved by Spark's ivy,
-cached under the user's home, the same on a cluster) and ships the jar to executors
+cached under the user's home, the same on a cluster), or takes it from a folder
+(``[loader] jars_dir``, :mod:`.jars_dir`), and ships the jar to executors
 (``spark.jars``) when the master is not local. The library's own dependencies are
 all among Spark's jars, so only it and its ``common`` module are fetched.
 
@@ -90,21 +91,40 @@ def delta_package() -> str:
     return f"io.delta:delta-spark_{SCALA_VERSION}:{version}"
 
 
-def delta_conf(conf: dict[str, str]) -> dict[str, str]:
+def delta_conf(conf: dict[str, str], *, by_coordinates: bool = True) -> dict[str, str]:
     """Delta Lake in a session: its jars by coordinates (resolved by Spark's ivy, cached
-    under the user's home; on a cluster the executors get the same), its SQL extension
-    and catalog (``DELETE``, ``VACUUM``, ``DESCRIBE HISTORY``, ``VERSION AS OF``)."""
-    out = _joined(conf, "spark.jars.packages", delta_package(), ",")
+    under the user's home; on a cluster the executors get the same) unless
+    ``by_coordinates`` is false (the caller names the jars), its SQL extension and
+    catalog (``DELETE``, ``VACUUM``, ``DESCRIBE HISTORY``, ``VERSION AS OF``)."""
+    out = _joined(conf, "spark.jars.packages", delta_package(), ",") if by_coordinates else {}
     out.update(_joined(conf, "spark.sql.extensions", DELTA_EXTENSION, ","))
     if "spark.sql.catalog.spark_catalog" not in conf:
         out["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
     return out
 
 
-def session_conf(master: str, conf: dict[str, str]) -> dict[str, str]:
+def packages(*, s3: bool = False) -> tuple[list[str], list[str]]:
+    """The Maven coordinates a loader's session resolves, and the excludes it resolves
+    them with: Delta Lake, the TsFile library (with ``s3``, Hadoop's S3 connector too)."""
+    wanted = [delta_package(), TSFILE_PACKAGE] + ([hadoop_aws_package()] if s3 else [])
+    return wanted, list(TSFILE_EXCLUDES)
+
+
+def session_conf(
+    master: str, conf: dict[str, str], jars: list[str] | None = None
+) -> dict[str, str]:
     """What a new session needs: Delta Lake (the table's format), the TsFile library for
     every master, and the jar on the driver's class path (local) or shipped to the
-    executors (any other master)."""
+    executors (any other master).
+
+    ``jars``: the packages' jars as files (``[loader] jars_dir``), put in ``spark.jars``
+    in place of their coordinates: nothing is resolved.
+    """
+    if jars is not None:
+        out = delta_conf(conf, by_coordinates=False)
+        for jar in ([str(JAR)] if JAR.is_file() else []) + jars:
+            out.update(_joined({**conf, **out}, "spark.jars", jar, ","))
+        return out
     out = delta_conf(conf)
     if not JAR.is_file():
         return out
@@ -181,6 +201,19 @@ def spark_jars() -> Path:
     if not any(found.glob("hadoop-client-api-*.jar")):
         raise FileNotFoundError(f"{found} holds no hadoop-client-api jar")
     return found
+
+
+def hadoop_version() -> str:
+    """The Hadoop release whose client PySpark ships (``hadoop-client-api-<v>.jar``):
+    Hadoop's own connectors (``hadoop-aws``) must be of the same release."""
+    names = sorted(p.name for p in spark_jars().glob("hadoop-client-api-*.jar"))
+    return names[-1].removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def hadoop_aws_package() -> str:
+    """The coordinates of Hadoop's S3 connector (``s3a://``) matching PySpark's Hadoop;
+    it brings the AWS SDK bundle it is built with."""
+    return f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
 
 
 def tsfile_jars(into: Path, mvn: str = "mvn") -> list[Path]:

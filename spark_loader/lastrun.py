@@ -69,6 +69,7 @@ def record(
     kind: str | None = None,
     quarantined: list[str] | None = None,
     held: dict[str, str] | None = None,
+    lag: float | None = None,
 ) -> dict[str, Any]:
     """Write this run's record, the totals carried on from the previous one."""
     previous = read(state_dir) or {}
@@ -92,6 +93,7 @@ def record(
         "last_success": end if outcome == OK else previous.get("last_success"),
         "quarantined": sorted(quarantined or []),
         "held": dict(sorted((held or {}).items())),
+        "lag_seconds": lag,
         "totals": totals,
     }
     durable.atomic_write(path(state_dir), json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -130,10 +132,16 @@ def _totals(value: object) -> dict[str, Any]:
 
 
 def record_run(
-    config: LoaderConfig, report: LoadReport, start: float, exc: BaseException | None
+    config: LoaderConfig,
+    report: LoadReport,
+    start: float,
+    exc: BaseException | None,
+    changes_since: float | None = None,
 ) -> None:
     """Write ``last_run.json`` and the metrics textfile for this run, however it ended
-    (LocalIOError naming the file if one cannot be written)."""
+    (LocalIOError naming the file if one cannot be written). ``changes_since``: when
+    the receiver made the first change this run took in (a following loader), so the
+    record says how long after it the table had it (``lag_seconds``)."""
     if exc is None:
         outcome = OK if report.ok else FAILED
         kind = None if report.ok else "skipped_files"
@@ -145,11 +153,13 @@ def record_run(
         kind = exc.kind if isinstance(exc, SealsyncError) else "internal"
         error = str(exc) or type(exc).__name__
     state = load_state(Path(config.state_dir))
+    end = time.time()
+    lag = None if changes_since is None or outcome != OK else max(0.0, end - changes_since)
     try:
         doc = record(
             Path(config.state_dir),
             start=start,
-            end=time.time(),
+            end=end,
             outcome=outcome,
             figures={key: getattr(report, key) for key in FIGURES},
             skipped=len(report.skipped),
@@ -159,6 +169,7 @@ def record_run(
             kind=kind,
             quarantined=sorted(report.quarantined),
             held=report.held,
+            lag=lag,
         )
     except OSError as err:
         raise LocalIOError(describe_os_error(err, "write the loader's last run record")) from err

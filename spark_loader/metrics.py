@@ -76,6 +76,12 @@ def loader_families(doc: dict[str, Any] | None) -> Iterator[Metric]:
         "Senders whose files all waited in the last run (their trouble held only them).",
         float(len(held)) if isinstance(held, dict) else 0.0,
     )
+    yield gauge(
+        "last_attempt_lag_seconds",
+        "Seconds from the receiver's first load the last run took in to the end of its "
+        "commit (a following loader; 0 for a one-shot run).",
+        _number(line.get("lag_seconds")),
+    )
     yield gauge("table_files", "Source files the table holds.", _number(line.get("table_files")))
     yield gauge("table_rows", "Rows the table holds.", _number(line.get("table_rows")))
     for name, key, text in _TOTALS:

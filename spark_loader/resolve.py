@@ -43,12 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from sealsync import durable
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from spark_loader.discovery import SourceFile
-from spark_loader.table import Partition, Table, remove_run_folder
+from spark_loader.table import Partition, Table
 from spark_loader.table_layout import BOUNDS_TAG, GROUP_TAG, KEY_COLUMN, STAGING
 
 #: The senders whose groups a run must settle, in the state dir.
@@ -91,7 +89,7 @@ def read_member(source: SourceFile, partition: Partition) -> Member:
     if GROUP_TAG not in tags:
         bounds = stats_bounds([f.stats for f in partition.files])
         if bounds is None:
-            bounds = footer_bounds([f.path for f in partition.files])
+            bounds = footer_bounds([partition.store.footer(f.path) for f in partition.files])
         return Member(source, partition, bounds, None)
     bounds = json.loads(tags.get(BOUNDS_TAG) or "null")
     return Member(
@@ -132,12 +130,11 @@ def stats_bounds(stats: list[str | None]) -> Bounds | None:
     return found
 
 
-def footer_bounds(paths: list[Path]) -> Bounds | None:
+def footer_bounds(footers: list[Any]) -> Bounds | None:
     """The (device, time) bounds of a partition's files from their footers' statistics;
     a column without statistics gives the widest bounds."""
     found: Bounds | None = None
-    for path in paths:
-        meta = pq.read_metadata(path)
+    for meta in footers:
         names = [meta.schema.column(i).path for i in range(meta.num_columns)]
         for r in range(meta.num_row_groups):
             group = meta.row_group(r)
@@ -284,7 +281,7 @@ def group_tags(member: Member, ids: list[str]) -> dict[str, str]:
 
 
 def replace_partitions(
-    table: Table, staging: Path, keyed: list[tuple[int, Member]], ids: dict[str, list[str]]
+    table: Table, staging: str, keyed: list[tuple[int, Member]], ids: dict[str, list[str]]
 ) -> None:
     """Each member's partition replaced (at the run's commit) by what the rewrite wrote
     for it, tagged with its group (``ids``: file id -> the group's ids); a member that
@@ -292,15 +289,11 @@ def replace_partitions(
     for key, member in keyed:
         table.delete(member.partition)
         tags = group_tags(member, ids[member.source.file_id])
-        table.move_in(staging / f"{KEY_COLUMN}={key}", member.partition, tags)
+        table.move_in(table.store.join(staging, f"{KEY_COLUMN}={key}"), member.partition, tags)
 
 
-def new_staging(table: Table) -> Path:
-    return table.path / STAGING / uuid.uuid4().hex
-
-
-def cleanup(staging: Path) -> None:
-    remove_run_folder(staging)
+def new_staging(table: Table) -> str:
+    return table.at(STAGING, uuid.uuid4().hex)
 
 
 Rewrite = Callable[[list[list[Member]]], bool]

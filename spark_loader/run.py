@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
 from spark_loader import lastrun, removals, resolve, swap, table_binding
@@ -64,7 +66,8 @@ from spark_loader.state import (
     save_state,
     wait_for_previous_driver,
 )
-from spark_loader.table import Partition, Table, files_schema, remove_run_folder
+from spark_loader.store import HadoopStore
+from spark_loader.table import Partition, Table
 from spark_loader.table_layout import LINKS, PARTITION_COLUMNS
 
 Progress = Callable[[str], None]
@@ -101,6 +104,7 @@ def run_load(
     sync: bool = True,
     driver_wait: float = 120.0,
     prune_missing: bool = False,
+    changes_since: float | None = None,
 ) -> LoadReport:
     """Bring the table at ``config.table_path`` in line with the receiver's files.
 
@@ -110,7 +114,9 @@ def run_load(
     the fsync of written partitions (tests). ``driver_wait``: how long to wait for
     the Spark driver of a killed earlier run to exit. ``prune_missing``: remove the
     rows of files missing from the receiver without a logged deletion
-    (:mod:`.removals`; by default they are kept and counted).
+    (:mod:`.removals`; by default they are kept and counted). ``changes_since``: when
+    the receiver made the first change this run takes in (``sealsync load --follow``),
+    recorded as the run's lag.
     """
     started = time.monotonic()
     options = _Options(
@@ -120,7 +126,8 @@ def run_load(
     table_binding.refuse_another_table(config)  # a typo'd table_path: nothing written
     try:
         run.state_dir.mkdir(parents=True, exist_ok=True)
-        run.table.ensure()
+        if config.table_path.local:
+            run.table.ensure()
     except OSError as exc:
         raise SealsyncError(f"cannot create {exc.filename}: {exc.strerror}") from None
     with loader_lock(run.state_dir), py4j_logs_to(run.state_dir / LOG_FILE, verbose):
@@ -141,10 +148,10 @@ def run_load(
         except BaseException as exc:
             run.report.seconds = time.monotonic() - started
             with contextlib.suppress(Exception):  # never hide why the run failed
-                lastrun.record_run(config, run.report, wall, exc)
+                lastrun.record_run(config, run.report, wall, exc, changes_since)
             raise
         run.report.seconds = time.monotonic() - started
-        lastrun.record_run(config, run.report, wall, None)
+        lastrun.record_run(config, run.report, wall, None, changes_since)
     return run.report  # the caller prints the summary: once, where it wants it
 
 
@@ -192,7 +199,7 @@ class _Run:
         self.progress = progress
         self.report = LoadReport()
         self.state_dir = Path(config.state_dir)
-        self.table = Table(Path(config.table_path))
+        self.table = Table(config.table_path)  # on another file system: see ``run``
         self._spark: Any = None
         self._owned = False
         self._settled = True  # every stale group of the pending senders rewritten
@@ -208,12 +215,19 @@ class _Run:
             self.progress(text)
 
     def run(self) -> None:
-        report, table = self.report, self.table
+        report = self.report
         wait_for_previous_driver(self.state_dir, self.options.driver_wait)
-        for note in swap.recover(table.path):
-            report.notes.append(note)
-            self.say(note)
+        location = self.config.table_path
+        if location.path is not None:
+            for note in swap.recover(location.path):
+                report.notes.append(note)
+                self.say(note)
+        else:  # its store is the session's Hadoop client: Spark starts first
+            self.table.attach(HadoopStore(self._session(), location.uri))
+            self.table.ensure()
+        table = self.table
         shutil.rmtree(self.state_dir / FULL_BUILD_STATE, ignore_errors=True)
+        shutil.rmtree(self.state_dir / LINKS, ignore_errors=True)  # a killed run's inputs
         table.sweep()
         for note in table.open():
             report.notes.append(note)
@@ -374,17 +388,7 @@ class _Run:
         existing = active_session()
         if existing is not None:
             return existing, False
-        url = self.options.master or self.config.master
-        created = create_session(
-            url,
-            self.state_dir,
-            verbose=self.options.verbose,
-            conf=self.config.spark,
-            python=self.config.python,
-        )
-        if not url.startswith("local"):
-            _ship_package(created, self.state_dir)
-        return created, True
+        return start_session(self.config, self.options.master, self.options.verbose), True
 
     def ingest(
         self,
@@ -439,7 +443,26 @@ class _Run:
                 if settle:
                     self._settle(job, table, state_dir is None, settle, wanted or {})
         finally:
-            remove_run_folder(table.path / LINKS / run_id)
+            table.remove_run_folder(table.at(LINKS, run_id))
+            shutil.rmtree(self.state_dir / LINKS / run_id, ignore_errors=True)
+
+
+def start_session(config: LoaderConfig, master: str | None, verbose: bool = False) -> Any:
+    """The loader's Spark session on ``master`` (default: the config's): its jars, its
+    settings, and on a cluster the loader's package shipped to the executors."""
+    url = master or config.master
+    state_dir = Path(config.state_dir)
+    created = create_session(
+        url,
+        state_dir,
+        verbose=verbose,
+        conf=config.spark,
+        python=config.python,
+        jars_dir=config.jars_dir,
+    )
+    if not url.startswith("local"):
+        _ship_package(created, state_dir)
+    return created
 
 
 def _remote_python(session: Any) -> bool:
@@ -491,11 +514,17 @@ def _reconcile(
     return bool(missing or adopted or backfilled)
 
 
+def partition_schema(partition: Partition) -> pa.Schema:
+    """The columns of a partition's data files, from their footers."""
+    footers = [partition.store.footer(f.path) for f in partition.files]
+    return pa.unify_schemas([meta.schema.to_arrow_schema() for meta in footers])
+
+
 def _adopt_columns(state: IngestState, partition: Partition) -> None:
     from pyspark.sql.pandas.types import from_arrow_type
 
     skip = {*PARTITION_COLUMNS, "time", "device"}
-    for field in files_schema(f.path for f in partition.files):
+    for field in partition_schema(partition):
         if field.name not in skip and field.name not in state.columns:
             state.columns[field.name] = schemas.to_json(
                 schemas.normalize(from_arrow_type(field.type))

@@ -25,6 +25,7 @@ from typing import Any
 from sealsync import durable
 from sealsync.errors import LockHeld, SealsyncError
 from spark_loader import jar_cache, jvm
+from spark_loader import jars_dir as jars_dir_module
 from spark_loader.failure import describe, last_error_line
 from spark_loader.javacheck import check_java
 from spark_loader.mastercheck import check_masters
@@ -149,18 +150,24 @@ def create_session(
     verbose: bool = False,
     conf: dict[str, str] | None = None,
     python: str | None = None,
+    jars_dir: Path | None = None,
 ) -> Any:
     """A new SparkSession on ``master`` (``local[*]`` needs nothing but Java).
 
-    Raises JavaUnavailable (exit 69) first if there is no Java Spark can start with,
-    and SealsyncError if no standalone master of ``master`` can be reached at all.
+    Raises ConfigError (exit 2) first if ``jars_dir`` lacks a jar, JavaUnavailable
+    (exit 69) if there is no Java Spark can start with, and SealsyncError if no
+    standalone master of ``master`` can be reached at all.
 
     ``python``: the interpreter executors start for the TsFile reader; it must have
     pyarrow and tsfile. PySpark takes it from ``PYSPARK_PYTHON`` when the session
     starts, so that is where it goes.
+
+    ``jars_dir``: a folder ``sealsync jars fetch`` filled; the session takes Delta's and
+    the TsFile library's jars from it and resolves nothing (:mod:`.jars_dir`).
     """
     from pyspark.sql import SparkSession
 
+    jars = None if jars_dir is None else jars_dir_module.session_jars(jars_dir)
     check_java()  # else "Java gateway process exited before sending its port number"
     check_masters(master)  # else a minute of retries before "All masters are unresponsive"
     log_dir = Path(log_dir)
@@ -176,7 +183,7 @@ def create_session(
         os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = SparkSession.builder.master(master)
     merged = {**settings, **(conf or {})}
-    merged.update(jvm.session_conf(master, merged))
+    merged.update(jvm.session_conf(master, merged, jars))
     merged, resolving = jar_cache.apply(master, merged)
     for key, value in merged.items():
         builder = builder.config(key, value)

@@ -9,7 +9,9 @@ waited in the last run, and why, are named (``held``: one sender's trouble, such
 folder gone or a file it cannot identify, holds its files alone); so is a sender whose
 listing is incomplete now (``troubled``), which the next run will hold. A load in
 progress is named with its pid and start (``running``, :mod:`.running`): the last run
-is then the one before it, and what is pending is what it is loading.
+is then the one before it, and what is pending is what it is loading. A following
+loader (``load --follow``) is named with its pid and the lag of its last run
+(``following``, :mod:`.follow`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sealsync.config import LoaderConfig
 from sealsync.units import iso_time
 from spark_loader import lastrun
 from spark_loader.discovery import discover
+from spark_loader.follow import read_follower
 from spark_loader.running import running_load
 from spark_loader.state import load_state
 
@@ -34,11 +37,20 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
     listed = {f.file_id for f in found.files}
     last = lastrun.read(state_dir)
     now = running_load(state_dir)
+    follower = read_follower(state_dir)
     doc: dict[str, Any] = {
         "role": "loader",
         "table_path": str(config.table_path),
         "state_dir": str(config.state_dir),
         "running": None if now is None else {"pid": now.pid, "started": iso_time(now.started)},
+        "following": None
+        if follower is None
+        else {
+            "pid": follower.get("pid"),
+            "started": iso_time(follower.get("started")),
+            "window": follower.get("window"),
+            "last_lag_seconds": last.get("lag_seconds") if last else None,
+        },
         "last_run": None,
         "last_success": iso_time(last.get("last_success")) if last else None,
         "quarantined": sorted(lastrun.quarantined(state_dir)),
@@ -75,6 +87,18 @@ def render_loader(doc: dict[str, Any]) -> list[str]:
         lines.append(
             f"  running:      a load is in progress ({pid}{since}); the last run below is "
             "the one before it"
+        )
+    following = doc.get("following")
+    if following is not None:
+        lag = following.get("last_lag_seconds")
+        lag_text = (
+            f"; its last run committed {lag:.1f} s after the receiver's load"
+            if isinstance(lag, int | float)
+            else ""
+        )
+        lines.append(
+            f"  following:    pid {following['pid']} since {following['started'] or '?'} "
+            f"(window {following['window']} s){lag_text}"
         )
     run = doc["last_run"]
     if run is None:

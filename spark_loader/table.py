@@ -31,16 +31,20 @@ every ``file_id=`` folder becomes an ``add`` of the run's commit, its group side
 
 Hidden folders (``.``-prefixed: our staging and link folders) are ignored by every
 reader and swept at every run.
+
+**Where the table is** (:mod:`.store`): a local folder, or HDFS, S3 or any other Hadoop
+file system (``table_path`` a URI). Every file operation goes through the table's
+store, as paths (local) or URIs (remote): nothing here relies on a rename being
+atomic or on fsync where the store has neither, only on the Delta commit.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import shutil
 import uuid
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,11 +52,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sealsync import durable
+from sealsync.config.location import TableLocation, parse_location
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from spark_loader.delta_format import FORMAT
 from spark_loader.delta_log import DataFile, Snapshot, encode_path
 from spark_loader.delta_log import read_arrow as read_arrow
+from spark_loader.store import LocalStore, Store
 from spark_loader.table_format import Plan, TableFormat
 from spark_loader.table_layout import (
     BOUNDS_TAG,
@@ -82,14 +87,15 @@ class Partition:
     sender: str
     source_file: str
     file_id: str
-    path: Path
+    path: str  # its folder: a local path or a URI
     files: tuple[DataFile, ...] = field(default=(), compare=False)
+    store: Store = field(default_factory=LocalStore, compare=False, repr=False)
 
     @property
     def rows(self) -> int:
         """Its rows, from the log's statistics (else the Parquet footers: no data read)."""
         return sum(
-            f.rows if f.rows is not None else pq.read_metadata(f.path).num_rows for f in self.files
+            f.rows if f.rows is not None else self.store.footer(f.path).num_rows for f in self.files
         )
 
     @property
@@ -101,23 +107,52 @@ class Partition:
 class Table:
     """A run's view of the Delta table: the version read, then the run's changes."""
 
-    def __init__(self, path: Path, table_format: TableFormat = FORMAT) -> None:
-        self.path = Path(path)
+    def __init__(
+        self,
+        location: TableLocation | str | os.PathLike[str],
+        store: Store | None = None,
+        table_format: TableFormat = FORMAT,
+    ) -> None:
+        if not isinstance(location, TableLocation):
+            location = parse_location(os.fspath(location), Path.cwd())
+        self.location = location
+        self.root = str(location)  # the local path, or the URI
+        self._store = store if store is not None or not location.local else LocalStore()
         self.format = table_format
         self.snapshot = Snapshot()
         self._view: dict[str, DataFile] = {}  # log path -> file, as the run leaves it
         self._added: dict[str, DataFile] = {}  # moved in by this run
         self._removed: dict[str, DataFile] = {}  # of the version read, taken out
         self._moved: list[str] = []  # relative paths named in UNCOMMITTED
-        self._unsynced: list[Path] = []
+        self._unsynced: list[str] = []
         self._by_id: dict[str, dict[str, DataFile]] | None = None
         self._opened = False
-        self._footers: dict[Path, Any] = {}  # a staged part file -> its footer
+        self._footers: dict[str, Any] = {}  # a staged part file -> its footer
         self.converted = 0  # part files of a plain Parquet table this run adopts
         self.run_version = 0
 
+    @property
+    def store(self) -> Store:
+        """The file system the table is on (a remote table's needs the Spark session:
+        :meth:`attach`)."""
+        if self._store is None:
+            raise RuntimeError(f"{self.location.uri}: its store is not attached yet")
+        return self._store
+
+    def attach(self, store: Store) -> None:
+        self._store = store
+
+    @property
+    def path(self) -> Path:
+        """The local folder (a remote table has none: :attr:`root` is its URI)."""
+        return Path(os.fspath(self.location))
+
+    def at(self, *parts: str) -> str:
+        """A path (or URI) below the table."""
+        return self.store.join(self.root, *parts)
+
     def ensure(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.store.mkdirs(self.root)
 
     # ------------------------------------------------------------------ open
 
@@ -125,9 +160,9 @@ class Table:
         """Read the latest version, undo what an uncommitted run left, and take in a
         plain Parquet table's files (converted by this run's commit). What was done."""
         done = []
-        self.snapshot = self.format.read(self.path)
-        manifest = self.path / UNCOMMITTED
-        if manifest.exists():
+        self.snapshot = self.format.read(self.root, self.store)
+        manifest = self.at(UNCOMMITTED)
+        if self.store.exists(manifest):
             done += self._recover(manifest)
         self._view = dict(self.snapshot.files)
         self._by_id = None
@@ -135,18 +170,18 @@ class Table:
         self._added, self._removed, self._moved, self._unsynced = {}, {}, [], []
         self.run_version = self.snapshot.transactions.get(self.format.app_id, -1) + 1
         self.converted = 0
-        if self.snapshot.version < 0:
+        if self.snapshot.version < 0 and self.store.local:  # remote tables were always Delta
             count = self._convert()
             if count:
                 done.append(
-                    f"converting the plain Parquet table {self.path} to Delta: "
+                    f"converting the plain Parquet table {self.root} to Delta: "
                     f"{count} data files become the first version's"
                 )
         return done
 
-    def _recover(self, manifest: Path) -> list[str]:
+    def _recover(self, manifest: str) -> list[str]:
         try:
-            doc = json.loads(manifest.read_text(encoding="utf-8"))
+            doc = json.loads(self.store.read_bytes(manifest).decode("utf-8"))
             version, files = int(doc["version"]), [str(f) for f in doc["files"]]
         except (OSError, ValueError, KeyError, TypeError):
             version, files = -1, []
@@ -156,14 +191,14 @@ class Table:
             live = {f.path for f in self.snapshot.files.values()}
             gone = 0
             for rel in files:
-                path = self.path / rel
-                if path not in live and path.exists():
-                    path.unlink()
+                path = self.at(rel)
+                if path not in live and self.store.delete(path):
                     gone += 1
-                    _rmdirs_up(path.parent, self.path)
+                    if self.store.local:
+                        _rmdirs_up(Path(path).parent, self.path)
             if gone:
                 note.append(f"removed {gone} data files a run killed before its commit wrote")
-        manifest.unlink(missing_ok=True)
+        self.store.delete(manifest)
         return note
 
     def _convert(self) -> int:
@@ -175,7 +210,7 @@ class Table:
             fid = unescape(inner.name.split("=", 1)[1])
             folder = Path(inner.path)
             tags = _old_sidecar_tags(folder / OLD_SIDECAR)
-            files = part_files(folder)
+            files = [str(p) for p in part_files(folder)]
             made = not files and bool(tags)
             if made:  # a member that won no row keeps its place
                 files = [self._empty_file(folder)]
@@ -213,12 +248,12 @@ class Table:
                 f"(at most {MAX_FOLDER_BYTES} bytes with escapes)"
             )
         files = tuple(self._index().get(file_id, {}).values())
-        return Partition(sender, source_file, file_id, self.path / folder, files)
+        return Partition(sender, source_file, file_id, self.at(folder), files, self.store)
 
     def _index(self) -> dict[str, dict[str, DataFile]]:
         """The view's files by file id (built again after a change)."""
         if not self._opened:  # a read-only look: the latest version as it is
-            self.snapshot = self.format.read(self.path)
+            self.snapshot = self.format.read(self.root, self.store)
             self._view = dict(self.snapshot.files)
             self._opened = True
         if self._by_id is None:
@@ -239,7 +274,7 @@ class Table:
             folder = partition_folder(sender, source, fid) or (
                 f"{SENDER_COLUMN}={sender}/{SOURCE_COLUMN}={source}/{FILE_ID_COLUMN}={fid}"
             )
-            out[fid] = Partition(sender, source, fid, self.path / folder, tuple(files))
+            out[fid] = Partition(sender, source, fid, self.at(folder), tuple(files), self.store)
         return out
 
     @property
@@ -254,7 +289,7 @@ class Table:
             if key in self._added:
                 del self._added[key]
                 if key in self._moved_keys():
-                    f.path.unlink(missing_ok=True)  # ours, never committed
+                    self.store.delete(f.path)  # ours, never committed
                     self._unsynced = [p for p in self._unsynced if p != f.path]
             else:
                 self._removed[key] = f
@@ -264,7 +299,7 @@ class Table:
         return {encode_path(rel) for rel in self._moved}
 
     def move_in(
-        self, folder: Path, partition: Partition, tags: dict[str, str] | None = None
+        self, folder: str, partition: Partition, tags: dict[str, str] | None = None
     ) -> None:
         """Put the part files of a finished folder written elsewhere (a staging folder)
         in the partition's folder, as files of this run (committed with it). A folder
@@ -272,24 +307,26 @@ class Table:
         self.move_in_all([(folder, partition)], tags)
 
     def move_in_all(
-        self, moves: Iterable[tuple[Path, Partition]], tags: dict[str, str] | None = None
+        self, moves: Iterable[tuple[str, Partition]], tags: dict[str, str] | None = None
     ) -> None:
         """:meth:`move_in` for many partitions, their files named uncommitted in one
         write of the list instead of one per partition."""
         planned = []
         for folder, partition in moves:
-            files = part_files(folder) if folder.is_dir() else []
-            targets = [_free(partition.path / p.name) for p in files]
+            files = self.part_files(folder)
+            targets = [self._free(self.store.join(partition.path, _name(p))) for p in files]
             if not files:
-                targets = [partition.path / f"part-empty-{uuid.uuid4().hex}.parquet"]
-            partition.path.mkdir(parents=True, exist_ok=True)
+                targets = [
+                    self.store.join(partition.path, f"part-empty-{uuid.uuid4().hex}.parquet")
+                ]
+            self.store.mkdirs(partition.path)
             planned.append((files, targets, partition))
         self._name_uncommitted([t for _, targets, _ in planned for t in targets])
         for files, targets, partition in planned:
             if not files:
-                _write_empty(targets[0])
+                self.store.write_bytes(targets[0], _empty_parquet())
             for src, dst in zip(files, targets, strict=False):
-                os.rename(src, dst)
+                self.store.rename(src, dst)
             values = {
                 SENDER_COLUMN: partition.sender,
                 SOURCE_COLUMN: partition.source_file,
@@ -299,51 +336,76 @@ class Table:
             for dst, meta in zip(targets, metas, strict=True):
                 self._add(dst, values, tags or {}, new=True, meta=meta)
 
-    def _empty_file(self, folder: Path) -> Path:
-        path = folder / f"part-empty-{uuid.uuid4().hex}.parquet"
+    def _empty_file(self, folder: Path) -> str:
+        path = str(folder / f"part-empty-{uuid.uuid4().hex}.parquet")
         self._name_uncommitted([path])
-        _write_empty(path)
+        self.store.write_bytes(path, _empty_parquet())
         return path
 
-    def _name_uncommitted(self, paths: list[Path]) -> None:
+    def _free(self, path: str) -> str:
+        """``path``, or a name of its own beside it if a file is there (never replace one)."""
+        if not self.store.exists(path):
+            return path
+        folder, _, name = path.rpartition("/")
+        return f"{folder}/{uuid.uuid4().hex[:8]}-{name}"
+
+    def _relative(self, path: str) -> str:
+        """A path (or URI) below the table, relative to it, POSIX style."""
+        if self.store.local:
+            return Path(path).relative_to(self.path).as_posix()
+        prefix = self.root.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            raise ValueError(f"{path} is not in the table {self.root}")
+        return path[len(prefix) :]
+
+    def _name_uncommitted(self, paths: list[str]) -> None:
         """Record files about to be moved in before they are (see the module text).
 
-        Not fsynced: a killed process leaves the list in the page cache, which the next
-        run reads; after a power cut a file it lost stays on disk unnamed, never read by
-        anyone (no version names it) and deleted by ``VACUUM`` as any file the log does
-        not know.
+        The store's write replaces the list whole; a local one is not fsynced: a killed
+        process leaves the list in the page cache, which the next run reads; after a
+        power cut a file it lost stays on disk unnamed, never read by anyone (no
+        version names it) and deleted by ``VACUUM`` as any file the log does not know.
         """
-        self._moved += [p.relative_to(self.path).as_posix() for p in paths]
+        self._moved += [self._relative(p) for p in paths]
         body = {"version": self.run_version, "files": self._moved}
-        durable.atomic_write(self.path / UNCOMMITTED, json.dumps(body), sync=False)
+        self.store.write_bytes(self.at(UNCOMMITTED), json.dumps(body).encode("utf-8"))
 
-    def staged_rows(self, folder: Path) -> int:
+    def part_files(self, folder: str) -> list[str]:
+        """The data files of one folder (a staging one), none if it is not there."""
+        return [
+            self.store.join(folder, e.name)
+            for e in self.store.listdir(folder)
+            if not e.is_dir and not e.name.startswith((".", "_"))
+        ]
+
+    def staged_rows(self, folder: str) -> int:
         """Rows of a staging folder, from its Parquet footers (no data read); the footers
         are kept for :meth:`move_in`, which needs them for the files' statistics."""
         total = 0
-        for path in part_files(folder):
-            meta = pq.read_metadata(path)
+        for path in self.part_files(folder):
+            meta = self.store.footer(path)
             self._footers[path] = meta
             total += meta.num_rows
         return total
 
     def _add(
         self,
-        path: Path,
+        path: str,
         values: dict[str, str],
         tags: dict[str, str],
         new: bool,
         meta: Any = None,
     ) -> None:
-        st = path.stat()
-        meta = meta or pq.read_metadata(path)
-        rel = path.relative_to(self.path).as_posix()
+        st = self.store.stat(path)
+        if st is None:
+            raise FileNotFoundError(path)
+        meta = meta or self.store.footer(path)
         f = DataFile(
-            log_path=encode_path(rel),
+            log_path=encode_path(self._relative(path)),
             path=path,
             partition=dict(values),
-            size=st.st_size,
-            modification_time=st.st_mtime_ns // 1_000_000,
+            size=st.size,
+            modification_time=st.mtime_ms,
             rows=meta.num_rows,
             tags=dict(tags),
             stats=self.format.file_stats(meta),
@@ -358,19 +420,18 @@ class Table:
         """Make the files this run wrote durable before its commit names them.
 
         Spark does not fsync what it writes; a power cut after the commit must not
-        leave empty files behind. The fsyncs run in threads: the disk gets them
-        together instead of one after another.
+        leave empty files behind on a local disk. (A distributed store's files are
+        durable once their writer closed them: its store does nothing here.)
         """
         del partitions  # every file written so far is synced
         files, self._unsynced = self._unsynced, []
         if not files:
             return
-        folders = {p.parent for p in files} | {p.parent.parent for p in files}
-        folders |= {p.parent.parent.parent for p in files}
-        with ThreadPoolExecutor(_SYNC_THREADS) as pool:
-            list(pool.map(durable.fsync_file, files))
-            list(pool.map(durable.fsync_dir, sorted(folders, key=lambda f: -len(f.parts))))
-        durable.fsync_dir(self.path)
+        folders = set()
+        for path in files:
+            parent = Path(path).parent
+            folders |= {str(parent), str(parent.parent), str(parent.parent.parent)}
+        self.store.sync(files, sorted(folders) + [self.root])
 
     # ------------------------------------------------------------------ commit
 
@@ -396,14 +457,14 @@ class Table:
     def commit(self, spark: Any, plan: Plan) -> int:
         """Commit ``plan`` as one version; then the run's files are the table's."""
         version = self.format.commit(
-            spark, self.path, plan, self.snapshot.version, self.run_version
+            spark, self.location, plan, self.snapshot.version, self.run_version
         )
         self.committed()
         return version
 
     def committed(self) -> None:
         """The run's commit is in: its files are the table's; read the new version."""
-        (self.path / UNCOMMITTED).unlink(missing_ok=True)
+        self.store.delete(self.at(UNCOMMITTED))
         self.open()
 
     # ------------------------------------------------------------------ sweep
@@ -414,21 +475,33 @@ class Table:
 
         Only safe while no Spark job writes to the table: the caller holds the locks.
         """
-        if not self.path.is_dir():
-            return
-        for entry in os.scandir(self.path):
+        for entry in self.store.listdir(self.root):
             if entry.name.startswith(_SWEPT_PREFIXES) or entry.name in _SWEPT_NAMES:
-                _rmtree(Path(entry.path))
-        if self.format.is_table(self.path):
+                self.store.delete(self.at(entry.name), recursive=True)
+        if not self.store.local or self.format.is_table(self.root, self.store):
             return
         for outer in _subfolders(self.path, SENDER_COLUMN):
             for old in _subfolders(Path(outer.path), FILE_ID_COLUMN):
                 _rmtree(Path(old.path))
 
+    def files_schema(self, paths: Iterable[str]) -> pa.Schema:
+        """The columns of data files, from their footers."""
+        return pa.unify_schemas([self.store.footer(p).schema.to_arrow_schema() for p in paths])
 
-def _free(path: Path) -> Path:
-    """``path``, or a name of its own beside it if a file is there (never replace one)."""
-    return path if not path.exists() else path.with_name(f"{uuid.uuid4().hex[:8]}-{path.name}")
+    def remove_run_folder(self, folder: str) -> None:
+        """Remove one run's private folder (its links, a job's staging output), and the
+        hidden folder holding it once no other run's is there."""
+        self.store.delete(folder, recursive=True)
+        parent = folder.rstrip("/").rpartition("/")[0]
+        if parent and not self.store.listdir(parent):
+            try:
+                self.store.delete(parent)
+            except OSError:
+                pass  # another run's folder appeared meanwhile: it stays
+
+
+def _name(path: str) -> str:
+    return path.rstrip("/").rpartition("/")[2]
 
 
 def _old_sidecar_tags(path: Path) -> dict[str, str]:
@@ -439,28 +512,12 @@ def _old_sidecar_tags(path: Path) -> dict[str, str]:
     return {GROUP_TAG: json.dumps(data.get("group")), BOUNDS_TAG: json.dumps(data.get("bounds"))}
 
 
-def _write_empty(path: Path) -> None:
+def _empty_parquet() -> bytes:
+    """A Parquet file of no rows (a partition that keeps its place)."""
     schema = pa.schema([(TIME_COLUMN, pa.int64()), (DEVICE_COLUMN, pa.string())])
-    pq.write_table(schema.empty_table(), path)
-
-
-_SYNC_THREADS = 8
-
-
-def footer_rows(folder: Path) -> int:
-    """Rows of one staging folder, from the Parquet footers (no data read)."""
-    return sum(pq.read_metadata(p).num_rows for p in part_files(folder))
-
-
-def files_schema(paths: Iterable[Path]) -> pa.Schema:
-    return pa.unify_schemas([pq.read_schema(p) for p in paths])
-
-
-def remove_run_folder(folder: Path) -> None:
-    """Remove one run's private folder (its links, a job's staging output), and the
-    hidden folder holding it once no other run's is there."""
-    _rmtree(folder)
-    _rmdir_if_empty(folder.parent)
+    out = io.BytesIO()
+    pq.write_table(schema.empty_table(), out)
+    return out.getvalue()
 
 
 def _subfolders(path: Path, column: str) -> list[os.DirEntry[str]]:
@@ -478,17 +535,7 @@ def _subfolders(path: Path, column: str) -> list[os.DirEntry[str]]:
 
 
 def _rmtree(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
-    elif path.exists():
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _rmdir_if_empty(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass  # not empty (or gone): nothing to do
+    LocalStore().delete(str(path), recursive=True)
 
 
 def _rmdirs_up(folder: Path, stop: Path) -> None:

@@ -9,12 +9,13 @@ these methods is another format.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from sealsync.config.location import TableLocation
 from spark_loader.delta_log import DataFile, Snapshot
+from spark_loader.store import Store
 
 Plan = tuple[list[dict[str, Any]], dict[str, Any] | None]
 """A commit's actions, and the metadata it sets (None: the schema stays)."""
@@ -25,13 +26,13 @@ class TableFormat(Protocol):
     app_id: str
     """The application id under which a version records the run that wrote it."""
 
-    def read(self, table: Path) -> Snapshot:
+    def read(self, table: str, store: Store) -> Snapshot:
         """The latest version: its files, the runs it records, its metadata."""
         ...
 
-    def is_table(self, table: Path) -> bool: ...
+    def is_table(self, table: str, store: Store) -> bool: ...
 
-    def read_arrow(self, table: Path, version: int | None = None) -> pa.Table:
+    def read_arrow(self, table: str, store: Store, version: int | None = None) -> pa.Table:
         """A version's rows, without Spark (for tests, examples and small readers)."""
         ...
 
@@ -54,7 +55,7 @@ class TableFormat(Protocol):
     ) -> Plan | None: ...
 
     def commit(
-        self, spark: Any, table: Path, plan: Plan, read_version: int, run_version: int
+        self, spark: Any, table: TableLocation, plan: Plan, read_version: int, run_version: int
     ) -> int:
         """Commit ``plan`` as one version planned against ``read_version``; its number."""
         ...

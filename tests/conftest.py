@@ -31,6 +31,7 @@ from proc_helpers import clip  # noqa: E402 - importable once tests/ is on the p
 if TYPE_CHECKING:
     from deploy_helpers import Deployment
     from iotdb_server import IoTDBServer
+    from lake_servers import Hdfs, S3Server, SparkCluster
 
 
 class _HeavyUse:
@@ -219,3 +220,34 @@ def iotdb_server(tmp_path: Path) -> Iterator[Callable[[str], IoTDBServer]]:
     yield start
     for server in reversed(started):
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def lake_hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hdfs]:
+    """A real HDFS (NameNode and DataNode of PySpark's Hadoop release) for the whole run,
+    its root at ``lake_hdfs.uri`` (``tests/lake_servers.py``)."""
+    from lake_servers import Hdfs
+
+    with Hdfs(tmp_path_factory.mktemp("hdfs")).running() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def lake_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3-compatible server (s3proxy) with the bucket ``lake``, for the whole run;
+    ``spark_conf()``, ``storage_options()`` and ``env()`` say how to reach it."""
+    from lake_servers import S3Server
+
+    with S3Server(tmp_path_factory.mktemp("s3")).running() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def lake_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A Spark standalone master with two workers for the whole run, each worker unable
+    to see any folder of this run's ``tmp_path``s (receiver data, state, local tables):
+    what reaches the executors must go through the driver or a shared store."""
+    from lake_servers import spark_cluster
+
+    with spark_cluster([tmp_path_factory.getbasetemp()]) as cluster:
+        yield cluster

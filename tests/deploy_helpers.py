@@ -86,10 +86,12 @@ class Deployment:
 
     # -------------------------------------------------------------- receiver process
 
-    def start_receiver(self, env: dict[str, str] | None = None, wait: bool = True) -> None:
+    def start_receiver(
+        self, env: dict[str, str] | None = None, wait: bool = True, args: tuple[str, ...] = ()
+    ) -> None:
         log = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
-            [*SEALSYNC, "serve", "--config", str(self.receiver_config)],  # logs at INFO
+            [*SEALSYNC, "serve", "--config", str(self.receiver_config), *args],  # logs at INFO
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -206,11 +208,21 @@ def make_deployment(root: Path, senders: int = 1, data_dirs: int = 1) -> Deploym
 
 
 def mark_storage(receiver_config: Path) -> None:
-    """What ``sealsync serve --init`` writes: the storage markers (receiver.identity)."""
-    from receiver.identity import require_storage
+    """What ``sealsync serve --init`` writes: the storage markers and the record of the
+    storage outside it (receiver.identity); folders set up anew where a recorded
+    storage was (a new disk on purpose) as ``--replaces`` says."""
+    from receiver.identity import read_record, require_storage
     from sealsync.config import load_receiver_config
+    from sealsync.errors import ConfigError
 
-    require_storage(load_receiver_config(receiver_config), init=True)
+    config = load_receiver_config(receiver_config)
+    try:
+        require_storage(config, init=True)
+    except ConfigError:
+        record = read_record(config)
+        if record is None:
+            raise
+        require_storage(config, init=True, replaces=record.storage)
 
 
 def populate(

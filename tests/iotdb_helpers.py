@@ -17,7 +17,7 @@ from typing import Any
 
 from config_helpers import write_config
 from deploy_helpers import Deployment
-from iotdb_server import IoTDBClient, IoTDBServer
+from iotdb_server import IoTDBClient, IoTDBServer, client_python
 
 from sealsync.permissions import restrict_writes
 from spark_loader import read_arrow
@@ -34,6 +34,19 @@ def point_sender_at(dep: Deployment, data_dir: Path, *, index: int = 0) -> None:
     sender.config.chmod(0o600)
     sender.config.write_text(text)
     restrict_writes(sender.config)
+
+
+def receiver_on_iotdb(dep: Deployment, dc: IoTDBServer) -> None:
+    """Make the deployment's receiver load what it receives into ``dc`` (``[receiver.storage]
+    kind = "iotdb"``, the dialect of ``dc``'s release), as an operator would configure it."""
+    dialect = "0.12" if dc.release.standalone else "2.0"
+    text = dep.receiver_config.read_text() + (
+        f'\n[receiver.storage]\nkind = "iotdb"\nport = {dc.rpc_port}\ndialect = "{dialect}"\n'
+        f'python = "{client_python()}"\n'
+    )
+    dep.receiver_config.chmod(0o600)
+    dep.receiver_config.write_text(text)
+    restrict_writes(dep.receiver_config)
 
 
 def load_table(dep: Deployment, tmp_path: Path, timeout: int = 600) -> Path:

@@ -24,10 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 from typing import Any
+
+import java_servers
+from java_servers import (
+    RESOLVE_TIMEOUT,
+    ServerUnavailable,
+    free_ports,
+    group_alive,
+    own_session_tied_to_parent,
+    port_answers,
+)
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "iotdb"
@@ -48,12 +56,11 @@ CLIENT_PYTHON_ENV = "SEALSYNC_IOTDB_CLIENT_PYTHON"
 
 START_TIMEOUT = 120.0
 STOP_TIMEOUT = 30.0
-RESOLVE_TIMEOUT = 1200.0
 
 
-class IoTDBUnavailable(RuntimeError):
-    """The release cannot run here: not resolvable, no Java, or it did not start.
-    The message names the cause (the Maven error, the server's log tail)."""
+#: The release cannot run here: not resolvable, no Java, or it did not start. The
+#: message names the cause (the Maven error, the server's log tail).
+IoTDBUnavailable = ServerUnavailable
 
 
 @dataclass(frozen=True)
@@ -153,46 +160,11 @@ _ADD_OPENS = tuple(
 
 def cache_root() -> Path:
     """Where resolved classpaths are kept between runs."""
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured)
-    return Path.home() / ".cache" / "sealsync" / "iotdb"
+    return java_servers.cache_folder(CACHE_ENV, "iotdb")
 
 
 def find_java() -> str:
-    for candidate in (
-        os.environ.get(JAVA_ENV),
-        os.path.join(os.environ["JAVA_HOME"], "bin", "java")
-        if os.environ.get("JAVA_HOME")
-        else None,
-        shutil.which("java"),
-    ):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    raise IoTDBUnavailable(f"no java found; install Java 17 or set {JAVA_ENV}")
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports free right now (all held open while chosen, so
-    none is picked twice)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def port_answers(port: int, host: str = "127.0.0.1") -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
+    return java_servers.find_java(named_by=JAVA_ENV)
 
 
 # -- resolving a release from Maven Central ---------------------------------------
@@ -218,50 +190,11 @@ def _pom(release: Release, node: Node) -> str:
 def resolve_classpath(release: Release, node: Node) -> list[str]:
     """The jars of ``node``: from the cache when every jar is still in ``~/.m2``, else
     resolved by Maven (which downloads only what ``~/.m2`` lacks)."""
-    folder = cache_root() / release.version / node.name
-    folder.mkdir(parents=True, exist_ok=True)
-    pom = _pom(release, node)
-    cached = folder / "classpath.txt"
-    if (
-        (folder / "pom.xml").is_file()
-        and (folder / "pom.xml").read_text() == pom
-        and cached.is_file()
-    ):
-        jars = [j for j in cached.read_text().strip().split(os.pathsep) if j]
-        if jars and all(os.path.isfile(j) for j in jars):
-            return jars
-    (folder / "pom.xml").write_text(pom)
-    cached.unlink(missing_ok=True)
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise IoTDBUnavailable("no mvn on PATH; install Maven to resolve IoTDB from Maven Central")
-    try:
-        done = subprocess.run(
-            [
-                mvn,
-                "-B",
-                "-q",
-                "-Dstyle.color=never",
-                "dependency:build-classpath",
-                "-Dmdep.outputFile=classpath.txt",
-            ],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            timeout=RESOLVE_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise IoTDBUnavailable(
-            f"IoTDB {release.version} {node.name}: Maven took over {RESOLVE_TIMEOUT:.0f}s"
-        ) from exc
-    if done.returncode != 0 or not cached.is_file():
-        plain = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout)  # Maven colours some lines anyway
-        errors = [line for line in plain.splitlines() if line.startswith("[ERROR] ")]
-        raise IoTDBUnavailable(
-            f"IoTDB {release.version} {node.name} does not resolve from Maven Central: "
-            + (errors[0].removeprefix("[ERROR] ") if errors else done.stderr.strip()[-500:])
-        )
-    return [j for j in cached.read_text().strip().split(os.pathsep) if j]
+    return java_servers.resolve_classpath(
+        cache_root() / release.version / node.name,
+        _pom(release, node),
+        f"IoTDB {release.version} {node.name}",
+    )
 
 
 # -- the client ---------------------------------------------------------------------
@@ -584,7 +517,7 @@ class IoTDBServer:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_own_session_tied_to_parent,
+                preexec_fn=own_session_tied_to_parent,
             )
 
     def _wait_for_port(self, port: int, what: str, deadline: float) -> None:
@@ -649,29 +582,6 @@ class IoTDBServer:
         self.stop_seconds = time.monotonic() - began
         if survivors:
             raise RuntimeError(f"IoTDB processes survived stop: {', '.join(survivors)}")
-
-
-def _own_session_tied_to_parent() -> None:
-    """In the child before exec: a session (and process group) of its own, which
-    stop() signals whole; and SIGTERM from the kernel if the thread that started it
-    dies first (a test run killed with -9), so no JVM outlives its test. Linux only."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-def group_alive(group: int) -> bool:
-    """Whether any process of process group ``group`` is still running."""
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager

@@ -123,6 +123,8 @@ def test_an_unusable_config_is_one_error_line_and_exit_2(dep: Deployment) -> Non
 def test_a_receiver_check_creates_no_folder(tmp_path: Path) -> None:
     dep = make_deployment(tmp_path / "site")
     shutil.rmtree(dep.root / "dc")  # a receiver whose folders were never made (or unmounted)
+    for record in (dep.root / "keys").glob("sealsync-served-*.json"):
+        record.unlink()  # never served, so no record of its storage either
     before = tree(dep.root)
     result = check(dep.receiver_config)
     assert result.returncode == 1

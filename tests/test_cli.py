@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [
     "check",
     "demo",
+    "identity",
     "inspect",
+    "jars",
     "keygen",
     "load",
     "owners",

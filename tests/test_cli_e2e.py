@@ -9,6 +9,8 @@ from collections.abc import Callable
 import pytest
 from deploy_helpers import Deployment, populate
 
+from sender.manage.identity import hostname
+
 pytestmark = pytest.mark.slow  # sealsync serve and send as processes over SSH
 
 
@@ -60,7 +62,7 @@ def test_conflict_exits_1_with_one_line_per_refused_file(dep: Deployment) -> Non
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert lines[0].startswith(f"sealsync: dc: refused {theirs[0]}: ")
-    assert "owned by another sender" in lines[0]
+    assert f"is owned by sender '{hostname()}'" in lines[0]  # the owner, by its HELLO name
     assert a.uuid not in lines[0]  # one sender never learns another's id
     assert set(dep.loaded_hashes(b)) == set(mine)
     doc = json.loads(b.send("--json").stdout)

@@ -40,6 +40,7 @@ from sealsync.config import (
     parse_listen,
     settings_of,
 )
+from sealsync.config.location import parse_location
 from sealsync.errors import EXIT_USAGE, ConfigError
 
 
@@ -379,13 +380,13 @@ def test_loader_loads_without_creating_its_outputs(tmp_path: Path) -> None:
     config = load_loader_config(path)
     assert config == LoaderConfig(
         receiver_data_dirs=[tmp_path / "dc/data"],
-        table_path=tmp_path / "warehouse/points",
+        table_path=parse_location(str(tmp_path / "warehouse/points"), tmp_path),
         state_dir=tmp_path / "warehouse/_state",
         master="local[*]",
         source=str(path),
     )
     assert not (tmp_path / "warehouse").exists()
-    assert LoaderConfig.from_mapping(loader_doc()["loader"], tmp_path).table_path == (
+    assert LoaderConfig.from_mapping(loader_doc()["loader"], tmp_path).table_path.path == (
         tmp_path / "warehouse/points"
     )
 

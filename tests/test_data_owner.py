@@ -76,8 +76,11 @@ def test_a_second_config_on_a_data_dir_is_refused_and_writes_nothing(shipped: Sh
             f"sealsync: error: {twin}: [sender] data_dirs[0]: {shipped.data_dir} is synced by "
             f"another sender (UUID {sender.uuid}, recorded in {owner}), this config is a "
             f"new sender (no UUID yet) (schema_dir {dep.root / 'twin-schema'}): one data "
-            "dir has one sender; give this config the schema_dir of the config that syncs "
-            "it (one config per instance, one [[receiver]] table per receiver)\n"
+            "dir has one sender. A second config for this instance? give it the schema_dir "
+            "of the config that syncs it (one config per instance, one [[receiver]] table "
+            "per receiver). A copy of that sender's host (a cloned image or copied folders, "
+            "its uuid.txt removed or replaced)? give it an identity of its own with "
+            f"`sealsync identity new --config {twin}`\n"
         )
         assert tree(sender.edge.root) == before
     # the original ships what came since, as if the twin had never run

@@ -71,6 +71,15 @@ def test_each_systemd_service_runs_its_command_and_its_timer_starts_it(
     assert "Unit=" not in timer
 
 
+def test_the_following_loader_service_runs_load_follow_and_lets_its_jvm_finish() -> None:
+    service = EXAMPLES / "sealsync-loader-follow.service"
+    argv = shlex.split(_unit_value(service, "ExecStart"))
+    assert argv[0] == SEALSYNC_BIN and _parses(argv[1:]) == "load" and "--follow" in argv
+    assert _unit_value(service, "Type") == "simple"
+    assert _unit_value(service, "KillMode") == "mixed"  # SIGTERM to sealsync, not its JVM
+    assert _unit_value(service, "Restart") == "on-failure"
+
+
 def test_a_command_line_with_an_unknown_option_is_caught() -> None:
     with pytest.raises(click.UsageError):
         _parses(["load", "--config", "x.toml", "--no-such-option"])
@@ -86,6 +95,9 @@ def test_the_units_verify(tmp_path: Path) -> None:
             # the binary the units name is not installed here: point them at a real one
             target.write_text(text.replace(SEALSYNC_BIN, "/bin/true"))
             units.append(str(target))
+    follow = tmp_path / "sealsync-loader-follow.service"
+    follow.write_text((EXAMPLES / follow.name).read_text().replace(SEALSYNC_BIN, "/bin/true"))
+    units.append(str(follow))
     result = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", *units],
         capture_output=True,

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import tsfile as native
+from tsfile_bytes import INT64, INT64_STATS, i64, string, uvar, var
 
 from sealsync import formats
 from sealsync.errors import FormatError
@@ -29,32 +30,7 @@ from sealsync.simulator import expected_table
 # --------------------------------------------------------------------------- a builder
 
 
-def _uvar(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _var(n: int) -> bytes:
-    return _uvar(n << 1 if n >= 0 else (~n << 1) | 1)
-
-
-def _str(s: str | None) -> bytes:
-    if s is None:
-        return _var(-1)
-    raw = s.encode()
-    return _var(len(raw)) + raw
-
-
-def _i64(n: int) -> bytes:
-    return struct.pack(">q", n)
-
-
-INT64 = 2
-_INT64_STATS = _uvar(3) + _i64(1) + _i64(3) + bytes(4 * 8 + 8)
+INT64_STATS = INT64_STATS
 
 
 @dataclass
@@ -80,11 +56,11 @@ class Built:
     def __post_init__(self) -> None:
         out = bytearray(b"TsFile" + bytes([self.version]))
         for device in self.devices:
-            out += b"\x00" + _str(device)
+            out += b"\x00" + string(device)
             for m in self.measurements:
                 self.chunks[device, m] = len(out)
                 page = b"\x01\x02\x03\x04"
-                out += b"\x05" + _str(m) + _uvar(len(page)) + bytes([INT64, 0, 0]) + page
+                out += b"\x05" + string(m) + uvar(len(page)) + bytes([INT64, 0, 0]) + page
         self.meta_offset = len(out)
         out.append(0x02)
         series = {}
@@ -92,17 +68,15 @@ class Built:
             series[device] = len(out)
             self.series_at[device] = len(out)
             for m in self.measurements:
-                out += b"\x00" + _str(m) + bytes([INT64]) + _uvar(8) + _INT64_STATS
-                out += _i64(self.chunks[device, m])
+                out += b"\x00" + string(m) + bytes([INT64]) + uvar(8) + INT64_STATS
+                out += i64(self.chunks[device, m])
         nodes = {}
         first_node = len(out)
         for i, device in enumerate(self.devices):
             nodes[device] = len(out)
             self.nodes_at[device] = len(out)
             end = series[self.devices[i + 1]] if i + 1 < len(self.devices) else first_node
-            out += (
-                _uvar(1) + _str(self.measurements[0]) + _i64(series[device]) + _i64(end) + b"\x03"
-            )
+            out += uvar(1) + string(self.measurements[0]) + i64(series[device]) + i64(end) + b"\x03"
         leaves_end = len(out)
         groups = [
             self.devices[i : i + self.degree] for i in range(0, len(self.devices), self.degree)
@@ -121,11 +95,11 @@ class Built:
             root = self._node([(d, nodes[d]) for d in self.devices], leaves_end, 1)
         self.meta_start = len(out)
         if self.version == 3:
-            meta = root + _i64(self.meta_offset) + _uvar(2) + b"\xff\x00" + _uvar(16) + _uvar(5)
+            meta = root + i64(self.meta_offset) + uvar(2) + b"\xff\x00" + uvar(16) + uvar(5)
         else:
             table = self._segments(self.devices[0])[0] if self.devices else ""
-            meta = _uvar(1) + _str(table) + root + _uvar(0) + _i64(self.meta_offset)
-            meta += _uvar(0) + _var(1) + _str("encryptLevel") + _str("0")
+            meta = uvar(1) + string(table) + root + uvar(0) + i64(self.meta_offset)
+            meta += uvar(0) + var(1) + string("encryptLevel") + string("0")
         out += meta + struct.pack(">i", len(meta)) + b"TsFile"
         self.data = bytes(out)
 
@@ -140,13 +114,13 @@ class Built:
 
     def _device(self, device: str) -> bytes:
         if self.version == 3:
-            return _str(device)
+            return string(device)
         segments = self._segments(device)
-        return _uvar(len(segments)) + b"".join(_str(s) for s in segments)
+        return uvar(len(segments)) + b"".join(string(s) for s in segments)
 
     def _node(self, entries: list[tuple[str, int]], end: int, kind: int) -> bytes:
-        body = b"".join(self._device(d) + _i64(at) for d, at in entries)
-        return _uvar(len(entries)) + body + _i64(end) + bytes([kind])
+        body = b"".join(self._device(d) + i64(at) for d, at in entries)
+        return uvar(len(entries)) + body + i64(end) + bytes([kind])
 
     def patched(self, at: int, new: bytes) -> bytes:
         return self.data[:at] + new + self.data[at + len(new) :]
@@ -389,21 +363,21 @@ def test_metadata_length_beyond_the_file_is_refused() -> None:
 def _chain(depth: int) -> bytes:
     """A device whose measurement index is ``depth`` internal nodes, each the only entry
     of the one after it: a tree far deeper than any writer makes."""
-    out = bytearray(b"TsFile\x03\x00" + _str("d"))
+    out = bytearray(b"TsFile\x03\x00" + string("d"))
     chunk = len(out)
-    out += b"\x05" + _str("s") + _uvar(1) + bytes([INT64, 0, 0]) + b"\x00"
+    out += b"\x05" + string("s") + uvar(1) + bytes([INT64, 0, 0]) + b"\x00"
     meta_offset = len(out)
     out.append(0x02)
     series = len(out)
-    out += b"\x00" + _str("s") + bytes([INT64]) + _uvar(8) + _INT64_STATS + _i64(chunk)
+    out += b"\x00" + string("s") + bytes([INT64]) + uvar(8) + INT64_STATS + i64(chunk)
     child, end = series, len(out)
     kind = 3
     for _ in range(depth):
         at = len(out)
-        out += _uvar(1) + _str("s") + _i64(child) + _i64(end) + bytes([kind])
+        out += uvar(1) + string("s") + i64(child) + i64(end) + bytes([kind])
         child, end, kind = at, len(out), 2
-    meta = _uvar(1) + _str("d") + _i64(child) + _i64(end) + b"\x01" + _i64(meta_offset)
-    meta += _uvar(0) + _uvar(0) + _uvar(0)
+    meta = uvar(1) + string("d") + i64(child) + i64(end) + b"\x01" + i64(meta_offset)
+    meta += uvar(0) + uvar(0) + uvar(0)
     return bytes(out + meta + struct.pack(">i", len(meta)) + b"TsFile")
 
 
@@ -415,35 +389,35 @@ def test_a_deep_index_tree_is_refused_and_a_shallow_one_read() -> None:
 def test_two_entries_pointing_at_one_region_are_refused() -> None:
     built = Built(version=3, devices=("root.sg.a", "root.sg.b", "root.sg.c"), degree=1)
     a, b = built.nodes_at["root.sg.a"], built.nodes_at["root.sg.b"]
-    entry = _str("root.sg.b") + _i64(b) + _i64(built.nodes_at["root.sg.c"])
+    entry = string("root.sg.b") + i64(b) + i64(built.nodes_at["root.sg.c"])
     at = built.data.index(entry, built.meta_offset)  # the leaf device node of b
-    shared = _str("root.sg.b") + _i64(a) + _i64(b)  # now a's region: visited twice
+    shared = string("root.sg.b") + i64(a) + i64(b)  # now a's region: visited twice
     _corrupt(built.patched(at, shared), "overlap")
 
 
 def _diamonds(levels: int) -> bytes:
     """A measurement index where each level has two nodes pointing at one node below:
     without a bound, the walk would visit the bottom 2**levels times."""
-    out = bytearray(b"TsFile\x03\x00" + _str("d"))
+    out = bytearray(b"TsFile\x03\x00" + string("d"))
     chunk = len(out)
-    out += b"\x05" + _str("s") + _uvar(1) + bytes([INT64, 0, 0]) + b"\x00"
+    out += b"\x05" + string("s") + uvar(1) + bytes([INT64, 0, 0]) + b"\x00"
     meta_offset = len(out)
     out.append(0x02)
     series = len(out)
-    out += b"\x00" + _str("s") + bytes([INT64]) + _uvar(8) + _INT64_STATS + _i64(chunk)
+    out += b"\x00" + string("s") + bytes([INT64]) + uvar(8) + INT64_STATS + i64(chunk)
     below = len(out)
-    out += _uvar(1) + _str("s") + _i64(series) + _i64(below) + b"\x03"
+    out += uvar(1) + string("s") + i64(series) + i64(below) + b"\x03"
     below_end = len(out)
     for _ in range(levels):
         first = len(out)
-        out += _uvar(1) + _str("s") + _i64(below) + _i64(below_end) + b"\x02"
+        out += uvar(1) + string("s") + i64(below) + i64(below_end) + b"\x02"
         second = len(out)
-        out += _uvar(1) + _str("s") + _i64(below) + _i64(below_end) + b"\x02"
+        out += uvar(1) + string("s") + i64(below) + i64(below_end) + b"\x02"
         top = len(out)
-        out += _uvar(2) + _str("s") + _i64(first) + _str("s") + _i64(second) + _i64(top) + b"\x02"
+        out += uvar(2) + string("s") + i64(first) + string("s") + i64(second) + i64(top) + b"\x02"
         below, below_end = top, len(out)
-    meta = _uvar(1) + _str("d") + _i64(below) + _i64(below_end) + b"\x01" + _i64(meta_offset)
-    meta += _uvar(0) + _uvar(0) + _uvar(0)
+    meta = uvar(1) + string("d") + i64(below) + i64(below_end) + b"\x01" + i64(meta_offset)
+    meta += uvar(0) + uvar(0) + uvar(0)
     return bytes(out + meta + struct.pack(">i", len(meta)) + b"TsFile")
 
 

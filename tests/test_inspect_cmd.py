@@ -32,6 +32,7 @@ def _run(*args: str) -> Any:
     return CliRunner().invoke(cli, ["inspect", *args])
 
 
+@pytest.mark.slow  # a worker process: each file is checked in one
 def test_a_whole_tsfile_is_accepted_with_its_version_devices_and_points(tmp_path: Path) -> None:
     path = tmp_path / "1-1-0-0.tsfile"
     tsfile.write_arrow(path, _table())
@@ -43,6 +44,7 @@ def test_a_whole_tsfile_is_accepted_with_its_version_devices_and_points(tmp_path
     assert devices == ["  root.sg.d1", "  root.sg.d2"]
 
 
+@pytest.mark.slow  # a worker process: each file is checked in one
 def test_json_names_every_finding_and_parquet_counts_rows(tmp_path: Path) -> None:
     ts, pq = tmp_path / "a.tsfile", tmp_path / "b.parquet"
     tsfile.write_arrow(ts, _table())
@@ -56,6 +58,7 @@ def test_json_names_every_finding_and_parquet_counts_rows(tmp_path: Path) -> Non
     assert found[1]["format"] == "Parquet" and found[1]["rows"] == 4
 
 
+@pytest.mark.slow  # a worker process: each file is checked in one
 def test_a_cut_file_and_an_old_format_are_refused_one_line_each_exit_1(tmp_path: Path) -> None:
     whole = tmp_path / "whole.tsfile"
     tsfile.write_arrow(whole, _table())

@@ -7,7 +7,7 @@ inserts, aligned devices on 2.x, every data type of the release, nulls, ``DELETE
 series, of ``*`` and ``**`` patterns and of time ranges, ``FLUSH``, 0.12's ``MERGE``, a
 TTL under which a whole database expires, a deleted database), while ``sealsync send``
 ships its data folder in a round after each batch to ``sealsync serve`` with ``storage =
-"iotdb"`` (receiver/iotdb_storage.py), which loads each file into the data centre's
+"iotdb"`` (receiver/storage/iotdb.py), which loads each file into the data centre's
 server; one round's ``send`` is killed with SIGKILL in the middle of its transfer, and the
 next rounds recover. Then ``sealsync load`` builds the table. ``SELECT * FROM root.**
 ALIGN BY DEVICE`` (``root`` on 0.12, which has no ``**``) on the edge, the same on the
@@ -49,10 +49,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deploy_helpers import SEALSYNC, Deployment, env_with, make_deployment
-from iotdb_helpers import load_table, point_sender_at, select_all
-from iotdb_server import RELEASES, IoTDBClient, IoTDBServer, client_python
+from iotdb_helpers import load_table, point_sender_at, receiver_on_iotdb, select_all
+from iotdb_server import RELEASES, IoTDBClient, IoTDBServer
 
-from sealsync.permissions import restrict_writes
 from spark_loader import read_arrow
 
 ROUNDS = 3
@@ -373,17 +372,6 @@ def _wait_expired(edge: IoTDBServer) -> None:
         time.sleep(1.0)
 
 
-def _receiver_on_iotdb(dep: Deployment, dc: IoTDBServer) -> None:
-    dialect = "0.12" if dc.release.standalone else "2.0"
-    text = dep.receiver_config.read_text() + (
-        f'\n[receiver.storage]\nkind = "iotdb"\nport = {dc.rpc_port}\ndialect = "{dialect}"\n'
-        f'python = "{client_python()}"\n'
-    )
-    dep.receiver_config.chmod(0o600)
-    dep.receiver_config.write_text(text)
-    restrict_writes(dep.receiver_config)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("version", sorted(RELEASES))
 def test_edge_data_centre_and_table_answer_alike(
@@ -405,7 +393,7 @@ def _run(version: str, seed: int, edge: IoTDBServer, dc: IoTDBServer, tmp_path: 
     if edge.release.standalone:
         workload.settle = _merged(edge)
     dep = make_deployment(tmp_path / "site")
-    _receiver_on_iotdb(dep, dc)
+    receiver_on_iotdb(dep, dc)
     point_sender_at(dep, edge.data_dir)
     dep.start_receiver()
     try:

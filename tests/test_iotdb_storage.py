@@ -8,38 +8,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from receiver_load_helpers import UUID_A, copy_file, stage
+from receiver_load_helpers import UUID_A, UUID_B, copy_file, stage
 
 from receiver.layout import SenderFolder
+from receiver.load.owners import DeviceOwners
 from receiver.storage import StorageError
-from receiver.storage.iotdb import (
-    IoTDBClient,
-    IoTDBSettings,
-    IoTDBStorage,
-    delete_statement,
-    load_statement,
-)
+from receiver.storage.iotdb import IoTDBClient, IoTDBSettings, IoTDBStorage, load_statement
 from sealsync.errors import ConfigError
-from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion
+from sealsync.formats.deletion import MIN_TIME
 
 NAME = "sequence/root.sg/0/0/100-1-0-0.tsfile"
 TSFILE_SIZE_FLOOR = 8
 
 
-def _deletion(path: str, start: int, end: int) -> SeriesDeletion:
-    return SeriesDeletion(tuple(path.split(".")), start, end, None, "line 1")
-
-
-def test_statements_per_dialect() -> None:
+def test_load_statements_per_dialect() -> None:
     assert load_statement("0.12", "/d/it's.tsfile") == "LOAD '/d/it''s.tsfile'"
     assert load_statement("2.0", "/d/a.tsfile") == "LOAD '/d/a.tsfile' WITH ('on-success'='none')"
-    assert delete_statement(_deletion("root.sg.*.s1", 3, 9)) == (
-        "DELETE FROM root.sg.*.s1 WHERE time >= 3 AND time <= 9"
-    )
-    assert delete_statement(_deletion("root.sg.d1.s1", MIN_TIME, 4)) == (
-        "DELETE FROM root.sg.d1.s1 WHERE time <= 4"
-    )
-    assert delete_statement(_deletion("root.**", MIN_TIME, MAX_TIME)) == "DELETE FROM root.**"
 
 
 class Recorder:
@@ -68,8 +52,13 @@ def _storage(tmp_path: Path, dialect: str, recorder: Recorder) -> IoTDBStorage:
 
 @pytest.fixture
 def dirs(tmp_path: Path) -> Path:
+    """The receiver's folders, ``root.sg.d0`` owned by sender A (the loader claims a
+    file's devices before the storage loads it) and ``root.sg.d9`` by sender B."""
     (tmp_path / "data").mkdir()
     (tmp_path / "schema").mkdir()
+    with DeviceOwners(tmp_path / "schema") as owners:
+        assert owners.claim(["root.sg.d0"], UUID_A) == {}
+        assert owners.claim(["root.sg.d9"], UUID_B) == {}
     return tmp_path
 
 
@@ -107,7 +96,7 @@ def test_a_file_loads_once_and_its_deletions_follow_0_12(dirs: Path) -> None:
     )
     again.load(UUID_A, NAME, staged)
     assert again.client.statements == [  # type: ignore[attr-defined]
-        "DELETE FROM root.sg.*.s2 WHERE time >= 7 AND time <= 8"
+        "DELETE FROM root.sg.d0.s2 WHERE time >= 7 AND time <= 8"  # not root.sg.d9's
     ]
     assert again.loaded_into_iotdb(UUID_A) == {NAME}
     # A file deleted by the sender: 0.12 removes IoTDB's copy; loaded again if shipped again.
@@ -149,7 +138,7 @@ def test_2_0_loads_the_mods2_with_the_file_and_keeps_points_of_a_deleted_file(
         tree_entry("root.sg.d0.s1", 1, 2) + tree_entry("root.sg.**", 5, 6)
     )
     storage.load(UUID_A, NAME, staged)
-    assert recorder.statements[1:] == ["DELETE FROM root.sg.** WHERE time >= 5 AND time <= 6"]
+    assert recorder.statements[1:] == ["DELETE FROM root.`sg`.`d0`.* WHERE time >= 5 AND time <= 6"]
     storage.delete(UUID_A, NAME)
     assert len(recorder.statements) == 2  # no statement unloads a file in 2.x
 
@@ -179,3 +168,60 @@ def test_a_python_without_the_client_is_one_line_with_the_fix(tmp_path: Path) ->
     missing = IoTDBClient(IoTDBSettings(python=str(tmp_path / "no-python")))
     with pytest.raises(ConfigError, match=r"\[receiver.storage\] python: cannot run"):
         missing.connect()
+
+
+@pytest.mark.slow
+def test_the_worker_imports_the_client_not_the_storage_beside_it(tmp_path: Path) -> None:
+    """The worker's folder holds the storage's ``iotdb.py``; a Python runs a script with
+    its folder first on the path, where that module would hide the client's package."""
+    client = tmp_path / "site" / "iotdb"
+    client.mkdir(parents=True)
+    (client / "__init__.py").write_text("")
+    (client / "Session.py").write_text(
+        "class Session:\n"
+        "    def __init__(self, *args):\n        pass\n"
+        "    def open(self, compression):\n        raise OSError('the stand-in client')\n"
+    )
+    from receiver.storage.iotdb import WORKER
+
+    run = subprocess.run(
+        [sys.executable, str(WORKER), "127.0.0.1", "1", "root", "0"],
+        input="root\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(tmp_path / "site")},
+    )
+    assert run.returncode == 4, run.stdout + run.stderr  # it reached the client's Session
+    assert "the stand-in client" in run.stdout
+
+
+def test_an_entry_left_out_is_said_once_and_not_tried_again(
+    dirs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On 0.12 ``DELETE FROM root.sg.d0.*`` would also reach B's device below A's."""
+    with DeviceOwners(dirs / "schema") as owners:
+        assert owners.claim(["root.sg.d0.sub"], UUID_B) == {}
+    recorder = Recorder()
+    storage = _storage(dirs, "0.12", recorder)
+    folder = SenderFolder(dirs / "data", "10.0.0.1", UUID_A)
+    mods = _mods(("root.sg.d0.*", 1 << 40, MIN_TIME, 5), ("root.sg.d0.s1", 1 << 40, 7, 8))
+    staged = stage(folder, NAME, mods=mods)
+    keep = dirs / "keep.tsfile"
+    copy_file(staged, keep)
+    with caplog.at_level("WARNING", logger="sealsync.receiver.storage.iotdb"):
+        storage.load(UUID_A, NAME, staged)
+    assert recorder.statements[1:] == ["DELETE FROM root.sg.d0.s1 WHERE time >= 7 AND time <= 8"]
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        f"{NAME} of {UUID_A}: the deletion at .mods line 1 is not applied to device root.sg.d0: "
+        "IoTDB 0.12 reads DELETE FROM root.sg.d0.* as a prefix, which reaches "
+        "root.sg.d0.sub of another sender; delete those points in IoTDB by hand if they "
+        "should go"
+    ]
+    copy_file(keep, staged)  # a replay of the same load: nothing sent or said again
+    Path(f"{staged}.resource").write_bytes(b"resource")
+    Path(f"{staged}.mods").write_bytes(mods)
+    caplog.clear()
+    storage.load(UUID_A, NAME, staged)
+    assert len(recorder.statements) == 2 and not caplog.records

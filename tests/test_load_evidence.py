@@ -188,7 +188,7 @@ def test_an_unrecorded_partition_needs_a_logged_deletion_of_its_name(tmp_path: P
     parts = {}
     for rel in rels:
         part = table.partition(SENDER_A, rel, f"f{len(parts):032x}")
-        part.path.mkdir(parents=True)
+        Path(part.path).mkdir(parents=True)
         parts[part.file_id] = part
     recv.remove_by_hand(rels[0], SENDER_A)  # gone without a word: kept
     # rels[1] is listed under another id than its stray partition: replaced, removed.

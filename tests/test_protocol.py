@@ -43,6 +43,9 @@ SAMPLES: list[p.AnyMessage] = [
     ),
     p.HeldQuery(),
     p.Held(1, p.held_digest([NAME])),
+    p.Lease("", "edge-1:/var/lib/iotdb/schema", False),
+    p.Lease(f"7-{'a' * 16}-{'b' * 32}", "edge-1", True),
+    p.LeaseGrant(f"8-{'c' * 16}-{'d' * 32}"),
 ]
 
 

@@ -200,3 +200,53 @@ def test_rekey_keeps_max_uuids_per_key_and_retire_frees_nothing_for_others(
         keys.bind(other, "SHA256:" + "n" * 43, "10.0.0.2")
     assert keys.set_key(other, "SHA256:" + "m" * 43) is not None  # an explicit rekey
     assert keys.bind(other, "SHA256:" + "m" * 43, "10.0.0.3") is not None
+
+
+def test_a_retired_senders_key_binds_no_new_uuid_until_the_operator_binds_it(
+    tmp_path: Path,
+) -> None:
+    from receiver.auth import RETIRED, Retired
+
+    key, other_key = "SHA256:" + "k" * 43, "SHA256:" + "o" * 43
+    new, later = "0badc0de-0000-4000-8000-000000000001", "0badc0de-0000-4000-8000-000000000002"
+    keys = SenderKeys(tmp_path)
+    assert keys.bind(UUID_A, key, "10.0.0.2") is not None
+    assert keys.bind(UUID_B, other_key, "10.0.0.3") is not None
+    keys.retire(UUID_A)
+    line = next(x for x in keys.path.read_text().splitlines() if x.startswith(UUID_A))
+    assert line.split("\t")[1] == f"retired:{key}"  # the key is kept with the retirement
+    assert keys.bindings()[UUID_A].fingerprint == RETIRED
+    with pytest.raises(Retired) as refused:
+        keys.bind(new, key, "10.0.0.2")  # the edge wiped: a new UUID, the same key
+    assert str(refused.value) == (
+        f"key {key} was retired on this receiver with sender {UUID_A}: it acts as no new "
+        f"sender ({new}) until the receiver's operator binds it: sealsync senders rekey "
+        f"{new} --key <its .pub>"
+    )
+    assert new not in keys.bindings()
+    assert keys.bind(later, other_key, "10.0.0.3") is not None  # other keys are not affected
+    keys.retire(UUID_A)  # retired again: the key is still kept
+    fresh = SenderKeys(tmp_path)  # what another process reads
+    assert fresh.bindings()[UUID_A].retired_key == key
+    with pytest.raises(Retired):
+        fresh.bind(new, key, "10.0.0.2")
+    # the operator's word: this key is now sender `new`, and only that
+    assert fresh.set_key(new, key) is None
+    assert fresh.bind(new, key, "10.0.0.2") is not None
+    with pytest.raises(Retired):
+        fresh.bind("0badc0de-0000-4000-8000-000000000003", key, "10.0.0.2")
+
+
+def test_a_retired_line_without_its_key_retires_the_uuid_alone(tmp_path: Path) -> None:
+    from receiver.auth import RETIRED, Retired
+
+    (tmp_path / "sync").mkdir()
+    (tmp_path / "sync" / "sender_keys.txt").write_text(
+        f"{UUID_A}\tretired\t10.0.0.2\t2026-01-01T00:00:00+00:00\n"
+    )
+    keys = SenderKeys(tmp_path)
+    assert keys.bindings()[UUID_A].fingerprint == RETIRED
+    with pytest.raises(Retired):
+        keys.bind(UUID_A, "SHA256:" + "k" * 43, "10.0.0.2")
+    assert keys.bind(UUID_B, "SHA256:" + "k" * 43, "10.0.0.2") is not None
+    assert parse_sender_keys([f"{UUID_A}\tretired:nonsense\t-\t-"]) == {}  # not a key

@@ -19,7 +19,13 @@ from receiver_load_helpers import UUID_A, UUID_B
 
 from receiver.layout import SenderFolder
 from receiver.limits import ByteLedger, Quota
-from receiver.load.owners import COMPACT_MIN, DeviceLimit, DeviceOwners
+from receiver.load.owners import (
+    COMPACT_MIN,
+    RECEIVER_SCOPE,
+    SENDER_SCOPE,
+    DeviceLimit,
+    DeviceOwners,
+)
 from receiver.round_state import MAX_STAGING_DEPTH, RoundState
 from receiver.schema import SchemaStore, schema_log_size
 from receiver.session_limits import SessionAdmission, SessionLimits, limits_for
@@ -152,6 +158,26 @@ def test_claim_and_release_churn_is_compacted_and_every_reader_follows(tmp_path:
     assert owners.owned_bytes(UUID_A) == sum(
         len(f"claim\t{UUID_A}\t{d}\n") for d in ("root.keep.a", "root.keep.b")
     )
+
+
+def test_compaction_keeps_the_sender_scope_and_every_claimant(tmp_path: Path) -> None:
+    """Under ``device_scope = "sender"`` several senders claim one device: the
+    compacted log keeps the scope, the first claimant as owner, and every claimant."""
+    owners = DeviceOwners(tmp_path)
+    owners.claim(["root.shared"], UUID_A)
+    owners.set_scope(SENDER_SCOPE)
+    owners.claim(["root.shared", "root.b"], UUID_B)
+    for i in range(COMPACT_MIN // 100 + 2):
+        batch = [f"root.churn.{i}.{j}" for j in range(50)]
+        owners.claim(batch, UUID_B)
+        owners.release(batch)
+    log = tmp_path / "sync" / "device_owner.log"
+    assert len(log.read_text().splitlines()) < COMPACT_MIN // 2
+    again = DeviceOwners(tmp_path)
+    assert again.scope == SENDER_SCOPE
+    assert again.by_owner() == {UUID_A: ["root.shared"], UUID_B: ["root.b", "root.shared"]}
+    again.set_scope(RECEIVER_SCOPE)
+    assert again.owners_of(["root.shared"]) == {"root.shared": UUID_A}  # the first claimant
 
 
 # --- staging folders ------------------------------------------------------------------------

@@ -156,3 +156,25 @@ def test_claims_from_another_process_are_seen_before_claiming(tmp_path: Path) ->
     )
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, timeout=60)
     assert owners.claim(["root.b"], UUID_B) == {"root.b": UUID_A}
+
+
+def test_a_conflict_is_told_by_its_first_device_and_remembered_within_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What OWNERS_QUERY may answer a sender about (receiver/queries.py): the device each
+    conflict verdict to it named, the first in order, per sender, the newest kept."""
+    from receiver.load import owners as module
+
+    monkeypatch.setattr(module, "MAX_TOLD", 2)
+    book = DeviceOwners(tmp_path)
+    book.claim(["root.b", "root.c", "root.d", "root.e"], UUID_B)
+    assert book.claim_each([["root.a", "root.c", "root.b"]], UUID_A) == [
+        {"root.b": UUID_B, "root.c": UUID_B}
+    ]
+    assert book.told(UUID_A) == {"root.b"} and book.told(UUID_B) == set()
+    book.claim_each([["root.d"], ["root.e"]], UUID_A)
+    assert book.told(UUID_A) == {"root.d", "root.e"}  # root.b, the oldest, forgotten
+    book.claim_each([["root.d"]], UUID_A)
+    book.claim_each([["root.c"]], UUID_A)
+    assert book.told(UUID_A) == {"root.d", "root.c"}  # root.d told again: kept
+    book.close()

@@ -353,18 +353,24 @@ def test_disk_full_is_refused_with_reason_and_the_session_goes_on(
 # --- owners and schema -----------------------------------------------------------------
 
 
-def test_owners_query_answers_each_device(env: Env) -> None:
-    """Another sender's device is "another sender's", never its UUID: a sender learns
-    no other sender's UUID from the receiver."""
-    env.owners.claim(["root.x"], UUID_B)
+def test_owners_query_answers_only_what_the_sender_was_told(env: Env) -> None:
+    """A sender hears about its own devices and those a conflict verdict to it named;
+    another sender's device is "another sender's", never its UUID, and a device no
+    verdict named is left out, whoever owns it."""
+    env.owners.claim(["root.x", "root.v"], UUID_B)
     env.owners.claim(["root.z"], UUID_A)
     sock = env.connect()
     hello(sock)
-    send(sock, OwnersQuery(["root.x", "root.y", "root.z"]))
-    assert receive(sock) == Owners({"root.x": ANOTHER_SENDER, "root.y": "", "root.z": UUID_A})
+    send(sock, OwnersQuery(["root.x", "root.y", "root.z", "root.v"]))
+    assert receive(sock) == Owners({"root.z": UUID_A})
+    # a file of A's with root.x is refused: its verdict names root.x
+    assert env.owners.claim_each([["root.w", "root.x"]], UUID_A) == [{"root.x": UUID_B}]
     start_round(sock)
-    send(sock, OwnersQuery(["root.y"]))
-    assert receive(sock) == Owners({"root.y": ""})
+    send(sock, OwnersQuery(["root.x", "root.y", "root.v"]))
+    assert receive(sock) == Owners({"root.x": ANOTHER_SENDER})
+    env.owners.release(["root.x"])
+    send(sock, OwnersQuery(["root.x"]))
+    assert receive(sock) == Owners({"root.x": ""})
 
 
 def test_schema_increments_are_idempotent(env: Env) -> None:

@@ -1,129 +1,39 @@
 """`sealsync load --master spark://...` on a real Spark standalone cluster.
 
-A master and one worker are started from PySpark's own launcher on loopback, so the
-executors are separate JVMs with their own Python workers: the TsFile reader runs
-from the package the loader ships, with the interpreter `[loader] python` names.
+A master and one worker are started from PySpark's own launcher on loopback
+(``tests/lake_servers.py``), so the executors are separate JVMs with their own Python
+workers: the TsFile reader runs from the package the loader ships, with the
+interpreter `[loader] python` names.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 from config_helpers import write_config
+from java_servers import free_ports
+from lake_servers import SparkCluster, spark_cluster
 from spark_loader_helpers import Receiver, partition_dirs, source_rows, table_rows, two_senders
 
 from spark_loader.table import Table
 
 pytestmark = pytest.mark.slow  # a Spark standalone cluster: JVMs and Python workers
 
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Cluster:
-    def __init__(self, work: Path) -> None:
-        self.port, self.ui = _free_port(), _free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            "SPARK_HOME": str(SPARK_HOME),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_LOG_DIR": str(work / "logs"),
-            "SPARK_WORKER_DIR": str(work / "worker"),
-        }
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.work = work
-
-    def _start(self, name: str, *args: str) -> None:
-        log = open(self.work / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
-        self.procs.append(
-            subprocess.Popen(
-                [str(SPARK_HOME / "bin" / "spark-class"), *args],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-        log.close()
-
-    def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=5) as r:
-            return json.load(r)
-
-    def start(self) -> None:
-        self._start(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--webui-port",
-            str(self.ui),
-        )
-        self._start(
-            "worker",
-            "org.apache.spark.deploy.worker.Worker",
-            self.url,
-            "--host",
-            "127.0.0.1",
-            "--cores",
-            "2",
-            "--memory",
-            "2g",
-            "--webui-port",
-            str(_free_port()),
-            "--work-dir",
-            str(self.work / "worker"),
-        )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if self.state().get("aliveworkers", 0) >= 1:
-                    return
-            except OSError:  # the master's UI not listening yet
-                pass
-            except ValueError:  # listening, but still answering /json/ with its HTML page
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"no Spark worker registered; see {self.work}")
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    found = Cluster(tmp_path_factory.mktemp("spark-cluster"))
-    try:
-        found.start()
+def cluster() -> Iterator[SparkCluster]:
+    with spark_cluster(workers=1, cores=2) as found:
         yield found
-    finally:
-        found.stop()
 
 
 def _config(tmp_path: Path, recv: Receiver, python: str | None) -> Path:
@@ -160,7 +70,7 @@ def _load(config: Path, master: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_loads_both_formats_on_a_standalone_cluster(tmp_path: Path, cluster: Cluster) -> None:
+def test_loads_both_formats_on_a_standalone_cluster(tmp_path: Path, cluster: SparkCluster) -> None:
     _, recv = two_senders(tmp_path)
     ts_a, _, _, pq_b = list(recv.placed)
     # Deletions reach the executors: in the TsFile rows, and in the Parquet scan's plan.
@@ -185,7 +95,7 @@ def test_loads_both_formats_on_a_standalone_cluster(tmp_path: Path, cluster: Clu
 
 
 def test_executors_without_pyarrow_fail_the_run_in_one_line(
-    tmp_path: Path, cluster: Cluster
+    tmp_path: Path, cluster: SparkCluster
 ) -> None:
     """The workers' interpreter lacks a dependency: one error line, nothing written."""
     _, recv = two_senders(tmp_path)
@@ -215,7 +125,7 @@ def test_an_unreachable_master_is_one_error_line_in_seconds(tmp_path: Path) -> N
     """A master that refuses the connection: one line naming it and the fix, exit 1, at
     once rather than after Spark's minute of registration retries."""
     _, recv = two_senders(tmp_path)
-    port = _free_port()
+    (port,) = free_ports(1)
     master = f"spark://127.0.0.1:{port}"
 
     started = time.monotonic()

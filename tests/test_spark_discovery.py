@@ -193,7 +193,7 @@ def test_a_plain_parquet_table_is_taken_in_and_leftovers_swept(tmp_path: Path) -
         (SENDER_A, "a/1", "f2"),
         (SENDER_B, "b 2", "f3"),
     ]:
-        _part(table.partition(sender, name, fid).path)
+        _part(Path(table.partition(sender, name, fid).path))
     old_layout = table.path / f"sender={SENDER_B}" / "file_id=f9"  # an earlier version's
     _part(old_layout)
     (table.path / ".spark-staging-123" / "sender=x").mkdir(parents=True)
@@ -211,7 +211,7 @@ def test_a_plain_parquet_table_is_taken_in_and_leftovers_swept(tmp_path: Path) -
     parts = table.partitions()
     assert sorted(parts) == ["f1", "f2", "f3"]
     expected = table.path / f"sender={SENDER_B}" / "source_file=b%202" / "file_id=f3"
-    assert parts["f3"] == Partition(SENDER_B, "b 2", "f3", expected)
+    assert parts["f3"] == Partition(SENDER_B, "b 2", "f3", str(expected))
     assert parts["f3"].rows == 2 and table.changed
     assert sorted(os.listdir(table.path)) == [
         "foreign",
@@ -235,9 +235,9 @@ def test_files_moved_in_are_invisible_until_the_commit_and_go_if_it_never_comes(
     _part(written)
     target = table.partition(SENDER_A, "sequence/x/1.tsfile", "f1")
 
-    table.move_in(written, target)
+    table.move_in(str(written), target)
 
-    moved = target.path / "part-0.parquet"
+    moved = Path(target.path) / "part-0.parquet"
     assert moved.exists() and not (written / "part-0.parquet").exists()
     assert sorted(table.partitions()) == ["f1"] and table.partitions()["f1"].rows == 2
     assert json.loads((table.path / UNCOMMITTED).read_text())["files"] == [

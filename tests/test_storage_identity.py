@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from deploy_helpers import SEALSYNC, Deployment, make_deployment, populate, tree
 
-from receiver.identity import MARKER
+from receiver.identity import MARKER, read_record, record_path
+from sealsync.config import load_receiver_config
 
 pytestmark = pytest.mark.slow  # real receivers and senders
 
@@ -34,6 +35,25 @@ def not_a_storage(dep: Deployment, key: str, path: Path) -> str:
     )
 
 
+def storage_gone(dep: Deployment, key: str, path: Path) -> str:
+    """The line for a recorded folder that holds no storage now (receiver.identity)."""
+    config = load_receiver_config(dep.receiver_config)
+    record = read_record(config)
+    assert record is not None
+    return (
+        f"sealsync: error: {dep.receiver_config}: [receiver] {key}: storage gone: {path} holds "
+        f"no sealsync storage (no {MARKER}), but this receiver served storage {record.storage} "
+        f"there ({record.path}): a disk not mounted, or the folder replaced? mount it back "
+        "(nothing was written); if that storage is lost for good, start a new one with "
+        f"`sealsync serve --init --replaces {record.storage}`\n"
+    )
+
+
+def forget_record(dep: Deployment) -> None:
+    """As a receiver of an earlier release left things: no record of its storage."""
+    record_path(load_receiver_config(dep.receiver_config)).unlink()
+
+
 def unmount(dep: Deployment) -> None:
     """The data dir's disk is not mounted: its mount point is an empty folder."""
     shutil.rmtree(dep.receiver_data)
@@ -48,13 +68,18 @@ def test_an_unmounted_data_dir_is_refused_and_nothing_is_written(tmp_path: Path)
         result = run(command, "--config", str(dep.receiver_config))
         assert result.returncode == EXIT_USAGE, result.stderr
         assert result.stdout == ""
-        assert result.stderr == not_a_storage(dep, "data_dirs[0]", dep.receiver_data)
+        assert result.stderr == storage_gone(dep, "data_dirs[0]", dep.receiver_data)
         assert tree(dep.root) == before  # no receiver.lock on the root file system
     assert not any(dep.receiver_data.iterdir())
+    forget_record(dep)  # a storage set up by an earlier release: the marker alone says it
+    result = run("serve", "--config", str(dep.receiver_config))
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr == not_a_storage(dep, "data_dirs[0]", dep.receiver_data)
 
 
 def test_a_lock_left_on_a_mount_point_by_an_older_receiver_is_no_storage(tmp_path: Path) -> None:
     dep = make_deployment(tmp_path / "site")
+    forget_record(dep)
     unmount(dep)
     (dep.receiver_data / "sync-receiver").mkdir()
     (dep.receiver_data / "sync-receiver" / "receiver.lock").write_text("4242\n")
@@ -108,6 +133,7 @@ def test_serve_init_marks_a_new_storage_and_serves_it(tmp_path: Path) -> None:
     dep = make_deployment(tmp_path / "site")
     for folder in (dep.receiver_schema, dep.receiver_data):
         (folder / MARKER).unlink()  # as mkdir left them
+    forget_record(dep)  # never served
     result = run("check", "--config", str(dep.receiver_config))
     assert result.returncode == EXIT_USAGE
     proc = subprocess.Popen(
@@ -144,6 +170,7 @@ def test_a_storage_from_before_markers_is_recognised_and_marked_once(tmp_path: P
         assert dep.stop_receiver() == 0
     for folder in (dep.receiver_schema, dep.receiver_data):
         (folder / MARKER).unlink()  # as an older receiver left its storage
+    forget_record(dep)
     before = tree(dep.root)
     result = run("check", "--config", str(dep.receiver_config))
     assert result.returncode == 0, result.stdout + result.stderr

@@ -89,7 +89,7 @@ class Applier:
             devices = self.inspect(staged).devices
             conflicts = self.owners.claim(devices, self.folder.uuid)
             if conflicts:
-                raise DeviceConflict(name, conflicts)
+                raise DeviceConflict(name, conflicts, self.owners.describe)
         return staged
 
     def load(self, name: str, claimed: Sequence[str] | None = None) -> None:

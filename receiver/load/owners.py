@@ -5,9 +5,27 @@ fields separated by one TAB:
 
     claim<TAB><sender uuid><TAB><device>     the sender now owns the device
     release<TAB><device>                     the device has no owner any more
+    scope<TAB><receiver|sender>              ``device_scope`` from here on
 
 The state is the replay of the lines in order: a ``claim`` of an owned device is
-ignored (the first claim wins), a ``release`` makes the device unowned. A device id
+ignored (the first claim wins), a ``release`` makes the device unowned.
+
+**Scopes** (``device_scope``). By default a device has one owner on the receiver.
+Fleets reuse device ids across sites (every plant has ``root.plant.line1``), so with
+``device_scope = "sender"`` each sender's device ids are its own: a claim never
+conflicts, and each sender's claims are logged for it (the first claimant stays the
+device's owner for the default scope). Only a storage that keeps senders' files apart
+may do that (``Storage.keeps_senders_apart``: the default storage, one folder per
+sender, which the Spark table keeps apart by its ``sender`` column); one that merges
+them (IoTDB would merge two senders' points of one device) keeps one owner per
+device, and ``serve`` refuses the other scope for it (:func:`scope_for`). The service
+logs the scope it runs with whenever it changes; back to ``receiver``, a device
+several senders claimed meanwhile is its first claimant's, and the others' files of
+it are conflicts again (the start says how many such devices there are).
+
+A conflict names the owner by the name its last HELLO gave (``names``: the
+receiver's sender records, receiver/leases.py), never by its UUID: no sender learns
+another's. A device id
 may hold any character but TAB, CR and LF (rejected with a clear error, since they
 would forge fields or lines); the uuid is a canonical lowercase uuid. Every append is
 fsynced before the call returns; a torn last line (crash mid-append) is not an event
@@ -19,13 +37,14 @@ and then a file lock (``device_owner.log.lock``), reads whatever the log gained 
 it last looked, decides, and appends while still holding both; so a claim is atomic
 against every other claim and release, here or elsewhere.
 
-What one sender makes the log keep is bounded: it owns at most ``max_devices``
-devices (a claim past that is refused, whole, with one line), its lines count
+What one sender makes the log keep is bounded: it claims at most ``max_devices``
+devices (a claim past that is refused, whole, with one line), its claim lines count
 against its quota (:meth:`DeviceOwners.owned_bytes`), and a log that holds more
-superseded lines (a claim later released, and its release) than live ones, past
-``COMPACT_MIN``, is rewritten as one claim per owned device, in claim order, through
+superseded lines (a claim later released, and its release, a scope line replaced)
+than live ones, past ``COMPACT_MIN``, is rewritten as the scope and one claim per
+claimant and device, each device's owner first, in claim order, through
 :func:`sealsync.durable.atomic_write` under the file lock: the replay gives the same
-owners, and a reader in another process sees the file replaced and reads it again.
+state, and a reader in another process sees the file replaced and reads it again.
 """
 
 from __future__ import annotations
@@ -33,7 +52,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,18 +60,25 @@ from filelock import FileLock, Timeout
 
 from receiver.folders import make_dirs
 from receiver.layout import check_sender_uuid
+from receiver.storage import Storage
 from sealsync import durable
-from sealsync.errors import SealsyncError
+from sealsync.config import ReceiverConfig
+from sealsync.errors import ConfigError, SealsyncError
+from sealsync.printable import printable
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
 OWNER_LOG = "device_owner.log"
 CLAIM = "claim"
 RELEASE = "release"
+SCOPE = "scope"
+RECEIVER_SCOPE, SENDER_SCOPE = "receiver", "sender"
 LOCK_TIMEOUT = 60.0
 COMPACT_MIN = 10_000
 """Superseded lines a log holds before it may be compacted: rewriting a small log
 would cost more than reading its few dead lines."""
+MAX_TOLD = 4096
+"""Devices remembered per sender as named in its conflict verdicts (the oldest go)."""
 
 
 class DeviceIdError(SealsyncError):
@@ -64,11 +90,28 @@ class DeviceLimit(SealsyncError):
     nothing of it was claimed."""
 
 
+def scope_for(config: ReceiverConfig, storage: Storage) -> str:
+    """The configured ``device_scope``, or ConfigError (exit 2, one line) when the
+    storage merges senders' points of one device."""
+    if config.device_scope == SENDER_SCOPE and not storage.keeps_senders_apart:
+        raise ConfigError(
+            f'{config.source}: [receiver] device_scope = "sender": the {config.storage.kind} '
+            "storage keeps one set of points per device (IoTDB would merge two senders' "
+            "points of one device), so a device keeps one owner there: leave device_scope "
+            'out (or "receiver"), and give each site device ids of its own'
+        )
+    return config.device_scope
+
+
 class DeviceConflict(SealsyncError):
     """A file holds devices that another sender owns; nothing of it was claimed."""
 
-    def __init__(self, name: str, conflicts: dict[str, str]) -> None:
-        shown = ", ".join(f"{d} (owner {o})" for d, o in sorted(conflicts.items())[:5])
+    def __init__(
+        self, name: str, conflicts: dict[str, str], describe: Callable[[str], str] = str
+    ) -> None:
+        shown = ", ".join(
+            f"{d} (owner {describe(o)}, {o})" for d, o in sorted(conflicts.items())[:5]
+        )
         more = f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
         super().__init__(f"{name}: devices owned by another sender: {shown}{more}")
         self.name = name
@@ -85,9 +128,9 @@ def check_device(device: str) -> str:
     return device
 
 
-def _line_bytes(owner: str, device: str) -> int:
-    """Bytes of the claim line of ``device`` by ``owner``."""
-    return len(CLAIM) + len(owner) + len(device.encode("utf-8", errors="surrogateescape")) + 3
+def _line_bytes(claimant: str, device: str) -> int:
+    """Bytes of the claim line of ``device`` by ``claimant``."""
+    return len(CLAIM) + len(claimant) + len(device.encode("utf-8", errors="surrogateescape")) + 3
 
 
 def _unique(devices: Iterable[str]) -> list[str]:
@@ -98,7 +141,7 @@ class DeviceOwners:
     """The receiver's device -> owner map, kept in step with ``device_owner.log``."""
 
     def __init__(self, schema_dir: Path, max_devices: int | None = None) -> None:
-        """``max_devices``: devices one sender may own (``max_devices_per_sender``)."""
+        """``max_devices``: devices one sender may claim (``max_devices_per_sender``)."""
         self.path = Path(schema_dir) / "sync" / OWNER_LOG
         self.max_devices = max_devices
         make_dirs(self.path.parent)
@@ -106,13 +149,18 @@ class DeviceOwners:
         # Threads are serialised by the lock above, so the file lock need not be per thread.
         self._file_lock = FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT, thread_local=False)
         self._owners: dict[str, str] = {}
-        self._count: dict[str, int] = {}  # owner -> devices it owns
-        self._bytes: dict[str, int] = {}  # owner -> bytes of their claim lines
+        self._claimants: dict[str, set[str]] = {}  # every sender that claimed a device
+        self._scope = RECEIVER_SCOPE
+        self._count: dict[str, int] = {}  # sender -> devices it claimed (live)
+        self._bytes: dict[str, int] = {}  # sender -> bytes of its live claim lines
         self._lines = 0  # event lines read from the log (live and superseded)
         self._identity: tuple[int, int] | None = None
         self._offset = 0
         self._torn = False
         self._log: durable.AppendLog | None = None
+        self.names: Callable[[str], str | None] = lambda uuid: None
+        """The name a sender's HELLO gave (the service's sender records), for conflicts."""
+        self._told: dict[str, dict[str, None]] = {}  # uuid -> devices its verdicts named
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -132,6 +180,8 @@ class DeviceOwners:
 
     def _reset(self) -> None:
         self._owners = {}
+        self._claimants = {}
+        self._scope = RECEIVER_SCOPE
         self._count = {}
         self._bytes = {}
         self._lines = 0
@@ -169,17 +219,22 @@ class DeviceOwners:
         fields = line.split("\t")
         self._lines += 1
         if len(fields) == 3 and fields[0] == CLAIM and fields[2]:
-            device, owner = fields[2], fields[1]
-            if device not in self._owners:
-                self._owners[device] = owner
-                self._count[owner] = self._count.get(owner, 0) + 1
-                self._bytes[owner] = self._bytes.get(owner, 0) + _line_bytes(owner, device)
+            device, claimant = fields[2], fields[1]
+            self._owners.setdefault(device, claimant)
+            claimants = self._claimants.setdefault(device, set())
+            if claimant not in claimants:
+                claimants.add(claimant)
+                self._count[claimant] = self._count.get(claimant, 0) + 1
+                self._bytes[claimant] = self._bytes.get(claimant, 0) + _line_bytes(claimant, device)
         elif len(fields) == 2 and fields[0] == RELEASE:
-            released = fields[1]
-            was = self._owners.pop(released, None)
-            if was is not None:
-                self._count[was] -= 1
-                self._bytes[was] -= _line_bytes(was, released)
+            self._owners.pop(fields[1], None)
+            for claimant in self._claimants.pop(fields[1], ()):
+                self._count[claimant] -= 1
+                self._bytes[claimant] -= _line_bytes(claimant, fields[1])
+        elif (
+            len(fields) == 2 and fields[0] == SCOPE and fields[1] in (SENDER_SCOPE, RECEIVER_SCOPE)
+        ):
+            self._scope = fields[1]
         elif line:
             log.warning("%s: ignoring a line that is not an event: %r", self.path, line[:200])
 
@@ -193,19 +248,26 @@ class DeviceOwners:
             self._torn = False
         self._log.append_many(lines)
         self._refresh()  # the state changes only by reading the log back
-        superseded = self._lines - len(self._owners)
-        if superseded > COMPACT_MIN and superseded > len(self._owners):
+        live = sum(len(c) for c in self._claimants.values()) + (self._scope == SENDER_SCOPE)
+        superseded = self._lines - live
+        if superseded > COMPACT_MIN and superseded > live:
             self._compact()
 
     def _compact(self) -> None:
-        """Rewrite the log as one claim per owned device (the caller holds both locks)."""
-        body = "".join(f"{CLAIM}\t{owner}\t{device}\n" for device, owner in self._owners.items())
+        """Rewrite the log as its state (the caller holds both locks): the scope if it
+        is not the default, then per device its owner's claim and the other claimants'."""
+        lines = [f"{SCOPE}\t{SENDER_SCOPE}\n"] if self._scope == SENDER_SCOPE else []
+        for device, owner in self._owners.items():
+            lines.append(f"{CLAIM}\t{owner}\t{device}\n")
+            others = sorted(self._claimants.get(device, set()) - {owner})
+            lines.extend(f"{CLAIM}\t{other}\t{device}\n" for other in others)
         before = self._lines
-        durable.atomic_write(self.path, body.encode("utf-8", errors="surrogateescape"))
+        body = "".join(lines).encode("utf-8", errors="surrogateescape")
+        durable.atomic_write(self.path, body)
         self._reset()
         self._refresh()
         log.info(
-            "%s: compacted: %d lines, %d of them superseded, rewritten as %d claims",
+            "%s: compacted: %d lines, %d of them superseded, rewritten as %d",
             self.path,
             before,
             before - self._lines,
@@ -222,6 +284,53 @@ class DeviceOwners:
             f"max_devices_per_sender ({self.max_devices})"
         )
 
+    # --- scope and names ----------------------------------------------------------
+
+    @property
+    def scope(self) -> str:
+        """``receiver`` (one owner per device) or ``sender``, as the log says now."""
+        with self._locked():
+            return self._scope
+
+    def set_scope(self, scope: str) -> None:
+        """Run with ``scope`` from now on, logged in the log if it changes (the service
+        at start, under the storage lock)."""
+        if scope == RECEIVER_SCOPE and not self.path.exists():
+            return  # no log yet: the default scope, and nothing to write (not even a lock)
+        with self._locked():
+            if scope == self._scope:
+                return
+            self._append([f"{SCOPE}\t{scope}"])
+            shared = sum(1 for owners in self._claimants.values() if len(owners) > 1)
+        log.info("device_scope %s from now on (%s)", scope, self.path)
+        if scope == RECEIVER_SCOPE and shared:
+            log.warning(
+                "device_scope receiver: %d devices were claimed by several senders under "
+                "device_scope sender: each is its first claimant's again, and the others' "
+                "files of it are refused as conflicts (sealsync owners lists them)",
+                shared,
+            )
+
+    def describe(self, uuid: str) -> str:
+        """A sender as a conflict names it: by its name, never its UUID."""
+        try:
+            name = self.names(uuid)
+        except (OSError, SealsyncError):
+            name = None
+        return f"sender '{printable(name)}'" if name else "another sender"
+
+    def _conflicts(self, wanted: Iterable[str], uuid: str) -> dict[str, str]:
+        if self._scope == SENDER_SCOPE:
+            return {}
+        return {d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid}
+
+    def _unclaimed(self, wanted: Iterable[str], uuid: str) -> list[str]:
+        """The devices a claim by ``uuid`` appends: those it does not own yet (in the
+        sender scope, those it never claimed)."""
+        if self._scope == SENDER_SCOPE:
+            return [d for d in wanted if uuid not in self._claimants.get(d, ())]
+        return [d for d in wanted if d not in self._owners]
+
     def claim(self, devices: Iterable[str], uuid: str) -> dict[str, str]:
         """Claim every unowned device for ``uuid``, or nothing if any is another's.
 
@@ -231,10 +340,10 @@ class DeviceOwners:
         check_sender_uuid(uuid)
         wanted = _unique(devices)
         with self._locked():
-            conflicts = {d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid}
+            conflicts = self._conflicts(wanted, uuid)
             if conflicts:
                 return conflicts
-            new = [d for d in wanted if d not in self._owners]
+            new = self._unclaimed(wanted, uuid)
             over = self._over_limit(uuid, len(new))
             if over is not None:
                 raise over
@@ -264,24 +373,42 @@ class DeviceOwners:
                 if isinstance(wanted, SealsyncError):
                     results.append(wanted)
                     continue
-                conflicts = {
-                    d: self._owners[d] for d in wanted if self._owners.get(d, uuid) != uuid
-                }
+                conflicts = self._conflicts(wanted, uuid)
                 if not conflicts:
-                    fresh = [d for d in wanted if d not in self._owners and d not in new]
+                    fresh = [d for d in self._unclaimed(wanted, uuid) if d not in new]
                     over = self._over_limit(uuid, len(new) + len(fresh))
                     if over is not None:
                         results.append(over)
                         continue
                     new.update((d, None) for d in fresh)
+                else:
+                    self._tell(uuid, min(conflicts))
                 results.append(conflicts)
             self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
         return results
 
-    def owners_of(self, devices: Iterable[str]) -> dict[str, str]:
-        """Owner uuid per device, ``""`` for an unowned one."""
+    def _tell(self, uuid: str, device: str) -> None:
+        """Remember that ``uuid`` was refused a file for ``device`` (the conflict verdict
+        names the first conflicting device in this order: receiver/commit.py)."""
+        told = self._told.setdefault(uuid, {})
+        told.pop(device, None)
+        told[device] = None
+        while len(told) > MAX_TOLD:
+            del told[next(iter(told))]
+
+    def told(self, uuid: str) -> set[str]:
+        """The devices a conflict verdict to ``uuid`` named since this receiver started:
+        what ``OWNERS_QUERY`` may answer it about (receiver/queries.py)."""
+        with self._thread_lock:
+            return set(self._told.get(uuid, ()))
+
+    def owners_of(self, devices: Iterable[str], asking: str | None = None) -> dict[str, str]:
+        """Owner uuid per device, ``""`` for an unowned one. In the sender scope, as
+        ``asking`` sees them: its own devices, every other one free to it."""
         wanted = _unique(devices)
         with self._locked():
+            if self._scope == SENDER_SCOPE and asking is not None:
+                return {d: asking if asking in self._claimants.get(d, ()) else "" for d in wanted}
             return {d: self._owners.get(d, "") for d in wanted}
 
     def release(self, devices: Iterable[str]) -> list[str]:
@@ -299,11 +426,14 @@ class DeviceOwners:
             return self._bytes.get(uuid, 0)
 
     def by_owner(self) -> dict[str, list[str]]:
-        """Devices per owner uuid, each list sorted."""
+        """Devices per owner uuid, each list sorted (in the sender scope, a device under
+        each sender that claimed it)."""
         with self._locked():
             grouped: dict[str, list[str]] = {}
             for device, owner in self._owners.items():
-                grouped.setdefault(owner, []).append(device)
+                owners = self._claimants[device] if self._scope == SENDER_SCOPE else (owner,)
+                for each in owners:
+                    grouped.setdefault(each, []).append(device)
         return {owner: sorted(found) for owner, found in sorted(grouped.items())}
 
     def close(self) -> None:

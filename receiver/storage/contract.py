@@ -43,6 +43,12 @@ class Storage(ABC):
     measures_usage: ClassVar[bool] = False
     """:meth:`usage` counts a sender's bytes; ``sender_quota_bytes`` needs it."""
 
+    keeps_senders_apart: ClassVar[bool] = False
+    """Two senders' files of one device id stay apart (each sender's in a place of its
+    own): the receiver may then scope device ownership per sender (``device_scope =
+    "sender"``). A storage that merges a device's points, whoever sent them, keeps one
+    owner per device."""
+
     feeds_loader: ClassVar[bool] = False
     """Loaded files sit in the receiver's data dirs in the received-files layout
     (:mod:`sealsync.received`), where the Spark loader reads them; the receiver then

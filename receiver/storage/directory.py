@@ -118,6 +118,7 @@ class DirectoryStorage(Storage):
 
     measures_usage = True
     feeds_loader = True
+    keeps_senders_apart = True  # one folder per sender
 
     def __init__(self, data_dirs: list[Path]) -> None:
         if not data_dirs:

@@ -13,7 +13,7 @@ Per dialect (``dialect``), as observed on the releases the tests start:
   from where it was (lost at its next start). So the backend gives it hard links
   to the data file and ``.resource`` in ``<data dir>/iotdb-load/<sender>/`` (the
   receiver's copy stays whole), no ``.mods``, and applies every deletion of the
-  file's ``.mods`` itself as ``DELETE FROM <path> [WHERE time >= a AND time <= b]``.
+  file's ``.mods`` itself as ``DELETE`` statements (below).
 * ``"2.0"`` (1.x, 2.x): ``LOAD '<path>' WITH ('on-success'='none')``: the server
   keeps the source (it hard-links or copies it) and takes the ``.mods2`` beside it
   into the loaded file's own, so a file's deletions at its load are IoTDB's exact
@@ -21,6 +21,11 @@ Per dialect (``dialect``), as observed on the releases the tests start:
 
 Later deletions (the sender ships a grown ``.mods``/``.mods2`` of a file already
 loaded) become ``DELETE`` statements for the entries beyond those applied. A
+statement acts on every file IoTDB holds, every sender's, so an entry is never sent
+as written: it becomes one statement per device of the shipping sender that it
+covers, the path built from that device's nodes, properly quoted
+(:mod:`receiver.storage.iotdb_delete`); another sender's devices are never named, and
+a device whose path cannot be written safely is left out with a warning. A
 statement covers every point IoTDB holds in its range, where the edge's entry
 covered the points of one file (and, in 0.12, only its chunks below the entry's
 offset): points written at the edge after the ``DELETE`` into the same range go too
@@ -62,13 +67,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from receiver.folders import make_dirs
+from receiver.load.owners import DeviceOwners
 from receiver.storage.contract import StorageError
 from receiver.storage.directory import DirectoryStorage
+from receiver.storage.iotdb_delete import OwnedDevices, scoped_statements
 from sealsync import durable
 from sealsync.config.schema import Choice, Host, Integer, PathValue, Text, setting
 from sealsync.errors import ConfigError, SealsyncError
 from sealsync.formats import mods, mods2
-from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion
+from sealsync.formats.deletion import SeriesDeletion
 
 log = logging.getLogger(f"sealsync.{__name__}")
 
@@ -132,17 +139,6 @@ def load_statement(dialect: str, path: str) -> str:
     if dialect == "0.12":
         return f"LOAD '{quoted}'"
     return f"LOAD '{quoted}' WITH ('on-success'='none')"
-
-
-def delete_statement(deletion: SeriesDeletion) -> str:
-    """IoTDB's ``DELETE`` for one deletion record: its pattern over its closed range."""
-    bounds = []
-    if deletion.start != MIN_TIME:
-        bounds.append(f"time >= {deletion.start}")
-    if deletion.end != MAX_TIME:
-        bounds.append(f"time <= {deletion.end}")
-    where = f" WHERE {' AND '.join(bounds)}" if bounds else ""
-    return f"DELETE FROM {deletion.path}{where}"
 
 
 class IoTDBClient:
@@ -246,6 +242,8 @@ class IoTDBClient:
 class IoTDBStorage(DirectoryStorage):
     """The default storage's copies, each loaded into IoTDB once, its deletions applied."""
 
+    keeps_senders_apart = False  # IoTDB merges every sender's points of one device
+
     def __init__(self, data_dirs: list[Path], schema_dir: Path, settings: IoTDBSettings) -> None:
         super().__init__(data_dirs)
         if settings.dialect not in DIALECTS:
@@ -256,6 +254,8 @@ class IoTDBStorage(DirectoryStorage):
         self._state_lock = threading.Lock()
         self._loaded: dict[tuple[str, str], int] = {}  # -> deletions applied
         self._state: durable.AppendLog | None = None
+        self._schema_dir = Path(schema_dir)
+        self._owners: DeviceOwners | None = None  # opened at the first deletion sent
 
     def start(self) -> None:
         """Read which files IoTDB has loaded, open its session (a missing client or
@@ -285,6 +285,9 @@ class IoTDBStorage(DirectoryStorage):
 
     def close(self) -> None:
         self.client.close()
+        if self._owners is not None:
+            self._owners.close()
+            self._owners = None
         if self._state is not None:
             self._state.close()
             self._state = None
@@ -334,6 +337,7 @@ class IoTDBStorage(DirectoryStorage):
         if len(deletions) == applied:
             return
         size = target.stat().st_size
+        devices = self._devices(sender)
         for deletion in deletions[applied:]:
             if not isinstance(deletion, SeriesDeletion):
                 raise StorageError(
@@ -351,10 +355,41 @@ class IoTDBStorage(DirectoryStorage):
                     deletion.where,
                     deletion.below_offset,
                 )
-            self.client.sql(delete_statement(deletion))
+            self._apply(name, sender, deletion, devices)
         self._record(f"mods {sender} {len(deletions)} {name}")
         with self._state_lock:
             self._loaded[key] = len(deletions)
+
+    def _devices(self, sender: str) -> OwnedDevices:
+        """The devices ``sender`` owns now, and every other sender's."""
+        with self._state_lock:  # loader threads of several senders get here at once
+            if self._owners is None:
+                self._owners = DeviceOwners(self._schema_dir)
+            book = self._owners
+        by_owner = book.by_owner()
+        others = [d for owner, found in by_owner.items() if owner != sender for d in found]
+        return OwnedDevices(by_owner.get(sender, []), others)
+
+    def _apply(
+        self, name: str, sender: str, deletion: SeriesDeletion, devices: OwnedDevices
+    ) -> None:
+        """One entry, as statements over ``sender``'s own devices only."""
+        scoped = scoped_statements(deletion, self.settings.dialect, devices)
+        for reason in scoped.refused:
+            log.warning(
+                "%s of %s: the deletion at %s is not applied to %s; delete those points "
+                "in IoTDB by hand if they should go",
+                name,
+                sender,
+                deletion.where,
+                reason,
+            )
+        if not scoped.statements and not scoped.refused:
+            log.debug(
+                "%s of %s: the deletion at %s covers no device of it", name, sender, deletion.where
+            )
+        for statement in scoped.statements:
+            self.client.sql(statement)
 
     def _deletions(self, target: Path) -> list[Any]:
         """The deletion records shipped beside ``target`` (``.mods`` or ``.mods2``)."""

@@ -11,11 +11,16 @@ stdin. Requests ``{"sql": "..."}`` answer ``{"ok": true}`` or ``{"ok": false, "e
 "..."}``. A Python without the client answers ``{"ok": false, "missing": "..."}`` at
 once and exits 3; a server that does not answer in time, ``{"ok": false, "error":
 ...}`` and exit 4.
+
+Python puts a script's own folder first on ``sys.path``, and this one's holds the
+storage's ``iotdb.py``, which would hide the client's ``iotdb`` package: the folder
+leaves the path before the client is imported.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -31,6 +36,8 @@ def _say(answer: dict[str, Any]) -> None:
 def main() -> int:
     host, port, user, timeout = sys.argv[1:5]
     password = sys.stdin.readline().rstrip("\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     try:
         from iotdb.Session import Session  # type: ignore[import-not-found]
     except ImportError as exc:

@@ -38,7 +38,18 @@ from typing import Any, TextIO
 import click
 
 from sealsync import __version__
-from sealsync.app.commands import check, demo, keygen, load, owners, senders, serve, status
+from sealsync.app.commands import (
+    check,
+    demo,
+    jars,
+    keygen,
+    load,
+    owners,
+    senders,
+    serve,
+    status,
+)
+from sealsync.app.identity import identity
 from sealsync.app.inspect import inspect
 from sealsync.app.options import Options
 from sealsync.app.send import send
@@ -209,7 +220,20 @@ def exit_code_help() -> str:
 
 cli.help = f"{cli.help}\n\n{exit_code_help()}"
 
-for command in (send, serve, load, status, check, inspect, owners, senders, keygen, demo):
+for command in (
+    send,
+    serve,
+    load,
+    status,
+    check,
+    inspect,
+    owners,
+    senders,
+    identity,
+    jars,
+    keygen,
+    demo,
+):
     cli.add_command(command)
 
 

@@ -1,5 +1,5 @@
 """The commands besides ``send``: ``serve``, ``load``, ``status``, ``check``,
-``owners``, ``senders``, ``keygen`` and ``demo``.
+``owners``, ``senders``, ``jars``, ``keygen`` and ``demo``.
 
 Each parses its options, loads its config and hands the work to its role, importing
 that role inside the command: ``sealsync --help`` and a sender's round never import
@@ -18,22 +18,32 @@ import click
 from sealsync.app.check import check_config
 from sealsync.app.options import CONFIG_PATH, Options
 from sealsync.app.status import render, status_of
-from sealsync.config import load_any, load_loader_config, load_receiver_config
+from sealsync.config import LoaderConfig, load_any, load_loader_config, load_receiver_config
 from sealsync.errors import EXIT_FAILURE
 from sealsync.printable import printable
+from sealsync.units import human_bytes
 
 
 @click.command(short_help="Host the receiver plugin until SIGTERM/SIGINT.")
 @click.option("--config", "config_path", type=CONFIG_PATH, required=True, help="Receiver TOML.")
 @click.option("--init", is_flag=True, help="Create the schema dir and data dirs if missing.")
+@click.option(
+    "--replaces",
+    metavar="STORAGE_ID",
+    help="The storage this receiver served is gone for good: serve another one.",
+)
 @click.pass_obj
-def serve(opts: Options, config_path: Path, init: bool) -> None:
+def serve(opts: Options, config_path: Path, init: bool, replaces: str | None) -> None:
     """Host the receiver plugin until SIGTERM or SIGINT, then stop cleanly.
 
     The schema dir and data dirs must exist and carry the storage marker that --init
     writes (a typo or an unmounted disk is an error, exit 2, nothing written); --init
     creates the missing ones and marks them, for a receiver's first start. One
     receiver per storage: another one on the same folders exits 75, naming its pid.
+    The receiver records the storage it serves outside it (state_dir): folders that
+    held it and hold no storage or another one now are refused ("storage gone"),
+    --init included, unless --replaces names the old storage's id. While it runs, a
+    storage that vanishes or is replaced stops every round until it is back.
     A sender_keys.txt older than its last retirement or re-key (a restored backup)
     is refused, exit 2, naming `senders accept-restore`.
     Logs go to stderr (and log_file) with timestamps, at INFO (-v: DEBUG).
@@ -45,7 +55,8 @@ def serve(opts: Options, config_path: Path, init: bool) -> None:
 
     with server_logging(opts.verbose, opts.quiet):
         config = load_receiver_config(config_path, init=init)
-        storage = require_storage(config, init=init)  # an unmounted disk or a typo: exit 2
+        # an unmounted disk, a typo, a replaced storage: exit 2
+        storage = require_storage(config, init=init, replaces=replaces)
         require_generation(config, storage)  # sender keys restored from an older backup: 2
         code = serve_until_stopped(config)
     raise click.exceptions.Exit(code)
@@ -60,6 +71,19 @@ def serve(opts: Options, config_path: Path, init: bool) -> None:
     is_flag=True,
     help="Also remove the rows of files missing without a logged deletion.",
 )
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Stay up: commit what the receiver loads as it arrives, in one Spark session.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(0.0, 3600.0),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="--follow: how long a change waits for more before its run (at most one commit a window).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def load(
@@ -68,6 +92,8 @@ def load(
     master: str | None,
     full: bool,
     prune_missing: bool,
+    follow: bool,
+    window: float,
     as_json: bool,
 ) -> None:
     """One Spark ingest run: every file loaded on the receiver goes into the table at
@@ -78,10 +104,19 @@ def load(
     removed, the others load (exit 1); --prune-missing removes the missing ones.
     --full rebuilds the table from every file in one commit (readers see the old table
     or the new one). A file that cannot be read is reported and retried next run
-    (exit 1)."""
-    from spark_loader import run_load
+    (exit 1). --follow stays up and loads as files arrive (one Spark session, a run
+    after each change of the receiver's logs, each recorded as a one-shot run is)
+    until SIGTERM or SIGINT, which let the run in progress finish."""
+    from spark_loader import jars_dir, run_load
 
     config = load_loader_config(config_path)
+    if config.jars_dir is not None:  # before any work: a jar missing there is exit 2
+        jars_dir.session_jars(config.jars_dir)
+    if follow:
+        if full or prune_missing or as_json:
+            raise click.UsageError("--follow takes no --full, --prune-missing or --json")
+        _follow(opts, config, master, window)
+        return
     chatty = not (as_json or opts.quiet)
     report = run_load(
         config,
@@ -104,6 +139,34 @@ def load(
         click.echo(report.summary())
     if not report.ok:
         raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+def _follow(opts: Options, config: LoaderConfig, master: str | None, window: float) -> None:
+    """``load --follow``: one session, a run per change, until a signal."""
+    from spark_loader.follow import Follower, FollowOptions, install_stop_signals
+    from spark_loader.run import run_load, start_session
+
+    say = (lambda text: click.echo(f"load: {text}", err=True)) if not opts.quiet else None
+    if say is not None:
+        say("following: starting Spark")
+    session = start_session(config, master, opts.verbose > 0)
+    try:
+        follower = Follower(
+            config,
+            FollowOptions(master=master, window=window, verbose=opts.verbose > 0),
+            run_load,
+            session,
+            said=None if opts.quiet else lambda report: click.echo(report.summary()),
+            progress=say,
+        )
+        install_stop_signals(follower)
+        if say is not None:
+            say(f"following the receiver's loads (window {window:g} s); SIGTERM stops")
+        follower.run()
+    finally:
+        session.stop()
+    if say is not None:
+        say(f"stopped after {follower.runs} runs")
 
 
 @click.command(short_help="Show the state of a sender, receiver or loader.")
@@ -269,6 +332,42 @@ def senders(
             f"from {printable(row['last_address'])}  {row['files']} files  "
             f"{row['devices_owned']} devices"
         )
+
+
+@click.command(short_help="The loader's jars: list them, or fetch them into a folder.")
+@click.argument("action", required=False, type=click.Choice(["fetch"]))
+@click.argument("folder", required=False, type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--s3", is_flag=True, help="Also Hadoop's S3 connector (hadoop-aws and its AWS SDK, ~700 MB)."
+)
+@click.pass_obj
+def jars(opts: Options, action: str | None, folder: Path | None, s3: bool) -> None:
+    """The Maven coordinates a loader's Spark session resolves: Delta Lake and the
+    TsFile library (with --s3, Hadoop's S3 connector for s3a:// too).
+
+    `jars fetch DIR`, where Maven Central answers (it needs Java), resolves them as the
+    loader's session does, copies the jars into DIR and writes DIR/sealsync-jars.json
+    last. On a machine without Maven Central, copy DIR there whole and set
+    jars_dir = "DIR" in [loader]: the loader then takes its jars from DIR and resolves
+    nothing; a jar missing there stops it with one line naming the jar (exit 2)."""
+    from spark_loader import jars_dir, jvm
+    from spark_loader.jars_fetch import fetch
+
+    if action is None:
+        if folder is not None:
+            raise click.UsageError("a folder is only taken by: sealsync jars fetch DIR")
+        wanted, excludes = jvm.packages(s3=s3)
+        for package in wanted:
+            click.echo(package)
+        click.echo(f"(resolved without {', '.join(excludes)}: Spark ships them)")
+        return
+    if folder is None:
+        raise click.UsageError("fetch needs the folder to fill: sealsync jars fetch DIR")
+    fetched = fetch(folder, s3=s3, verbose=opts.verbose > 0)
+    size = human_bytes(sum(jar.stat().st_size for jar in fetched))
+    click.echo(f"{len(fetched)} jars ({size}) in {folder}, listed in {jars_dir.MANIFEST}")
+    if not opts.quiet:
+        click.echo(f'set jars_dir = "{folder.resolve()}" in [loader] to load without Maven Central')
 
 
 @click.command(short_help="Write an Ed25519 key pair (PATH and PATH.pub).")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,18 +11,32 @@ from typing import Any
 
 from sealsync.config.checks import need_dir, need_prom_path
 from sealsync.config.document import load_file, role_values
+from sealsync.config.location import LocationError, TableLocation, parse_location
 from sealsync.config.schema import (
     MAPPING_SOURCE,
     PathList,
     PathValue,
+    Reader,
     Settings,
     Table,
     Text,
     not_a_key,
     setting,
 )
+from sealsync.errors import ConfigError
 
 SPARK_PREFIX = "spark."
+
+
+class LocationValue(Reader):
+    """A table's place: a local path (relative ones from the config's folder) or a URI
+    of a Hadoop file system (:mod:`sealsync.config.location`)."""
+
+    def read(self, table: Table, key: str, value: object) -> TableLocation:
+        try:
+            return parse_location(Text().read(table, key, value), table.base_dir)
+        except LocationError as exc:
+            raise table.error(key, str(exc)) from None
 
 
 class SparkSettings(Settings):
@@ -80,7 +95,8 @@ def _put(
 @dataclass(frozen=True)
 class LoaderConfig:
     receiver_data_dirs: list[Path] = field(metadata=setting(PathList(check=need_dir)))
-    table_path: Path = field(metadata=setting(PathValue()))
+    #: A local folder, or a URI of a Hadoop file system (hdfs://, s3a://, ...).
+    table_path: TableLocation = field(metadata=setting(LocationValue()))
     state_dir: Path = field(metadata=setting(PathValue()))
     master: str = field(default="local[*]", metadata=setting(Text()))
     source: str = field(default=MAPPING_SOURCE, metadata=not_a_key("the file's name"))
@@ -88,10 +104,20 @@ class LoaderConfig:
     python: str | None = field(default=None, metadata=setting(Text()))
     #: Spark settings for the session the loader starts (``spark.executor.memory``...).
     spark: dict[str, str] = field(default_factory=dict, metadata=setting(SparkSettings()))
+    #: A folder ``sealsync jars fetch`` filled: Delta's and TsFile's jars come from it,
+    #: not from Maven Central (checked when a session starts: ``spark_loader.jars_dir``).
+    jars_dir: Path | None = field(default=None, metadata=setting(PathValue()))
     #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
     metrics_textfile: Path | None = field(
         default=None, metadata=setting(PathValue(check=need_prom_path))
     )
+
+    def __post_init__(self) -> None:
+        """A table_path given as a path (a host or a test building the config itself)
+        is a location like one read from a file: a URI of a known scheme or a folder."""
+        if not isinstance(self.table_path, TableLocation):
+            location = parse_location(os.fspath(self.table_path), Path.cwd())
+            object.__setattr__(self, "table_path", location)
 
     @classmethod
     def from_mapping(
@@ -105,5 +131,27 @@ class LoaderConfig:
         return cls(**role_values(cls, "loader", d, base_dir, source, True), source=source)
 
 
+#: What in a Spark or Hadoop setting's name says it holds a credential
+#: (``fs.s3a.secret.key``, ``fs.s3a.access.key``, ``fs.azure.account.key.<account>``,
+#: ``fs.azure.sas.<container>``, ``...password``, ``...token``).
+SECRET_NAME = re.compile(r"secret|password|token|(^|\.)(access\.key|account\.key|sas)(\.|$)", re.I)
+
+
+def secret_settings(spark: Mapping[str, str]) -> list[str]:
+    """The settings in ``spark`` whose names say they hold a credential."""
+    return sorted(k for k in spark if SECRET_NAME.search(k))
+
+
 def load_loader_config(path: str | os.PathLike[str]) -> LoaderConfig:
-    return load_file(path, LoaderConfig.from_mapping)
+    """The loader's file; a file others may read that holds a credential in its Spark
+    settings is refused (one line): give credentials through Hadoop's configuration
+    or the environment (docs/operations.md, "The data centre's lake")."""
+    config = load_file(path, LoaderConfig.from_mapping)
+    secrets = secret_settings(config.spark)
+    if secrets and os.stat(path).st_mode & 0o004:
+        raise ConfigError(
+            f"{path}: [loader] spark: {secrets[0]} holds a credential and others may read "
+            f"this file: chmod o-r {path}, or better give it through Hadoop's configuration "
+            "(core-site.xml) or the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+        )
+    return config

@@ -37,6 +37,8 @@ from sealsync.durable import SYNC_METHODS, SYNCFS
 from sealsync.errors import ConfigError
 
 DEFAULT_ALLOW = ("127.0.0.0/8", "::1/128")
+DEVICE_SCOPES = ("receiver", "sender")
+"""``device_scope``: one owner per device on the receiver, or each sender's own ids."""
 LEGACY_IOTDB_PREFIX = "iotdb_"
 
 _log = logging.getLogger("sealsync.config")
@@ -135,6 +137,13 @@ class ReceiverConfig:
     client_alive_interval: float = field(default=15.0, metadata=setting(Number(0, 3600)))
     #: Unanswered keepalive intervals after which the connection is closed.
     client_alive_count_max: int = field(default=3, metadata=setting(Integer(1, 100)))
+    #: Whose devices are whose: "receiver" (a device has one owner on this receiver,
+    #: the first sender to ship it) or "sender" (each sender's device ids are its own,
+    #: so sites may reuse paths; only with a storage that keeps senders apart).
+    device_scope: str = field(default="receiver", metadata=setting(Choice(DEVICE_SCOPES)))
+    #: A folder outside the storage where the receiver records which storage it
+    #: serves (receiver/identity.py); default: the folder of ``authorized_keys``.
+    state_dir: Path | None = field(default=None, metadata=setting(PathValue()))
     #: Where verified files go: ``[receiver.storage]`` with ``kind`` and that backend's
     #: own keys ("directory": the data dirs; "iotdb": the data dirs, and loaded into a
     #: running IoTDB: receiver/storage/iotdb.py).
@@ -155,6 +164,12 @@ class ReceiverConfig:
     @property
     def listen(self) -> str:
         return format_endpoint(self.listen_host, self.listen_port)
+
+    @property
+    def record_dir(self) -> Path:
+        """Where the receiver keeps what must outlive its storage: ``state_dir``, by
+        default the folder of ``authorized_keys`` (configuration, not storage)."""
+        return self.state_dir if self.state_dir is not None else self.authorized_keys.parent
 
     @classmethod
     def from_mapping(

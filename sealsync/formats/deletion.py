@@ -33,18 +33,29 @@ The Java reader of the loader matches with the same rules
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import numpy as np
 
 from sealsync.errors import FormatError
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 MIN_TIME, MAX_TIME = -(1 << 63), (1 << 63) - 1
+MAX_PATTERN_BYTES = 4096
+"""The longest path pattern a deletion may carry (UTF-8 bytes): far past any IoTDB
+path, and short enough that matching one against every series of a file stays cheap."""
+MAX_PATTERN_NODES = 256
+"""The most nodes a path pattern may have; IoTDB's paths are a few levels deep."""
+MAX_DELETIONS = 100_000
+"""The most deletions one ``.mods`` or ``.mods2`` may hold. Each is a record the loader
+keeps for the file's run and matches against every series of the file; IoTDB writes one
+per ``DELETE`` pattern that reached the file, so a file past this many was not written by
+a database's own deletions."""
 
 
 @dataclass(frozen=True)
@@ -125,9 +136,30 @@ def _is_quoted(node: str) -> bool:
     return len(node) >= 2 and node[0] == node[-1] and node[0] in '`"'
 
 
-@lru_cache(maxsize=4096)
-def _glob(node: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in node.split("*")), re.DOTALL)
+def _glob_matches(pattern: str, name: str) -> bool:
+    """Whether ``name`` matches the glob node ``pattern`` (``*``: any run of characters),
+    in time linear in their lengths.
+
+    A regular expression of ``.*`` between the parts backtracks: ``*a*a*a...*b``
+    against a long run of ``a`` took hours. Here the first part must start the name,
+    the last end it, and each one between is taken at its leftmost place after the one
+    before: if any placement fits, the leftmost ones do, since they leave the most of
+    the name to the parts after.
+    """
+    parts = pattern.split("*")
+    first, last = parts[0], parts[-1]
+    if len(first) + len(last) > len(name) or not name.startswith(first):
+        return False
+    if not name.endswith(last):
+        return False
+    at, end = len(first), len(name) - len(last)
+    for part in parts[1:-1]:
+        if part:
+            found = name.find(part, at, end)
+            if found < 0:
+                return False
+            at = found + len(part)
+    return True
 
 
 def _node_matches(pattern: str, name: str) -> bool:
@@ -136,22 +168,21 @@ def _node_matches(pattern: str, name: str) -> bool:
     if pattern in ("*", "**"):
         return True
     if pattern.startswith("*") or pattern.endswith("*"):
-        return _glob(pattern).fullmatch(name) is not None
+        return _glob_matches(pattern, name)
     return pattern == name
 
 
 def _match(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
-    """IoTDB 0.13+ matching of ``pattern`` against a path's node names."""
+    """IoTDB 0.13+ matching of ``pattern`` against a path's node names, in time
+    proportional to the pattern's nodes times the path's (each node tested once per
+    place it may start at)."""
     # reach: how many names the pattern's nodes so far can have consumed
-    reach = {0}
+    reach: set[int] = {0}
     for node in pattern:
-        nxt: set[int] = set()
-        multi = node == "**"
-        for j in reach:
-            if multi:
-                nxt.update(range(j + 1, len(names) + 1))
-            elif j < len(names) and _node_matches(node, names[j]):
-                nxt.add(j + 1)
+        if node == "**":  # one or more names: everything past the first place reached
+            nxt = set(range(min(reach) + 1, len(names) + 1))
+        else:
+            nxt = {j + 1 for j in reach if j < len(names) and _node_matches(node, names[j])}
         if not nxt:
             return False
         reach = nxt
@@ -196,14 +227,37 @@ def matches(deletion: SeriesDeletion, device: str, measurement: str) -> bool:
 
 
 def check_pattern(path: str, where: str) -> tuple[str, ...]:
-    """``path`` split into nodes, or FormatError naming ``where`` and the cause."""
+    """``path`` split into nodes, or FormatError naming ``where`` and the cause (one
+    over :data:`MAX_PATTERN_BYTES` or :data:`MAX_PATTERN_NODES` included)."""
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATTERN_BYTES:
+        raise FormatError(
+            f"{where}: a path pattern of {size} bytes, over the limit of {MAX_PATTERN_BYTES}"
+        )
     try:
         nodes = split_path(path)
     except ValueError as exc:
         raise FormatError(f"{where}: path {path!r}: {exc}") from None
+    if len(nodes) > MAX_PATTERN_NODES:
+        raise FormatError(
+            f"{where}: a path pattern of {len(nodes)} nodes, over the limit of {MAX_PATTERN_NODES}"
+        )
     if node_name(nodes[0]) != "root":
         raise FormatError(f"{where}: path {path!r} does not start with root")
     return nodes
+
+
+def too_large(kind: str, size: int, limit: int) -> FormatError:
+    """The one line for a deletion file over its size limit."""
+    return FormatError(
+        f"{kind} of {size} bytes, over the limit of {limit} bytes for a deletion file "
+        f"(at most {MAX_DELETIONS} deletions); not read"
+    )
+
+
+def too_many(kind: str, where: str) -> FormatError:
+    """The one line for a deletion file holding more than :data:`MAX_DELETIONS`."""
+    return FormatError(f"{kind} {where}: more than {MAX_DELETIONS} deletions in one file; not read")
 
 
 def refuse_table_deletions(deletions: Sequence[Deletion]) -> None:
@@ -214,6 +268,32 @@ def refuse_table_deletions(deletions: Sequence[Deletion]) -> None:
                 f"{d.where}: a table-model deletion (table {d.table}, {d.predicate}) is not "
                 "applied by this loader; the file stays out of the table"
             )
+
+
+def merged_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Closed ranges ``[start, end]`` as sorted, disjoint ones (starts, ends): a time is
+    in one of ``ranges`` exactly when it is in one of these, found by a binary search.
+    What a point costs to test then grows with the log of the deletions, not with them."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for start, end in sorted(r for r in ranges if r[0] <= r[1]):
+        if ends and start <= ends[-1] + 1:  # overlapping or adjacent: one range
+            ends[-1] = max(ends[-1], end)
+        else:
+            starts.append(start)
+            ends.append(end)
+    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+
+
+def covered(times: np.ndarray, ranges: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Which of ``times`` fall in the disjoint sorted ``ranges`` (:func:`merged_ranges`)."""
+    starts, ends = ranges
+    if not len(starts):
+        return np.zeros(len(times), dtype=bool)
+    at = np.searchsorted(starts, times, side="right") - 1
+    inside = at >= 0
+    inside[inside] = times[inside] <= ends[at[inside]]
+    return inside
 
 
 def apply(
@@ -227,16 +307,17 @@ def apply(
     offset is applied only when that offset is past ``file_size`` (then it covers every
     chunk); otherwise FormatError, as for table-model deletions. A row whose time or
     device is null is no point of any series, so nothing removes it.
+
+    Each series' deletions are merged into disjoint ranges first (:func:`merged_ranges`):
+    a file's rows cost a binary search in them each, not a pass per deletion.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if not isinstance(table, pa.Table):
         table = pa.Table.from_batches([table])
     refuse_table_deletions(deletions)
-    if not deletions or table.num_rows == 0:
-        return table
-    names = [n for n in table.column_names if n not in (DEVICE_COLUMN, TIME_COLUMN)]
-    devices = [d for d in pc.unique(table.column(DEVICE_COLUMN)).to_pylist() if d is not None]
-    columns = {n: table.column(n) for n in names}
-    touched = pa.array([False] * table.num_rows)
+    series_deletions: list[SeriesDeletion] = []
     for d in deletions:
         assert isinstance(d, SeriesDeletion)
         if d.below_offset is not None and (file_size is None or d.below_offset < file_size):
@@ -244,24 +325,43 @@ def apply(
                 f"{d.where}: deletes only from chunks below offset {d.below_offset} of the "
                 "data file, which needs the Java TsFile reader (it knows where chunks start)"
             )
-        in_range = pc.and_(
-            pc.greater_equal(table.column(TIME_COLUMN), d.start),
-            pc.less_equal(table.column(TIME_COLUMN), d.end),
-        )
-        for device in devices:
-            hit = [n for n in names if matches(d, device, n)]
-            if not hit:
-                continue
-            mask = pc.fill_null(
-                pc.and_(pc.equal(table.column(DEVICE_COLUMN), device), in_range), False
+        series_deletions.append(d)
+    if not series_deletions or table.num_rows == 0:
+        return table
+    by_pattern: dict[tuple[str, ...], list[SeriesDeletion]] = {}
+    for d in series_deletions:
+        by_pattern.setdefault(d.pattern, []).append(d)
+    names = [n for n in table.column_names if n not in (DEVICE_COLUMN, TIME_COLUMN)]
+    devices = [d for d in pc.unique(table.column(DEVICE_COLUMN)).to_pylist() if d is not None]
+    time_column = table.column(TIME_COLUMN)
+    times = pc.fill_null(time_column, 0).to_numpy()
+    timed = pc.is_valid(time_column).to_numpy(zero_copy_only=False)
+    gone = {n: np.zeros(table.num_rows, dtype=bool) for n in names}
+    touched = np.zeros(table.num_rows, dtype=bool)
+    for device in devices:
+        rows = np.flatnonzero(
+            pc.fill_null(pc.equal(table.column(DEVICE_COLUMN), device), False).to_numpy(
+                zero_copy_only=False
             )
-            touched = pc.or_(touched, mask)
-            for n in hit:
-                col = columns[n]
-                columns[n] = pc.if_else(mask, pa.nulls(table.num_rows, col.type), col)
+            & timed
+        )
+        for n in names:
+            ranges = [
+                (d.start, d.end)
+                for group in by_pattern.values()
+                if matches(group[0], device, n)
+                for d in group
+            ]
+            if not ranges:
+                continue
+            hit = rows[covered(times[rows], merged_ranges(ranges))]
+            gone[n][hit] = True
+            touched[hit] = True
+    keep = ~touched
     for n in names:
-        table = table.set_column(table.column_names.index(n), n, columns[n])
-    keep = pc.invert(touched)
-    for n in names:
-        keep = pc.or_(keep, pc.is_valid(columns[n]))
-    return table.filter(keep)
+        column = table.column(n)
+        if gone[n].any():
+            column = pc.if_else(pa.array(gone[n]), pa.nulls(table.num_rows, column.type), column)
+            table = table.set_column(table.column_names.index(n), n, column)
+        keep |= pc.is_valid(column).to_numpy(zero_copy_only=False)
+    return table.filter(pa.array(keep))

@@ -30,11 +30,29 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
 from sealsync.errors import FormatError
-from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion, check_pattern
+from sealsync.formats.deletion import (
+    MAX_DELETIONS,
+    MAX_PATTERN_BYTES,
+    MAX_TIME,
+    MIN_TIME,
+    SeriesDeletion,
+    check_pattern,
+    too_large,
+    too_many,
+)
+from sealsync.protocol.spec import MAX_DELETION_FILE_SIZE
 
-MAX_MODS_SIZE = 1 << 30  # what the protocol accepts for a sidecar
+MAX_MODS_SIZE = MAX_DELETION_FILE_SIZE
+"""The largest ``.mods`` read (bytes), refused by its size before any of it is read.
+The protocol carries sidecars of up to 1 GiB, but every deletion becomes a record the
+loader holds and hands to its readers with the file (see
+:data:`~sealsync.formats.deletion.MAX_DELETIONS`); receivers refuse a larger one when it
+is announced."""
+MAX_LINE = MAX_PATTERN_BYTES + 128
+"""The longest line a deletion can take: its pattern, the word, three longs, commas."""
 ABORTED = "aborted"
 _LONG = re.compile(r"[+-]?[0-9]+")
 
@@ -75,22 +93,41 @@ def _decode(line: str, where: str) -> SeriesDeletion:
 def parse(text: str) -> list[SeriesDeletion]:
     """The deletions of a ``.mods`` text in file order, ``aborted`` ones taken out;
     FormatError names the first line that does not read."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] != "":
-        raise FormatError(
-            f".mods line {len(lines)} has no line end: IoTDB is still writing it (the next "
-            "round ships the whole line)"
-        )
+    data = text.encode("utf-8", "surrogatepass")
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]  # what follows the last line end: a line without one
+    return _parse_lines(lines if lines[-1] else lines[:-1])
+
+
+def _parse_lines(lines: Iterable[bytes]) -> list[SeriesDeletion]:
+    """The deletions of a ``.mods`` given line by line (each with its line end but the
+    last, if that one has none): one line in memory at a time besides the records."""
     out: list[SeriesDeletion] = []
-    for number, raw in enumerate(lines[:-1], start=1):
-        line = raw[:-1] if raw.endswith("\r") else raw
+    number = 0
+    for raw in lines:
+        number += 1
+        if not raw.endswith(b"\n"):
+            raise FormatError(
+                f".mods line {number} has no line end: IoTDB is still writing it (the next "
+                "round ships the whole line)"
+            )
+        if len(raw) > MAX_LINE:
+            raise FormatError(
+                f".mods line {number}: {len(raw)} bytes, longer than any deletion "
+                f"(patterns are at most {MAX_PATTERN_BYTES} bytes)"
+            )
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError(f".mods line {number}: not UTF-8 text") from None
+        line = line[:-2] if line.endswith("\r\n") else line[:-1]
         if line == ABORTED:
             if not out:
                 raise FormatError(f".mods line {number}: 'aborted' with no modification before it")
             out.pop()
             continue
+        if len(out) >= MAX_DELETIONS:
+            raise too_many(".mods", f"line {number}")
         out.append(_decode(line, f".mods line {number}"))
     return out
 
@@ -113,19 +150,25 @@ def read_version(
     Both come from one open file, so a caller that identifies a ``.mods`` by its size
     and mtime (the Spark loader) can tell whether the deletions it read are the version
     it identified, even if the file is replaced meanwhile. ``([], None)`` if absent.
+    A file over :data:`MAX_MODS_SIZE` is refused by its size, unread; the rest is read
+    a line at a time.
     """
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            raw = f.read(MAX_MODS_SIZE + 1)
+            if st.st_size > MAX_MODS_SIZE:
+                raise too_large(".mods", st.st_size, MAX_MODS_SIZE)
+            found = _parse_lines(_bounded_lines(f, MAX_MODS_SIZE))
     except FileNotFoundError:
         return [], None
-    version = (st.st_size, st.st_mtime_ns)
-    if len(raw) > MAX_MODS_SIZE:
-        raise FormatError(f".mods larger than {MAX_MODS_SIZE} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        number = raw[: exc.start].count(b"\n") + 1
-        raise FormatError(f".mods line {number}: not UTF-8 text") from None
-    return parse(text), version
+    return found, (st.st_size, st.st_mtime_ns)
+
+
+def _bounded_lines(f: Iterable[bytes], limit: int) -> Iterable[bytes]:
+    """``f``'s lines, refusing past ``limit`` bytes in all (a file that grows while read)."""
+    seen = 0
+    for raw in f:
+        seen += len(raw)
+        if seen > limit:
+            raise too_large(".mods", seen, limit)
+        yield raw

@@ -31,25 +31,39 @@ files the sender ships already.
 
 from __future__ import annotations
 
+import io
 import os
+from typing import BinaryIO
 
 from sealsync.errors import FormatError
 from sealsync.formats.deletion import (
+    MAX_DELETIONS,
+    MAX_PATTERN_BYTES,
     Deletion,
     SeriesDeletion,
     TableDeletion,
     check_pattern,
+    too_large,
+    too_many,
 )
+from sealsync.protocol.spec import MAX_DELETION_FILE_SIZE
 
-MAX_MODS2_SIZE = 1 << 30  # what the protocol accepts for a sidecar
+MAX_MODS2_SIZE = MAX_DELETION_FILE_SIZE
+"""The largest ``.mods2`` read: as for a ``.mods`` (:data:`sealsync.formats.mods.MAX_MODS_SIZE`)."""
+MAX_STRING = MAX_PATTERN_BYTES
+"""The longest string an entry may hold (a pattern, a table or measurement name)."""
 TREE, TABLE = 0x01, 0x00
 _NOP, _FULL, _SEGMENT, _AND = 0, 1, 2, 3
 _MAX_AND_DEPTH = 64
 
 
 class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    """The entries' primitives read from ``stream`` (``size`` bytes in all): every
+    length is checked against :data:`MAX_STRING` and the bytes left before it is read."""
+
+    def __init__(self, stream: BinaryIO, size: int) -> None:
+        self.stream = stream
+        self.size = size
         self.at = 0
         self.entry = 0  # where the entry being read starts
 
@@ -57,9 +71,11 @@ class _Reader:
         return FormatError(f".mods2 byte {self.at} (entry at byte {self.entry}): {what}")
 
     def take(self, n: int, what: str) -> bytes:
-        if self.at + n > len(self.data):
+        if self.at + n > self.size:
             raise self.fail(f"the file ends inside {what}")
-        out = self.data[self.at : self.at + n]
+        out = self.stream.read(n)
+        if len(out) != n:
+            raise self.fail(f"the file ends inside {what} (it shrank while read)")
         self.at += n
         return out
 
@@ -85,9 +101,9 @@ class _Reader:
     def string(self, what: str) -> str:
         at = self.at
         n = self.varint(what)
-        if n < 0:
+        if not 0 <= n <= MAX_STRING:
             self.at = at
-            raise self.fail(f"{what}: length {n}")
+            raise self.fail(f"{what}: length {n} (at most {MAX_STRING})")
         raw = self.take(n, what)
         try:
             return raw.decode("utf-8")
@@ -105,7 +121,7 @@ class _Reader:
             return f"segment {index} = {pattern!r}"
         if kind == _AND and depth < _MAX_AND_DEPTH:
             count = self.varint("an id predicate's count")
-            if count < 0:
+            if not 0 <= count <= self.size - self.at:  # each part is a byte at least
                 raise self.fail(f"an id predicate of {count} parts")
             return " and ".join(self.predicate(depth + 1) for _ in range(count)) or "every device"
         self.at -= 1
@@ -116,10 +132,16 @@ class _Reader:
 
 def parse(data: bytes) -> list[Deletion]:
     """The entries of a ``.mods2`` file's bytes, in file order."""
-    r = _Reader(data)
+    return _parse(_Reader(io.BytesIO(data), len(data)))
+
+
+def _parse(r: _Reader) -> list[Deletion]:
+    """The entries ``r`` reads, in file order; at most :data:`MAX_DELETIONS` of them."""
     out: list[Deletion] = []
-    while r.at < len(data):
+    while r.at < r.size:
         r.entry = r.at
+        if len(out) >= MAX_DELETIONS:
+            raise too_many(".mods2", f"entry at byte {r.entry}")
         kind = r.byte("an entry type")
         if kind not in (TREE, TABLE):
             r.at -= 1
@@ -134,7 +156,7 @@ def parse(data: bytes) -> list[Deletion]:
         table = r.string("a table name")
         predicate = r.predicate()
         count = r.varint("a measurement count")
-        if count < 0:
+        if not 0 <= count <= r.size - r.at:  # each name is a byte at least
             raise r.fail(f"{count} measurements")
         names = tuple(r.string("a measurement name") for _ in range(count))
         out.append(TableDeletion(table, start, end, predicate, names, where))
@@ -174,13 +196,15 @@ def read_version(
     path: str | os.PathLike[str],
 ) -> tuple[list[Deletion], tuple[int, int] | None]:
     """The deletions in ``path`` and the ``(size, mtime_ns)`` of the file read (from one
-    open file, as :func:`sealsync.formats.mods.read_version`); ``([], None)`` if absent."""
+    open file, as :func:`sealsync.formats.mods.read_version`); ``([], None)`` if absent.
+    A file over :data:`MAX_MODS2_SIZE` is refused by its size, unread; the rest is read
+    entry by entry through a buffer."""
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            raw = f.read(MAX_MODS2_SIZE + 1)
+            if st.st_size > MAX_MODS2_SIZE:
+                raise too_large(".mods2", st.st_size, MAX_MODS2_SIZE)
+            found = _parse(_Reader(f, st.st_size))
     except FileNotFoundError:
         return [], None
-    if len(raw) > MAX_MODS2_SIZE:
-        raise FormatError(f".mods2 larger than {MAX_MODS2_SIZE} bytes")
-    return parse(raw), (st.st_size, st.st_mtime_ns)
+    return found, (st.st_size, st.st_mtime_ns)

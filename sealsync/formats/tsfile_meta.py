@@ -38,10 +38,12 @@ bytes that still parse).
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
+from array import array
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from sealsync.errors import FormatError
 from sealsync.formats.common import one_line, unreadable
@@ -100,6 +102,20 @@ _MASKS = (0, TIME_MASK, VALUE_MASK)
 #: Longest walk of index nodes from a root to a leaf: a real tree of degree 256 is a
 #: few levels deep even for millions of devices and series.
 MAX_DEPTH = 32
+#: The most entries one index node may have. Writers make at most
+#: ``max_degree_of_index_node`` (256 unless configured); a node's entries are held while
+#: the nodes below it are walked, so this bounds what the walk holds at each level.
+MAX_FANOUT = 1 << 14
+#: The most chunks (chunk references), and the most index regions (nodes and series
+#: lists), one file may list. A database flushing a million series at once lists a
+#: million; every one is kept as two 8-byte offsets until the end of the walk, and
+#: walked at a few microseconds each: these bound the walk's time whatever the size.
+MAX_CHUNKS = 1 << 22
+MAX_REGIONS = 1 << 22
+#: The most devices one file may hold: each is kept, checked for ownership and logged.
+MAX_DEVICES = 1 << 20
+#: The largest ``TsFileMetadata`` (root nodes, table schemas, bloom filter) read.
+MAX_FILE_METADATA = 64 << 20
 
 DeviceKey = bytes | tuple[bytes | None, ...]
 """A device id as stored: one string (format 3) or its segments, None for null (4)."""
@@ -108,8 +124,18 @@ _Node = tuple[list[_Entry], int, int]  # MetadataIndexNode: entries, end offset,
 
 
 _SMALL_FILE = 4 << 20
-"""Files up to this size are read whole at once; larger ones are mapped, so that only
-the pages holding chunk headers and metadata are read."""
+"""Files up to this size are read whole at once; larger ones through windows (below),
+so that only the pages holding chunk headers and metadata are read, and what is held
+never grows with the file."""
+_WHOLE_INDEX = 64 << 20
+"""An index up to this size is read at once (one read, as fast as the walk gets); a
+larger one a region at a time, through the windows below."""
+_INDEX_WINDOW = 1 << 20
+"""Bytes of the index read at once around a region (a writer puts a device's series
+lists and nodes together); a larger region is read alone."""
+_DATA_WINDOW = 64 << 10
+"""Bytes of the data region read at once around a chunk header (small chunks lie
+together; a large one costs one read of this size)."""
 
 
 Corrupt = Malformed
@@ -152,6 +178,92 @@ def _skip_statistics(data: bytes, pos: int, data_type: int) -> int:
     return pos
 
 
+def _sorted(values: array[int]) -> np.ndarray:
+    """``values`` sorted in place, seen as an int64 array (no copy: the order they were
+    found in is not needed again)."""
+    out = np.frombuffer(values, dtype=np.int64)
+    out.sort()
+    return out
+
+
+class _Source:
+    """A file's bytes as the walk reads them: all of it when given whole (a small
+    file, or bytes); else the index whole when it is small enough, or else a region at
+    a time, and each chunk header through a window over the data region, all read with
+    ``pread``. What is held never grows with the file beyond :data:`_WHOLE_INDEX`, and
+    the address space a worker may use is not taken by a mapping of the file.
+
+    Windows save reads where a file's layout puts what is read next nearby, as
+    writers do; a file laid out to make every window miss would make each read one
+    window. So windows are read only while all the bytes read stay under twice the
+    file's size; after that every read is exactly what is asked for."""
+
+    def __init__(self, size: int, whole: bytes | None = None, fd: int = -1) -> None:
+        self.size = size
+        self.whole = whole
+        self.fd = fd
+        self._index = (b"", 0)
+        self._data = (b"", 0)
+        self._index_bounds = (0, size)
+        self._budget = 2 * size  # bytes windows may read beyond what is asked for
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, where: slice) -> bytes:
+        """The bytes ``where`` spans (a slice with a start and a stop, as Python's)."""
+        start, stop, _ = where.indices(self.size)
+        if self.whole is not None:
+            return self.whole[start:stop]
+        return self._read(start, stop)
+
+    def _read(self, start: int, stop: int) -> bytes:
+        if stop <= start:
+            return b""
+        data = os.pread(self.fd, stop - start, start)
+        if len(data) != stop - start:
+            raise Corrupt(f"the file is shorter than it was ({start + len(data)} bytes)")
+        return data
+
+    def _window(self, start: int, stop: int, low: int, high: int, size: int) -> tuple[int, int]:
+        """Where to read for ``[start, stop)``: a window of ``size`` around it inside
+        ``[low, high)`` while the budget lasts, else exactly it."""
+        if stop - start >= size or self._budget <= 0:
+            return start, stop
+        begin = max(low, min(start - size // 2, high - size))
+        end = min(high, begin + size)
+        self._budget -= (end - begin) - (stop - start)
+        return begin, end
+
+    def bound_index(self, start: int, end: int) -> None:
+        """Where the index region is: read whole now if small enough, and windows over
+        it never reach outside it."""
+        self._index_bounds = (start, end)
+        if self.whole is None and end - start <= _WHOLE_INDEX:
+            self._index = (self._read(start, end), start)
+
+    def index(self, start: int, end: int) -> tuple[bytes, int]:
+        """Bytes holding ``[start, end)`` of the index, and the file offset of their first."""
+        if self.whole is not None:
+            return self.whole, 0
+        data, base = self._index
+        if base <= start and end <= base + len(data):
+            return self._index
+        begin, stop = self._window(start, end, *self._index_bounds, _INDEX_WINDOW)
+        self._index = (self._read(begin, stop), begin)
+        return self._index
+
+    def chunk_head(self, start: int, end: int) -> bytes:
+        """The bytes ``[start, end)`` of the data region (a chunk header)."""
+        if self.whole is not None:
+            return self.whole[start:end]
+        data, base = self._data
+        if not (base <= start and end <= base + len(data)):
+            begin, stop = self._window(start, end, start, self._index_bounds[0], _DATA_WINDOW)
+            self._data = data, base = self._read(begin, stop), begin
+        return data[start - base : end - base]
+
+
 # --------------------------------------------------------------------------- the walk
 
 
@@ -170,29 +282,38 @@ class _Region:
 class _Walk:
     """One file's metadata walked and checked; the result is :meth:`finish`."""
 
-    def __init__(self, version: int, file: bytes | mmap.mmap) -> None:
+    def __init__(self, version: int, file: _Source) -> None:
         self.version = version
-        self.file = file  # the whole file
+        self.file = file
         self.data = b""  # what is being parsed: the whole file, or a copy of a part
         self.base = 0  # the file offset of data[0]
         self.meta_offset = 0
         self.index_start = 0
         self.index_end = 0
-        self.regions: list[tuple[int, int]] = []
+        # Offsets as 8-byte machine integers, not tuples of Python ints (ten times the
+        # bytes): the walk's memory stays below the file's size (docs/formats.md).
+        self.region_starts = array("q")
+        self.region_ends = array("q")
         self.device_ids: list[DeviceKey] = []
-        self.chunk_spans: list[tuple[int, int]] = []
+        self.chunk_starts = array("q")
+        self.chunk_ends = array("q")
         self.aligned: set[int] = set()  # devices with a time column
         self.series = 0
         self.points = 0
         self.codecs: dict[tuple[int, int], bytes] = {}
         self.properties: dict[str, str | None] = {}
         self.parsed = 0  # bytes of index regions walked: bounds the walk to the file
+        self.named = 0  # bytes of names compared with chunk headers: bounds those reads
 
     # ----------------------------------------------------------------- TsFileMetadata
 
     def file_metadata(self, meta_start: int, meta_end: int) -> list[_Region]:
         """Parse ``TsFileMetadata``; return the regions its root nodes point at."""
-        self._load(meta_start, meta_end)
+        if meta_end - meta_start > MAX_FILE_METADATA:
+            raise Corrupt(
+                f"file metadata of {meta_end - meta_start} bytes (at most {MAX_FILE_METADATA})"
+            )
+        self.data, self.base = self.file[meta_start:meta_end], meta_start
         cur = Cursor(self.data, self.base, meta_start, meta_end)
         roots: list[tuple[_Node, bytes | None]] = []
         if self.version == 3:
@@ -221,7 +342,7 @@ class _Walk:
             raise Corrupt(f"meta offset {self.meta_offset} outside the file body")
         self.index_start = self.meta_offset + 1
         self.index_end = meta_start
-        self._load(self.index_start, meta_start)
+        self.file.bound_index(self.index_start, self.index_end)
         pending = []
         for (entries, end_offset, node_type), table_name in roots:
             if node_type not in (INTERNAL_DEVICE, LEAF_DEVICE):
@@ -252,12 +373,8 @@ class _Walk:
                 raise Corrupt(f"bad column category at {cur.at() - 4}")
 
     def _load(self, start: int, end: int) -> None:
-        """Make ``data`` hold the file's bytes ``[start, end)``: a copy out of a mapped
-        file (indexing bytes is faster than indexing a map), the file itself if read."""
-        if isinstance(self.file, bytes):
-            self.data, self.base = self.file, 0
-        else:
-            self.data, self.base = self.file[start:end], start
+        """Make ``data`` hold the file's bytes ``[start, end)`` (and maybe more)."""
+        self.data, self.base = self.file.index(start, end)
 
     def _bloom_filter(self, cur: Cursor) -> None:
         """Its bytes, then its size and hash count (format 4: only if it has bytes)."""
@@ -282,7 +399,10 @@ class _Walk:
         """``MetadataIndexNode``: entries (device id or measurement name, offset), end
         offset, node type."""
         entries: list[_Entry] = []
-        for _ in range(cur.count(9)):
+        count = cur.count(9)
+        if count > MAX_FANOUT:
+            raise Corrupt(f"an index node of {count} entries (at most {MAX_FANOUT})")
+        for _ in range(count):
             key = self._device_id(cur) if device_level else cur.var_bytes()
             entries.append((key, cur.i64()))
         end_offset = cur.i64()
@@ -304,6 +424,8 @@ class _Walk:
             dev = device
             if node_type == LEAF_DEVICE:
                 dev = len(self.device_ids)
+                if dev >= MAX_DEVICES:
+                    raise Corrupt(f"more than {MAX_DEVICES} devices")
                 self.device_ids.append(key)
             regions.append(_Region(offset, bounds[i + 1], node_type, key, dev, depth + 1))
         self._check_bounds(bounds)
@@ -322,10 +444,14 @@ class _Walk:
         stack = pending[::-1]
         while stack:
             region = stack.pop()
-            self.regions.append((region.start, region.end))
+            if len(self.region_starts) >= MAX_REGIONS:
+                raise Corrupt(f"more than {MAX_REGIONS} index nodes and series lists")
+            self.region_starts.append(region.start)
+            self.region_ends.append(region.end)
             self.parsed += region.end - region.start
             if self.parsed > self.index_end - self.index_start:
                 raise Corrupt("index regions reached more than once")
+            self._load(region.start, region.end)
             if region.kind == LEAF_MEASUREMENT:
                 self._series_list(region)
                 continue
@@ -429,8 +555,19 @@ class _Walk:
         limit = self.meta_offset
         if not HEAD_LEN <= offset < limit:
             raise Corrupt(f"chunk offset {offset} outside the data region")
+        # Chunk headers never overlap and each holds its series' name, so the names
+        # compared add up to less than the data region: a name megabytes long listed
+        # for one chunk again and again is refused at once, not compared for hours.
+        self.named += len(encoded_name)
+        if self.named > limit:
+            raise Corrupt(
+                "the chunk lists name more header bytes than the data region holds "
+                "(a chunk listed more than once)"
+            )
+        if len(self.chunk_starts) >= MAX_CHUNKS:
+            raise Corrupt(f"more than {MAX_CHUNKS} chunks")
         # marker, the name as the series holds it, a data size of up to 5 bytes, 3 codes
-        head = self.file[offset : min(offset + len(encoded_name) + 9, limit)]
+        head = self.file.chunk_head(offset, min(offset + len(encoded_name) + 9, limit))
         marker = head[0]
         if marker & 0x3F not in _CHUNK_KINDS or marker & 0xC0 != mask:
             raise Corrupt(f"no chunk header at {offset} (marker {marker})")
@@ -453,35 +590,39 @@ class _Walk:
         end = offset + pos + 3 + size
         if end > limit:
             raise Corrupt(f"chunk at {offset} runs past the data region")
-        self.chunk_spans.append((offset, end))
-        self.codecs.setdefault((data_type, codes[2]), encoded_name)
+        self.chunk_starts.append(offset)
+        self.chunk_ends.append(end)
+        self.codecs.setdefault((data_type, codes[2]), encoded_name)  # at most types x codes
 
     # ----------------------------------------------------------------- the result
 
     def finish(self) -> Summary:
-        self.regions.sort()
-        at = self.index_start
-        for start, end in self.regions:
-            if start != at:
-                raise Corrupt("index regions overlap or leave a gap")
-            at = end
-        if at != self.index_end:
+        starts, ends = _sorted(self.region_starts), _sorted(self.region_ends)
+        first, last = (starts[0], ends[-1]) if len(starts) else (self.index_end,) * 2
+        if first != self.index_start or last != self.index_end:
             raise Corrupt("index regions do not reach the file metadata")
-        self.chunk_spans.sort()
-        for (_, end), (start, _) in zip(self.chunk_spans, self.chunk_spans[1:], strict=False):
-            if start < end:
-                raise Corrupt(f"chunks overlap at {start}")
-        if len(set(self.device_ids)) != len(self.device_ids):
+        if not np.array_equal(starts[1:], ends[:-1]):
+            raise Corrupt("index regions overlap or leave a gap")
+        del starts, ends
+        starts, ends = _sorted(self.chunk_starts), _sorted(self.chunk_ends)
+        overlap = np.flatnonzero(ends[:-1] > starts[1:])
+        if overlap.size:
+            raise Corrupt(f"chunks overlap at {int(starts[overlap[0] + 1])}")
+        del starts, ends
+        ids, self.device_ids = self.device_ids, []
+        if len(set(ids)) != len(ids):
             raise Corrupt("a device is listed twice")
-        names = {self._device_name(d) for d in self.device_ids}
+        names = sorted(map(self._device_name, ids))
+        del ids
+        distinct = tuple(n for i, n in enumerate(names) if not i or n != names[i - 1])
         codecs = tuple(
             (t, e, _text(name[uvar_at(name, 0)[1] :])) for (t, e), name in self.codecs.items()
         )
         return Summary(
             self.version,
-            tuple(sorted(names)),
+            distinct,
             self.series,
-            len(self.chunk_spans),
+            len(self.chunk_starts),
             self.points,
             tuple(sorted(codecs)),
             tuple(sorted(self.properties.items())),
@@ -502,23 +643,25 @@ def _text(raw: bytes) -> str:
 # --------------------------------------------------------------------------- entry points
 
 
-def parse(file: bytes | mmap.mmap) -> Summary:
+def parse(file: bytes | _Source) -> Summary:
     """Check a whole file's bytes; :class:`Corrupt` or :class:`OldVersion` if wrong."""
-    size = len(file)
-    head = file[: len(V08_HEAD)]
+    src = file if isinstance(file, _Source) else _Source(len(file), whole=file)
+    size = src.size
+    head = src[: len(V08_HEAD)]
     if head[: len(MAGIC)] != MAGIC:
         raise Corrupt("no TsFile magic at the head" if size else "empty file")
     _check_version(head)
-    if size < HEAD_LEN + TAIL_LEN or file[size - len(MAGIC) :] != MAGIC:
+    tail = src[size - TAIL_LEN :]
+    if size < HEAD_LEN + TAIL_LEN or tail[-len(MAGIC) :] != MAGIC:
         raise Corrupt("no TsFile magic at the tail (truncated?)")
-    (meta_len,) = I32.unpack_from(file, size - TAIL_LEN)
+    (meta_len,) = I32.unpack_from(tail, 0)
     meta_start = size - TAIL_LEN - meta_len
     if meta_len <= 0 or meta_start <= HEAD_LEN:
         raise Corrupt(f"metadata length {meta_len} does not fit the file")
-    walk = _Walk(head[len(MAGIC)], file)
+    walk = _Walk(head[len(MAGIC)], src)
     try:
         pending = walk.file_metadata(meta_start, size - TAIL_LEN)
-        if file[walk.meta_offset] != SEPARATOR:
+        if src[walk.meta_offset : walk.meta_offset + 1] != bytes([SEPARATOR]):
             raise Corrupt("meta offset does not point at the index separator")
         walk.walk(pending)
         return walk.finish()
@@ -561,8 +704,7 @@ def read(path: str | os.PathLike[str]) -> Summary:
             size = os.fstat(fd).st_size
             if size <= _SMALL_FILE:
                 return parse(os.pread(fd, size, 0))
-            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
-                return parse(mapped)
+            return parse(_Source(size, fd=fd))
     except Corrupt as exc:
         raise unreadable(path, KIND, str(exc)) from None
     except OldVersion as exc:

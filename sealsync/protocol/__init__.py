@@ -14,6 +14,7 @@ ends that session only.
 The order of a session, sender (C) and receiver (S)::
 
     C: HELLO                       S: WELCOME | ERROR
+    C: LEASE?                      S: LEASE_GRANT | ERROR (version 2; before SCHEMA, rounds)
     C: HELD_QUERY?                 S: HELD (version 2; a plain send's lost-storage check)
     C: SCHEMA*                     S: SCHEMA_ACK (one per SCHEMA)
     C: INVENTORY_QUERY*            S: INVENTORY (one per query; send --reconcile)
@@ -56,6 +57,7 @@ from sealsync.protocol.codec import (
 )
 from sealsync.protocol.messages import (
     ANOTHER_SENDER,
+    LEASE_RE,
     AnyMessage,
     Bye,
     Chunk,
@@ -70,6 +72,8 @@ from sealsync.protocol.messages import (
     Hello,
     Inventory,
     InventoryQuery,
+    Lease,
+    LeaseGrant,
     Message,
     Owners,
     OwnersQuery,
@@ -92,6 +96,7 @@ from sealsync.protocol.spec import (
     MAX_CHUNK_PAYLOAD,
     MAX_CONTROL_PAYLOAD,
     MAX_DATA_DIRS,
+    MAX_DELETION_FILE_SIZE,
     MAX_DEVICES_PER_QUERY,
     MAX_FILE_ID,
     MAX_FILE_SIZE,
@@ -142,6 +147,9 @@ __all__ = [
     "Inventory",
     "InventoryQuery",
     "Kind",
+    "LEASE_RE",
+    "Lease",
+    "LeaseGrant",
     "MAX_CHUNK_PAYLOAD",
     "MAX_CONTROL_PAYLOAD",
     "MAX_DATA_DIRS",
@@ -153,6 +161,7 @@ __all__ = [
     "MAX_MTIME_NS",
     "MAX_PARTIALS",
     "MAX_SCHEMA_PAYLOAD",
+    "MAX_DELETION_FILE_SIZE",
     "MAX_SIDECAR_SIZE",
     "MAX_TEXT",
     "Message",

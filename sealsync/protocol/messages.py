@@ -41,6 +41,9 @@ from sealsync.protocol.spec import (
 _UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+LEASE_RE = re.compile(r"^[1-9][0-9]{0,17}-[0-9a-f]{16}-[0-9a-f]{32}$")
+"""An identity lease: ``<number>-<nonce>-<tag>``, the receiver's to make and check
+(receiver/leases.py); the sender only keeps and presents it."""
 
 
 # --- field validators -------------------------------------------------------------
@@ -455,6 +458,44 @@ def held_digest(names: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
+def _lease(value: Any, what: str, empty_ok: bool) -> str:
+    if not isinstance(value, str) or not (LEASE_RE.match(value) or (empty_ok and value == "")):
+        raise ProtocolError(f"{what}: not an identity lease")
+    return value
+
+
+@dataclass(frozen=True)
+class Lease(Message):
+    """Right after WELCOME (protocol version 2): the identity lease this sender holds
+    from this receiver ("" when it holds none), where it runs (host name and schema
+    dir, for the operator's line when two hosts act as one sender), and ``reclaim``
+    (the operator said this host alone acts as this sender: ``sealsync identity
+    reclaim``). The receiver answers LEASE_GRANT or ERROR ``identity``
+    (docs/design.md §5.1)."""
+
+    kind: ClassVar[Kind] = Kind.LEASE
+    lease: str
+    host: str
+    reclaim: bool
+
+    def validate(self) -> None:
+        _lease(self.lease, "LEASE.lease", empty_ok=True)
+        _text(self.host, "LEASE.host")
+        _bool(self.reclaim, "LEASE.reclaim")
+
+
+@dataclass(frozen=True)
+class LeaseGrant(Message):
+    """The sender's next lease: it records it durably before it sends its next frame,
+    which tells the receiver it holds it."""
+
+    kind: ClassVar[Kind] = Kind.LEASE_GRANT
+    lease: str
+
+    def validate(self) -> None:
+        _lease(self.lease, "LEASE_GRANT.lease", empty_ok=False)
+
+
 @dataclass(frozen=True)
 class PartialsQuery(Message):
     """Inside a round, before its files: which partial uploads of this sender does the
@@ -573,6 +614,8 @@ CONTROL_MESSAGES: dict[Kind, type[Message]] = {
         Partials,
         HeldQuery,
         Held,
+        Lease,
+        LeaseGrant,
     )
 }
 """The message class of each control frame kind."""

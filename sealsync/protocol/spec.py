@@ -11,7 +11,8 @@ from sealsync.errors import SealsyncError
 
 PROTOCOL_VERSION = 2
 """The newest version this release speaks. Version 2 added HELD_QUERY/HELD (a
-summary of what the receiver holds of a sender, docs/design.md §3.9)."""
+summary of what the receiver holds of a sender, docs/design.md §3.9) and LEASE/
+LEASE_GRANT (the sender identity lease, docs/design.md §5.1)."""
 OLDEST_PROTOCOL_VERSION = 1
 """The oldest version this release still speaks: one version back (docs/protocol.md,
 "Versions and upgrades")."""
@@ -66,6 +67,11 @@ MAX_CHUNK_PAYLOAD = 1024 * 1024
 MAX_SCHEMA_PAYLOAD = 1024 * 1024
 MAX_FILE_SIZE = 1 << 40
 MAX_SIDECAR_SIZE = 1 << 30
+MAX_DELETION_FILE_SIZE = 16 << 20
+"""The largest ``.mods`` or ``.mods2`` a receiver accepts: a FILE_BEGIN announcing a
+larger one is answered *refused* (the file, not the session; its bytes are read and
+dropped). The frame itself may carry up to :data:`MAX_SIDECAR_SIZE`; every deletion
+becomes a record the loader holds with its file (sealsync.formats.mods)."""
 MAX_TEXT = 1024
 MAX_DEVICES_PER_QUERY = 4096
 MAX_DATA_DIRS = 1024
@@ -105,6 +111,7 @@ class ErrorCode(StrEnum):
     QUOTA = "quota"  # a file would take the sender over sender_quota_bytes
     IO = "io"  # the receiver could not write its own state (disk full, permissions)
     INTERNAL = "internal"  # a receiver bug; its log has the traceback
+    IDENTITY = "identity"  # another host acts as this sender: its lease is newer
     CLOSED = "closed"  # never sent: the code of a connection the peer closed
 
 
@@ -144,6 +151,8 @@ class Kind(IntEnum):
     PARTIALS = 22
     HELD_QUERY = 23  # version 2
     HELD = 24  # version 2
+    LEASE = 25  # version 2
+    LEASE_GRANT = 26  # version 2
 
 
 class Verdict:

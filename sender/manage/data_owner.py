@@ -10,6 +10,11 @@ configuration error (exit 2) that says whose the data dir is and how to fix it.
 
 State written before this file existed has no owner: the next sender to run claims
 it (logged); a check or a dry run only reads.
+
+A copy of a sender's host (a cloned image, copied folders) carries this file too: if
+its UUID file was removed or replaced to make it a sender of its own, it is refused
+the same way, and the line names both causes and fixes, the copy's being ``sealsync
+identity new`` (a UUID and state of its own, :mod:`sender.manage.new_identity`).
 """
 
 from __future__ import annotations
@@ -76,9 +81,11 @@ def owner_problem(source: str, index: int, data_dir: Path, schema_dir: Path) -> 
     return (
         f"{source}: [sender] data_dirs[{index}]: {data_dir} is synced by another sender "
         f"(UUID {owner}, recorded in {owner_path(data_dir)}), this config is {who} "
-        f"(schema_dir {schema_dir}): one data dir has one sender; give this config the "
-        "schema_dir of the config that syncs it (one config per instance, one [[receiver]] "
-        "table per receiver)"
+        f"(schema_dir {schema_dir}): one data dir has one sender. A second config for "
+        "this instance? give it the schema_dir of the config that syncs it (one config "
+        "per instance, one [[receiver]] table per receiver). A copy of that sender's "
+        "host (a cloned image or copied folders, its uuid.txt removed or replaced)? give "
+        f"it an identity of its own with `sealsync identity new --config {source}`"
     )
 
 

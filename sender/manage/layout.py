@@ -116,6 +116,11 @@ class SchemaPaths:
         return Path(self.schema_dir) / "mlog.txt"
 
     @property
+    def lease(self) -> Path:
+        """The identity lease this receiver granted last (:mod:`.identity`)."""
+        return self.folder / "lease.json"
+
+    @property
     def history(self) -> Path:
         """One JSON line per attempt to sync with this receiver (:mod:`.history`)."""
         return self.folder / "rounds.jsonl"

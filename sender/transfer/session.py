@@ -422,6 +422,10 @@ class SenderSession:
             device, owner = held[0]
             more = f" and {len(held) - 1} more" if len(held) > 1 else ""
             whose = "another sender" if owner == ANOTHER_SENDER else f"sender {owner}"
+            said = f"device {device} is owned by "  # the receiver's verdict names the owner
+            entry = refusals.get(name)
+            if owner == ANOTHER_SENDER and entry is not None and entry.reason.startswith(said):
+                whose = entry.reason[len(said) :].split(" (and ", 1)[0]
             report.refused[name] = (
                 f"conflict: device {device}{more} owned by {whose} on the receiver; "
                 "not resent until released there (`sealsync owners release`)"

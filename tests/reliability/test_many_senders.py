@@ -28,13 +28,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from deploy_helpers import SEALSYNC, Deployment, Sender, make_deployment
+from proc_helpers import RssSampler
 from reliability.figures import record
 
 from receiver.storage import DirectoryStorage
@@ -58,7 +58,6 @@ ROUND_BOUND = 75.0
 RSS_CEILING_MB = 500
 RSS_TREE_CEILING_MB = 1000
 """The receiver with its inspection workers (each a Python with tsfile and pyarrow)."""
-SAMPLE_EVERY = 0.1
 
 
 def shared(k: int) -> str:
@@ -118,65 +117,6 @@ def generate(dep: Deployment, work: Path) -> dict[int, dict[str, tuple[str, ...]
             os.link(f"{src}.resource", f"{target}.resource")  # sealed once complete
             plans[i][name] = devs
     return plans
-
-
-class RssSampler:
-    """Peak VmRSS of the receiver process (and of it with its worker processes)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak_kb = 0
-        self.peak_tree_kb = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_EVERY):
-            own = _rss_kb(self.pid)
-            if own is None:
-                return
-            tree = own + sum(_rss_kb(p) or 0 for p in _descendants(self.pid))
-            self.peak_kb = max(self.peak_kb, own)
-            self.peak_tree_kb = max(self.peak_tree_kb, tree)
-            self.samples += 1
-
-
-def _rss_kb(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
-    return 0
-
-
-def _descendants(root: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def send_all(dep: Deployment, tag: str) -> tuple[list[int], list[dict], float]:

@@ -10,8 +10,10 @@ module.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -269,3 +271,54 @@ def snapshot(root: Path) -> dict[str, tuple[bool, int, bytes]]:
                 body = f.read()
             found[os.path.relpath(path, root)] = (False, len(body), body)
     return found
+
+
+class Touches:
+    """Everything any process does under ``root`` from now on, as inotify reports it: a
+    folder opened or listed, a file read, anything made, changed or removed (each event
+    as ``"<folder>/<name> <mask>"``). The folders under ``root`` now are watched; the
+    watcher's own walk is not counted. Linux only."""
+
+    IN_ALL_EVENTS = 0xFFF
+    _EVENT = struct.Struct("iIII")
+
+    def __init__(self, root: Path) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self._fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self._folders: dict[int, str] = {}
+        for here, _dirs, _files in os.walk(root):
+            wd = self._libc.inotify_add_watch(self._fd, os.fsencode(here), self.IN_ALL_EVENTS)
+            if wd < 0:
+                raise OSError(ctypes.get_errno(), f"inotify_add_watch {here}")
+            self._folders[wd] = here
+        self._read()  # the walk above opened the folders: not what is watched for
+
+    def _read(self) -> list[str]:
+        out: list[str] = []
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return out
+            at = 0
+            while at < len(data):
+                wd, mask, _cookie, size = self._EVENT.unpack_from(data, at)
+                name = data[at + self._EVENT.size : at + self._EVENT.size + size].rstrip(b"\0")
+                folder = self._folders.get(wd, "?")
+                out.append(f"{folder}/{os.fsdecode(name)} {mask:#x}")
+                at += self._EVENT.size + size
+
+    def events(self) -> list[str]:
+        """The events since the last call."""
+        return self._read()
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> Touches:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

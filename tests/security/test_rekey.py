@@ -14,13 +14,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from deploy_helpers import SEALSYNC
+from deploy_helpers import SEALSYNC, Sender
 from receiver_service_helpers import Client
 from reliability.figures import record
 
 from sealsync.keys import fingerprint, generate_keypair
 from sealsync.permissions import restrict_writes
 from sealsync.protocol import Error, Welcome
+from sealsync.simulator import EdgeInstance
 from security.attacks import Site
 
 pytestmark = pytest.mark.slow
@@ -137,3 +138,67 @@ def test_senders_usage_mistakes_are_one_line(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
     for result in (unknown, bad_uuid, pub_missing):  # not a usage error: one line
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_retired_senders_key_does_not_come_back_as_a_new_sender(tmp_path: Path) -> None:
+    """Retired with ``--release-devices``, an edge's key stays in ``authorized_keys``; the
+    edge, wiped (a new UUID), connects again: it is refused and claims nothing of what
+    the retirement released, until the operator binds that key to the new UUID."""
+    site = Site(tmp_path / "site")
+    edge = site.dep.senders[1]  # the sender to retire: the second key's
+    edge.edge.write_file("root.x", 0, devices=["root.x.d0", "root.x.d1"], rows_per_device=5)
+    site.start()
+    try:
+        first = edge.send()
+        old_uuid = edge.uuid
+        retired = _senders(site, "retire", old_uuid, "--release-devices")
+        edge = _reinstalled(edge, tmp_path / "reinstalled")  # its key kept, nothing else
+        edge.edge.write_file("root.x", 0, devices=["root.x.d0", "root.x.d1"], rows_per_device=5)
+        again = edge.send()
+        new_uuid = edge.uuid
+        owners_after = _owners(site)
+        code, stderr = site.honest_round()
+        rekeyed = _senders(site, "rekey", new_uuid, "--key", str(site.hostile_key) + ".pub")
+        allowed = edge.send()
+        owners_last = _owners(site)
+    finally:
+        site.stop()
+    reclaimed = {d for d, o in owners_after.items() if d.startswith("root.x.")}
+    held = again.returncode != 0 and not reclaimed and code == 0
+    record("security", attack="a retired sender's key binds a new UUID", tried=1, held=held)
+    assert first.returncode == 0, first.stderr
+    assert retired.returncode == 0 and "released 2 devices" in retired.stdout, retired.stderr
+    assert new_uuid != old_uuid
+    assert again.returncode != 0
+    assert f"was retired on this receiver with sender {old_uuid}" in again.stderr
+    assert f"sealsync senders rekey {new_uuid} --key" in again.stderr
+    assert not reclaimed, owners_after
+    assert code == 0, stderr
+    assert site.honest_files_loaded()
+    assert rekeyed.returncode == 0 and "(a new sender)" in rekeyed.stdout, rekeyed.stderr
+    assert allowed.returncode == 0, allowed.stderr
+    assert {owners_last["root.x.d0"], owners_last["root.x.d1"]} == {new_uuid}
+
+
+def _owners(site: Site) -> dict[str, str]:
+    """Device -> owner UUID, as ``sealsync owners --json`` lists them."""
+    listed = subprocess.run(
+        [*SEALSYNC, "owners", "--json", "--config", str(site.dep.receiver_config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    return {d: owner for owner, ds in json.loads(listed.stdout)["owners"].items() for d in ds}
+
+
+def _reinstalled(sender: Sender, root: Path) -> Sender:
+    """The same edge on fresh disks (a new schema dir, so a new UUID), with its old key."""
+    edge = EdgeInstance(root)
+    text = sender.config.read_text()
+    text = text.replace(str(sender.edge.schema_dir), str(edge.schema_dir))
+    text = text.replace(str(sender.edge.data_dirs[0]), str(edge.data_dirs[0]))
+    config = root / "edge.toml"
+    config.write_text(text)
+    restrict_writes(config)
+    return Sender(sender.name, edge, config)

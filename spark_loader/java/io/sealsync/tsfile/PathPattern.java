@@ -7,7 +7,6 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.BitSet;
 import java.util.List;
-import java.util.regex.Pattern;
 
 /**
  * Which series an IoTDB deletion's path pattern covers: the rules of IoTDB 0.13 and later
@@ -96,19 +95,72 @@ public final class PathPattern {
       return true;
     }
     if (pattern.startsWith("*") || pattern.endsWith("*")) {
-      StringBuilder regex = new StringBuilder();
-      String[] parts = pattern.split("\\*", -1);
-      for (int p = 0; p < parts.length; p++) {
-        if (p > 0) {
-          regex.append(".*");
-        }
-        if (!parts[p].isEmpty()) {
-          regex.append(Pattern.quote(parts[p]));
-        }
-      }
-      return Pattern.compile(regex.toString(), Pattern.DOTALL).matcher(name).matches();
+      return globMatches(pattern, name);
     }
     return pattern.equals(name);
+  }
+
+  /**
+   * Whether {@code name} matches the glob node {@code pattern} ({@code *}: any run of
+   * characters), in time linear in their lengths. A regular expression backtracks ({@code
+   * *a*a*a...*b} against a long run of {@code a} took hours); here the first part must start the
+   * name, the last end it, and each one between is taken at its leftmost place after the one
+   * before: if any placement fits, the leftmost ones do.
+   */
+  static boolean globMatches(String pattern, String name) {
+    String[] parts = pattern.split("\\*", -1);
+    String first = parts[0];
+    String last = parts[parts.length - 1];
+    if (first.length() + last.length() > name.length()
+        || !name.startsWith(first)
+        || !name.endsWith(last)) {
+      return false;
+    }
+    int at = first.length();
+    int end = name.length() - last.length();
+    for (int p = 1; p < parts.length - 1; p++) {
+      String part = parts[p];
+      if (part.isEmpty()) {
+        continue;
+      }
+      int found = find(name, part, at, end);
+      if (found < 0) {
+        return false;
+      }
+      at = found + part.length();
+    }
+    return true;
+  }
+
+  /**
+   * Where {@code part} first occurs in {@code text} within {@code [from, end)}, or -1; in time
+   * linear in their lengths (Knuth-Morris-Pratt: {@code String.indexOf} compares naively, quadratic
+   * on a long name and a long part that almost matches everywhere).
+   */
+  static int find(String text, String part, int from, int end) {
+    int m = part.length();
+    int[] fail = new int[m];
+    for (int i = 1, k = 0; i < m; i++) {
+      while (k > 0 && part.charAt(i) != part.charAt(k)) {
+        k = fail[k - 1];
+      }
+      if (part.charAt(i) == part.charAt(k)) {
+        k++;
+      }
+      fail[i] = k;
+    }
+    for (int i = from, k = 0; i < end; i++) {
+      while (k > 0 && text.charAt(i) != part.charAt(k)) {
+        k = fail[k - 1];
+      }
+      if (text.charAt(i) == part.charAt(k)) {
+        k++;
+      }
+      if (k == m) {
+        return i - m + 1;
+      }
+    }
+    return -1;
   }
 
   private static boolean whole(String[] pattern, String[] names) {
@@ -116,12 +168,13 @@ public final class PathPattern {
     reach.set(0);
     for (String node : pattern) {
       BitSet next = new BitSet();
-      boolean multi = node.equals("**");
-      for (int j = reach.nextSetBit(0); j >= 0; j = reach.nextSetBit(j + 1)) {
-        if (multi) {
-          next.set(j + 1, names.length + 1);
-        } else if (j < names.length && nodeMatches(node, names[j])) {
-          next.set(j + 1);
+      if (node.equals("**")) {
+        next.set(reach.nextSetBit(0) + 1, names.length + 1); // everything past the first
+      } else {
+        for (int j = reach.nextSetBit(0); j >= 0 && j < names.length; j = reach.nextSetBit(j + 1)) {
+          if (nodeMatches(node, names[j])) {
+            next.set(j + 1);
+          }
         }
       }
       if (next.isEmpty()) {

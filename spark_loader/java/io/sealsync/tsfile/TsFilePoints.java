@@ -543,19 +543,20 @@ public final class TsFilePoints implements AutoCloseable {
      * covers: one written below the chunk's header offset, over its closed time range.
      */
     void deleteFrom(int from, List<Deletion> hits, long chunkOffset) {
-      for (Deletion d : hits) {
-        if (d.below <= chunkOffset) {
-          continue; // the chunk was written after the deletion: IoTDB keeps its points
-        }
-        int w = from;
-        for (int r = from; r < n; r++) {
-          if (times[r] >= d.since && times[r] <= d.until) {
-            continue;
-          }
-          move(r, w++);
-        }
-        n = w;
+      // a deletion written below the chunk's header offset reaches it (TimeRanges.of); a
+      // chunk written after the deletion keeps its points, as IoTDB does
+      TimeRanges gone = TimeRanges.of(hits, chunkOffset);
+      if (gone.isEmpty()) {
+        return;
       }
+      int w = from;
+      for (int r = from; r < n; r++) {
+        if (gone.covers(times[r])) {
+          continue;
+        }
+        move(r, w++);
+      }
+      n = w;
     }
 
     private void move(int from, int to) {

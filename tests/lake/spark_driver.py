@@ -1,0 +1,122 @@
+"""A Spark driver in a process of its own, answering JSON requests one per line.
+
+Why a process: a test process can hold one SparkContext, and the tests' shared local
+session (``tests/conftest.py``'s ``spark``) may be it; a driver on a cluster needs its
+own. It runs in the test's mount namespace, as the loader's driver does, so it sees the
+folders the cluster's workers do not.
+
+Requests on stdin, answers on the stdout it was started with (the JVM's own output goes
+to stderr):
+
+* ``{"op": "start", "master", "conf", "log_dir", "executors"}``: the loader's session
+  (``spark_loader.spark_session.create_session``: Delta, the TsFile reader), once
+  ``executors`` executors have registered;
+* ``{"op": "look", "path", "tasks"}``: whether the driver and each task can read
+  ``path``, and in which mount namespace each ran;
+* ``{"op": "write", "uri", "first", "count", "mode"}``: rows ``id``, ``id * 2`` for ids
+  ``first`` to ``first + count - 1``, written as Delta by the executors;
+* ``{"op": "read", "uri", "version"}``: the table's rows (or those of a version);
+* ``{"op": "stop"}``.
+
+Each answer is ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+_spark: Any = None
+
+
+def _look(path: str) -> dict[str, Any]:
+    """What this process sees of ``path``: its mount namespace, whether it can read it."""
+    found: dict[str, Any] = {"mnt": os.readlink("/proc/self/ns/mnt"), "pid": os.getpid()}
+    try:
+        with open(path, "rb") as f:
+            found["read"] = f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        found["error"] = type(exc).__name__
+    return found
+
+
+def _start(request: dict[str, Any]) -> dict[str, Any]:
+    global _spark
+    from spark_loader.spark_session import create_session
+
+    began = time.monotonic()
+    _spark = create_session(
+        request["master"],
+        Path(request["log_dir"]),
+        conf=request.get("conf") or {},
+        python=sys.executable,
+    )
+    wanted = int(request.get("executors", 1))
+    status = _spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+    deadline = time.monotonic() + 120
+    while status.size() - 1 < wanted:  # the driver is listed too
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{status.size() - 1} of {wanted} executors registered in 120s")
+        time.sleep(0.2)
+        status = _spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+    return {"seconds": time.monotonic() - began, "app": _spark.sparkContext.applicationId}
+
+
+def _tasks_look(request: dict[str, Any]) -> dict[str, Any]:
+    path, tasks = request["path"], int(request.get("tasks", 8))
+
+    def probe(_: Any) -> dict[str, Any]:
+        time.sleep(0.3)  # long enough that every executor gets tasks
+        return _look(path)
+
+    seen = _spark.sparkContext.parallelize(range(tasks), tasks).map(probe).collect()
+    return {"driver": _look(path), "tasks": seen}
+
+
+def _write(request: dict[str, Any]) -> dict[str, Any]:
+    first, count = int(request.get("first", 0)), int(request["count"])
+    frame = _spark.range(first, first + count, numPartitions=4).selectExpr(
+        "id", "id * 2 AS doubled"
+    )
+    frame.write.format("delta").mode(request.get("mode", "append")).save(request["uri"])
+    return {}
+
+
+def _read(request: dict[str, Any]) -> dict[str, Any]:
+    reader = _spark.read.format("delta")
+    if request.get("version") is not None:
+        reader = reader.option("versionAsOf", int(request["version"]))
+    frame = reader.load(request["uri"])
+    rows = sorted((r["id"], r["doubled"]) for r in frame.collect())
+    return {"rows": rows, "files": sorted(frame.inputFiles())}
+
+
+OPS = {"start": _start, "look": _tasks_look, "write": _write, "read": _read}
+
+
+def main() -> int:
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever else prints (the JVM, PySpark) goes to stderr
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "stop":
+            break
+        try:
+            answer = {"ok": True, **OPS[request["op"]](request)}
+        except Exception as exc:
+            traceback.print_exc()
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000]}
+        answers.write(json.dumps(answer) + "\n")
+    if _spark is not None:
+        _spark.stop()
+    answers.write(json.dumps({"ok": True}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
