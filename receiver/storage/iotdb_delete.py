@@ -134,6 +134,22 @@ def _device(nodes: tuple[str, ...], dialect: str) -> list[str]:
     return ["root", *(_raw_012(n) for n in nodes[1:])]
 
 
+def device_path(device: str, dialect: str) -> str:
+    """``device`` (as the files name it) written for a statement of ``dialect``;
+    :class:`Unwritable` if it cannot be written safely."""
+    try:
+        nodes = split_path(device)
+    except ValueError:
+        raise Unwritable(f"the device {printable(device)}") from None
+    return ".".join(_device(nodes, dialect))
+
+
+def series_path(device: str, measurement: str, dialect: str) -> str:
+    """The series ``measurement`` of ``device`` written for a statement of ``dialect``."""
+    last = _quote_2(node_name(measurement)) if dialect == DIALECT_2 else _raw_012(measurement)
+    return f"{device_path(device, dialect)}.{last}"
+
+
 def _where(deletion: SeriesDeletion) -> str:
     bounds = []
     if deletion.start != MIN_TIME:
