@@ -37,6 +37,7 @@ from receiver.limits import (
     Startup,
 )
 from receiver.metrics import ReceiverMetrics
+from sealsync import ssh_packets
 from sealsync.keepalive import ActivitySocket
 from sealsync.keys import fingerprint
 from sealsync.protocol import (
@@ -303,8 +304,8 @@ def server_transport(
     ``grace`` (``login_grace_time``) bounds paramiko's own banner, handshake and auth
     waits; the connection thread enforces it exactly.
     """
-    transport = paramiko.Transport(
-        sock,  # type: ignore[arg-type]  # socket-like, as paramiko allows
+    transport = ssh_packets.Transport(
+        sock,
         default_window_size=SSH_WINDOW_SIZE,
         default_max_packet_size=SSH_MAX_PACKET_SIZE,
     )
