@@ -110,12 +110,28 @@ def packages(*, s3: bool = False) -> tuple[list[str], list[str]]:
     return wanted, list(TSFILE_EXCLUDES)
 
 
+#: Where a session's settings may name ``hadoop-aws`` already (a cluster that installs
+#: it on every node puts it on the class paths).
+_CLASS_PATH_KEYS = (
+    "spark.jars",
+    "spark.jars.packages",
+    "spark.driver.extraClassPath",
+    "spark.executor.extraClassPath",
+)
+
+
+def has_hadoop_aws(conf: dict[str, str]) -> bool:
+    """Whether ``conf`` gives the session Hadoop's S3 connector itself."""
+    return any("hadoop-aws" in conf.get(key, "") for key in _CLASS_PATH_KEYS)
+
+
 def session_conf(
-    master: str, conf: dict[str, str], jars: list[str] | None = None
+    master: str, conf: dict[str, str], jars: list[str] | None = None, *, s3: bool = False
 ) -> dict[str, str]:
     """What a new session needs: Delta Lake (the table's format), the TsFile library for
     every master, and the jar on the driver's class path (local) or shipped to the
-    executors (any other master).
+    executors (any other master); with ``s3`` (a table on ``s3a://``), Hadoop's S3
+    connector unless ``conf`` names it already.
 
     ``jars``: the packages' jars as files (``[loader] jars_dir``), put in ``spark.jars``
     in place of their coordinates: nothing is resolved.
@@ -126,6 +142,8 @@ def session_conf(
             out.update(_joined({**conf, **out}, "spark.jars", jar, ","))
         return out
     out = delta_conf(conf)
+    if s3 and not has_hadoop_aws(conf):
+        out.update(_joined({**conf, **out}, "spark.jars.packages", hadoop_aws_package(), ","))
     if not JAR.is_file():
         return out
     out.update(_joined({**conf, **out}, "spark.jars.packages", TSFILE_PACKAGE, ","))

@@ -112,6 +112,13 @@ class LoaderConfig:
         default=None, metadata=setting(PathValue(check=need_prom_path))
     )
 
+    def __post_init__(self) -> None:
+        # Built in code with a folder (a Path or its text), as tests and embedders do:
+        # the location of that folder (a URI text is parsed as the file would be).
+        if not isinstance(self.table_path, TableLocation):
+            text = os.fspath(self.table_path)
+            object.__setattr__(self, "table_path", parse_location(text, Path.cwd()))
+
     @classmethod
     def from_mapping(
         cls, d: Mapping[str, Any], base_dir: Path, source: str = MAPPING_SOURCE

@@ -16,6 +16,12 @@ to stderr):
 * ``{"op": "write", "uri", "first", "count", "mode"}``: rows ``id``, ``id * 2`` for ids
   ``first`` to ``first + count - 1``, written as Delta by the executors;
 * ``{"op": "read", "uri", "version"}``: the table's rows (or those of a version);
+* ``{"op": "load", "config", "full"}``: ``sealsync load`` of that loader file in this
+  session (``spark_loader.run_load``): its report;
+* ``{"op": "rows", "uri", "version"}``: every row of a loader's table (or of a version)
+  as Spark SQL answers ``SELECT * FROM delta.`<uri>```, each a dict;
+* ``{"op": "list", "uri"}``: every file below ``uri`` on its store (Hadoop's
+  ``FileSystem``, the session's configuration), as URIs;
 * ``{"op": "stop"}``.
 
 Each answer is ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
@@ -96,7 +102,44 @@ def _read(request: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "files": sorted(frame.inputFiles())}
 
 
-OPS = {"start": _start, "look": _tasks_look, "write": _write, "read": _read}
+def _load(request: dict[str, Any]) -> dict[str, Any]:
+    from sealsync.config.loader import load_loader_config
+    from spark_loader import run_load
+
+    config = load_loader_config(request["config"])
+    report = run_load(config, spark=_spark, full=bool(request.get("full")))
+    return {"report": report.to_dict()}
+
+
+def _rows(request: dict[str, Any]) -> dict[str, Any]:
+    sql = f"SELECT * FROM delta.`{request['uri']}`"
+    if request.get("version") is not None:
+        sql += f" VERSION AS OF {int(request['version'])}"
+    return {"rows": [row.asDict() for row in _spark.sql(sql).collect()]}
+
+
+def _list(request: dict[str, Any]) -> dict[str, Any]:
+    jvm = _spark.sparkContext._jvm
+    root = jvm.org.apache.hadoop.fs.Path(request["uri"])
+    fs = root.getFileSystem(_spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(root):
+        return {"files": []}
+    found = fs.listFiles(root, True)
+    files = []
+    while found.hasNext():
+        files.append(str(found.next().getPath().toString()))
+    return {"files": sorted(files)}
+
+
+OPS = {
+    "start": _start,
+    "look": _tasks_look,
+    "write": _write,
+    "read": _read,
+    "load": _load,
+    "rows": _rows,
+    "list": _list,
+}
 
 
 def main() -> int:
