@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
-from spark_loader import lastrun, removals, resolve, swap, table_binding
+from spark_loader import jvm, lastrun, removals, resolve, swap, table_binding
 from spark_loader import schema as schemas
 from spark_loader.discovery import Discovery, SourceFile, discover
 from spark_loader.ingest import Ingest, read_deletions
@@ -224,6 +224,8 @@ class _Run:
         else:  # its store is the session's Hadoop client: Spark starts first
             self.table.attach(HadoopStore(self._session(), location.uri))
             self.table.ensure()
+            if location.scheme == "s3a":
+                self._check_log_store()
         table = self.table
         shutil.rmtree(self.state_dir / FULL_BUILD_STATE, ignore_errors=True)
         for name in {LINKS, table.names.links}:  # a killed run's inputs
@@ -296,6 +298,20 @@ class _Run:
         self.commit(state, changed or bool(verdict.remove))
         if settle and self._settled and not self._held_pending():
             resolve.clear_pending(self.state_dir)
+
+    def _check_log_store(self) -> None:
+        """A note when the session commits ``s3a://`` tables with Delta's single-driver
+        log store (a session the loader did not start): another writer's commit could
+        then replace this run's (docs/operations.md, "Several loaders, one table")."""
+        found = jvm.s3_log_store(self._session())
+        if found != jvm.S3_LOG_STORE and "DynamoDB" not in found:
+            note = (
+                f"this session commits to s3a:// with {found}, which assumes one writer per "
+                f"table: run no other loader on it, or start the session with "
+                f"{jvm.S3_LOG_STORE_KEY}={jvm.S3_LOG_STORE} (sealsync load's own do)"
+            )
+            self.report.notes.append(note)
+            self.say(note)
 
     def _ours(
         self, partitions: dict[str, Partition], state: IngestState, found: Discovery

@@ -22,8 +22,11 @@ driver does, without starting executors for each process; the cluster is the dri
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,10 +37,18 @@ import pytest
 from deltalake import DeltaTable
 from deploy_helpers import SEALSYNC, Deployment, make_deployment
 from lake_servers import Hdfs, S3Server, SparkCluster, SparkDriver
-from spark_loader_helpers import answer, canonical, file_rows
+from spark_loader_helpers import (
+    SENDER_A,
+    SENDER_B,
+    Receiver,
+    answer,
+    canonical,
+    file_rows,
+    source_rows,
+)
 
 from receiver.storage import DirectoryStorage
-from sealsync.crashpoints import ENV_AT, ENV_NAMES
+from sealsync.crashpoints import ENV_AT, ENV_NAMES, ENV_STOP
 from sealsync.formats import mods
 from sealsync.formats.deletion import MIN_TIME
 from sealsync.simulator import EdgeInstance
@@ -280,3 +291,115 @@ def test_the_chain_on_each_store_and_a_kill_at_each_step(
         assert data_files(driver, table) == logged_files(store, table)
     finally:
         site.stop_receiver()
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP: its crash-point switch froze it)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_version_s_file_two_writers_create_at_once_stays_the_first_s(
+    store: Store, driver: SparkDriver
+) -> None:
+    """What makes a Delta version appear once: a log store creates the version's file
+    without overwrite, and of two writers doing that at once (both streams open before
+    either closes, both past any existence check) the second must fail and the
+    first's content stay. HDFS refuses the second create. S3 does not, by default:
+    Delta's own S3 log store (a check, then a plain create) would let a second loader
+    replace a commit; the loader's log store asks S3A for a conditional PUT
+    (``If-None-Match: *``), which the server refuses with 412, and reports it to Delta
+    as the file already there."""
+    uri = store.table("version") + "/00000000000000000000.json"
+    plain = driver.call("two_creates", uri=uri)
+    if store.name == "hdfs":
+        assert plain["outcome"][0] is None and plain["outcome"][1] is not None, plain
+        assert plain["holds"] == "first"
+        return
+    assert plain["outcome"] == [None, None] and plain["holds"] == "second", plain  # replaced
+    again = store.table("version") + "/00000000000000000000.json"
+    conditional = driver.call("two_creates", uri=again, conditional=True)
+    first, second = conditional["outcome"]
+    assert first is None and second is not None and "412" in second, conditional
+    assert conditional["holds"] == "first"
+    logged = driver.call("log_store_writes", uri=store.table("log") + "/00000000000000000000.json")
+    assert logged["outcome"] == [None, "java.nio.file.FileAlreadyExistsException"], logged
+    assert logged["holds"] == "first\n"
+
+
+def test_two_loaders_racing_on_one_table_lose_no_commit(
+    store: Store, driver: SparkDriver, tmp_path: Path
+) -> None:
+    """Two receivers, each with its own senders and its own loader (state dir, loader
+    id), feed one table. Both loaders are frozen just before their Delta commits, each
+    having read the same version, and let go together: Delta's optimistic concurrency
+    puts both commits in (their files are disjoint), or fails the later one with one
+    line (exit 1) and its next run commits; either way every row of both receivers is
+    in the table once, and neither loader touched the other's files."""
+    edge = EdgeInstance(tmp_path / "edge")
+    receivers = [Receiver(tmp_path / "east"), Receiver(tmp_path / "west")]
+    senders = (SENDER_A, SENDER_B)
+    for n in range(2):
+        rel = edge.write_file(f"root.r{n}", 0, devices=[f"root.r{n}.d0"], rows_per_device=90)
+        receivers[n].place(edge, rel, senders[n])
+    table = store.table("race")
+    configs = [
+        loader_file(tmp_path / f"{name}.toml", recv.data_dirs, table, "local[1]", store)
+        for name, recv in zip(("east", "west"), receivers, strict=True)
+    ]
+    loaded(driver, configs[0])  # the table exists, and each loader has a run behind it
+    loaded(driver, configs[1])
+    version = store.delta(table).version()
+    for n in range(2):
+        rel = edge.write_file(f"root.r{n}", 1, devices=[f"root.r{n}.d1"], rows_per_device=70)
+        receivers[n].place(edge, rel, senders[n])
+
+    env = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
+    env.update(store.env)
+    env[ENV_STOP] = "loader.commit.before"
+    procs = [
+        subprocess.Popen(
+            [*SEALSYNC, "load", "--config", str(c), "--master", "local[1]"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for c in configs
+    ]
+    try:
+        deadline = time.monotonic() + 600
+        while not all(_stopped(p.pid) for p in procs):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "the loaders never reached their commits"
+            time.sleep(0.1)
+        assert store.delta(table).version() == version  # both read it, neither committed
+        for p in procs:
+            p.send_signal(signal.SIGCONT)
+        results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    lost = [n for n, (code, _, _) in enumerate(results) if code != 0]
+    assert len(lost) <= 1, results
+    if not lost:  # both read the same version: the later one's first try was refused
+        said = sorted(re.findall(r"committed version (\d+) ", e)[0] for _, _, e in results)
+        assert said == [str(version + 1), str(version + 2)], results
+    for n in lost:  # the later commit failed: one line, nothing of it in the table
+        code, _, err = results[n]
+        assert code == 1 and "nothing committed" in err and len(err.splitlines()) == 1, err
+        assert store.delta(table).version() == version + 1
+        assert loaded(driver, configs[n])["ingested"] == 1
+    assert store.delta(table).version() == version + 2
+    expected = sorted(source_rows(receivers[0]) + source_rows(receivers[1]), key=repr)
+    assert store.rows(table) == expected == spark_rows(driver, table)
+    for config in configs:  # each loader's next run finds its own files in, nothing to do
+        report = loaded(driver, config)
+        assert (report["ingested"], report["removed"], report["unchanged"]) == (0, 0, 2)
+        assert any("another loader's, left as they are" in n for n in report["notes"])
+    assert store.delta(table).version() == version + 2
+    assert loader_leftovers(driver, table) == []
