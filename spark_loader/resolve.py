@@ -30,7 +30,6 @@ the run's commit is in, so a run killed at any point is completed by the next on
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,7 @@ from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from sealsync.formats.tsfile_names import priority as priority  # the loader's order
 from spark_loader.discovery import SourceFile
 from spark_loader.table import Partition, Table
-from spark_loader.table_layout import BOUNDS_TAG, GROUP_TAG, KEY_COLUMN, STAGING
+from spark_loader.table_layout import BOUNDS_TAG, GROUP_TAG, KEY_COLUMN
 
 #: The senders whose groups a run must settle, in the state dir.
 PENDING = "resolve-pending.json"
@@ -269,10 +268,6 @@ def replace_partitions(
         table.delete(member.partition)
         tags = group_tags(member, ids[member.source.file_id])
         table.move_in(table.store.join(staging, f"{KEY_COLUMN}={key}"), member.partition, tags)
-
-
-def new_staging(table: Table) -> str:
-    return table.at(STAGING, uuid.uuid4().hex)
 
 
 Rewrite = Callable[[list[list[Member]]], bool]

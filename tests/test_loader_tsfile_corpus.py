@@ -171,7 +171,8 @@ def test_a_load_puts_exactly_the_java_readers_answer_in_the_table(
             assert report.ingested == 0 and list(report.skipped) == [str(target)]
             reason = report.skipped[str(target)]
             assert _refused_because(entry) in reason and "\n" not in reason
-            assert not config.table_path.exists() or not list(config.table_path.rglob("*.parquet"))
+            table = Path(config.table_path)
+            assert not table.exists() or not list(table.rglob("*.parquet"))
             continue
         assert report.ingested == 1 and not report.skipped, report.skipped
         loaded: Rows = {}
