@@ -5,6 +5,7 @@ JVM) and the loader's own log reader, any earlier load readable by ``versionAsOf
 from __future__ import annotations
 
 import json
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,8 @@ def _load(config: LoaderConfig, spark: Any, **kwargs: Any) -> Any:
     return run_load(config, spark=spark, sync=False, **kwargs)
 
 
-def _commit_actions(table: Path, version: int) -> list[dict[str, Any]]:
-    path = table / "_delta_log" / f"{version:020d}.json"
+def _commit_actions(table: str | PathLike[str], version: int) -> list[dict[str, Any]]:
+    path = Path(table) / "_delta_log" / f"{version:020d}.json"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -126,7 +127,7 @@ def test_a_commit_by_another_writer_meanwhile_fails_the_run_and_the_rerun_loads(
         _load(config, spark)
     monkeypatch.undo()
     assert table_versions(config.table_path) == [0, 1]  # the other writer's only
-    assert (config.table_path / UNCOMMITTED).exists()
+    assert (Path(config.table_path) / UNCOMMITTED).exists()
 
     report = _load(config, spark)
 

@@ -435,7 +435,7 @@ def test_a_plain_parquet_table_of_resolved_groups_is_converted_as_it_is(
             Path(f.path).unlink()  # the plain table kept an empty folder
             empty += 1
     assert empty == 1
-    shutil.rmtree(config.table_path / "_delta_log")
+    shutil.rmtree(Path(config.table_path) / "_delta_log")
 
     report = _load(config, spark)
 
