@@ -182,7 +182,7 @@ def table_versions(table_path: Path) -> list[int]:
     return sorted(int(p.name[:20]) for p in folder.glob("*.json") if p.name[:20].isdigit())
 
 
-def snapshot(path: Path) -> dict[str, tuple[int, int]]:
+def snapshot(path: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
     """Every entry under ``path`` (the folder itself too) -> (size, mtime_ns)."""
     path = Path(path)
     out = {".": (0, path.stat().st_mtime_ns)}
