@@ -131,10 +131,15 @@ def match(
     present: Iterable[str],
     files: list[SourceFile],
     say: Callable[[str], None] | None = None,
+    *,
+    compare: bool = True,
 ) -> Matched:
     """The listed ``files`` with each file whose id is not ``present`` (in the table)
     but that proves the same as a present record of its sender and name replaced by a
-    :class:`Restored` of that record's id, whose record takes the new times."""
+    :class:`Restored` of that record's id, whose record takes the new times.
+
+    Without ``compare`` (a read-only look, ``sealsync status``) only the files the
+    records know by their times are matched: nothing is read, no record changes."""
     held = set(present)
     by_name: dict[tuple[str, str], list[str]] = {}
     for fid, record in sorted(state.files.items()):
@@ -147,6 +152,8 @@ def match(
         for fid in [] if f.file_id in held else by_name.get((f.sender, f.name), []):
             record = state.files[fid]
             seen = _seen(f, record)
+            if not seen and not compare:
+                continue
             if not seen and not told and say is not None:
                 say("files whose times changed: comparing their content with the record")
                 told = True
@@ -157,9 +164,10 @@ def match(
             new = dataclasses.replace(
                 record, mtime_ns=f.mtime_ns, mods=proof[0], mods2=proof[1], data_dir=_dir(f)
             )
-            out.updated |= new != record
-            out.proven += not seen
-            state.files[fid] = new
+            if compare:
+                out.updated |= new != record
+                out.proven += not seen
+                state.files[fid] = new
             break
         if kept is None:
             out.files.append(f)

@@ -26,6 +26,7 @@ from spark_loader_helpers import (
 from sealsync import received
 from spark_loader import run_load
 from spark_loader.state import load_state, state_path
+from spark_loader.status import loader_status
 
 pytestmark = pytest.mark.slow  # Spark
 
@@ -73,6 +74,7 @@ def test_a_restored_storage_is_matched_by_content_not_ingested_again(
     every = _every_file(recv.data_dirs[0])
     assert len(every) >= 5  # the data files, the .mods, the .resource files
     _whole_seconds(every)
+    assert loader_status(config)["pending"] == {"new_files": 4, "missing_files": 4}
     restored = run_load(config, spark=spark)
 
     assert restored.ok, restored.to_dict()
@@ -87,6 +89,7 @@ def test_a_restored_storage_is_matched_by_content_not_ingested_again(
         path = recv.placed[(record.sender, record.name)]
         assert record.mtime_ns == path.stat().st_mtime_ns
         assert record.mtime_ns % 1_000_000_000 == 0
+    assert loader_status(config)["pending"] == {"new_files": 0, "missing_files": 0}
 
     # the next run knows them by those times: nothing compared, nothing written
     before = state_path(config.state_dir).stat().st_mtime_ns

@@ -115,6 +115,8 @@ def test_whole_second_times_keep_the_recorded_ids_and_record_the_new_times(
         _restore_times(path)
     listed = discover([data_dir]).files
     assert not set(_ids(listed)) & present  # every id changed
+    look = restored.match(state, present, listed, compare=False)  # before any run compared
+    assert not set(_ids(look.files)) & present and state.files == before
 
     said: list[str] = []
     matched = restored.match(state, present, listed, said.append)
@@ -135,6 +137,10 @@ def test_whole_second_times_keep_the_recorded_ids_and_record_the_new_times(
     # the next run knows them by their new times: nothing read again
     def unread(*args: object, **kwargs: object) -> str:
         raise AssertionError("read a file whose times the record holds")
+
+    # a read-only look (sealsync status) knows them too, and reads nothing either
+    look = restored.match(state, present, discover([data_dir]).files, compare=False)
+    assert sorted(_ids(look.files)) == sorted(present) and not look.updated
 
     again = restored.match(state, present, discover([data_dir]).files)
     assert sorted(_ids(again.files)) == sorted(present)
