@@ -118,3 +118,12 @@ def test_a_restored_storage_is_matched_by_content_not_ingested_again(
     now = partition_dirs(config.table_path)
     assert len(now - partitions) == 1 and len(partitions - now) == 1
     assert all(pq_b[1].rsplit("/", 1)[-1] in p for p in now - partitions)
+
+    # a rebuild ingests every file under the id it is known by, and the record stays whole
+    full = run_load(config, spark=spark, full=True)
+    assert full.ok and (full.ingested, full.restored) == (4, 0)
+    assert partition_dirs(config.table_path) == now
+    assert table_rows(config.table_path) == rows
+    assert all(record.proved for record in load_state(config.state_dir).files.values())
+    last = run_load(config, spark=spark)
+    assert last.ok and (last.ingested, last.removed, last.unchanged) == (0, 0, 4)
