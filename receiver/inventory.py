@@ -9,44 +9,22 @@ system without user extended attributes, or a restore that dropped them
 (``cp`` without ``--preserve=xattr``, ``rsync`` without ``-X``), leaves the MD5
 unrecorded: the inventory then says ``""`` and reconcile compares names and sizes.
 
-This module owns that attribute: nothing else reads or writes it.
+The attribute is part of the received-files layout (:mod:`sealsync.received` owns it):
+the Spark loader reads it too, to know a restored copy whose times changed.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import re
 from pathlib import Path
 
 from sealsync import received
-
-MD5_XATTR = "user.sealsync.md5"
-_MD5 = re.compile(r"[0-9a-f]{32}")
-_UNSUPPORTED = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.ENOSPC}
+from sealsync.received import MD5_XATTR, record_md5, recorded_md5
 
 Entry = tuple[int, str]
 """(size, recorded MD5 or "") of one held file."""
 
-
-def record_md5(fd: int, md5: str) -> None:
-    """Record the verified data file's MD5 on its (open) temporary; best effort: a file
-    system that takes no user attributes only loses what reconcile could compare."""
-    try:
-        os.setxattr(fd, MD5_XATTR, md5.encode("ascii"))
-    except OSError as exc:
-        if exc.errno not in _UNSUPPORTED:
-            raise
-
-
-def recorded_md5(path: str | os.PathLike[str]) -> str:
-    """The MD5 recorded on a held data file, "" if none (or not one sealsync wrote)."""
-    try:
-        value = os.getxattr(path, MD5_XATTR, follow_symlinks=False)
-    except OSError:
-        return ""
-    text = value.decode("ascii", "replace")
-    return text if _MD5.fullmatch(text) else ""
+__all__ = ["MD5_XATTR", "Entry", "held_files", "record_md5", "recorded_md5"]
 
 
 def held_files(data_dirs: list[Path], sender: str, md5: bool = True) -> dict[str, Entry]:

@@ -19,6 +19,7 @@ receiver and the loader; ``tests/test_received_layout.py`` round-trips every nam
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Sequence
@@ -39,6 +40,15 @@ from sealsync.printable import printable
 
 ROOTS = DATA_ROOTS
 """The folders of a base that hold loaded files; everything else is not the layout's."""
+
+MD5_XATTR = "user.sealsync.md5"
+"""The extended attribute on a held data file naming the MD5 of its bytes as the
+receiver verified them (:func:`record_md5`): it travels with the file (a rename keeps
+it), so it needs no state of its own to keep in step with loads and deletions. The
+receiver's inventory reads it, and so does the loader, to tell a restored copy whose
+times changed from a new file (:mod:`spark_loader.restored`)."""
+_MD5 = re.compile(r"[0-9a-f]{32}")
+_NO_XATTRS = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.ENOSPC}
 
 MERGE_SUFFIX = ".merge"
 LOAD_ORDER = ("", MODS_SUFFIX, MODS2_SUFFIX, RESOURCE_SUFFIX)
@@ -147,6 +157,27 @@ def sidecar_of(file: str) -> tuple[str, str] | None:
         if file.endswith(suffix) and is_data_file(file[: -len(suffix)]):
             return file[: -len(suffix)], suffix
     return None
+
+
+def record_md5(fd: int, md5: str) -> None:
+    """Record the verified data file's MD5 on its (open) temporary; best effort: a file
+    system that takes no user attributes only loses what its readers could compare."""
+    try:
+        os.setxattr(fd, MD5_XATTR, md5.encode("ascii"))
+    except OSError as exc:
+        if exc.errno not in _NO_XATTRS:
+            raise
+
+
+def recorded_md5(path: str | os.PathLike[str]) -> str:
+    """The MD5 recorded on a held data file, "" if none (a file system without user
+    extended attributes, a restore that dropped them, or a value sealsync did not write)."""
+    try:
+        value = os.getxattr(path, MD5_XATTR, follow_symlinks=False)
+    except OSError:
+        return ""
+    text = value.decode("ascii", "replace")
+    return text if _MD5.fullmatch(text) else ""
 
 
 def activity_marks(data_dir: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:

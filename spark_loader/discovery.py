@@ -22,6 +22,8 @@ the table never keeps a point deleted after it was loaded. Without a ``.mods`` o
 counted, so upgrading the loader does not rewrite a table of such files. The id starts
 with a letter so that no reader's partition type inference ever turns it into a
 number.
+A copy of a version with other times and the same content (a restored storage) keeps
+that version's id: :mod:`.restored`.
 
 **Per sender.** A file the listing sees but cannot identify (its stat fails, or its
 ``.mods``/``.mods2`` is no regular file, such as a folder squatted at that path) is a

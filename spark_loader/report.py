@@ -11,6 +11,9 @@ class LoadReport:
     ingested: int = 0  # source files whose rows went into the table this run
     removed: int = 0  # source files whose rows left the table this run
     unchanged: int = 0  # source files already in the table
+    #: Of those, files whose times changed whose content matched the record (a restored
+    #: storage, spark_loader.restored): their rows stayed, their new times were recorded.
+    restored: int = 0
     rows_written: int = 0
     rows_removed: int = 0
     changed: int = 0  # files deleted or replaced on the receiver during the run (next run)
@@ -53,6 +56,7 @@ class LoadReport:
             "ingested": self.ingested,
             "removed": self.removed,
             "unchanged": self.unchanged,
+            "restored": self.restored,
             "rows_written": self.rows_written,
             "rows_removed": self.rows_removed,
             "changed": self.changed,
@@ -70,6 +74,8 @@ class LoadReport:
             f"removed {self.removed} ({self.rows_removed} rows), "
             f"unchanged {self.unchanged}, in {self.seconds:.1f}s"
         )
+        if self.restored:
+            text += f"; {self.restored} with changed times matched by content"
         if self.resolved:
             text += f"; resolved {self.resolved} groups of overlapping files"
         if self.kept_missing:

@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
-from spark_loader import jvm, lastrun, removals, resolve, swap, table_binding
+from spark_loader import jvm, lastrun, removals, resolve, restored, swap, table_binding
 from spark_loader import schema as schemas
 from spark_loader.discovery import Discovery, SourceFile, discover
 from spark_loader.ingest import Ingest, read_deletions
@@ -204,6 +204,7 @@ class _Run:
         self._owned = False
         self._settled = True  # every stale group of the pending senders rewritten
         self._senders: set[str] = set()  # this loader's (:meth:`_ours`)
+        self._listed: dict[str, SourceFile] = {}  # the listed files by id
 
     def close(self) -> None:
         """Stop the Spark session if this run started it."""
@@ -248,8 +249,20 @@ class _Run:
         senders = len({f.sender for f in found.files})
         self.say(f"found {len(found.files)} loaded files from {senders} senders")
         partitions = self._ours(table.partitions(), state, found)
+        in_table = set(partitions) | {fid for fid, r in state.files.items() if r.rows == 0}
+        matched = restored.match(state, in_table, found.files, self.say)
+        found.files = matched.files
+        if matched.proven:
+            report.restored = matched.proven
+            note = (
+                f"{matched.proven} files with changed times hold the content recorded: "
+                "kept their rows, recorded the new times"
+            )
+            report.notes.append(note)
+            self.say(note)
         wanted = {f.file_id: f for f in found.files}
-        changed = _reconcile(state, table, partitions, wanted, report)
+        self._listed = wanted
+        changed = _reconcile(state, table, partitions, wanted, report) or matched.updated
         verdict = removals.decide(
             state,
             partitions,
@@ -342,6 +355,7 @@ class _Run:
         """The run's one Delta commit (if the table changes), then the record of it.
         A ``--full`` is no other: its commit removes every old file and adds the new."""
         table = self.table
+        record_changed |= restored.record_evidence(state, self._listed)
         if table.changed or table.schema_change(state.columns):
             plan = table.plan(state.columns, sync=self.options.sync)
             if plan is not None:

@@ -1,7 +1,8 @@
 """The loader's own state in ``state_dir``: what it ingested, and who may run.
 
-``ingested.json`` records, per ``file_id``, the source file and its row count, and
-the type of every measurement column the table has. It is a *record*, not the
+``ingested.json`` records, per ``file_id``, the source file and its row count (and
+what proves a restored copy of it the same, :mod:`.restored`), and the type of every
+measurement column the table has. It is a *record*, not the
 truth: the table's partitions are (see :mod:`.table`). Every run reconciles the
 two, so a crash between a Spark commit and the state write, a lost state file or
 a partition deleted by hand is repaired, never trusted. The file is replaced
@@ -50,6 +51,41 @@ class FileRecord:
     #: The receiver data dir it was found in ("" in states written before it was
     #: recorded): where the loader looks before it believes the file deleted.
     data_dir: str = ""
+    #: What proves a later copy of the file holds this content when its times changed
+    #: (a restore: :mod:`.restored`). ``md5``: the MD5 the receiver recorded for the
+    #: data file ("" if it recorded none). ``mods``/``mods2``: its ``X.mods``/``X.mods2``
+    #: as :func:`sidecar_text` writes it. All "" until the loader has read them (states
+    #: written before they were recorded, a file ingested this run), and then ``size``
+    #: and ``mtime_ns`` (and the sidecars' times) are those of the copy last seen.
+    md5: str = ""
+    mods: str = ""
+    mods2: str = ""
+
+    @property
+    def proved(self) -> bool:
+        """Whether the record holds what a restored copy is matched by."""
+        return bool(self.mods and self.mods2)
+
+
+NO_SIDECAR = "-"
+Sidecar = tuple[int, int, str]
+"""``(size, mtime_ns, sha256)`` of a sidecar version."""
+
+
+def sidecar_text(sidecar: Sidecar | None) -> str:
+    """A sidecar's record: ``size:mtime_ns:sha256``, or ``-`` for a file without one."""
+    return NO_SIDECAR if sidecar is None else f"{sidecar[0]}:{sidecar[1]}:{sidecar[2]}"
+
+
+def sidecar_of(text: str) -> Sidecar | None:
+    """The sidecar a record's :func:`sidecar_text` names (None: none); ValueError if it
+    names none (unrecorded, or not a record)."""
+    if text == NO_SIDECAR:
+        return None
+    size, mtime, digest = text.split(":")
+    if len(digest) != 64:
+        raise ValueError(f"not a sidecar record: {text!r}")
+    return int(size), int(mtime), digest
 
 
 @dataclass

@@ -4,7 +4,8 @@ Read-only, no lock: safe while a run is going (the answer is then a snapshot). T
 last run comes from ``last_run.json`` (:mod:`.lastrun`), the table's totals from the
 ingest state, and what is pending from a listing of the receiver's data dirs against
 that state: files not in the table yet, and files in the table the receiver no longer
-lists (whose rows leave only on evidence, :mod:`.removals`). The senders whose files
+lists (whose rows leave only on evidence, :mod:`.removals`); a restored copy a run
+matched by content counts as the file it was matched to (:mod:`.restored`). The senders whose files
 waited in the last run, and why, are named (``held``: one sender's trouble, such as a
 folder gone or a file it cannot identify, holds its files alone); so is a sender whose
 listing is incomplete now (``troubled``), which the next run will hold. A load in
@@ -21,7 +22,7 @@ from typing import Any
 
 from sealsync.config import LoaderConfig
 from sealsync.units import iso_time
-from spark_loader import lastrun
+from spark_loader import lastrun, restored
 from spark_loader.discovery import discover
 from spark_loader.follow import read_follower
 from spark_loader.running import running_load
@@ -34,7 +35,10 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
     state = load_state(state_dir) if state_dir.is_dir() else None
     recorded = state.files if state is not None else {}
     found = discover(list(config.receiver_data_dirs))
-    listed = {f.file_id for f in found.files}
+    files = found.files
+    if state is not None:  # a copy matched by content counts as the file it matched
+        files = restored.match(state, recorded, files, compare=False).files
+    listed = {f.file_id for f in files}
     last = lastrun.read(state_dir)
     now = running_load(state_dir)
     follower = read_follower(state_dir)
