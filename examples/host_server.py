@@ -12,7 +12,7 @@ sender's files in ``<store>/<sender uuid>/<relative name>`` and a catalogue
 ``<store>/catalogue.json`` (sender -> names) that stands for the database's own file
 registry. With ``--iotdb`` the host is an IoTDB's companion instead: it passes the
 plugin's own ``IoTDBStorage``, which keeps the files in the receiver's data dirs and
-loads each into that IoTDB (docs/operations.md section 14).
+loads each into that IoTDB (docs/operations.md section 15).
 
 Because the receiver reads untrusted files in worker processes (forkserver), the
 embedding program must guard its entry point with ``if __name__ == "__main__":``.

@@ -20,7 +20,7 @@ the statement, the expired ones at the edge's next TTL check, which the test wai
 sealsync ships those files' deletions, so the table drops them, and on 0.12 the receiver
 ``REMOVE``s them from the data centre. 1.x and 2.x have no statement that unloads a file,
 so there the data centre drops them only by the same statement, which the test runs on
-it as its operator would (docs/operations.md section 14).
+it as its operator would (docs/operations.md section 15).
 
 The seed is printed (``-s`` shows it) and can be set with ``SEALSYNC_IOTDB_SEED`` to
 replay a failure.
@@ -31,7 +31,7 @@ They also land in ranges deleted in earlier rounds. Not produced: a
 deletion that reaches the data centre after points written later into its range (a
 grown ``.mods`` shipped in the same round as the file holding those points, loaded
 first): the data centre applies it as a ``DELETE`` statement, which removes them too
-(docs/operations.md section 14).
+(docs/operations.md section 15).
 """
 
 from __future__ import annotations
