@@ -5,12 +5,15 @@ tests/test_simulator_vs_iotdb.py holds both to a real 2.0.1-beta's files."""
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from sealsync.errors import FormatError
 from sealsync.formats import resource
+from sealsync.formats.common import read_up_to
 
 MIN, MAX = -(1 << 63), (1 << 63) - 1
 
@@ -96,3 +99,32 @@ def test_bytes_that_do_not_read_are_refused(data: bytes, why: str) -> None:
     with pytest.raises(FormatError, match=r"^\.resource: ") as caught:
         resource.parse(data)
     assert why in str(caught.value)
+
+
+@pytest.mark.slow  # a process of its own, with its address space bounded
+def test_a_small_resource_reads_in_a_worker_with_little_address_space(tmp_path: Path) -> None:
+    """A check worker's address space is what it holds plus a budget (1 GiB by
+    default); reading a sidecar must not reserve its whole cap (1 GiB) up front, or a
+    .mods whose reading consults its .resource is refused as over the memory budget."""
+    path = tmp_path / "x.tsfile.resource"
+    path.write_bytes(resource.serialize({"root.sg.d1": (0, 9)}))
+    code = (
+        "import resource as r, sys\n"
+        "from sealsync.formats import resource\n"
+        "held = int(open('/proc/self/statm').read().split()[0]) * r.getpagesize()\n"
+        "r.setrlimit(r.RLIMIT_AS, (held + (256 << 20), r.RLIM_INFINITY))\n"
+        "print(list(resource.read(sys.argv[1]).devices))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['root.sg.d1']"
+
+
+def test_read_up_to_stops_one_byte_past_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * (3 << 20))
+    assert len(read_up_to(path, 5)) == 6
+    assert len(read_up_to(path, (2 << 20) + 7)) == (2 << 20) + 8
+    assert read_up_to(path, 4 << 20) == b"x" * (3 << 20)

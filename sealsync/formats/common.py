@@ -48,6 +48,22 @@ def read_head_tail(path: str | os.PathLike[str], head: int, tail: int) -> tuple[
     return size, first, last
 
 
+def read_up_to(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The file's bytes, at most ``limit`` and one more when it is longer, read in
+    pieces: one ``read(limit + 1)`` reserves the whole ``limit`` first, more address
+    space than a check worker may take for a cap of a gigabyte."""
+    pieces: list[bytes] = []
+    total = 0
+    with open(path, "rb") as f:
+        while total <= limit:
+            piece = f.read(min(1 << 20, limit + 1 - total))
+            if not piece:
+                break
+            pieces.append(piece)
+            total += len(piece)
+    return b"".join(pieces)
+
+
 def one_line(exc: BaseException) -> str:
     """An exception as one short line: native readers put newlines and codes in theirs."""
     text = " ".join(str(exc).split()) or "no detail"

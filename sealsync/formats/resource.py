@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sealsync.errors import FormatError
+from sealsync.formats.common import read_up_to
 from sealsync.formats.deletion import split_path
 from sealsync.formats.javaio import Cursor, Malformed, utf8
 
@@ -235,8 +236,7 @@ def parse(data: bytes) -> Resource:
 
 def read(path: str | os.PathLike[str]) -> Resource:
     """The ``.resource`` at ``path`` (:class:`FormatError` if it does not read)."""
-    with open(path, "rb") as f:
-        raw = f.read(MAX_RESOURCE_SIZE + 1)
+    raw = read_up_to(path, MAX_RESOURCE_SIZE)
     if len(raw) > MAX_RESOURCE_SIZE:
         raise FormatError(f".resource larger than {MAX_RESOURCE_SIZE} bytes")
     return parse(raw)
