@@ -5,6 +5,7 @@ Not a test module; imported by name (pytest puts this folder on ``sys.path``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -23,6 +24,7 @@ from sealsync.formats.deletion import MIN_TIME
 from sealsync.names import MODS2_SUFFIX, MODS_SUFFIX, SIDECAR_SUFFIXES
 from sealsync.simulator import EdgeInstance
 from spark_loader import delta_log, read_arrow
+from spark_loader.columns import measurements_of
 from spark_loader.table_layout import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
 
 SENDER_A = str(uuid.UUID(int=0xA))
@@ -104,8 +106,22 @@ def canonical(rows: list[dict[str, Any]]) -> list[tuple]:
 
 
 def table_rows(table_path: Path) -> list[tuple]:
+    """The table's rows, each column named by the measurement it holds (its schema's
+    metadata: a measurement of two kinds has two columns, a name Delta refuses an
+    escaped one), so that they compare with the source files' rows."""
     table = read_arrow(table_path)
-    return canonical(table.to_pylist())
+    meta = delta_log.read(table_path).metadata or {}
+    fields = json.loads(meta.get("schemaString") or '{"fields": []}')["fields"]
+    names = measurements_of(fields)
+    rows = []
+    for row in table.to_pylist():
+        out: dict[str, Any] = {}
+        for column, value in row.items():
+            name = names.get(column, column)
+            if value is not None or name not in out:
+                out[name] = value
+        rows.append(out)
+    return canonical(rows)
 
 
 def file_rows(path: Path) -> pa.Table:
