@@ -186,7 +186,7 @@ def partition_dirs(table_path: Path, version: int | None = None) -> set[str]:
     latest version (or ``version``) holds; a folder whose files were removed from the
     table stays on disk for time travel and is not one of them."""
     snap = delta_log.read(Path(table_path), version)
-    return {str(f.path.parent.relative_to(table_path)) for f in snap.files.values()}
+    return {str(Path(f.path).parent.relative_to(table_path)) for f in snap.files.values()}
 
 
 def table_versions(table_path: Path) -> list[int]:

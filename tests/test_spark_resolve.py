@@ -430,9 +430,9 @@ def test_a_plain_parquet_table_of_resolved_groups_is_converted_as_it_is(
     empty = 0
     for f in delta_log.read(config.table_path).files.values():
         sidecar = {"group": json.loads(f.tags[GROUP_TAG]), "bounds": json.loads(f.tags[BOUNDS_TAG])}
-        (f.path.parent / OLD_SIDECAR).write_text(json.dumps(sidecar))
+        (Path(f.path).parent / OLD_SIDECAR).write_text(json.dumps(sidecar))
         if f.rows == 0:
-            f.path.unlink()  # the plain table kept an empty folder
+            Path(f.path).unlink()  # the plain table kept an empty folder
             empty += 1
     assert empty == 1
     shutil.rmtree(config.table_path / "_delta_log")

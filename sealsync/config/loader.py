@@ -115,6 +115,13 @@ class LoaderConfig:
         default=None, metadata=setting(PathValue(check=need_prom_path))
     )
 
+    def __post_init__(self) -> None:
+        """A table_path given as a path (a host or a test building the config itself)
+        is a location like one read from a file: a URI of a known scheme or a folder."""
+        if not isinstance(self.table_path, TableLocation):
+            location = parse_location(os.fspath(self.table_path), Path.cwd())
+            object.__setattr__(self, "table_path", location)
+
     @classmethod
     def from_mapping(
         cls, d: Mapping[str, Any], base_dir: Path, source: str = MAPPING_SOURCE
