@@ -14,11 +14,6 @@ plain one, then times, alternating:
 * loader: ``run_load`` into a fresh Delta table (discovery, links, footers, the
   Spark job copying each file into its own folder, row checks, moves into the table,
   fsync, the Delta commit, state), as ``sealsync load`` runs it.
-* parquet loader: the loader as it was before its table became Delta (a plain
-  Parquet table, partitions renamed in), from ``--parquet-rev`` of this repository
-  (``git archive``), in a Spark session of its own in a child process, warmed up the
-  same way and timed there, on the same files: the cost of Delta, measured in the
-  same run. Left out (said so) where the repository or git is not at hand.
 * tree (with ``--tree``): ``run_load`` on a second receiver folder holding the
   very rows of the Parquet files, each file written as a tree-model TsFile.
 * v3 (with ``--v3``): ``run_load`` on a third receiver folder holding ``--files``
@@ -41,7 +36,6 @@ plain copy; with ``--tsfiles`` the loader's rate is reported for its whole input
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -65,36 +59,6 @@ from spark_loader import run_load  # noqa: E402
 from spark_loader.spark_session import create_session  # noqa: E402
 
 SENDERS = [str(uuid.UUID(int=i + 1)) for i in range(4)]
-#: The last commit whose loader wrote the plain Parquet table (before Delta).
-PARQUET_REV = "c8da2ad"
-
-PARQUET_LOADER = """
-import json, shutil, sys, time
-from pathlib import Path
-from sealsync.config import LoaderConfig
-from spark_loader import run_load
-from spark_loader.spark_session import create_session
-source, work, master, memory, repeat = sys.argv[1:6]
-work = Path(work)
-spark = create_session(master, work / "logs", conf={"spark.driver.memory": memory})
-times, rows = [], 0
-for i in range(-1, int(repeat)):
-    config = LoaderConfig([Path(source)], work / f"table-{i}", work / f"state-{i}")
-    t = time.monotonic()
-    report = run_load(config, spark=spark)
-    took = time.monotonic() - t
-    shutil.rmtree(config.table_path, ignore_errors=True)
-    shutil.rmtree(config.state_dir, ignore_errors=True)
-    if not report.ok:
-        raise SystemExit(f"the parquet loader failed: {report.to_dict()}")
-    if i >= 0:
-        times.append(took)
-        rows = report.rows_written
-spark.stop()
-print(json.dumps({"times": times, "rows": rows}))
-"""
-
-
 PLAIN_COPY = """
 import shutil, sys, time
 from pathlib import Path
@@ -160,46 +124,6 @@ class PlainSpark:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self.log.close()
-
-
-def parquet_loader(
-    source: Path, work: Path, master: str, memory: str, repeat: int, rev: str
-) -> tuple[list[float], int] | None:
-    """Time the plain Parquet loader of ``rev`` on ``source`` (see the module text);
-    None, said why, if that revision cannot be had."""
-    import subprocess
-
-    tree = work / "parquet-loader"
-    shutil.rmtree(tree, ignore_errors=True)
-    tree.mkdir(parents=True)
-    try:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", rev, "sealsync", "spark_loader"],
-            capture_output=True,
-            check=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        # the Java side is the same: the jar built for the PySpark installed now
-        shutil.copyfile(
-            ROOT / "spark_loader" / "jars" / "sealsync-spark.jar",
-            tree / "spark_loader" / "jars" / "sealsync-spark.jar",
-        )
-    except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"parquet loader: left out (no {rev} of this repository: {exc})")
-        return None
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run(
-        [sys.executable, "-c", PARQUET_LOADER, str(source), str(tree), master, memory, str(repeat)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tree,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the parquet loader failed: {done.stderr[-2000:]}")
-    doc = json.loads(done.stdout.strip().splitlines()[-1])
-    shutil.rmtree(tree, ignore_errors=True)
-    return [float(t) for t in doc["times"]], int(doc["rows"])
 
 
 def fsync_tree(folder: Path) -> None:
@@ -313,11 +237,6 @@ def main() -> int:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument(
-        "--parquet-rev",
-        default=PARQUET_REV,
-        help="the revision whose plain Parquet loader is timed ('' leaves it out)",
-    )
     args = parser.parse_args()
     if args.tree and args.tsfiles:
         parser.error("--tree compares TsFiles with the same rows as Parquet: use --tsfiles 0")
@@ -414,11 +333,6 @@ def main() -> int:
 
     spark.stop()
     plain_spark.close()
-    old = None
-    if args.parquet_rev:
-        old = parquet_loader(
-            data_dir, work, args.master, args.driver_memory, args.repeat, args.parquet_rev
-        )
     plain_rate = parquet_rows / statistics.median(plain_times)
     durable_rate = parquet_rows / statistics.median(durable_times)
     loader_rate = loader_rows / statistics.median(loader_times)
@@ -433,16 +347,6 @@ def main() -> int:
         f"ratio loader/plain+fsync: {loader_rate / durable_rate:.2f} "
         f"({spread(durable_times, loader_times, loader_rows / parquet_rows)}, equal durability)"
     )
-    if old is not None:
-        old_times, old_rows = old
-        if old_rows != loader_rows:
-            raise SystemExit(f"the parquet loader wrote {old_rows} rows, the loader {loader_rows}")
-        old_rate = old_rows / statistics.median(old_times)
-        print(f"plain Parquet loader ({args.parquet_rev}): {old_rate:,.0f} rows/s")
-        print(
-            f"ratio loader/parquet loader: {loader_rate / old_rate:.2f} "
-            f"({spread(old_times, loader_times, 1.0)}, the cost of the Delta table)"
-        )
     if tree_times:
         if tree_rows != loader_rows:
             raise SystemExit(

@@ -66,18 +66,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchlib import (  # noqa: E402
     CIPHER,
+    RECEIVE_CPU,
+    SEND_CPU,
     KiB,
     at_least_one,
     busy_seconds,
     compile_bytecode,
     exit_status,
+    pinned,
     populate,
     templates,
+    tree_cpu,
 )
 
 from receiver import chunk_pipe  # noqa: E402
 from receiver.inspect_pool import InspectPool, verify_in_worker  # noqa: E402
-from sealsync import durable  # noqa: E402
+from sealsync import durable, ssh_packets  # noqa: E402
 from sealsync.protocol import (  # noqa: E402
     SSH_MAX_PACKET_SIZE,
     SSH_WINDOW_SIZE,
@@ -117,7 +121,7 @@ def _transport(sock: socket.socket) -> paramiko.Transport:
     # either end hangs up once every file is acknowledged (or on Ctrl-C): not an error
     # worth paramiko's log line
     logging.getLogger("paramiko").setLevel(logging.CRITICAL)
-    transport = paramiko.Transport(
+    transport = ssh_packets.Transport(
         sock, default_window_size=SSH_WINDOW_SIZE, default_max_packet_size=SSH_MAX_PACKET_SIZE
     )
     transport.get_security_options().ciphers = (CIPHER,)
@@ -155,6 +159,8 @@ def receive(folders: list[Path], warm: Path | None) -> None:
             servers[-1].start()
         for server in servers:
             server.join()
+        # its CPU and its workers', while they are still there to be read
+        print(tree_cpu(os.getpid()), flush=True)
         if failed:
             raise failed[0]
     finally:  # a Ctrl-C too: the workers and their semaphores go with this process
@@ -223,7 +229,7 @@ def _serve(sock: socket.socket, folder: Path, verifier: InspectPool | None) -> N
             break
         name_len, data_len, res_len = HEADER.unpack(head)
         body = recv_exact(channel, name_len + data_len + res_len)
-        name = body[:name_len].decode()
+        name = bytes(body[:name_len]).decode()
         md5 = hashlib.md5(memoryview(body)[name_len:])
         fds = []
         for suffix, part in (
@@ -258,6 +264,10 @@ class Transfer(NamedTuple):
     #: ends, the worker pool and the kernel's work for them, on an otherwise idle
     #: machine.
     busy: float
+    #: CPU seconds of the sending processes, and of the receiving ones with their
+    #: worker pool (their own /proc counts), meanwhile.
+    send_cpu: float = 0.0
+    receive_cpu: float = 0.0
 
 
 def connect(port: int) -> tuple[paramiko.Transport, paramiko.Channel]:
@@ -266,6 +276,7 @@ def connect(port: int) -> tuple[paramiko.Transport, paramiko.Channel]:
     transport.auth_none("bench")
     channel = transport.open_session()
     channel.invoke_shell()
+    ssh_packets.fast_sends(channel)
     return transport, channel
 
 
@@ -314,13 +325,18 @@ def send_part(port: int, listing: Path) -> None:
         return
     started = time.perf_counter()
     send(channel, files)
-    print(started, time.perf_counter(), flush=True)
+    print(started, time.perf_counter(), tree_cpu(os.getpid()), flush=True)
     channel.close()
     transport.close()
 
 
 def run(
-    files: list[Path], into: Path, checks: bool = False, streams: int = 1, shared: bool = False
+    files: list[Path],
+    into: Path,
+    checks: bool = False,
+    streams: int = 1,
+    shared: bool = False,
+    pin: bool = False,
 ) -> Transfer:
     """One transfer of ``files`` into the new folder ``into``: seconds from the first
     byte sent to the last acknowledgement, checked.
@@ -331,7 +347,7 @@ def run(
     ``shared``, they are all served by one receiving process, as by one receiver
     plugin. Connections are made before the clock starts, and process start-ups are
     left out: both are in sealsync's and rsync's times, so this errs towards a higher
-    bound."""
+    bound. ``pin``: the sending ends on one CPU, the receiving ones on the other."""
     into.mkdir()
     folders = [into / f"s{i}" for i in range(streams)]
     receivers: list[subprocess.Popen[str]] = []
@@ -340,18 +356,26 @@ def run(
         warm = ["--warm", str(files[0])] * checks
         ports = []
         for group in [folders] if shared else [[folder] for folder in folders]:
-            receivers.append(_child("receive", "--into", *map(str, group), *warm))
+            receivers.append(
+                _child(
+                    "receive", "--into", *map(str, group), *warm, cpu=RECEIVE_CPU if pin else None
+                )
+            )
             ports += [_line(receivers[-1])] * len(group)
         for i, (folder, port) in enumerate(zip(folders, ports, strict=True)):
             folder.mkdir()
             listing = folder / "files.txt"
             listing.write_text("".join(f"{path}\n" for path in files[i::streams]))
-            sender = _child("send", "--port", port, "--listing", str(listing))
+            sender = _child(
+                "send", "--port", port, "--listing", str(listing), cpu=SEND_CPU if pin else None
+            )
             senders.append(sender)
             # connected before the next one starts: a shared receiver serves its
             # connections' folders in the order they come
             if _line(sender) != "ready":
                 raise RuntimeError("a sending end did not connect")
+        ends = [[s.pid for s in senders], [r.pid for r in receivers]]
+        cpu = [sum(tree_cpu(pid) for pid in end) for end in ends]
         busy = busy_seconds()
         for sender in senders:
             assert sender.stdin is not None
@@ -359,6 +383,9 @@ def run(
             sender.stdin.flush()
         spans = [tuple(float(t) for t in _line(sender).split()) for sender in senders]
         busy = busy_seconds() - busy
+        # each end's CPU as it says at its end, less what it had used before the start
+        done = [[span[2] for span in spans], [float(_line(r)) for r in receivers]]
+        cpu = [sum(end) - was for end, was in zip(done, cpu, strict=True)]
         for child in senders + receivers:
             if child.wait(60) != 0:
                 raise RuntimeError("a sending or receiving end failed")
@@ -371,7 +398,7 @@ def run(
         logged = len(durable.read_lines(folder / "received.log")) if checks else len(part)
         if landed != len(part) or logged != len(part):
             raise RuntimeError(f"{landed} files landed, {logged} logged, expected {len(part)}")
-    return Transfer(max(end for _, end in spans) - min(start for start, _ in spans), busy)
+    return Transfer(max(s[1] for s in spans) - min(s[0] for s in spans), busy, *cpu)
 
 
 def _stop(children: list[subprocess.Popen[str]], grace: float = 0.0) -> None:
@@ -396,11 +423,12 @@ def _stop(children: list[subprocess.Popen[str]], grace: float = 0.0) -> None:
                 pipe.close()
 
 
-def _child(role: str, *args: str) -> subprocess.Popen[str]:
-    """One end, in a process group of its own: a Ctrl-C at the terminal reaches this
-    process only, which then stops the ends in order (:func:`_stop`), rather than each
-    end and the worker pool's fork server wherever they are, start-up included."""
-    command = [sys.executable, __file__, "--role", role, *args]
+def _child(role: str, *args: str, cpu: int | None = None) -> subprocess.Popen[str]:
+    """One end (on ``cpu`` alone, if given), in a process group of its own: a Ctrl-C at
+    the terminal reaches this process only, which then stops the ends in order
+    (:func:`_stop`), rather than each end and the worker pool's fork server wherever
+    they are, start-up included."""
+    command = pinned([sys.executable, __file__, "--role", role, *args], cpu)
     return subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, process_group=0
     )
@@ -411,7 +439,9 @@ def _line(child: subprocess.Popen[str]) -> str:
     assert child.stdout is not None
     line = child.stdout.readline()
     if not line:
-        raise RuntimeError(f"the {child.args[3]} end ended early, exit {child.wait()}")
+        args = list(child.args)  # type: ignore[arg-type]
+        role = args[args.index("--role") + 1]
+        raise RuntimeError(f"the {role} end ended early, exit {child.wait()}")
     return line.strip()
 
 
@@ -441,6 +471,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--shared", action="store_true", help="one receiving process for every stream"
+    )
+    parser.add_argument(
+        "--pin", action="store_true", help="the sending ends on CPU 0, the receiving ones on 1"
     )
     args = parser.parse_args()
     if args.role == "receive":
@@ -477,13 +510,17 @@ def measure(args: argparse.Namespace) -> int:
         files = [root / "edge" / name for name in names]
         for rep in range(args.reps + 1):  # the first warms up, unmeasured
             os.sync()
-            transfer = run(files, root / f"dc-{rep}", args.checks, args.streams, args.shared)
+            transfer = run(
+                files, root / f"dc-{rep}", args.checks, args.streams, args.shared, args.pin
+            )
             if rep:
                 rates.append(args.files / transfer.seconds)
                 cpu.append(transfer.busy / args.files)
                 print(
                     f"rep {rep}: {rates[-1]:,.0f} files/s, {cpu[-1] * 1e3:.2f} ms of CPU per "
-                    f"file, {transfer.busy / transfer.seconds:.2f} of {os.cpu_count()} CPUs busy",
+                    f"file ({transfer.send_cpu / args.files * 1e3:.2f} sending, "
+                    f"{transfer.receive_cpu / args.files * 1e3:.2f} receiving), "
+                    f"{transfer.busy / transfer.seconds:.2f} of {os.cpu_count()} CPUs busy",
                     flush=True,
                 )
     finally:  # a Ctrl-C or a failed check too

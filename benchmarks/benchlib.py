@@ -18,6 +18,7 @@ benchprocs.py. These are measurements, not tests: nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -119,6 +120,17 @@ def stop_pid(proc: subprocess.Popen[bytes] | None) -> None:
 # --------------------------------------------------------------------------- measuring
 
 
+SEND_CPU, RECEIVE_CPU = 0, 1
+"""The CPUs a pinned run gives each end (``--pin``): the sending end (the sender, or
+rsync and its ``ssh``) on the first, the receiving end (the receiver, or ``sshd`` and
+the rsync it starts) on the second."""
+
+
+def pinned(cmd: list[str], cpu: int | None) -> list[str]:
+    """``cmd`` run on ``cpu`` alone (``taskset``; its children inherit it), or as it is."""
+    return cmd if cpu is None else ["taskset", "-c", str(cpu), *cmd]
+
+
 @dataclass
 class Run:
     seconds: float
@@ -129,6 +141,72 @@ class Run:
     stderr: str = ""
     busy: float = 0.0
     """CPU seconds the whole machine spent meanwhile (:func:`busy_seconds`)."""
+    cpu: float = 0.0
+    """CPU seconds of the command's own process and every descendant it waited for
+    (``wait4``): the sending end of a transfer, its ``ssh`` included."""
+    far_cpu: float = 0.0
+    """CPU seconds the process tree ``timed(far=...)`` reads spent meanwhile: the
+    receiving end."""
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: str) -> list[str] | None:
+    """``/proc/<pid>/stat`` from its state field on (the name may hold spaces)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:  # gone meanwhile
+        return None
+    return raw[raw.rindex(b")") + 2 :].decode().split()
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds ``root`` and its descendants have used: each live process's user
+    and system time plus that of the children it has waited for (``cutime``,
+    ``cstime``), read from ``/proc``.
+
+    The difference over a run is the CPU that process tree spent in it, whatever
+    else runs on the machine: a child that ended meanwhile moved from its own count
+    into its parent's, so it counts once. (A child that ended and was not waited for
+    yet counts nowhere: read this once the tree is quiet.)"""
+    parent_of: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(entry)
+        if fields is None:
+            continue
+        pid = int(entry)
+        # after the state: ppid is field 1, utime 11, stime 12, cutime 13, cstime 14
+        parent_of[pid] = int(fields[1])
+        times[pid] = sum(int(v) for v in fields[11:15])
+    children: dict[int, list[int]] = {}
+    for pid, parent in parent_of.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / _CLK_TCK
+
+
+def descendants(root: int) -> int:
+    """How many processes ``root`` has under it now."""
+    parent_of = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(entry)) is not None:
+            parent_of[int(entry)] = int(fields[1])
+    count, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        kids = [p for p, parent in parent_of.items() if parent == pid]
+        count += len(kids)
+        todo.extend(kids)
+    return count
 
 
 def busy_seconds() -> float:
@@ -160,27 +238,43 @@ def _peak_rss_kib(pid: int) -> int:
 
 
 def timed(
-    cmd: list[str], env: dict[str, str] | None = None, check: bool = True, poll_rss: bool = False
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    check: bool = True,
+    poll_rss: bool = False,
+    pin: int | None = None,
+    far: Callable[[], float] | None = None,
 ) -> Run:
-    """Wall time (and with ``poll_rss`` the peak RSS) of one command.
+    """Wall time (and with ``poll_rss`` the peak RSS) of one command, with its CPU.
+
+    ``pin``: the CPU it runs on (:func:`pinned`). ``far``: the CPU seconds of the
+    other end so far (:func:`tree_cpu` of a server), read before the command starts
+    and after it ends, outside the timed part; the difference is ``Run.far_cpu``.
 
     The peak RSS is the process's ``VmHWM`` read every 20 ms while it runs: ``wait4``'s
     ``ru_maxrss`` would count the benchmark's own memory, inherited at ``fork``.
     """
     out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-out-{os.getpid()}"
     with open(out_path, "w+b") as out, open(f"{out_path}.err", "w+b") as err:
+        far_before = far() if far is not None else 0.0
         busy = busy_seconds()
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(
+            pinned(cmd, pin), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
+        )
         peak = 0
-        if poll_rss:
-            while proc.poll() is None:
-                peak = max(peak, _peak_rss_kib(proc.pid))
-                time.sleep(0.02)
-        else:
-            proc.wait()
+        # its own CPU and that of the children it waited for (rsync's ssh), from the
+        # kernel: the process itself is gone once it has been waited for
+        while True:
+            done, status, usage = os.wait4(proc.pid, os.WNOHANG if poll_rss else 0)
+            if done:
+                break
+            peak = max(peak, _peak_rss_kib(proc.pid))
+            time.sleep(0.02)
         seconds = time.perf_counter() - started
         busy = busy_seconds() - busy
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        far_cpu = far() - far_before if far is not None else 0.0
         out.seek(0)
         err.seek(0)
         run = Run(
@@ -190,6 +284,8 @@ def timed(
             out.read().decode(errors="replace"),
             err.read().decode(errors="replace"),
             busy,
+            usage.ru_utime + usage.ru_stime,
+            far_cpu,
         )
     os.unlink(out_path)
     os.unlink(f"{out_path}.err")
@@ -428,3 +524,37 @@ def await_freed_inodes(workdir: Path, sleep: Callable[[float], None] = time.slee
 def disk_free(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
+
+
+_MD5_CHILD = """
+import hashlib, json, sys, time
+spent = 0.0
+for line in open(sys.argv[1]):
+    parts = [open(path, "rb").read() for path in json.loads(line)]
+    started = time.thread_time()
+    md5 = hashlib.md5()
+    for part in parts:
+        md5.update(part)
+    md5.hexdigest()
+    spent += time.thread_time() - started
+print(spent)
+"""
+
+
+def md5_seconds(streams: list[list[Path]], cpu: int) -> float:
+    """CPU seconds MD5 alone takes over ``streams`` (each a file's data and sidecars,
+    hashed as one stream, as a file's MD5 covers them) on ``cpu``: what every byte
+    costs each end of sealsync at least, the protocol's check. Files are read before
+    each is hashed, outside the count, in a process of its own on that CPU."""
+    listing = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-md5-{os.getpid()}"
+    listing.write_text("".join(json.dumps([str(p) for p in parts]) + "\n" for parts in streams))
+    try:
+        out = subprocess.run(
+            pinned([PYTHON, "-c", _MD5_CHILD, str(listing)], cpu),
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        listing.unlink()
+    return float(out)

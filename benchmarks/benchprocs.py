@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,11 +18,14 @@ from benchlib import (
     SEALSYNC,
     SSHD,
     Run,
+    descendants,
     free_port,
     log,
+    pinned,
     set_aside,
     stop_pid,
     timed,
+    tree_cpu,
     wait_port,
 )
 
@@ -35,6 +39,8 @@ class OpenSsh:
     root: Path
     cipher: str | None = None
     """The client's cipher; None is OpenSSH's own choice."""
+    pin: int | None = None
+    """The CPU ``sshd`` and every process it starts run on (:func:`benchlib.pinned`)."""
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -65,7 +71,7 @@ class OpenSsh:
         (self.root / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}\n")
         Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation folder
         self.proc = subprocess.Popen(
-            [SSHD, "-D", "-f", str(config), "-E", str(self.root / "sshd.log")],
+            pinned([SSHD, "-D", "-f", str(config), "-E", str(self.root / "sshd.log")], self.pin),
             stdin=subprocess.DEVNULL,
         )
         wait_port(self.port, self.proc, "sshd")
@@ -75,6 +81,17 @@ class OpenSsh:
     def stop(self) -> None:
         stop_pid(self.proc)
         self.proc = None
+
+    def cpu(self) -> float:
+        """CPU seconds ``sshd`` and the processes it started have used: the receiving
+        end of rsync (each connection's ``sshd`` and the ``rsync`` it runs). Waits
+        (up to 10 s) for the last connection's processes to end and be waited for,
+        so that their CPU is counted in full."""
+        assert self.proc is not None
+        deadline = time.monotonic() + 10
+        while descendants(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return tree_cpu(self.proc.pid)
 
     def ssh_command(self, cipher: str | None = None) -> str:
         parts = [
@@ -128,6 +145,8 @@ class Sealsync:
     root: Path
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    pin: tuple[int, int] | None = None
+    """The CPUs of the sending and of the receiving end (:func:`benchlib.pinned`)."""
     sender_config: Path = field(init=False)
     edge_data: Path = field(init=False)
     edge_schema: Path = field(init=False)
@@ -177,7 +196,10 @@ class Sealsync:
     def start(self) -> None:
         log_file = open(self.root / "receiver.log", "ab")  # noqa: SIM115 - the process keeps it
         self.proc = subprocess.Popen(
-            [*SEALSYNC, "serve", "--init", "--config", str(self.root / "receiver.toml")],
+            pinned(
+                [*SEALSYNC, "serve", "--init", "--config", str(self.root / "receiver.toml")],
+                self.pin[1] if self.pin else None,
+            ),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -191,13 +213,21 @@ class Sealsync:
         stop_pid(self.proc)
         self.proc = None
 
+    def cpu(self) -> float:
+        """CPU seconds the receiver (its workers included) has used so far."""
+        assert self.proc is not None
+        return tree_cpu(self.proc.pid)
+
     def send_cmd(self) -> list[str]:
         return [*SEALSYNC, "-q", "send", "--config", str(self.sender_config)]
 
     def send(self, expect_files: int | None = None, poll_rss: bool = False) -> Run:
         """One ``sealsync send``; a round that did not ship (and load) every file is an error."""
         run = timed(
-            [*SEALSYNC, "send", "--json", "--config", str(self.sender_config)], poll_rss=poll_rss
+            [*SEALSYNC, "send", "--json", "--config", str(self.sender_config)],
+            poll_rss=poll_rss,
+            pin=self.pin[0] if self.pin else None,
+            far=self.cpu if self.proc is not None else None,
         )
         doc = json.loads(run.stdout)
         receiver = doc["receivers"][0]

@@ -34,6 +34,7 @@ try:
         IoTDBSettings,
         IoTDBStorage,
         ReceiverService,
+        Storage,
         StorageError,
         load_receiver_config,
         recorded_md5,
@@ -44,6 +45,7 @@ except ImportError:  # run from a checkout without installing the package
         IoTDBSettings,
         IoTDBStorage,
         ReceiverService,
+        Storage,
         StorageError,
         load_receiver_config,
         recorded_md5,
@@ -52,7 +54,7 @@ except ImportError:  # run from a checkout without installing the package
 SIDECARS = (".mods", ".mods2", ".resource")  # .mods2: IoTDB 2.x's deletions
 
 
-class CatalogueStorage:
+class CatalogueStorage(Storage):
     """The host's side of the plugin API: load, delete, list (idempotent, durable)."""
 
     def __init__(self, root: Path) -> None:

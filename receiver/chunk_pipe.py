@@ -5,7 +5,10 @@ copies the requested bytes out twice (a slice, then ``tobytes``) and shifts the 
 of the array down. With a file streaming in, that is four copies of every byte
 under the GIL, which the transport thread decrypting the next packets waits for:
 profiled at a third of the receiver's GIL time in a 1 GiB transfer. This pipe keeps
-the packets as they came and hands them out joined, one copy in all.
+the packets as they came: the transport (``sealsync.ssh_packets``) hands it each
+packet's data as a view of the decrypted packet (:meth:`ChunkPipe.feed_view`), and a
+read gives a large packet back as it is, so that a CHUNK frame filling a packet
+reaches MD5 and the file without a copy; small packets are joined.
 
 It replaces a channel's ``in_buffer`` from the transport thread while that thread
 handles the subsystem request, so no packet can be fed concurrently.
@@ -24,6 +27,8 @@ from paramiko.buffered_pipe import BufferedPipe, PipeTimeout
 from paramiko.common import cMSG_CHANNEL_WINDOW_ADJUST
 from paramiko.message import Message
 
+from sealsync import ssh_packets
+
 if TYPE_CHECKING:
 
     class _Pipe(BufferedPipe[bytes]):
@@ -39,18 +44,37 @@ else:
     _Pipe = BufferedPipe  # not subscriptable at run time
 
 
+ALONE = 16 * 1024
+"""A buffered packet at least this long is returned by itself, as it is (a view);
+shorter ones are joined up to the size asked for."""
+
+
 class ChunkPipe(_Pipe):
-    """``BufferedPipe`` with the same locking and semantics, over a deque of packets."""
+    """``BufferedPipe`` with the same locking and semantics, over a deque of packets.
+
+    ``read`` returns ``bytes`` or, for a packet fed as a view, a ``memoryview`` of it:
+    either is a bytes-like object, which is all the session's reads need."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._chunks: deque[bytes] = deque()
+        self._chunks: deque[bytes | memoryview] = deque()
         self._size = 0
 
     def _buffer_frombytes(self, data: bytes) -> None:  # called by feed() under the lock
         if data:
             self._chunks.append(bytes(data))
             self._size += len(data)
+
+    def feed_view(self, data: memoryview) -> None:
+        """``feed`` for a view of a received packet, kept without a copy (the packet's
+        plaintext stays alive as long as the view does)."""
+        with self._lock:
+            if self._event is not None:
+                self._event.set()
+            if data:
+                self._chunks.append(data)
+                self._size += len(data)
+            self._cv.notify_all()
 
     def set_event(self, event: threading.Event) -> None:
         with self._lock:
@@ -86,21 +110,31 @@ class ChunkPipe(_Pipe):
             return out
 
     def _take(self, nbytes: int) -> bytes:
-        parts = []
-        want = nbytes
         chunks = self._chunks
-        while chunks and want > 0:
-            first = chunks[0]
-            if len(first) <= want:
-                parts.append(chunks.popleft())
-                want -= len(first)
+        first = chunks[0]
+        if len(first) >= nbytes or len(first) >= ALONE:  # one piece, as it is
+            if len(first) <= nbytes:
+                out = chunks.popleft()
             else:
-                parts.append(first[:want])
-                chunks[0] = first[want:]
+                view = first if isinstance(first, memoryview) else memoryview(first)
+                out, chunks[0] = view[:nbytes], view[nbytes:]
+            self._size -= len(out)
+            return cast(bytes, out)  # bytes-like: see the class
+        parts: list[bytes | memoryview] = []
+        want = nbytes
+        while chunks and want > 0 and (not parts or len(chunks[0]) < ALONE):
+            piece = chunks[0]
+            if len(piece) <= want:
+                parts.append(chunks.popleft())
+                want -= len(piece)
+            else:
+                view = piece if isinstance(piece, memoryview) else memoryview(piece)
+                parts.append(view[:want])
+                chunks[0] = view[want:]
                 want = 0
-        out = parts[0] if len(parts) == 1 else b"".join(parts)
-        self._size -= len(out)
-        return out
+        joined = b"".join(parts)
+        self._size -= len(joined)
+        return joined
 
     def empty(self) -> bytes:
         with self._lock:
@@ -116,7 +150,8 @@ class ChunkPipe(_Pipe):
 
 
 def install(channel: paramiko.Channel) -> None:
-    """Give ``channel`` a ChunkPipe, carrying over anything already buffered.
+    """Give ``channel`` a ChunkPipe, carrying over anything already buffered, and
+    sends that hand the transport views (:func:`sealsync.ssh_packets.fast_sends`).
 
     Call it on the transport thread (a ``ServerInterface`` callback): that thread is
     the only one that feeds the buffer, so nothing arrives during the swap.
@@ -132,6 +167,7 @@ def install(channel: paramiko.Channel) -> None:
         pipe.close()
     channel.in_buffer = pipe
     channel.recv = functools.partial(_recv_keeping, channel)  # type: ignore[method-assign]
+    ssh_packets.fast_sends(channel)  # the session's answers, without paramiko's copies
 
 
 def _recv_keeping(channel: paramiko.Channel, nbytes: int) -> bytes:

@@ -5,33 +5,41 @@
 
 1. checks the socket's **peer address** against the allow list and closes at once
    if it is outside — before any byte, never trusting what the client says;
-2. admits it as a *startup* (:class:`~receiver.limits.Admission`: penalised sources,
-   ``per_source_max_startups``, ``max_startups`` with random early drop) or refuses
-   it; a hard bound on all connections backs this up. A connection refused for the
-   receiver's load (its connection limit, ``max_startups``, the source's startups) is
+2. admits it as a *startup* (:class:`~receiver.limits.Admission`: penalised sources
+   and networks, ``per_source_max_startups``, ``max_startups`` with random early drop,
+   a reserve for the addresses of known senders) or refuses it; a hard bound on all
+   connections backs this up. A connection refused for the receiver's load (its
+   connection limit, ``max_startups``, the source's startups, a failing network) is
    told why in one line before the SSH version line (RFC 4253 allows such lines;
    :class:`Farewells`), so an honest sender reports "at its connection limit" rather
-   than a connection closed for no reason; one from a penalised source, as from an
-   address outside the allow list, gets no byte;
+   than a connection closed for no reason, and retries; one from a penalised source,
+   as from an address outside the allow list, gets no byte;
 3. sets ``TCP_NODELAY`` (paramiko never does; without it a verdict per file waits
    for Nagle + delayed ACK, a few dozen files a second instead of hundreds);
 4. runs a paramiko server ``Transport`` (:mod:`receiver.ssh_server`) with keepalives
    (``client_alive_*``, :mod:`sealsync.keepalive`) that close it once the sender has
    gone silent, so a dead link frees its session;
 5. gives it ``login_grace_time`` from accept to open the ``sealsync`` subsystem on one
-   ``session`` channel, and ``SESSION_WAIT`` from its key's acceptance; the
-   connection leaves the startup counts once its key is accepted (and takes one of
-   the key's ``max_sessions_per_key`` connection slots), and one that fails, runs out
-   of time, or authenticates and opens no session earns its source a penalty (and, for
-   the last, its key: a penalised key is refused at authentication from any address);
+   ``session`` channel, ``preauth_timeout`` for each of its first steps (its first
+   byte from accept, its first authentication request from the end of the key
+   exchange: a client that finishes the exchange and idles is cut early; see
+   :class:`~receiver.ssh_server.PreAuth`) and ``SESSION_WAIT`` from its key's
+   acceptance; the connection leaves the startup counts once its key is accepted (and
+   takes one of the key's ``max_sessions_per_key`` connection slots, or, with those
+   taken, one of as many kept only to hear ``busy``; past those the key is refused on
+   this connection), and one that fails, runs out of time, or authenticates and opens
+   no session earns its source (and its network) a penalty (and, for the last, its
+   key: a penalised key is refused at authentication from any address); one whose
+   session opens makes its address a known sender's;
 6. runs the session on the subsystem's thread. Over ``max_sessions``, over
    ``max_sessions_per_key`` for its key, or past the bound on connections (a few are
    served only for this), the sender gets an ERROR frame ``busy`` after its HELLO
    saying which, and retries later.
 
 Log lines about refused connections go through a :class:`~receiver.limits.RefusalLog`
-(one per kind and interval, then a summary). Failures in a connection are logged and
-end that connection only.
+(one per kind and interval, then a summary), at WARNING: a refusal is what an operator
+under attack, or with a misconfigured sender, needs to see. Failures in a connection
+are logged and end that connection only.
 """
 
 from __future__ import annotations
@@ -41,12 +49,14 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import paramiko
 
 from receiver.auth import AuthorizedKeys, is_allowed, peer_address
+from receiver.layout import sender_folders
 from receiver.limits import (
-    PENALISED,
     SESSION_WAIT,
     Admission,
     KeyPenalties,
@@ -54,10 +64,17 @@ from receiver.limits import (
     RefusalLog,
     SlotCounter,
     Startup,
+    source_of,
 )
 from receiver.metrics import ReceiverMetrics
 from receiver.session import Session, SessionContext
-from receiver.ssh_server import SshServer, server_transport, wait_for_subsystem
+from receiver.ssh_server import (
+    PreAuth,
+    SshServer,
+    confirm_on_success,
+    server_transport,
+    wait_for_subsystem,
+)
 from sealsync.config import ReceiverConfig
 from sealsync.keepalive import ActivitySocket, Keepalive
 from sealsync.protocol import SUBSYSTEM, Error, ErrorCode, channel_stream, receive, send
@@ -129,6 +146,28 @@ class Farewells:
         self._socks.clear()
 
 
+def known_senders(data_dirs: list[Path]) -> list[tuple[str, float]]:
+    """(source, seconds since its last round) of every address a sender folder names:
+    only a session that opened a round made one (``<ip>_<uuid>``), and each round
+    changes it, so these are the addresses of known senders across restarts."""
+    now = time.time()
+    found = []
+    for folder in sender_folders(list(data_dirs)):
+        try:
+            ip = peer_address(folder.ip.replace("-", ":"))  # IPv6 colons are dashes there
+            age = now - folder.root.lstat().st_mtime
+        except (ValueError, OSError):
+            continue
+        found.append((source_of(ip), max(age, 0.0)))
+    return found
+
+
+def _heard(sock: ActivitySocket) -> Callable[[], bool]:
+    """Whether the peer of ``sock`` (made now, nothing read yet) has sent a byte since."""
+    silent_since = sock.last_received
+    return lambda: sock.last_received != silent_since
+
+
 def _drained(sock: socket.socket) -> bool:
     """Reads what has arrived; True once the peer has closed (or the socket failed)."""
     try:
@@ -160,10 +199,16 @@ class Connections:
         self.refusals = refusals
         self._authorized = AuthorizedKeys(config.authorized_keys)
         self.admission = Admission(
-            config.max_startups, config.per_source_max_startups, config.per_source_penalty_max
+            config.max_startups,
+            config.per_source_max_startups,
+            config.per_source_penalty_max,
+            # at most max_sessions known senders are served at once anyway
+            reserved=min(config.max_startups.start, config.max_sessions),
         )
         self.key_sessions = SlotCounter(config.max_sessions_per_key)
         """Connections per key, taken when the key is accepted (sessions need one each)."""
+        self.key_busy = SlotCounter(config.max_sessions_per_key)
+        """Connections per key past its slots, kept only to hear ``busy`` (as many again)."""
         self.key_penalties = KeyPenalties(config.per_source_penalty_max)
         """Keys whose connections keep authenticating and opening no session."""
         # Startups are bounded by the admission; this bounds everything else (sessions,
@@ -180,7 +225,9 @@ class Connections:
     # --- from the service ------------------------------------------------------------
 
     def open(self, host_key: paramiko.PKey) -> None:
-        """Start admitting connections, served with ``host_key``."""
+        """Start admitting connections, served with ``host_key``; the addresses the
+        sender folders name are known senders' (see :func:`known_senders`)."""
+        self.admission.remember(known_senders(self.config.data_dirs))
         with self._lock:
             self._host_key = host_key
             self._open = True
@@ -271,12 +318,14 @@ class Connections:
                 )
                 return
             startup = self.admission.admit(ip)
-            if isinstance(startup, str):
-                kind = startup.split(" (", 1)[0]
+            if not isinstance(startup, Startup):
                 self.refusals.refused(
-                    kind, logging.INFO, str(ip), f"connection from {ip} refused: {startup}"
+                    startup.kind,
+                    logging.WARNING,
+                    str(ip),
+                    f"connection from {ip} refused: {startup}",
                 )
-                if kind.startswith(PENALISED):
+                if startup.silent:
                     sock.close()  # as sshd: a failing source learns nothing more
                 else:  # a crowd of startups: a sender with a key may retry soon
                     self.farewells.say(sock, f"receiver busy: {startup}, retry later")
@@ -311,6 +360,7 @@ class Connections:
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             watched = ActivitySocket(sock)
+            heard = _heard(watched)  # before paramiko reads a byte
             assert self._host_key is not None
             grace = self.config.login_grace_time
             if at_limit:  # served only to hear why: no long stay
@@ -325,8 +375,10 @@ class Connections:
                 key_slots=self.key_sessions,
                 refusals=self.refusals,
                 key_penalties=self.key_penalties,
+                busy_slots=self.key_busy,
             )
             server.at_limit = at_limit
+            confirm_on_success(transport, server)
             with self._lock:
                 if not self._open:
                     return
@@ -334,9 +386,15 @@ class Connections:
             transport.start_server(event=threading.Event(), server=server)  # returns at once
             keepalive = self._keepalive(transport, watched, peer_ip)
             outcome = wait_for_subsystem(
-                transport, server, accepted + grace, lambda: self.accepting
+                transport,
+                server,
+                accepted + grace,
+                lambda: self.accepting,
+                preauth=PreAuth(accepted, self.config.preauth_timeout, heard),
             )
-            if not server.started.is_set():
+            if server.started.is_set():
+                self.admission.logged_in(startup)
+            else:
                 self._log_no_session(transport, server, peer_ip, outcome)
                 return
             assert server.handler is not None
@@ -353,7 +411,7 @@ class Connections:
                 outcome = Outcome.AUTH_FAILED
             if server is not None:
                 server.release_key_slot()
-            barred = self.admission.close(startup, outcome)  # before the peer sees the close
+            barred, barred_block = self.admission.closed(startup, outcome)  # before the close
             fp = server.key_fingerprint if server is not None else ""
             barred_key = 0.0
             if fp and outcome is Outcome.IDLE_AFTER_AUTH:
@@ -368,6 +426,15 @@ class Connections:
                     peer_ip,
                     f"{peer_ip}: refused for {barred:.0f} s: its connections keep failing "
                     f"(last: {outcome.value})",
+                )
+            if barred_block:
+                self.refusals.refused(
+                    "network penalised",
+                    logging.WARNING,
+                    peer_ip,
+                    f"{startup.block}: refused for {barred_block:.0f} s: connections from "
+                    f"its addresses keep failing (last: {peer_ip}, {outcome.value}); "
+                    "addresses of known senders are still served",
                 )
             if barred_key:
                 self.refusals.refused(
@@ -384,7 +451,15 @@ class Connections:
         self, transport: paramiko.Transport, server: SshServer, peer_ip: str, outcome: Outcome
     ) -> None:
         """Why a connection ends without a session, rate-limited where a flood can repeat it."""
-        if outcome is Outcome.IDLE_AFTER_AUTH:
+        if outcome is Outcome.IDLE_BEFORE_AUTH:
+            self.refusals.refused(
+                "idle before authenticating",
+                logging.WARNING,
+                peer_ip,
+                f"{peer_ip}: silent, or no authentication request after the key exchange, "
+                f"for preauth_timeout ({self.config.preauth_timeout:g} s), closing",
+            )
+        elif outcome is Outcome.IDLE_AFTER_AUTH:
             self.refusals.refused(
                 "authenticated, no session",
                 logging.WARNING,
@@ -397,7 +472,7 @@ class Connections:
         ):
             self.refusals.refused(
                 "login grace time",
-                logging.INFO,
+                logging.WARNING,
                 peer_ip,
                 f"{peer_ip}: no {SUBSYSTEM} session within login_grace_time "
                 f"({self.config.login_grace_time:g} s), closing",

@@ -301,7 +301,10 @@ def _worker_start(host: int, memory_budget: int, cpu_base: float, marks: str) ->
     _memory, _cpu_base = memory_budget, cpu_base
     _cpu_limits = resource.getrlimit(resource.RLIMIT_CPU)
     if marks:
-        _mark = os.open(os.path.join(marks, str(os.getpid())), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            _mark = os.open(os.path.join(marks, str(os.getpid())), os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # the pool is closing (its folder gone): no check comes
+            _mark = -1
     _exit_with_host(host)
     try:
         import pyarrow

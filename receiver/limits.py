@@ -14,11 +14,22 @@ Before authentication (the model is OpenSSH's ``sshd``):
 * **per source**: at most ``per_source`` startups from one address (IPv4 /32, IPv6
   /64 — one host's worth: a single IPv6 host usually holds a whole /64).
 * **penalties** (OpenSSH 9.8 ``PerSourcePenalties``): a connection from an address
-  that fails authentication, outlives the login grace time, or leaves without trying,
-  adds seconds to that address's penalty; once the penalty exceeds ``PENALTY_MIN``
-  the address is refused at accept until it runs out. Penalties add up while an
-  address keeps failing and are capped at ``max_seconds``. A connection that
-  authenticates never adds anything, so an honest sender is never penalised.
+  that fails authentication, outlives the login grace time, idles before
+  authenticating (``preauth_timeout``), or leaves without trying, adds seconds to that
+  address's penalty; once the penalty exceeds ``PENALTY_MIN`` the address is refused
+  at accept until it runs out. Penalties add up while an address keeps failing and
+  are capped at ``max_seconds``. A connection that authenticates never adds anything,
+  so an honest sender is never penalised.
+* **blocks**: what an address earns while it is not refused yet also goes to its
+  block (IPv4 /24, IPv6 /48); a block whose penalty exceeds ``BLOCK_PENALTY_MIN`` is
+  refused as a whole. One address alone never gets there (it is refused itself first,
+  and a refused address adds nothing), a crowd of addresses of one network does, as
+  soon as it starts failing, however few connections each address makes.
+* **a reserve for known senders**: an address whose connection opened a ``sealsync``
+  session recently (``TRUSTED_FOR``; at start, the addresses of the sender folders
+  rounds used) is exempt from its block's refusal, and its startups are counted apart,
+  in a reserve of their own (``reserved``), before the shared ones: a flood of
+  strangers cannot take them. An address loses this once its own penalty refuses it.
 
 After authentication:
 
@@ -38,7 +49,7 @@ import ipaddress
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from sealsync.config import MaxStartups
 
@@ -56,6 +67,7 @@ class Outcome(enum.Enum):
     AUTH_FAILED = "authentication failed"
     GRACE_EXCEEDED = "login grace time exceeded"
     NO_AUTH = "closed without authenticating"
+    IDLE_BEFORE_AUTH = "silent, or no authentication after the key exchange (preauth_timeout)"
     IDLE_AFTER_AUTH = "authenticated but opened no session"
 
 
@@ -63,11 +75,14 @@ PENALTY_SECONDS = {
     Outcome.AUTH_FAILED: 5.0,
     Outcome.GRACE_EXCEEDED: 20.0,
     Outcome.NO_AUTH: 1.0,
+    Outcome.IDLE_BEFORE_AUTH: 10.0,
     Outcome.IDLE_AFTER_AUTH: 5.0,
 }
 """Seconds of penalty each failure adds to its source (OpenSSH's scale). A connection
 that authenticated and then opened no session in time (``SESSION_WAIT``) counts like
-a failed login: a key holding connections open without using them is attacking."""
+a failed login: a key holding connections open without using them is attacking. One
+cut for idling before authentication stays under ``PENALTY_MIN`` (a sender on a slow
+link may be cut once), two do not."""
 SESSION_WAIT = 5.0
 """Seconds an authenticated connection has to open its ``sealsync`` session: a sender
 asks for it right after its key is accepted."""
@@ -76,6 +91,17 @@ PENALTY_MIN = 15.0
 probe is not enough, a stream of failures is."""
 PENALISED = "penalised"
 """What starts :meth:`Admission.admit`'s answer for a source refused for its failures."""
+BLOCK_PENALTY_MIN = 60.0
+"""A block (IPv4 /24, IPv6 /48) is refused once its penalty exceeds this: four times an
+address's, so that one failing address, or two, never refuse their neighbours."""
+IPV4_BLOCK_PREFIX = 24
+IPV6_BLOCK_PREFIX = 48
+"""An address block: a network one party typically holds (an IPv4 /24, an IPv6 site's
+/48; an IPv6 address already counts as its /64)."""
+TRUSTED_FOR = 7 * 86400.0
+"""Seconds an address that opened a session stays in the reserve for known senders."""
+MAX_TRUSTED = 65536
+"""Known sender addresses remembered at once (the oldest are forgotten first)."""
 MAX_PENALISED_SOURCES = 65536
 """Sources remembered at once; beyond this, new failures are not penalised (the
 alternative, refusing everyone, would let an attacker with many addresses lock
@@ -88,6 +114,30 @@ def source_of(ip: IPAddress) -> str:
         net = ipaddress.IPv6Network(f"{ip}/{IPV6_SOURCE_PREFIX}", strict=False)
         return str(net)
     return str(ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else ip)
+
+
+def block_of(ip: IPAddress) -> str:
+    """The address block penalties also count: its IPv4 /24 or IPv6 /48."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network(f"{ip}/{IPV6_BLOCK_PREFIX}", strict=False))
+    v4 = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else ip
+    assert v4 is not None
+    return str(ipaddress.IPv4Network(f"{v4}/{IPV4_BLOCK_PREFIX}", strict=False))
+
+
+class Refusal(str):
+    """Why :meth:`Admission.admit` refused a connection: the text, its ``kind`` (fixed
+    words, for the log's rate limit: the text holds counts) and whether the peer is
+    ``silent``-ly closed (a penalised address learns nothing) or told in one line."""
+
+    kind: str
+    silent: bool
+
+    def __new__(cls, text: str, kind: str, *, silent: bool = False) -> Refusal:
+        refusal = super().__new__(cls, text)
+        refusal.kind = kind
+        refusal.silent = silent
+        return refusal
 
 
 class SourcePenalties:
@@ -140,12 +190,15 @@ class SourcePenalties:
 
 
 class Startup:
-    """One accepted connection's place in the startup counts."""
+    """One accepted connection's place in the startup counts (``reserved``: in the
+    reserve for known senders)."""
 
-    __slots__ = ("source", "authenticated", "closed")
+    __slots__ = ("source", "block", "reserved", "authenticated", "closed")
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, block: str = "", reserved: bool = False) -> None:
         self.source = source
+        self.block = block
+        self.reserved = reserved
         self.authenticated = False
         self.closed = False
 
@@ -154,8 +207,9 @@ class Admission:
     """Startup counts, per-source caps and penalties for the accept loop; thread-safe.
 
     ``admit`` is called for every accepted socket (after the allow list), then
-    ``authenticated`` when the key is accepted and ``close`` when the connection
-    ends; ``close`` applies the penalty its outcome earns.
+    ``authenticated`` when the key is accepted, ``logged_in`` when its session opens,
+    and ``close`` when the connection ends; ``close`` applies the penalty its outcome
+    earns. ``reserved``: startups kept for known senders' addresses (see the module).
     """
 
     def __init__(
@@ -164,65 +218,145 @@ class Admission:
         per_source: int,
         penalty_max: float,
         *,
+        reserved: int = 0,
         rand: Callable[[], float] = random.random,
         clock: Clock = time.monotonic,
     ) -> None:
         self.max_startups = max_startups
         self.per_source = per_source
+        self.reserved = reserved
         self.penalties = SourcePenalties(penalty_max)
+        self.block_penalties = SourcePenalties(penalty_max, BLOCK_PENALTY_MIN)
         self._rand = rand
         self._clock = clock
         self._lock = threading.Lock()
         self._startups = 0
+        self._reserved_open = 0
         self._by_source: dict[str, int] = {}
+        self._logins: dict[str, float] = {}  # source -> when a session last opened, oldest first
 
     @property
     def startups(self) -> int:
+        """Startups in the shared count (``max_startups``)."""
         with self._lock:
             return self._startups
 
-    def admit(self, ip: IPAddress) -> Startup | str:
-        """A new startup, or why the connection is refused."""
-        source = source_of(ip)
+    @property
+    def reserved_startups(self) -> int:
+        """Startups in the reserve for known senders."""
         with self._lock:
-            left = self.penalties.refused_for(source, self._clock())
+            return self._reserved_open
+
+    def admit(self, ip: IPAddress) -> Startup | Refusal:
+        """A new startup, or why the connection is refused."""
+        source, block = source_of(ip), block_of(ip)
+        with self._lock:
+            now = self._clock()
+            left = self.penalties.refused_for(source, now)
             if left > 0:
-                return f"{PENALISED} for failing connections ({left:.0f} s left)"
+                return Refusal(
+                    f"{PENALISED} for failing connections ({left:.0f} s left)",
+                    PENALISED,
+                    silent=True,
+                )
+            known = self._known(source, now)
+            if not known:
+                left = self.block_penalties.refused_for(block, now)
+                if left > 0:
+                    return Refusal(
+                        f"connections from its network {block} keep failing ({left:.0f} s left)",
+                        "network penalised",
+                    )
             here = self._by_source.get(source, 0)
             if here >= self.per_source:
-                return f"{here} unauthenticated connections from this source"
-            if self._rand() < self.max_startups.drop_probability(self._startups):
-                return f"{self._startups} unauthenticated connections open (max_startups)"
-            self._startups += 1
+                return Refusal(
+                    f"{here} unauthenticated connections from this source",
+                    "per_source_max_startups",
+                )
+            reserved = known and self._reserved_open < self.reserved
+            if reserved:
+                self._reserved_open += 1
+            else:
+                if self._rand() < self.max_startups.drop_probability(self._startups):
+                    return Refusal(
+                        f"{self._startups} unauthenticated connections open (max_startups)",
+                        "max_startups",
+                    )
+                self._startups += 1
             self._by_source[source] = here + 1
-            return Startup(source)
+            return Startup(source, block, reserved)
 
     def authenticated(self, startup: Startup) -> None:
         """The connection's key was accepted: it leaves the startup counts."""
         with self._lock:
             if not startup.authenticated and not startup.closed:
                 startup.authenticated = True
-                self._leave(startup.source)
+                self._leave(startup)
+
+    def logged_in(self, startup: Startup) -> None:
+        """The connection opened its session: its address is a known sender's now."""
+        with self._lock:
+            self._remember(startup.source, self._clock())
+
+    def remember(self, sources: Iterable[tuple[str, float]]) -> None:
+        """Known senders' addresses (``source_of`` form) with the age in seconds of
+        their last session: at start, from the sender folders their rounds used."""
+        with self._lock:
+            now = self._clock()
+            for source, age in sorted(sources, key=lambda sa: -sa[1]):  # oldest first
+                if 0 <= age <= TRUSTED_FOR:
+                    self._remember(source, now - age)
 
     def close(self, startup: Startup, outcome: Outcome) -> float:
         """The connection ended; applies its penalty. Returns the seconds its source is
         refused for if this connection is the one that got it refused (else 0), so that
         the caller reports a source once, not at every failure."""
+        return self.closed(startup, outcome)[0]
+
+    def closed(self, startup: Startup, outcome: Outcome) -> tuple[float, float]:
+        """:meth:`close`, and the seconds the source's block is refused for if this
+        connection is the one that got it refused (else 0)."""
         with self._lock:
             if startup.closed:
-                return 0.0
+                return 0.0, 0.0
             startup.closed = True
             if startup.authenticated and outcome is not Outcome.IDLE_AFTER_AUTH:
-                return 0.0  # an authenticated connection that used its session: no penalty
+                return 0.0, 0.0  # an authenticated connection that used its session: no penalty
             if not startup.authenticated:
-                self._leave(startup.source)
+                self._leave(startup)
+            seconds = PENALTY_SECONDS.get(outcome, 0.0)
+            if seconds <= 0:
+                return 0.0, 0.0
             now = self._clock()
-            was_refused = self.penalties.refused_for(startup.source, now) > 0
-            left = self.penalties.add(startup.source, PENALTY_SECONDS.get(outcome, 0.0), now)
-            return 0.0 if was_refused else left
+            if self.penalties.refused_for(startup.source, now) > 0:
+                self.penalties.add(startup.source, seconds, now)
+                return 0.0, 0.0  # refused already: reported, and nothing for its block
+            left = self.penalties.add(startup.source, seconds, now)
+            if left > 0:  # refused now: no known sender's address any more
+                self._logins.pop(startup.source, None)
+            block = startup.block
+            if not block:
+                return left, 0.0
+            was_refused = self.block_penalties.refused_for(block, now) > 0
+            block_left = self.block_penalties.add(block, seconds, now)
+            return left, 0.0 if was_refused else block_left
 
-    def _leave(self, source: str) -> None:
-        self._startups -= 1
+    def _known(self, source: str, now: float) -> bool:
+        when = self._logins.get(source)
+        return when is not None and now - when <= TRUSTED_FOR
+
+    def _remember(self, source: str, when: float) -> None:
+        self._logins.pop(source, None)  # re-inserted last: the dict stays oldest first
+        while len(self._logins) >= MAX_TRUSTED:
+            del self._logins[next(iter(self._logins))]
+        self._logins[source] = when
+
+    def _leave(self, startup: Startup) -> None:
+        if startup.reserved:
+            self._reserved_open -= 1
+        else:
+            self._startups -= 1
+        source = startup.source
         left = self._by_source[source] - 1
         if left:
             self._by_source[source] = left

@@ -14,6 +14,13 @@ vocabulary, same parser), always has this shape::
 
 Its writes are crash points (``sealsync.crashpoints``), so that recovery is tested
 from the prefixes of this shape a crash can leave.
+
+The round's staging folders are bounded before any is made: a name deeper than
+``MAX_STAGING_DEPTH`` folders, or one whose new folders would take the sender's
+rounds in flight past ``max_staging_folders``, is refused at its FILE_BEGIN
+(:meth:`RoundState.staging_problem`), and the folders a round made and left empty (a
+refused file's) go when it ends, done or abandoned (:meth:`RoundState.prune`): every
+one is an fsynced inode no byte quota sees.
 """
 
 from __future__ import annotations
@@ -24,18 +31,32 @@ from pathlib import Path
 
 from receiver.folders import safe_dirs
 from receiver.layout import SenderFolder, SyncLog
+from receiver.limits import ByteLedger
 from receiver.load.loader import FolderLoader
+from sealsync import durable
 from sealsync.crashpoints import crash_point
 from sealsync.protocol import ErrorCode, ProtocolError
+
+MAX_STAGING_DEPTH = 64
+"""Folders a staged name may nest (``sequence/`` included): IoTDB's names nest 4."""
 
 
 class RoundState:
     """The state of one round in flight on one sender folder: its counters, its
     staging folders, and its ``sync.log`` written in the order the module describes."""
 
-    def __init__(self, folder: SenderFolder, loader: FolderLoader) -> None:
+    def __init__(
+        self, folder: SenderFolder, loader: FolderLoader, folders: ByteLedger | None = None
+    ) -> None:
+        """``folders``: staging folders per sender (a count, ``max_staging_folders``),
+        shared by the sender's rounds in flight; this round takes from it what it makes."""
         self.folder = folder
         self.loader = loader
+        self._budget = folders if folders is not None else ByteLedger(None)
+        self._taken = 0  # of the budget, given back when the round ends
+        self._known: set[str] = set()  # staging folders this round made or found there
+        self._made: list[str] = []  # those it made, parents first
+        self._used: set[str] = set()  # folders of files in sync.log: the loader's now
         self.sync_log = SyncLog(folder.sync_log)
         self.deleted_open = False
         self.deleted_done = False
@@ -48,6 +69,77 @@ class RoundState:
         self._folders: dict[str, bool] = {}  # staging folders made (True) or refused
         self.sync_log.start()
         crash_point("receiver.synclog.start")
+
+    def staging_problem(self, name: str) -> str | None:
+        """Why ``name`` may not be staged in this round (None: it may), taking the
+        staging folders it needs from the sender's budget: checked at its FILE_BEGIN,
+        before anything is made, so a refused name makes nothing."""
+        path = self.folder.staged_name(name)
+        depth = name.count("/")
+        if depth > MAX_STAGING_DEPTH:
+            return (
+                f"the name nests {depth} folders; the receiver stages at most {MAX_STAGING_DEPTH}"
+            )
+        top = os.fspath(self.folder.data)
+        missing: list[str] = []
+        parent = os.path.dirname(path)
+        while parent != top and parent not in self._known:
+            if os.path.isdir(parent):  # left by an earlier round: nothing to make
+                break
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        if missing:
+            uuid = self.folder.uuid
+            if not self._budget.reserve(uuid, len(missing)):
+                return (
+                    f"the sender's rounds in flight made {self._budget.held(uuid)} staging "
+                    f"folders; this name needs {len(missing)} more, past max_staging_folders "
+                    f"({self._budget.limit}): it is offered again next round"
+                )
+            self._taken += len(missing)
+            self._made.extend(reversed(missing))
+            self._known.update(missing)
+        return None
+
+    def prune(self) -> int:
+        """Remove the staging folders this round made for files it did not log (refused
+        ones), that are empty, deepest first, and give them back to the sender's
+        budget; returns how many went. Folders of logged files are the loader's until
+        the round is cleaned up (it moves their files out and persists the folder:
+        one gone under it would fail the load), and go with that clean-up. Only this
+        round's folders, never one holding anything, never through a link (``rmdir``
+        refuses all three)."""
+        removed = 0
+        parents: set[str] = set()
+        for folder in reversed(self._made):
+            if folder in self._used:
+                continue
+            try:
+                os.rmdir(folder)
+            except OSError:
+                continue  # not empty, or gone
+            removed += 1
+            parents.discard(folder)
+            parents.add(os.path.dirname(folder))
+        self._made = []
+        self._known.clear()
+        self._budget.release(self.folder.uuid, self._taken)
+        self._taken = 0
+        for parent in parents:  # the removals persist with one fsync per surviving parent
+            try:
+                durable.fsync_dir(parent)
+            except OSError:
+                pass  # gone too (a clean-up meanwhile): nothing to persist
+        return removed
+
+    def abandon(self) -> None:
+        """The session ended mid-round: its empty staging folders go now, before the
+        loader drains (the rest go with the round's clean-up, or at recovery), and
+        what it took of the sender's budget comes back whatever else fails."""
+        try:
+            self.sync_log.close()
+        finally:
+            self.prune()
 
     def staging_path(self, name: str) -> str | None:
         """Where ``name`` is staged, its folder made (checked and made once a round, and
@@ -86,7 +178,14 @@ class RoundState:
         self.deleted_done = True
 
     def log_tsfiles(self, names: list[str]) -> None:
-        """Verified names, one fsync for all of them."""
+        """Verified names, one fsync for all of them; their folders are the loader's
+        from now on (never pruned)."""
+        top = os.fspath(self.folder.data)
+        for name in names:
+            folder = os.path.dirname(self.folder.staged_name(name))
+            while folder != top and folder not in self._used:
+                self._used.add(folder)
+                folder = os.path.dirname(folder)
         if not self.tsfile_open:
             self.sync_log.tsfile_start()
             crash_point("receiver.synclog.tsfile_start")
@@ -104,3 +203,4 @@ class RoundState:
         self.sync_log.end()
         crash_point("receiver.synclog.end")
         self.sync_log.close()
+        self.prune()  # (if a write above fails, the session abandons the round: abandon())

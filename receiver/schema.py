@@ -9,12 +9,18 @@ resending is harmless; an increment that would leave a gap is refused.
 Appends are raw bytes (a schema log line may be cut between two increments), so
 they do not go through :class:`sealsync.durable.AppendLog`, which repairs torn
 *lines*; each append is fsynced before it is acknowledged.
+
+What a sender makes the receiver keep here is bounded: each append is first offered
+to the caller's ``admit`` (the session's limits: ``max_schema_bytes``,
+``max_schema_bytes_per_session``, the sender's quota, which counts this copy too),
+which refuses it, whole, with one line.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from receiver.folders import refuse_links
@@ -23,18 +29,35 @@ from sealsync.protocol import ErrorCode, ProtocolError
 
 SCHEMA_LOG = "mlog.txt"
 
+Admit = Callable[[int, int], None]
+"""Called with (bytes held, new bytes) before an append; raises to refuse it."""
+
+
+def schema_log_path(schema_dir: Path, uuid: str) -> Path:
+    """Where sender ``uuid``'s copy is kept (``uuid`` validated by the caller)."""
+    return Path(schema_dir) / "sync" / "senders" / uuid / SCHEMA_LOG
+
+
+def schema_log_size(schema_dir: Path, uuid: str) -> int:
+    """Bytes of sender ``uuid``'s copy (0 if it has none), for its quota."""
+    try:
+        return os.lstat(schema_log_path(schema_dir, uuid)).st_size
+    except OSError:
+        return 0
+
 
 class SchemaStore:
     """The schema logs of every sender of one receiver; thread-safe per UUID."""
 
     def __init__(self, schema_dir: Path) -> None:
-        self.root = Path(schema_dir) / "sync" / "senders"
+        self.schema_dir = Path(schema_dir)
+        self.root = self.schema_dir / "sync" / "senders"
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
 
     def path(self, uuid: str) -> Path:
         """The copy of ``uuid``'s log; ``uuid`` was validated by the protocol layer."""
-        return self.root / uuid / SCHEMA_LOG
+        return schema_log_path(self.schema_dir, uuid)
 
     def _uuid_lock(self, uuid: str) -> threading.Lock:
         with self._lock:
@@ -46,11 +69,12 @@ class SchemaStore:
         except FileNotFoundError:
             return 0
 
-    def append(self, uuid: str, offset: int, data: bytes) -> int:
+    def append(self, uuid: str, offset: int, data: bytes, admit: Admit | None = None) -> int:
         """Add the part of ``data`` (bytes ``offset``... of the sender's log) not yet held.
 
         Returns the new position. ProtocolError if ``offset`` is past the end: the
-        bytes in between were never received, and the copy must stay a prefix.
+        bytes in between were never received, and the copy must stay a prefix; and
+        whatever ``admit`` raises for the new bytes (nothing is written then).
         """
         with self._uuid_lock(uuid):
             path = self.path(uuid)
@@ -63,6 +87,8 @@ class SchemaStore:
             new = data[size - offset :]
             if not new:
                 return size
+            if admit is not None:
+                admit(size, len(new))
             created = not path.exists()
             # No link below the schema dir is followed: it would carry the appends out.
             refuse_links(self.root.parent.parent, path.parent)

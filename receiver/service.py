@@ -111,8 +111,9 @@ class ReceiverService:
         watch = self.watch
         self.metrics.storage_ok = lambda: watch.ok
         self._metrics_server: MetricsServer | None = None
+        self.owners = DeviceOwners(config.schema_dir, config.max_devices_per_sender)
         # before any worker starts: it may refuse
-        limits = limits_for(config, self.storage)
+        limits = limits_for(config, self.storage, self.owners)
         self._device_scope = scope_for(config, self.storage)  # IoTDB keeps one owner: exit 2
         self._pool: InspectPool | None = None
         inspect_many = None
@@ -125,7 +126,6 @@ class ReceiverService:
             self.metrics.workers_unavailable = lambda: pool.unavailable is not None
         inspect = self.metrics.tracked(inspect)
         self._inspect = inspect
-        self.owners = DeviceOwners(config.schema_dir)
         leases = Leases(config.schema_dir)
         self.owners.names = leases.name_of  # a conflict names the owner by its name
         self.rounds = Rounds(self.storage, self.owners, inspect)

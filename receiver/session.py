@@ -274,7 +274,7 @@ class Session:
         if rnd is not None:
             self.ctx.metrics.round_ended("abandoned")
             try:
-                rnd.sync_log.close()
+                rnd.abandon()  # its sync.log closed, its empty staging folders gone
                 rnd.loader.finish(self.ctx.load_wait, abandoned=True)
             except (OSError, SealsyncError) as exc:  # the round stays for recovery
                 log.warning("%s: abandoned round not cleared: %s", rnd.folder.root, exc)
@@ -365,7 +365,9 @@ class Session:
 
     def _schema(self, msg: Schema) -> None:
         self._gate.may_write()
-        position = self.ctx.schema.append(self.uuid, msg.offset, msg.data)
+        position = self.ctx.schema.append(
+            self.uuid, msg.offset, msg.data, self._admission.admit_schema
+        )
         self._io.send(SchemaAck(position))
 
     # --- rounds ----------------------------------------------------------------------
@@ -382,7 +384,7 @@ class Session:
             self._io.send(RoundReady("busy", clean_text(str(exc))))
             return
         try:
-            self._round = RoundState(folder, loader)
+            self._round = RoundState(folder, loader, self.ctx.limits.staging)
             self._partials = PartialStore.of(folder.data_dir, self.uuid, self.ctx.partial_max_age)
             self._partials.sweep()  # expired, torn, orphaned (a resumed one is claimed)
         except BaseException:
@@ -439,10 +441,12 @@ class Session:
         rnd = self._require_round()
         rnd.close_deleted()
         self._commits.make_room(rnd)  # before this file's temporaries
-        problem = name_problem(msg.name)
-        if problem is not None:  # it would reach into another sender's folder, or a sidecar's
-            log.warning("sender %s: refused %s", self.uuid, problem)
-            self._file = Refused(msg, f"the receiver stores no file named so: {problem}")
+        problem = name_problem(msg.name)  # another sender's folder, a sidecar's path
+        refusal = f"the receiver stores no file named so: {problem}" if problem else None
+        refusal = refusal or rnd.staging_problem(msg.name)  # too deep, too many folders
+        if refusal is not None:
+            log.warning("sender %s: %s refused: %s", self.uuid, printable(msg.name), refusal)
+            self._file = Refused(msg, refusal)
             return
         big = _deletion_file_too_large(msg)
         if big is not None:  # refused before a byte is stored: the loader could not hold it

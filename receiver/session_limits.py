@@ -12,7 +12,14 @@ whatever way a session ends it gives back exactly what it took.
   whichever address kept them;
 * bytes stored, against the sender's quota: past it the session ends with ERROR
   ``quota``, since nothing more can be stored until files are deleted or the quota
-  is raised.
+  is raised. What is stored is everything the sender makes the receiver keep: its
+  files, staged and loaded, its kept partial uploads, its copy of the schema log and
+  its lines of ``device_owner.log``;
+* bytes of schema log: what one sender's copy may hold (``max_schema_bytes``) and
+  what one session may append (``max_schema_bytes_per_session``), ERROR ``quota``
+  past either, whatever the quota;
+* staging folders the sender's rounds in flight may make (``max_staging_folders``,
+  :class:`~receiver.round_state.RoundState` takes them).
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ from typing import TypeVar
 from receiver.incoming import TEMP_PREFIX, IncomingFile
 from receiver.layout import RECEIVER_FOLDER, partial_dir
 from receiver.limits import ByteLedger, Quota, SlotCounter
+from receiver.load.owners import DeviceOwners
 from receiver.partials import Partial, PartialStore, is_claimed, sender_partials
+from receiver.schema import schema_log_size
 from receiver.storage import Storage
 from sealsync.config import ReceiverConfig
 from sealsync.errors import SealsyncError
@@ -50,15 +59,24 @@ class SessionLimits:
     """Bytes of unfinished uploads per sender UUID (``max_partial_bytes``)."""
     quota: Quota | None = None
     """Bytes stored per sender UUID (``sender_quota_bytes``), None: no quota."""
+    schema_max: int | None = None
+    """Bytes one sender's copy of its schema log may hold (``max_schema_bytes``)."""
+    schema_per_session: int | None = None
+    """Bytes of schema log one session may append (``max_schema_bytes_per_session``)."""
+    staging: ByteLedger = field(default_factory=lambda: ByteLedger(None))
+    """Staging folders per sender UUID made by its rounds in flight (a count:
+    ``max_staging_folders``)."""
     stall_timeout: float | None = None
     """A frame or file stream with less than ``min_transfer_rate`` bytes a second over
     this many seconds has stalled; None: only the channel's idle timeout applies."""
     min_transfer_rate: int = 1
 
 
-def limits_for(config: ReceiverConfig, storage: Storage) -> SessionLimits:
-    """The limits ``config`` sets, counted over ``storage``; SealsyncError if it sets a
-    quota that ``storage`` cannot measure."""
+def limits_for(
+    config: ReceiverConfig, storage: Storage, owners: DeviceOwners | None = None
+) -> SessionLimits:
+    """The limits ``config`` sets, counted over ``storage`` (and ``owners``' log, for
+    the quota); SealsyncError if it sets a quota that ``storage`` cannot measure."""
     quota = None
     if config.sender_quota_bytes:
         if not storage.measures_usage:
@@ -68,11 +86,22 @@ def limits_for(config: ReceiverConfig, storage: Storage) -> SessionLimits:
             )
         data_dirs = list(config.data_dirs)
         usage = storage.usage
-        quota = Quota(config.sender_quota_bytes, lambda uuid: stored_bytes(usage, data_dirs, uuid))
+        schema_dir = config.schema_dir
+
+        def measure(uuid: str) -> int:
+            kept = schema_log_size(schema_dir, uuid)
+            if owners is not None:
+                kept += owners.owned_bytes(uuid)
+            return stored_bytes(usage, data_dirs, uuid) + kept
+
+        quota = Quota(config.sender_quota_bytes, measure)
     return SessionLimits(
         sender_sessions=SlotCounter(config.max_sessions_per_sender),
         partial=ByteLedger(config.max_partial_bytes),
         quota=quota,
+        schema_max=config.max_schema_bytes or None,
+        schema_per_session=config.max_schema_bytes_per_session,
+        staging=ByteLedger(config.max_staging_folders),
         # inside a frame the receiver never waits longer than between frames
         stall_timeout=min(config.stall_timeout, config.idle_timeout),
         min_transfer_rate=config.min_transfer_rate,
@@ -118,6 +147,7 @@ class SessionAdmission:
         self._flush = flush
         self._slot = False  # holds one of limits.sender_sessions for self.uuid
         self._reserved: dict[int, int] = {}  # id(stream) -> bytes held in limits.partial
+        self._schema_appended = 0  # bytes of schema log this session appended
 
     # --- sessions per sender ---------------------------------------------------------
 
@@ -161,6 +191,43 @@ class SessionAdmission:
         quota = self.limits.quota
         assert quota is not None
         return quota.over(self.uuid, self.limits.partial.held(self.uuid) + size)
+
+    # --- the schema log --------------------------------------------------------------
+
+    def admit_schema(self, held: int, new: int) -> None:
+        """``new`` more bytes for the sender's copy of its schema log (``held`` now),
+        or ERROR ``quota`` naming the limit: past what one session may append (the
+        rest comes with the next connection), past what the copy may hold, past the
+        sender's quota. Counted against the quota once admitted."""
+        limits = self.limits
+        per_session = limits.schema_per_session
+        if per_session is not None and self._schema_appended + new > per_session:
+            raise ProtocolError(
+                f"sender {self.uuid} appended {self._schema_appended} bytes of schema log in "
+                f"this session; {new} more would exceed max_schema_bytes_per_session "
+                f"({per_session}): the rest is taken at its next connection",
+                code=ErrorCode.QUOTA,
+            )
+        if limits.schema_max is not None and held + new > limits.schema_max:
+            raise ProtocolError(
+                f"sender {self.uuid}'s schema log copy holds {held} bytes; {new} more would "
+                f"exceed max_schema_bytes ({limits.schema_max}): raise it on the receiver "
+                "if the sender's schema log is really that large",
+                code=ErrorCode.QUOTA,
+            )
+        quota = limits.quota
+        if quota is not None:
+            used = quota.over(self.uuid, new)
+            if used is not None:
+                raise ProtocolError(
+                    f"sender {self.uuid} holds {used} bytes on the receiver (its schema log "
+                    f"included); {new} more bytes of schema log would exceed its quota of "
+                    f"{quota.limit} bytes (sender_quota_bytes); nothing more is stored until "
+                    "files are deleted or the quota is raised",
+                    code=ErrorCode.QUOTA,
+                )
+            quota.add(self.uuid, new)
+        self._schema_appended += new
 
     # --- unfinished uploads ----------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Named crash points: where crash tests make a sender or receiver die (test runs only).
+"""Named crash points: where crash tests make a sender, receiver or loader die (test
+runs only).
 
 Crash safety is a claim about every instant between two durable steps. To prove it,
 the code names those instants with :func:`crash_point`, and a test run sets::
@@ -17,7 +18,8 @@ round would otherwise be over.
 Production never sets any of them. They are read once, at import: with none
 set, :func:`crash_point` is one test of a module constant.
 
-Every name the code uses is declared here (``SENDER_POINTS``, ``RECEIVER_POINTS``),
+Every name the code uses is declared here (``SENDER_POINTS``, ``RECEIVER_POINTS``,
+``LOADER_POINTS``),
 so a test can enumerate them all; using an undeclared name fails under a crash or
 trace run. ``RECOVERY_POINTS`` are reached only when recovery finds what an earlier
 crash left behind, never in a clean round.
@@ -93,6 +95,19 @@ RECEIVER_POINTS = frozenset(
     }
 )
 
+LOADER_POINTS = frozenset(
+    {
+        # a remote table's inputs: after each file copied to the table's store
+        "loader.upload.file",
+        # after a batch's data files moved into their partitions (named uncommitted)
+        "loader.batch.moved",
+        # the run's one Delta commit: just before it, and just after it (its list of
+        # uncommitted files and the ingest record not yet updated)
+        "loader.commit.before",
+        "loader.commit.after",
+    }
+)
+
 RECOVERY_POINTS = frozenset(
     {
         "sender.recover.current_dropped",
@@ -101,7 +116,7 @@ RECOVERY_POINTS = frozenset(
     }
 )
 
-POINTS = SENDER_POINTS | RECEIVER_POINTS
+POINTS = SENDER_POINTS | RECEIVER_POINTS | LOADER_POINTS
 
 
 def parse_spec(spec: str, env: str = ENV_AT) -> dict[str, int]:

@@ -82,6 +82,26 @@ class ActivitySocket:
             self.last_received = self._clock()
         return data
 
+    def recv_into(self, view: memoryview) -> int:
+        """``recv`` into the caller's buffer: what was read ahead first, then the
+        socket straight into ``view`` (a packet body that is larger than the read-ahead
+        buffer's share is copied no more than once)."""
+        if self._at < self._end:
+            take = min(len(view), self._end - self._at)
+            view[:take] = self._view[self._at : self._at + take]
+            self._at += take
+            return take
+        if len(view) < READ_AHEAD // 2:  # small: read ahead, as ``recv`` does
+            got = self._sock.recv_into(self._ahead)
+            take = min(len(view), got)
+            view[:take] = self._view[:take]
+            self._at, self._end = take, got
+        else:
+            take = self._sock.recv_into(view)
+        if take:
+            self.last_received = self._clock()
+        return take
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
 

@@ -15,7 +15,10 @@ later") has dropped the connection too. Reconnecting to a receiver that went awa
 (restarting: connection refused; unreachable) waits with exponential backoff and full
 jitter, so that the senders of a fleet do not all come back at the same instant, and
 goes on for ``reconnect_time`` seconds (a minute by default: longer than a restart)
-from the first failed reconnect, however many connections that takes. A connection
+from the first failed reconnect, however many connections that takes. A receiver that
+turns a connection away for its load and says so (``Busy``: before its SSH banner, or
+``ERROR busy`` at HELLO: its connection limit, too many unauthenticated connections, a
+session cap) is retried the same way, from the first connection on. A connection
 that cannot be made at all on the first try, a refused key or an unknown host key
 are not retried: they would fail the same way (cron runs again later anyway).
 
@@ -52,7 +55,7 @@ from sender.manage.state import read_file_set
 from sender.reconcile import Findings, compare, dir_state
 from sender.recover.recovery import recover, recover_all
 from sender.transfer.client import connect_receiver
-from sender.transfer.errors import ConnectionLost, Unreachable
+from sender.transfer.errors import Busy, ConnectionLost, Unreachable
 from sender.transfer.refusals import RefusalBook, refused_path
 from sender.transfer.report import AttemptReport, DirReport, new_report
 from sender.transfer.schema_pos import read_position, write_position
@@ -69,8 +72,10 @@ ROUND_WAIT: tenacity.wait.wait_base = tenacity.wait_random_exponential(multiplie
 
 class _Reconnects:
     """tenacity's stop and wait for one attempt's connections (see the module's doc):
-    ``max_retries`` lost connections; reconnect failures for ``reconnect_time`` seconds
-    from the first of a streak, the last wait cut so that one try falls at its end."""
+    ``max_retries`` lost connections; reconnect failures (and connections turned away
+    busy) for ``reconnect_time`` seconds from the first of a streak, the last wait cut
+    so that one try falls at its end. ``lost``: connections that were made (none: the
+    receiver never took one)."""
 
     def __init__(
         self, max_retries: int, reconnect_time: float, cancel: Cancel, wait: tenacity.wait.wait_base
@@ -176,8 +181,8 @@ def sync_to_receiver(
                 report.attempts = connection.retry_state.attempt_number
                 state.connection()
     except (ConnectionLost, Unreachable) as exc:
-        if report.attempts <= 1 and isinstance(exc, Unreachable) and not cancel.is_set:
-            raise
+        if isinstance(exc, Unreachable) and not reconnects.lost and not cancel.is_set:
+            raise  # the receiver never took a connection: its reason is the attempt's
         for d in report.dirs:
             if not d.complete and d.note is None:
                 d.note = (
@@ -208,8 +213,8 @@ def _until(cancel: Cancel) -> Callable[[float], None]:
 
 def _retryable(state: tenacity.RetryCallState) -> bool:
     exc = state.outcome.exception() if state.outcome is not None else None
-    if isinstance(exc, ConnectionLost):
-        return True
+    if isinstance(exc, ConnectionLost | Busy):
+        return True  # Busy: the receiver said a later connection may be served
     # Unreachable on a reconnect: the receiver may be restarting (the stop rule bounds
     # it by time); on the first connection it is the answer (cron runs again later).
     return isinstance(exc, Unreachable) and state.attempt_number > 1
@@ -284,6 +289,16 @@ class _Attempt:
         finally:
             conn.close()
 
+    def _hello(self, session: SenderSession, conn: OpenConnection) -> None:
+        """HELLO and WELCOME; a receiver answering busy (a session cap, its connection
+        limit) may serve a later connection: Busy, retried."""
+        try:
+            session.hello(self.own_uuid, hostname(), sent=getattr(conn, "greeted", False))
+        except ProtocolError as exc:
+            if exc.code != ErrorCode.BUSY:
+                raise
+            raise Busy(f"receiver {self.receiver.address} turned the session away: {exc}") from None
+
     def _session(self, conn: OpenConnection) -> None:
         config, receiver = self.config, self.receiver
         self.emit("connected", receiver=receiver.address, attempt=self.report.attempts)
@@ -297,7 +312,7 @@ class _Attempt:
             bucket=self.bucket,
         )
         try:
-            session.hello(self.own_uuid, hostname(), sent=getattr(conn, "greeted", False))
+            self._hello(session, conn)
             exchange_lease(  # before anything else: a copy of this sender stops here
                 session,
                 SchemaPaths(config.schema_dir, receiver.host, receiver.port).lease,

@@ -11,6 +11,7 @@ from sealsync.config import LoaderConfig
 from sealsync.errors import ConfigError
 from sealsync.findings import Finding, data_roots, problem, sound
 from spark_loader.jars_dir import session_jars
+from spark_loader.jvm import has_hadoop_aws
 from spark_loader.table_binding import refuse_another_table
 
 
@@ -32,14 +33,15 @@ def check_loader(config: LoaderConfig) -> list[Finding]:
         )
     out.append(_creatable("state_dir", config.state_dir))
     if config.jars_dir is not None:
-        out.append(_jars(config.jars_dir))
+        s3 = table.scheme == "s3a" and not has_hadoop_aws(config.spark)
+        out.append(_jars(config.jars_dir, s3))
     refuse_another_table(config)  # the state dir loads another table: exit 2, one line
     return out
 
 
-def _jars(folder: Path) -> Finding:
+def _jars(folder: Path, s3: bool) -> Finding:
     try:
-        found = session_jars(folder)
+        found = session_jars(folder, s3=s3)
     except ConfigError as exc:
         return problem(str(exc))
     return sound(f"jars_dir {folder} holds the {len(found)} jars the loader needs")

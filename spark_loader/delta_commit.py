@@ -10,9 +10,19 @@ atomically (the log store's put-if-absent), runs Delta's checks on it (schema,
 partition values, protocol) and writes a checkpoint every ten versions. Readers see
 the table before the commit or after it, whole.
 
-The run's number is the last one the table records for the application plus one
-(:func:`next_version`): read from the table itself, so whether a run committed is
-decided by the table and never by a state file (:mod:`.table`'s recovery).
+The run's number is the last one the table records for the loader's application id
+plus one: read from the table itself, so whether a run committed is decided by the
+table and never by a state file (:mod:`.table`'s recovery). Each loader writing the
+table has an application id of its own, and its transaction starts at the version
+its run read: Delta's conflict checks let two loaders' commits of different files
+both in, and fail the later of two that touch the same (a schema both changed).
+
+The log store makes a version's file appear once: on HDFS a rename that never
+replaces; on S3, Delta's S3 log store checks for the file and then creates it without
+overwrite, which Hadoop's S3A (3.5, ``fs.s3a.create.conditional.enabled``, on by
+default) sends as a conditional PUT (``If-None-Match: *``): a second writer of the
+same version fails instead of replacing the first (docs/operations.md says which
+stores honour it, and what to do where none does).
 
 The actions are built as the JSON lines of the Delta protocol and parsed by Delta
 (``Action.fromJson``), which keeps this side independent of the Scala constructors'
@@ -63,10 +73,6 @@ class CommitFailed(SealsyncError):
     kind = "commit"
 
 
-def next_version(transactions: dict[str, int]) -> int:
-    return transactions.get(APP_ID, -1) + 1
-
-
 def _jvm_object(jvm: Any, name: str) -> Any:
     """A Scala ``object`` of Delta's by its class name, through py4j."""
     package = jvm.org.apache.spark.sql.delta
@@ -96,20 +102,24 @@ def commit(
     metadata: dict[str, Any] | None,
     read_version: int,
     run_version: int,
+    app_id: str = APP_ID,
 ) -> int:
     """Commit ``actions`` (and ``metadata``, if the schema changed or the table is new)
     as one version of ``table``; its number.
 
-    ``read_version`` is the version the run planned against: if the table has moved
-    on (another writer), TableChanged and nothing is written. ``run_version`` goes
-    into the ``txn`` action under :data:`APP_ID`.
+    ``read_version`` is the version the run planned against: the transaction starts
+    there, so that Delta checks what other writers committed since (another loader's
+    files in other partitions are no conflict; a schema both changed, or a file both
+    removed, is: CommitFailed, nothing written, the next run starts again from the
+    table as it is then). ``run_version`` goes into the ``txn`` action under ``app_id``
+    (each loader of the table has its own).
     """
     added = sum(1 for a in actions if "add" in a)
     removed = sum(1 for a in actions if "remove" in a)
     # DESCRIBE HISTORY's userMetadata: which run a version is, and what it changed.
     said = f"sealsync load run {run_version}: {added} files added, {removed} removed"
     with conf_set(spark, {**COMMIT_CONF, USER_METADATA: said}):
-        return _commit(spark, table, actions, metadata, read_version, run_version)
+        return _commit(spark, table, actions, metadata, read_version, run_version, app_id)
 
 
 def _commit(
@@ -119,6 +129,7 @@ def _commit(
     metadata: dict[str, Any] | None,
     read_version: int,
     run_version: int,
+    app_id: str,
 ) -> int:
     jvm = spark.sparkContext._jvm
     delta = jvm.org.apache.spark.sql.delta
@@ -129,14 +140,14 @@ def _commit(
     except Exception:
         pass  # nothing cached
     log = delta.DeltaLog.forTable(spark._jsparkSession, table.uri)
-    txn = log.startTransaction()
+    txn = _transaction(jvm, log, read_version)
     if txn.readVersion() != read_version:
         raise TableChanged(
             f"the Delta table {table} is at version {txn.readVersion()}, not the "
-            f"{read_version} this run read: another writer committed meanwhile; nothing "
+            f"{read_version} this run read: another writer created it meanwhile; nothing "
             "committed, run the load again"
         )
-    if txn.txnVersion(APP_ID) >= run_version:
+    if txn.txnVersion(app_id) >= run_version:
         raise TableChanged(f"the Delta table {table} already records run {run_version}")
     now = int(time.time() * 1000)
     try:
@@ -146,7 +157,7 @@ def _commit(
         listed = jvm.java.util.ArrayList()
         for action in actions:
             listed.add(_action(parse, action))
-        txn_action = {"appId": APP_ID, "version": run_version, "lastUpdated": now}
+        txn_action = {"appId": app_id, "version": run_version, "lastUpdated": now}
         listed.add(_action(parse, {"txn": txn_action}))
         seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(listed).toSeq()
         version = int(txn.commit(seq, _jvm_object(jvm, OPERATION)))
@@ -156,6 +167,22 @@ def _commit(
         ) from None
     _sync(table, version)
     return version
+
+
+def _transaction(jvm: Any, log: Any, read_version: int) -> Any:
+    """Delta's transaction on the version the run read (the latest for a new table):
+    Delta checks, at commit, every version committed after it against this one."""
+    if read_version < 0:
+        return log.startTransaction()
+    none = jvm.scala.Option.empty()
+    try:
+        snapshot = log.getSnapshotAt(read_version, none, none, False)
+    except Exception as exc:  # the version is gone (a log cleaned up meanwhile)
+        raise TableChanged(
+            f"the Delta table's version {read_version}, which this run read, cannot be read "
+            f"any more ({java_reason(exc)}): nothing committed, run the load again"
+        ) from None
+    return log.startTransaction(none, jvm.scala.Option.apply(snapshot))
 
 
 def _sync(table: TableLocation, version: int) -> None:

@@ -112,11 +112,19 @@ class DeltaFormat:
         return actions, metadata
 
     def commit(
-        self, spark: Any, table: TableLocation, plan: Plan, read_version: int, run_version: int
+        self,
+        spark: Any,
+        table: TableLocation,
+        plan: Plan,
+        read_version: int,
+        run_version: int,
+        app_id: str = APP_ID,
     ) -> int:
         """Commit ``plan`` as one version (Delta's transaction; :mod:`.delta_commit`)."""
         actions, metadata = plan
-        return delta_commit.commit(spark, table, actions, metadata, read_version, run_version)
+        return delta_commit.commit(
+            spark, table, actions, metadata, read_version, run_version, app_id
+        )
 
     def metadata(
         self, snapshot: Snapshot, columns: dict[str, str], keys: Keys

@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote, urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sealsync.config.location import TableLocation
 from spark_loader.store import LocalStore, Store
 
 LOG_FOLDER = "_delta_log"
@@ -67,13 +68,30 @@ class Snapshot:
     transactions: dict[str, int] = field(default_factory=dict)  # appId -> version
 
 
+def _local(table: str | os.PathLike[str], store: Store | None) -> tuple[str, Store]:
+    """The table's path and store: without a store, a local folder (a ``file://`` URI
+    is one); a URI of another file system is refused, never read as a folder name."""
+    if store is not None:
+        return os.fspath(table), store
+    text = table.uri if isinstance(table, TableLocation) else os.fspath(table)
+    parsed = urlparse(text)
+    if parsed.scheme == "file":
+        return unquote(parsed.path), LocalStore()
+    if len(parsed.scheme) > 1 and "://" in text:
+        raise DeltaLogError(
+            f"{text} is on {parsed.scheme}://, not a local folder: read it with deltalake "
+            "(DeltaTable with its storage options) or Spark"
+        )
+    return text, LocalStore()
+
+
 def log_folder(table: str | os.PathLike[str], store: Store | None = None) -> str:
     return (store or LocalStore()).join(os.fspath(table), LOG_FOLDER)
 
 
 def is_delta(table: str | os.PathLike[str], store: Store | None = None) -> bool:
     """Whether ``table`` has a Delta log with at least one commit or checkpoint."""
-    store = store or LocalStore()
+    table, store = _local(table, store)
     names = [e.name for e in store.listdir(log_folder(table, store))]
     return any(_COMMIT_RE.match(n) or _CHECKPOINT_RE.match(n) for n in names)
 
@@ -102,8 +120,7 @@ def read(
     table: str | os.PathLike[str], version: int | None = None, store: Store | None = None
 ) -> Snapshot:
     """The table's latest version, or ``version``; an empty snapshot without a log."""
-    store = store or LocalStore()
-    root = os.fspath(table)
+    root, store = _local(table, store)
     folder = log_folder(root, store)
     names = [e.name for e in store.listdir(folder)]
     if not names:
@@ -207,8 +224,9 @@ def read_arrow(
     table: str | os.PathLike[str], version: int | None = None, store: Store | None = None
 ) -> pa.Table:
     """A version of the table (default: the latest) with pyarrow: every file's columns
-    unified (missing -> null), the partition columns as string columns."""
-    store = store or LocalStore()
+    unified (missing -> null), the partition columns as string columns. Without a
+    ``store``, a local table (a remote one: DeltaLogError, saying what reads it)."""
+    table, store = _local(table, store)
     snap = read(table, version, store)
     partition_columns = list((snap.metadata or {}).get("partitionColumns") or [])
     pieces = []

@@ -53,7 +53,6 @@ in halves, until each bad file is alone; only it is reported and skipped
 from __future__ import annotations
 
 import functools
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -74,12 +73,13 @@ from spark_loader.inputs import (
     culprit,
     parquet_input,
     stage_inputs,
+    stage_tsfiles,
 )
 from spark_loader.report import LoadReport
 from spark_loader.spark_session import stage_progress
 from spark_loader.state import FileRecord, IngestState
 from spark_loader.table import Partition, Table
-from spark_loader.table_layout import KEY_COLUMN, LINKS, STAGING
+from spark_loader.table_layout import KEY_COLUMN
 from spark_loader.tsfile_read import (
     FILES_DDL,
     SCHEMA_DDL,
@@ -144,6 +144,45 @@ def conform(df: Any, target: Any) -> Any:
     return df.select(*cols)
 
 
+def spark_write(
+    spark: Any,
+    frame: Any,
+    target: Any,
+    staging: str,
+    ranks: tuple[dict[int, int], dict[int, int]] | None,
+    local: bool,
+) -> None:
+    """Spark's write of a batch's rows into ``staging``, a folder per key; with
+    ``ranks``, resolved first (:mod:`.resolve`); ``local``: the table is a local folder."""
+    from pyspark.sql.types import DoubleType, FloatType
+
+    if ranks is not None:
+        frame = resolve.resolved_frame(frame, ranks[0], ranks[1], target)
+    writer = frame.write.mode("errorifexists")
+    if jvm.loadable(spark, KEYED_FORMAT, probe=True):
+        writer = writer.format(KEYED_FORMAT)  # the same folders, without the sort
+    else:
+        writer = writer.format("parquet").partitionBy(KEY_COLUMN)
+    writer = (
+        writer.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        # Version 1 renames each task's folders whole at commit; version 2
+        # re-creates every partition folder file by file.
+        .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
+    )
+    if local:
+        # The table is a local (or mounted) folder: write it without Hadoop's
+        # ``.crc`` sidecar per file (Parquet pages carry their own checksums), and
+        # without a forked ``chmod`` per file and folder where we can (:mod:`.localfs`).
+        writer = writer.option("fs.file.impl", localfs.implementation(spark))
+        writer = writer.option("fs.file.impl.disable.cache", "true")
+    # Time stamps and floating point values are nearly all distinct: building a
+    # dictionary per (small) partition file only to drop it is wasted work.
+    for field in target.fields:
+        if field.name == TIME_COLUMN or isinstance(field.dataType, (DoubleType, FloatType)):
+            writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
+    writer.save(staging)
+
+
 class Ingest:
     """Runs the Spark jobs of one loader run and records what they wrote."""
 
@@ -167,10 +206,12 @@ class Ingest:
         self.progress = progress
         # Inputs are linked (a snapshot) into a local folder; for a table on another
         # file system they are then copied beside the table, where executors read them.
-        self.local_links = (table.path if table.store.local else state_dir) / LINKS / run_id
-        self.links = table.at(LINKS, run_id)
+        local = table.path if table.store.local else state_dir
+        self.local_links = local / table.names.links / run_id
+        self.links = table.links_folder(run_id)
         self.sync = sync
         self._members: dict[str, set[str]] = {}
+        self._staged: list[Path] = []  # folders of TsFiles staged for their metadata pass
         # TsFiles are read by the Java reader wherever the session has it (:mod:`.tsfile_read`).
         self.java_tsfile = jvm.tsfile_reader(spark)
         self.columns = Assigner(state.columns, state.keys, max_new_columns)
@@ -245,6 +286,8 @@ class Ingest:
                 ready.append(parquet_input(source, partition, deleted))
             except Exception as exc:
                 self._skip(source, describe(exc).reason)
+        if tsfiles and not self.table.store.local:
+            tsfiles = self._stage_tsfiles(tsfiles)
         if tsfiles:
             self._say(f"reading the metadata of {len(tsfiles)} TsFiles")
             found = self._tsfile_columns(tsfiles)
@@ -256,6 +299,20 @@ class Ingest:
                     item.series = got
                     ready.append(item)
         return ready
+
+    def _stage_tsfiles(self, items: list[Prepared]) -> list[Prepared]:
+        """For a table on another file system, the TsFiles copied to it before their
+        metadata is read (:func:`.inputs.stage_tsfiles`); one that cannot be is skipped."""
+        self._say(f"copying {len(items)} TsFiles to the table's store")
+        root = self.local_links / f"s{len(self._staged)}"
+        self._staged.append(root)
+        staged, failed, changed = stage_tsfiles(
+            items, root, self.local_links, self.links, self.table.store, self.java_tsfile
+        )
+        for item, reason in failed:
+            self._skip(item.source, reason)
+        self.report.changed += changed
+        return staged
 
     def _link_batch(self, batch: list[Prepared], number: int) -> list[Prepared]:
         """The batch's inputs, where the job reads them (:func:`.inputs.stage_inputs`); a
@@ -369,7 +426,8 @@ class Ingest:
         arrowed = [p for p in batch if p.kind == PARQUET_GROUP] if compression else []
         rest = [p for p in batch if p.kind != PARQUET_GROUP] if arrowed else batch
         if rest:  # first: Spark's write makes the staging folder, which must not exist
-            self._spark_write(self._frame(rest, target), target, staging, ranks)
+            frame = self._frame(rest, target)
+            spark_write(self.spark, frame, target, staging, ranks, self.table.store.local)
         if arrowed:
             assert compression is not None
             self._arrow_write(arrowed, target, staging, compression)
@@ -391,41 +449,6 @@ class Ingest:
         arrow_write.keep_returned(
             Path(staging), [p.key for p in items if p.key is not None], written
         )
-
-    def _spark_write(
-        self,
-        frame: Any,
-        target: Any,
-        staging: str,
-        ranks: tuple[dict[int, int], dict[int, int]] | None,
-    ) -> None:
-        from pyspark.sql.types import DoubleType, FloatType
-
-        if ranks is not None:
-            frame = resolve.resolved_frame(frame, ranks[0], ranks[1], target)
-        writer = frame.write.mode("errorifexists")
-        if jvm.loadable(self.spark, KEYED_FORMAT, probe=True):
-            writer = writer.format(KEYED_FORMAT)  # the same folders, without the sort
-        else:
-            writer = writer.format("parquet").partitionBy(KEY_COLUMN)
-        writer = (
-            writer.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-            # Version 1 renames each task's folders whole at commit; version 2
-            # re-creates every partition folder file by file.
-            .option("mapreduce.fileoutputcommitter.algorithm.version", "1")
-        )
-        if self.table.store.local:
-            # The table is a local (or mounted) folder: write it without Hadoop's
-            # ``.crc`` sidecar per file (Parquet pages carry their own checksums), and
-            # without a forked ``chmod`` per file and folder where we can (:mod:`.localfs`).
-            writer = writer.option("fs.file.impl", localfs.implementation(self.spark))
-            writer = writer.option("fs.file.impl.disable.cache", "true")
-        # Time stamps and floating point values are nearly all distinct: building a
-        # dictionary per (small) partition file only to drop it is wasted work.
-        for field in target.fields:
-            if field.name == TIME_COLUMN or isinstance(field.dataType, (DoubleType, FloatType)):
-                writer = writer.option(f"parquet.enable.dictionary#{field.name}", "false")
-        writer.save(staging)
 
     def _record(self, batch: list[Prepared], staging: str) -> None:
         """After a committed job: check each file's rows, move its partition into the
@@ -476,7 +499,7 @@ class Ingest:
         )
         for group in retry:
             self._clear_partitions(group)
-            staging = self.table.at(STAGING, uuid.uuid4().hex)
+            staging = self.table.staging_folder()
             try:
                 with stage_progress(self.spark, self.progress, label):
                     self._write(group, staging)
@@ -522,7 +545,7 @@ class Ingest:
         ranks = {p.key: rank for rank, p in enumerate(order) if p.key is not None}
         sets = {p.key: group_of[p.file_id] for p in linked if p.key is not None}
         keyed = [(p.key, by_id[p.file_id]) for p in linked if p.key is not None]
-        staging = resolve.new_staging(self.table)
+        staging = self.table.staging_folder()
         try:
             with stage_progress(self.spark, self.progress, f"resolving {len(members)} files"):
                 self._write(linked, staging, (ranks, sets))

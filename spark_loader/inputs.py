@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sealsync.crashpoints import crash_point
 from sealsync.formats.deletion import SeriesDeletion
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
@@ -48,6 +49,7 @@ class Prepared:
     key: int | None = None  # set when linked: the file's number in its batch
     link: str | None = None  # where the job reads it: a local path, or a URI
     folder: str | None = None  # the link folder one scan reads
+    on_store: bool = False  # set when copied to the table's store (link and folder are URIs)
     # The deletions of its X.mods and X.mods2, in file order; empty if none.
     deleted: list[SeriesDeletion] = dataclasses.field(default_factory=list)
 
@@ -117,6 +119,9 @@ def link_batch(
     for number_in_batch, item in enumerate(batch):
         source, fid = item.source, item.file_id
         item.key = number_in_batch
+        if item.on_store:
+            linked.append(item)  # staged before its metadata was read (:func:`stage_tsfiles`)
+            continue
         if source.suffix != PARQUET:
             folder = root / TSFILE
             local = folder / f"{fid}.tsfile"
@@ -167,6 +172,30 @@ def stage_inputs(
     return linked, failed, changed
 
 
+def stage_tsfiles(
+    items: list[Prepared],
+    root: Path,
+    local_root: Path,
+    remote_root: str,
+    store: Any,
+    java_reader: bool,
+) -> tuple[list[Prepared], list[tuple[Prepared, str]], int]:
+    """TsFiles of a table on another file system, linked and copied to the store before
+    their metadata is read: the executors read the metadata there too, and every later
+    job reads the same copy (each file crosses to the store once). Only the Java reader
+    reads a file on a store (the Python one opens local paths)."""
+    if not java_reader:
+        why = (
+            f"a table on {remote_root.split(':', 1)[0]}:// needs the Java TsFile reader "
+            "(in the session sealsync load starts)"
+        )
+        return [], [(item, why) for item in items], 0
+    staged, failed, changed = stage_inputs(items, root, local_root, remote_root, store)
+    for item in items:
+        item.key = None  # numbered again in its batch (:func:`link_batch`)
+    return staged, failed, changed
+
+
 def upload_batch(
     linked: list[Prepared], local_root: Path, remote_root: str, store: Any
 ) -> list[tuple[Prepared, str]]:
@@ -178,6 +207,8 @@ def upload_batch(
     failed = []
     for item in linked:
         assert item.link is not None and item.folder is not None
+        if item.on_store:
+            continue
         local = Path(item.link)
         rel = local.relative_to(local_root).as_posix()
         remote = store.join(remote_root, rel)
@@ -186,10 +217,11 @@ def upload_batch(
                 local, item.rows = _without_deletions(item, local)
                 item.deleted = []
             store.upload(local, remote)
+            crash_point("loader.upload.file")
         except OSError as exc:
             failed.append((item, f"cannot copy it to the table's store: {exc.strerror or exc}"))
             continue
-        item.link = remote
+        item.link, item.on_store = remote, True
         item.folder = store.join(remote_root, Path(item.folder).relative_to(local_root).as_posix())
     return failed
 

@@ -29,23 +29,23 @@ from spark_loader import jvm
 MANIFEST = "sealsync-jars.json"
 
 
-def fill_command(folder: Path) -> str:
-    return f"sealsync jars fetch {folder}"
+def fill_command(folder: Path, s3: bool = False) -> str:
+    return f"sealsync jars fetch {folder}" + (" --s3" if s3 else "")
 
 
-def _refuse(folder: Path, what: str) -> ConfigError:
-    return ConfigError(f"jars_dir {folder} {what}: fill it with `{fill_command(folder)}`")
+def _refuse(folder: Path, what: str, s3: bool = False) -> ConfigError:
+    return ConfigError(f"jars_dir {folder} {what}: fill it with `{fill_command(folder, s3)}`")
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
+def _manifest(folder: Path, s3: bool = False) -> dict[str, Any]:
     if not folder.is_dir():
-        raise _refuse(folder, "does not exist" if not folder.exists() else "is not a directory")
+        raise _refuse(folder, "does not exist" if not folder.exists() else "is not a directory", s3)
     try:
         doc = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise _refuse(folder, f"holds no {MANIFEST} (the list of its jars)") from None
+        raise _refuse(folder, f"holds no {MANIFEST} (the list of its jars)", s3) from None
     except (OSError, ValueError) as exc:
-        raise _refuse(folder, f"has an unreadable {MANIFEST} ({exc})") from None
+        raise _refuse(folder, f"has an unreadable {MANIFEST} ({exc})", s3) from None
     if not (
         isinstance(doc, dict)
         and _strings(doc.get("packages"))
@@ -53,7 +53,7 @@ def _manifest(folder: Path) -> dict[str, Any]:
         and isinstance(doc.get("jars"), dict)
         and all(type(size) is int for size in doc["jars"].values())
     ):
-        raise _refuse(folder, f"has a {MANIFEST} that is not sealsync's")
+        raise _refuse(folder, f"has a {MANIFEST} that is not sealsync's", s3)
     return dict(doc)
 
 
@@ -61,28 +61,30 @@ def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def session_jars(folder: Path) -> list[str]:
+def session_jars(folder: Path, *, s3: bool = False) -> list[str]:
     """The jars a session takes from ``folder``, once the manifest covers what the loader
-    resolves and every jar it lists is there whole; ConfigError (exit 2) otherwise."""
-    doc = _manifest(folder)
-    wanted, excludes = jvm.packages()
+    resolves (with ``s3``, Hadoop's S3 connector too) and every jar it lists is there
+    whole; ConfigError (exit 2) otherwise."""
+    doc = _manifest(folder, s3)
+    wanted, excludes = jvm.packages(s3=s3)
     for package in wanted:
         if package not in doc["packages"]:
             held = ", ".join(doc["packages"]) or "nothing"
-            raise _refuse(folder, f"lacks {package} (it was filled for {held})")
+            raise _refuse(folder, f"lacks {package} (it was filled for {held})", s3)
     if sorted(doc["excludes"]) != sorted(excludes):
-        raise _refuse(folder, "was filled by another sealsync release")
+        raise _refuse(folder, "was filled by another sealsync release", s3)
     out = []
     for name, size in doc["jars"].items():
         path = folder / name
         if Path(name).name != name or not name.endswith(".jar"):
-            raise _refuse(folder, f"has a {MANIFEST} naming {name!r}, not a jar in it")
+            raise _refuse(folder, f"has a {MANIFEST} naming {name!r}, not a jar in it", s3)
         try:
             found = path.stat().st_size
         except FileNotFoundError:
-            raise _refuse(folder, f"lacks {name}") from None
+            raise _refuse(folder, f"lacks {name}", s3) from None
         if found != size:
-            raise _refuse(folder, f"holds {name} of {found} bytes, not {size} (a copy cut short?)")
+            short = f"holds {name} of {found} bytes, not {size} (a copy cut short?)"
+            raise _refuse(folder, short, s3)
         out.append(str(path))
     return out
 

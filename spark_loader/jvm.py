@@ -110,12 +110,49 @@ def packages(*, s3: bool = False) -> tuple[list[str], list[str]]:
     return wanted, list(TSFILE_EXCLUDES)
 
 
+#: Where a session's settings may name ``hadoop-aws`` already (a cluster that installs
+#: it on every node puts it on the class paths).
+_CLASS_PATH_KEYS = (
+    "spark.jars",
+    "spark.jars.packages",
+    "spark.driver.extraClassPath",
+    "spark.executor.extraClassPath",
+)
+
+
+#: Delta's setting of the log store for ``s3a://`` tables, and the loader's store
+#: (java/io/sealsync/delta/ConditionalS3LogStore.java: a version's file created by a
+#: conditional PUT, so that two loaders' commits never replace each other).
+S3_LOG_STORE_KEY = "spark.delta.logStore.s3a.impl"
+S3_LOG_STORE = "io.sealsync.delta.ConditionalS3LogStore"
+
+
+def _log_store(conf: dict[str, str]) -> dict[str, str]:
+    """The loader's S3 log store, unless ``conf`` names one (a DynamoDB one, say)."""
+    if not JAR.is_file() or S3_LOG_STORE_KEY in conf or "spark.delta.logStore.class" in conf:
+        return {}
+    return {S3_LOG_STORE_KEY: S3_LOG_STORE}
+
+
+def s3_log_store(spark: Any) -> str:
+    """The log store class the session's Delta commits ``s3a://`` tables with."""
+    conf = spark.sparkContext.getConf()
+    found = conf.get(S3_LOG_STORE_KEY) or conf.get("spark.delta.logStore.class")
+    return str(found or "io.delta.storage.S3SingleDriverLogStore")
+
+
+def has_hadoop_aws(conf: dict[str, str]) -> bool:
+    """Whether ``conf`` gives the session Hadoop's S3 connector itself."""
+    return any("hadoop-aws" in conf.get(key, "") for key in _CLASS_PATH_KEYS)
+
+
 def session_conf(
-    master: str, conf: dict[str, str], jars: list[str] | None = None
+    master: str, conf: dict[str, str], jars: list[str] | None = None, *, s3: bool = False
 ) -> dict[str, str]:
     """What a new session needs: Delta Lake (the table's format), the TsFile library for
     every master, and the jar on the driver's class path (local) or shipped to the
-    executors (any other master).
+    executors (any other master); with ``s3`` (a table on ``s3a://``), Hadoop's S3
+    connector unless ``conf`` names it already.
 
     ``jars``: the packages' jars as files (``[loader] jars_dir``), put in ``spark.jars``
     in place of their coordinates: nothing is resolved.
@@ -124,8 +161,10 @@ def session_conf(
         out = delta_conf(conf, by_coordinates=False)
         for jar in ([str(JAR)] if JAR.is_file() else []) + jars:
             out.update(_joined({**conf, **out}, "spark.jars", jar, ","))
-        return out
-    out = delta_conf(conf)
+        return {**out, **_log_store(conf)}
+    out = {**delta_conf(conf), **_log_store(conf)}
+    if s3 and not has_hadoop_aws(conf):
+        out.update(_joined({**conf, **out}, "spark.jars.packages", hadoop_aws_package(), ","))
     if not JAR.is_file():
         return out
     out.update(_joined({**conf, **out}, "spark.jars.packages", TSFILE_PACKAGE, ","))
@@ -216,12 +255,21 @@ def hadoop_aws_package() -> str:
     return f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
 
 
+def delta_version() -> str:
+    """The Delta Lake release of the session's packages (:func:`delta_package`)."""
+    return delta_package().rsplit(":", 1)[1]
+
+
 def tsfile_jars(into: Path, mvn: str = "mvn") -> list[Path]:
-    """The TsFile library's jars (it and ``common``), fetched by Maven into ``~/.m2`` and
-    copied into ``into``, to compile against."""
+    """The jars the sources compile against besides PySpark's: the TsFile library (it
+    and ``common``) and Delta's log store interface (``delta-storage``), fetched by
+    Maven into ``~/.m2`` and copied into ``into``."""
     out = []
-    for artifact in ("tsfile", "common"):
-        coords = f"org.apache.tsfile:{artifact}:{TSFILE_VERSION}"
+    for coords in (
+        f"org.apache.tsfile:tsfile:{TSFILE_VERSION}",
+        f"org.apache.tsfile:common:{TSFILE_VERSION}",
+        f"io.delta:delta-storage:{delta_version()}",
+    ):
         done = subprocess.run(
             [
                 mvn,
@@ -239,7 +287,8 @@ def tsfile_jars(into: Path, mvn: str = "mvn") -> list[Path]:
         if done.returncode != 0:
             said = (done.stdout + done.stderr).strip()[-2000:]
             raise RuntimeError(f"Maven could not fetch {coords}: {said}")
-        out.append(into / f"{artifact}-{TSFILE_VERSION}.jar")
+        _, artifact, version = coords.split(":")
+        out.append(into / f"{artifact}-{version}.jar")
     return out
 
 

@@ -1,16 +1,9 @@
 """One row per (device, time): the answer IoTDB gives from a sender's live files.
 
 IoTDB keeps one value per (series, time). When several live files hold a point, a
-query returns the value of the file of highest priority; its merge readers compare
-(``MergeReaderPriority`` in IoTDB 1.x/2.x): an unsequence file over a sequence one,
-then the higher file version, then the higher time in the file name; inside one file
-a later chunk wins (our readers already resolve that). IoTDB 0.12/0.13 compare the
-version alone, and every file of a time partition, sequence or unsequence, draws its
-version from one counter, so a later write has the higher version there too: the
-rule below gives the same answer on both. The version and time come from the name
-IoTDB gives a file, ``<time>-<version>-<inner>-<cross>.tsfile`` (``TsFileNameGenerator``);
-the compaction counts and then the name break what is left of a tie, so the order is
-total. A name of another shape ranks below every IoTDB name of its folder kind.
+query returns the value of the file of highest priority
+(:func:`sealsync.formats.tsfile_names.priority`, from the names IoTDB gives its files);
+inside one file a later chunk wins (our readers already resolve that).
 
 **How the table holds it.** Each file keeps its own partition. The live files of a
 sender whose (device, time) bounds overlap, transitively, form a *group*; a file
@@ -37,40 +30,25 @@ the run's commit is in, so a run killed at any point is completed by the next on
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from sealsync import durable
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.formats.tsfile_names import priority as priority  # the loader's order
 from spark_loader.discovery import SourceFile
 from spark_loader.table import Partition, Table
-from spark_loader.table_layout import BOUNDS_TAG, GROUP_TAG, KEY_COLUMN, STAGING
+from spark_loader.table_layout import BOUNDS_TAG, GROUP_TAG, KEY_COLUMN
 
 #: The senders whose groups a run must settle, in the state dir.
 PENDING = "resolve-pending.json"
 _PRIORITY_COLUMN = "__sealsync_priority"
 _GROUP_COLUMN = "__sealsync_group"
 
-Priority = tuple[int, int, int, tuple[int, ...], str]
 #: (first device, last device, first time, last time) of a file's points.
 Bounds = tuple[str, str, int, int]
-
-
-def priority(name: str) -> Priority:
-    """Where a file ranks among its sender's files (higher wins); see the module text."""
-    path = PurePosixPath(name)
-    unsequence = 1 if path.parts and path.parts[0] == "unsequence" else 0
-    fields = path.name.split(".", 1)[0].split("-")
-    try:
-        numbers = [int(f) for f in fields]
-    except ValueError:
-        numbers = []
-    if len(numbers) < 2:
-        return (unsequence, -1, -1, (), name)
-    return (unsequence, numbers[1], numbers[0], tuple(numbers[2:]), name)
 
 
 @dataclass
@@ -290,10 +268,6 @@ def replace_partitions(
         table.delete(member.partition)
         tags = group_tags(member, ids[member.source.file_id])
         table.move_in(table.store.join(staging, f"{KEY_COLUMN}={key}"), member.partition, tags)
-
-
-def new_staging(table: Table) -> str:
-    return table.at(STAGING, uuid.uuid4().hex)
 
 
 Rewrite = Callable[[list[list[Member]]], bool]

@@ -42,10 +42,10 @@ import pyarrow as pa
 
 from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
-from spark_loader import lastrun, removals, resolve, swap, table_binding
+from spark_loader import jvm, lastrun, removals, resolve, swap, table_binding
 from spark_loader import schema as schemas
 from spark_loader.columns import keys_of_field
-from spark_loader.discovery import SourceFile, discover
+from spark_loader.discovery import Discovery, SourceFile, discover
 from spark_loader.ingest import Ingest, read_deletions
 from spark_loader.inputs import Prepared
 from spark_loader.report import LoadReport
@@ -128,7 +128,7 @@ def run_load(
     try:
         run.state_dir.mkdir(parents=True, exist_ok=True)
         if config.table_path.local:
-            run.table.ensure()
+            Table(config.table_path).ensure()
     except OSError as exc:
         raise SealsyncError(f"cannot create {exc.filename}: {exc.strerror}") from None
     with loader_lock(run.state_dir), py4j_logs_to(run.state_dir / LOG_FILE, verbose):
@@ -204,6 +204,7 @@ class _Run:
         self._spark: Any = None
         self._owned = False
         self._settled = True  # every stale group of the pending senders rewritten
+        self._senders: set[str] = set()  # this loader's (:meth:`_ours`)
 
     def close(self) -> None:
         """Stop the Spark session if this run started it."""
@@ -219,6 +220,7 @@ class _Run:
         report = self.report
         wait_for_previous_driver(self.state_dir, self.options.driver_wait)
         location = self.config.table_path
+        self.table = Table(location, writer=table_binding.loader_id(self.state_dir))
         if location.path is not None:
             for note in swap.recover(location.path):
                 report.notes.append(note)
@@ -226,9 +228,12 @@ class _Run:
         else:  # its store is the session's Hadoop client: Spark starts first
             self.table.attach(HadoopStore(self._session(), location.uri))
             self.table.ensure()
+            if location.scheme == "s3a":
+                self._check_log_store()
         table = self.table
         shutil.rmtree(self.state_dir / FULL_BUILD_STATE, ignore_errors=True)
-        shutil.rmtree(self.state_dir / LINKS, ignore_errors=True)  # a killed run's inputs
+        for name in {LINKS, table.names.links}:  # a killed run's inputs
+            shutil.rmtree(self.state_dir / name, ignore_errors=True)
         table.sweep()
         for note in table.open():
             report.notes.append(note)
@@ -243,7 +248,7 @@ class _Run:
             report.skip(name, reason)
         senders = len({f.sender for f in found.files})
         self.say(f"found {len(found.files)} loaded files from {senders} senders")
-        partitions = table.partitions()
+        partitions = self._ours(table.partitions(), state, found)
         wanted = {f.file_id: f for f in found.files}
         changed = _reconcile(state, table, partitions, wanted, report)
         verdict = removals.decide(
@@ -298,6 +303,42 @@ class _Run:
         if settle and self._settled and not self._held_pending():
             resolve.clear_pending(self.state_dir)
 
+    def _check_log_store(self) -> None:
+        """A note when the session commits ``s3a://`` tables with Delta's single-driver
+        log store (a session the loader did not start): another writer's commit could
+        then replace this run's (docs/operations.md, "Several loaders, one table")."""
+        found = jvm.s3_log_store(self._session())
+        if found != jvm.S3_LOG_STORE and "DynamoDB" not in found:
+            note = (
+                f"this session commits to s3a:// with {found}, which assumes one writer per "
+                f"table: run no other loader on it, or start the session with "
+                f"{jvm.S3_LOG_STORE_KEY}={jvm.S3_LOG_STORE} (sealsync load's own do)"
+            )
+            self.report.notes.append(note)
+            self.say(note)
+
+    def _ours(
+        self, partitions: dict[str, Partition], state: IngestState, found: Discovery
+    ) -> dict[str, Partition]:
+        """The partitions of this loader's senders: those its receiver data dirs list,
+        or its record names. Another loader's (a table fed by several receivers) are
+        not this run's to ingest, keep or remove, whatever ``--full`` or
+        ``--prune-missing`` say; they are counted in a note."""
+        senders = {f.sender for f in found.files} | set(found.troubled)
+        senders |= {record.sender for record in state.files.values()}
+        ours = {fid: p for fid, p in partitions.items() if p.sender in senders}
+        self._senders = senders
+        others = {p.sender for p in partitions.values()} - senders
+        if others:
+            note = (
+                f"the table holds the rows of {len(others)} senders this loader's receiver "
+                f"does not list ({len(partitions) - len(ours)} files): another loader's, "
+                "left as they are"
+            )
+            self.report.notes.append(note)
+            self.say(note)
+        return ours
+
     def commit(self, state: IngestState, record_changed: bool) -> None:
         """The run's one Delta commit (if the table changes), then the record of it.
         A ``--full`` is no other: its commit removes every old file and adds the new."""
@@ -329,7 +370,9 @@ class _Run:
         data files stay in the table. The columns stay those of the table (a Delta
         table's schema only grows).
         """
-        state = IngestState(columns=dict(old.columns))
+        state = IngestState(
+            columns=dict(old.columns), keys={c: list(k) for c, k in old.keys.items()}
+        )
         kept = set(verdict.kept)
         for fid in kept:
             record = old.files.get(fid)
@@ -346,8 +389,9 @@ class _Run:
         self.commit(state, True)
         if self._settled and not self._held_pending():
             resolve.clear_pending(self.state_dir)  # the new table was resolved whole
+        now = [p for p in self.table.partitions().values() if p.sender in self._senders]
         self.report.notes.append(
-            f"full rebuild: {len(self.table.partitions())} partitions replaced the table's "
+            f"full rebuild: {len(now)} partitions replaced the table's "
             f"{len(partitions)} in one commit"
         )
 
@@ -439,8 +483,8 @@ class _Run:
                 if settle:
                     self._settle(job, table, state_dir is None, settle, wanted or {})
         finally:
-            table.remove_run_folder(table.at(LINKS, run_id))
-            shutil.rmtree(self.state_dir / LINKS / run_id, ignore_errors=True)
+            table.remove_run_folder(table.links_folder(run_id))
+            shutil.rmtree(self.state_dir / table.names.links / run_id, ignore_errors=True)
 
 
 def start_session(config: LoaderConfig, master: str | None, verbose: bool = False) -> Any:
@@ -455,6 +499,7 @@ def start_session(config: LoaderConfig, master: str | None, verbose: bool = Fals
         conf=config.spark,
         python=config.python,
         jars_dir=config.jars_dir,
+        s3=config.table_path.scheme == "s3a",
     )
     if not url.startswith("local"):
         _ship_package(created, state_dir)

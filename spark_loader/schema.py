@@ -117,6 +117,18 @@ def target_schema(
     return StructType(fields)
 
 
+def new_table_target(
+    series: Sequence[tuple[str, DataType]],
+) -> tuple[StructType, dict[tuple[str, str], str]]:
+    """The write schema of these series into a table that has no columns yet, and each
+    series' column ((measurement, kind) -> column): what a reader outside a run (a
+    benchmark, a differential test) reads files with, named as a run would."""
+    assigner = Assigner({}, {}, limit=max(1, len(series)))
+    mapping = admit(assigner, series, "")
+    assert not isinstance(mapping, str)  # the limit is the series' count
+    return target_schema(assigner.columns, assigner.keys, mapping.values()), mapping
+
+
 def source_of(field: StructField) -> tuple[str, str]:
     """(measurement, kind) a target field takes its values from."""
     meta = field.metadata or {}

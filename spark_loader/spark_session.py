@@ -151,6 +151,7 @@ def create_session(
     conf: dict[str, str] | None = None,
     python: str | None = None,
     jars_dir: Path | None = None,
+    s3: bool = False,
 ) -> Any:
     """A new SparkSession on ``master`` (``local[*]`` needs nothing but Java).
 
@@ -164,10 +165,14 @@ def create_session(
 
     ``jars_dir``: a folder ``sealsync jars fetch`` filled; the session takes Delta's and
     the TsFile library's jars from it and resolves nothing (:mod:`.jars_dir`).
+
+    ``s3``: the table is on ``s3a://``: the session gets Hadoop's S3 connector
+    (``hadoop-aws``, from ``jars_dir`` or by its coordinates) unless ``conf`` names it.
     """
     from pyspark.sql import SparkSession
 
-    jars = None if jars_dir is None else jars_dir_module.session_jars(jars_dir)
+    s3 = s3 and not jvm.has_hadoop_aws(conf or {})
+    jars = None if jars_dir is None else jars_dir_module.session_jars(jars_dir, s3=s3)
     check_java()  # else "Java gateway process exited before sending its port number"
     check_masters(master)  # else a minute of retries before "All masters are unresponsive"
     log_dir = Path(log_dir)
@@ -183,7 +188,7 @@ def create_session(
         os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = SparkSession.builder.master(master)
     merged = {**settings, **(conf or {})}
-    merged.update(jvm.session_conf(master, merged, jars))
+    merged.update(jvm.session_conf(master, merged, jars, s3=s3))
     merged, resolving = jar_cache.apply(master, merged)
     for key, value in merged.items():
         builder = builder.config(key, value)

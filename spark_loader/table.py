@@ -53,6 +53,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sealsync.config.location import TableLocation, parse_location
+from sealsync.crashpoints import crash_point
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from spark_loader.delta_format import FORMAT
 from spark_loader.delta_log import DataFile, Snapshot, encode_path
@@ -63,19 +64,18 @@ from spark_loader.table_layout import (
     BOUNDS_TAG,
     FILE_ID_COLUMN,
     GROUP_TAG,
-    LINKS,
     MAX_FOLDER_BYTES,
     OLD_SIDECAR,
     SENDER_COLUMN,
     SOURCE_COLUMN,
-    STAGING,
-    UNCOMMITTED,
+    WriterNames,
     part_files,
     partition_folder,
     unescape,
 )
 
-_SWEPT_PREFIXES = (".spark-staging-", ".sealsync-trash", LINKS, STAGING)
+#: What earlier releases' runs left at the table's root: swept by any loader.
+_SWEPT_PREFIXES = (".spark-staging-", ".sealsync-trash")
 _SWEPT_NAMES = ("_temporary",)
 
 
@@ -112,13 +112,20 @@ class Table:
         location: TableLocation | str | os.PathLike[str],
         store: Store | None = None,
         table_format: TableFormat = FORMAT,
+        *,
+        writer: str | None = None,
     ) -> None:
+        """``writer``: the loader's id (:mod:`.table_binding`), which names its working
+        folders, its list of uncommitted files and its Delta application id, so that
+        loaders sharing the table never touch each other's work (:class:`WriterNames`)."""
         if not isinstance(location, TableLocation):
             location = parse_location(os.fspath(location), Path.cwd())
         self.location = location
         self.root = str(location)  # the local path, or the URI
         self._store = store if store is not None or not location.local else LocalStore()
         self.format = table_format
+        self.names = WriterNames.of(writer)
+        self.app_id = table_format.app_id + self.names.suffix
         self.snapshot = Snapshot()
         self._view: dict[str, DataFile] = {}  # log path -> file, as the run leaves it
         self._added: dict[str, DataFile] = {}  # moved in by this run
@@ -161,14 +168,14 @@ class Table:
         plain Parquet table's files (converted by this run's commit). What was done."""
         done = []
         self.snapshot = self.format.read(self.root, self.store)
-        manifest = self.at(UNCOMMITTED)
+        manifest = self.at(self.names.uncommitted)
         if self.store.exists(manifest):
             done += self._recover(manifest)
         self._view = dict(self.snapshot.files)
         self._by_id = None
         self._opened = True
         self._added, self._removed, self._moved, self._unsynced = {}, {}, [], []
-        self.run_version = self.snapshot.transactions.get(self.format.app_id, -1) + 1
+        self.run_version = self.snapshot.transactions.get(self.app_id, -1) + 1
         self.converted = 0
         if self.snapshot.version < 0 and self.store.local:  # remote tables were always Delta
             count = self._convert()
@@ -185,7 +192,7 @@ class Table:
             version, files = int(doc["version"]), [str(f) for f in doc["files"]]
         except (OSError, ValueError, KeyError, TypeError):
             version, files = -1, []
-        committed = self.snapshot.transactions.get(self.format.app_id, -1) >= version >= 0
+        committed = self.snapshot.transactions.get(self.app_id, -1) >= version >= 0
         note = []
         if not committed:
             live = {f.path for f in self.snapshot.files.values()}
@@ -204,7 +211,7 @@ class Table:
     def _convert(self) -> int:
         """Every part file of the plain Parquet layout, as files this run adds."""
         count = 0
-        for sender, source, inner in self._walk():
+        for sender, source, inner in _walk(self.path):
             if not inner.name.startswith(f"{FILE_ID_COLUMN}=") or not inner.is_dir():
                 continue
             fid = unescape(inner.name.split("=", 1)[1])
@@ -224,15 +231,6 @@ class Table:
                 count += 1
         self.converted = count
         return count
-
-    def _walk(self) -> Iterator[tuple[str, str, os.DirEntry[str]]]:
-        """(sender, source file, entry) for each entry two levels below the senders."""
-        for outer in _subfolders(self.path, SENDER_COLUMN):
-            sender = unescape(outer.name.split("=", 1)[1])
-            for middle in _subfolders(Path(outer.path), SOURCE_COLUMN):
-                source = unescape(middle.name.split("=", 1)[1])
-                for inner in sorted(os.scandir(middle.path), key=lambda e: e.name):
-                    yield sender, source, inner
 
     # ------------------------------------------------------------------ the view
 
@@ -327,6 +325,7 @@ class Table:
                 self.store.write_bytes(targets[0], _empty_parquet())
             for src, dst in zip(files, targets, strict=False):
                 self.store.rename(src, dst)
+            crash_point("loader.batch.moved")
             values = {
                 SENDER_COLUMN: partition.sender,
                 SOURCE_COLUMN: partition.source_file,
@@ -368,7 +367,7 @@ class Table:
         """
         self._moved += [self._relative(p) for p in paths]
         body = {"version": self.run_version, "files": self._moved}
-        self.store.write_bytes(self.at(UNCOMMITTED), json.dumps(body).encode("utf-8"))
+        self.store.write_bytes(self.at(self.names.uncommitted), json.dumps(body).encode("utf-8"))
 
     def part_files(self, folder: str) -> list[str]:
         """The data files of one folder (a staging one), none if it is not there."""
@@ -460,15 +459,17 @@ class Table:
 
     def commit(self, spark: Any, plan: Plan) -> int:
         """Commit ``plan`` as one version; then the run's files are the table's."""
+        crash_point("loader.commit.before")
         version = self.format.commit(
-            spark, self.location, plan, self.snapshot.version, self.run_version
+            spark, self.location, plan, self.snapshot.version, self.run_version, self.app_id
         )
+        crash_point("loader.commit.after")
         self.committed()
         return version
 
     def committed(self) -> None:
         """The run's commit is in: its files are the table's; read the new version."""
-        self.store.delete(self.at(UNCOMMITTED))
+        self.store.delete(self.at(self.names.uncommitted))
         self.open()
 
     # ------------------------------------------------------------------ sweep
@@ -479,8 +480,9 @@ class Table:
 
         Only safe while no Spark job writes to the table: the caller holds the locks.
         """
+        own = (self.names.staging, self.names.links, *_SWEPT_NAMES)
         for entry in self.store.listdir(self.root):
-            if entry.name.startswith(_SWEPT_PREFIXES) or entry.name in _SWEPT_NAMES:
+            if entry.name.startswith(_SWEPT_PREFIXES) or entry.name in own:
                 self.store.delete(self.at(entry.name), recursive=True)
         if not self.store.local or self.format.is_table(self.root, self.store):
             return
@@ -488,9 +490,13 @@ class Table:
             for old in _subfolders(Path(outer.path), FILE_ID_COLUMN):
                 _rmtree(Path(old.path))
 
-    def files_schema(self, paths: Iterable[str]) -> pa.Schema:
-        """The columns of data files, from their footers."""
-        return pa.unify_schemas([self.store.footer(p).schema.to_arrow_schema() for p in paths])
+    def staging_folder(self) -> str:
+        """A fresh folder for one Spark job's output, among this loader's own."""
+        return self.at(self.names.staging, uuid.uuid4().hex)
+
+    def links_folder(self, run_id: str) -> str:
+        """The folder of one run's inputs on the table's store."""
+        return self.at(self.names.links, run_id)
 
     def remove_run_folder(self, folder: str) -> None:
         """Remove one run's private folder (its links, a job's staging output), and the
@@ -502,6 +508,16 @@ class Table:
                 self.store.delete(parent)
             except OSError:
                 pass  # another run's folder appeared meanwhile: it stays
+
+
+def _walk(root: Path) -> Iterator[tuple[str, str, os.DirEntry[str]]]:
+    """(sender, source file, entry) for each entry two levels below the senders."""
+    for outer in _subfolders(root, SENDER_COLUMN):
+        sender = unescape(outer.name.split("=", 1)[1])
+        for middle in _subfolders(Path(outer.path), SOURCE_COLUMN):
+            source = unescape(middle.name.split("=", 1)[1])
+            for inner in sorted(os.scandir(middle.path), key=lambda e: e.name):
+                yield sender, source, inner
 
 
 def _name(path: str) -> str:

@@ -26,7 +26,8 @@ Keys = Mapping[str, Sequence[str]]
 class TableFormat(Protocol):
     name: str
     app_id: str
-    """The application id under which a version records the run that wrote it."""
+    """The application id under which a version records the run that wrote it (a
+    loader with an id appends ``-<id>``: :class:`.table_layout.WriterNames`)."""
 
     def read(self, table: str, store: Store) -> Snapshot:
         """The latest version: its files, the runs it records, its metadata."""
@@ -60,7 +61,14 @@ class TableFormat(Protocol):
     ) -> Plan | None: ...
 
     def commit(
-        self, spark: Any, table: TableLocation, plan: Plan, read_version: int, run_version: int
+        self,
+        spark: Any,
+        table: TableLocation,
+        plan: Plan,
+        read_version: int,
+        run_version: int,
+        app_id: str,
     ) -> int:
-        """Commit ``plan`` as one version planned against ``read_version``; its number."""
+        """Commit ``plan`` as one version planned against ``read_version``, recording
+        run ``run_version`` of ``app_id``; its number."""
         ...

@@ -8,7 +8,9 @@ need these names and nothing of the table itself, and by the driver's table modu
 from __future__ import annotations
 
 import os
+import re
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 SENDER_COLUMN = "sender"
@@ -31,6 +33,34 @@ OLD_SIDECAR = "_sealsync_group.json"
 KEY_COLUMN = "__sealsync_key"
 MAX_FOLDER_BYTES = 255
 _KEPT = frozenset(string.ascii_letters + string.digits + "._-")
+
+
+@dataclass(frozen=True)
+class WriterNames:
+    """The names one loader uses in a table several loaders may write: its hidden
+    working folders, its list of uncommitted files and its Delta application id. A
+    loader removes only what carries its own names, never another's work in progress.
+    A loader without an id (a state dir bound before loaders had one) uses the plain
+    names."""
+
+    staging: str
+    links: str
+    uncommitted: str
+    suffix: str  # "" or "-<id>": appended to the application id
+
+    @classmethod
+    def of(cls, writer: str | None) -> WriterNames:
+        if writer is None:
+            return cls(STAGING, LINKS, UNCOMMITTED, "")
+        if not _WRITER_RE.match(writer):
+            raise ValueError(f"not a loader id: {writer!r}")
+        stem = UNCOMMITTED.removesuffix(".json")
+        return cls(
+            f"{STAGING}-{writer}", f"{LINKS}-{writer}", f"{stem}-{writer}.json", f"-{writer}"
+        )
+
+
+_WRITER_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
 def folder_value(value: str) -> str | None:

@@ -53,8 +53,9 @@ FILE_ERROR = "sealsync-file-error"
 _FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)")
 
 #: A file's deletions (:class:`sealsync.formats.deletion.SeriesDeletion`): every point of
-#: every series ``pattern`` (its nodes as written) matches whose time is in [``since``,
-#: ``until``], in the chunks that start below ``below`` (null: every chunk), is gone;
+#: every series ``pattern`` (its nodes as written, its rules first: ``deletion.to_wire``)
+#: matches whose time is in [``since``, ``until``], in the chunks that start below
+#: ``below`` (null: every chunk), is gone;
 #: ``where`` names the line or byte of the deletion file, for messages.
 DELETIONS_DDL = (
     "array<struct<pattern:array<string>,since:bigint,until:bigint,below:bigint,where:string>>"
@@ -217,15 +218,18 @@ def deletion_records(
     deletions: list[deletion.SeriesDeletion],
 ) -> list[tuple[list[str], int, int, int | None, str]]:
     """``deletions`` as rows of :data:`DELETIONS_DDL`."""
-    return [(list(d.pattern), d.start, d.end, d.below_offset, d.where) for d in deletions]
+    return [(deletion.to_wire(d), d.start, d.end, d.below_offset, d.where) for d in deletions]
 
 
 def deletions_of(records: list[dict[str, Any]]) -> list[deletion.Deletion]:
     """Rows of :data:`DELETIONS_DDL` back as the records they were made from."""
-    return [
-        deletion.SeriesDeletion(tuple(d["pattern"]), d["since"], d["until"], d["below"], d["where"])
-        for d in records
-    ]
+    out: list[deletion.Deletion] = []
+    for d in records:
+        pattern, rules = deletion.from_wire(d["pattern"])
+        out.append(
+            deletion.SeriesDeletion(pattern, d["since"], d["until"], d["below"], d["where"], rules)
+        )
+    return out
 
 
 def _read(path: str) -> pa.Table:

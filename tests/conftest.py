@@ -31,7 +31,7 @@ from proc_helpers import clip  # noqa: E402 - importable once tests/ is on the p
 if TYPE_CHECKING:
     from deploy_helpers import Deployment
     from iotdb_server import IoTDBServer
-    from lake_servers import Hdfs, S3Server, SparkCluster
+    from lake_servers import Hdfs, S3Server, SparkCluster, SparkDriver
 
 
 class _HeavyUse:
@@ -251,3 +251,37 @@ def lake_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClus
 
     with spark_cluster([tmp_path_factory.getbasetemp()]) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def lake_driver(
+    lake_cluster: SparkCluster,
+    lake_hdfs: Hdfs,
+    lake_s3: S3Server,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SparkDriver]:
+    """A Spark driver on ``lake_cluster`` (a process of its own: ``SparkDriver``) with the
+    loader's session, set up for ``lake_hdfs`` and ``lake_s3``, for the whole run: every
+    test that reads or loads through the cluster shares its executors."""
+    from lake_servers import SparkDriver
+
+    work = tmp_path_factory.mktemp("lake-driver")
+    found = SparkDriver(work / "driver.log")
+    try:
+        found.call(
+            "start",
+            master=lake_cluster.url,
+            conf={
+                **lake_cluster.spark_conf(),
+                **lake_hdfs.spark_conf(),
+                **lake_s3.spark_conf(),
+                # Delta rebuilds a version's state in this many tasks (50 by default):
+                # the tables here are a few files.
+                "spark.databricks.delta.snapshotPartitions": "2",
+            },
+            log_dir=str(work / "logs"),
+            executors=lake_cluster.workers,
+        )
+        yield found
+    finally:
+        found.close()

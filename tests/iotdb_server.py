@@ -203,18 +203,19 @@ def resolve_classpath(release: Release, node: Node) -> list[str]:
 CLIENT_RELEASE = "apache-iotdb==1.3.4"
 
 
-def client_python() -> str:
+def client_python(release: str = CLIENT_RELEASE) -> str:
     """The Python that runs the client worker: a virtual environment of its own, made
     once and cached beside the servers (``SEALSYNC_IOTDB_CLIENT_PYTHON`` names another,
-    to try another client release).
+    to try another client release); ``release`` another pip requirement (a 2.x client,
+    the only ones with table-model sessions).
 
     Not the project's environment: ``apache-iotdb`` installs a top-level package named
     ``tests`` that would hide this project's ``tests`` (``python -m tests.security.report``
     then fails), and its numpy and pandas pins are no business of the project's."""
     named = os.environ.get(CLIENT_PYTHON_ENV)
-    if named:
+    if named and release == CLIENT_RELEASE:
         return named
-    home = cache_root() / ("client-" + CLIENT_RELEASE.replace("==", "-"))
+    home = cache_root() / ("client-" + release.replace("==", "-"))
     python = home / "bin" / "python"
     if python.is_file():
         return str(python)
@@ -225,7 +226,7 @@ def client_python() -> str:
         # into place afterwards (a venv's scripts name their folder; its python does not).
         subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
         subprocess.run(
-            [str(building / "bin" / "python"), "-m", "pip", "install", "-q", CLIENT_RELEASE],
+            [str(building / "bin" / "python"), "-m", "pip", "install", "-q", release],
             check=True,
             env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
             timeout=RESOLVE_TIMEOUT,
@@ -235,9 +236,7 @@ def client_python() -> str:
         shutil.rmtree(building, ignore_errors=True)
         if python.is_file():  # another test run made it meanwhile
             return str(python)
-        raise IoTDBUnavailable(
-            f"IoTDB's Python client ({CLIENT_RELEASE}) did not install: {exc}"
-        ) from exc
+        raise IoTDBUnavailable(f"IoTDB's Python client ({release}) did not install: {exc}") from exc
     return str(python)
 
 

@@ -25,7 +25,8 @@ from sealsync.names import MODS2_SUFFIX, MODS_SUFFIX, SIDECAR_SUFFIXES
 from sealsync.simulator import EdgeInstance
 from spark_loader import delta_log, read_arrow
 from spark_loader.columns import measurements_of
-from spark_loader.table_layout import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN
+from spark_loader.table_binding import loader_id
+from spark_loader.table_layout import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN, WriterNames
 
 SENDER_A = str(uuid.UUID(int=0xA))
 SENDER_B = str(uuid.UUID(int=0xB))
@@ -185,7 +186,7 @@ def partition_dirs(table_path: Path, version: int | None = None) -> set[str]:
     """The ``sender=*/source_file=*/file_id=*`` folders of the files the Delta table's
     latest version (or ``version``) holds; a folder whose files were removed from the
     table stays on disk for time travel and is not one of them."""
-    snap = delta_log.read(Path(table_path), version)
+    snap = delta_log.read(str(table_path), version)
     return {str(Path(f.path).parent.relative_to(table_path)) for f in snap.files.values()}
 
 
@@ -197,8 +198,9 @@ def table_versions(table_path: Path) -> list[int]:
     return sorted(int(p.name[:20]) for p in folder.glob("*.json") if p.name[:20].isdigit())
 
 
-def snapshot(path: Path) -> dict[str, tuple[int, int]]:
+def snapshot(path: str | os.PathLike[str]) -> dict[str, tuple[int, int]]:
     """Every entry under ``path`` (the folder itself too) -> (size, mtime_ns)."""
+    path = Path(path)
     out = {".": (0, path.stat().st_mtime_ns)}
     for dirpath, dirnames, filenames in os.walk(path):
         for name in dirnames + filenames:
@@ -266,3 +268,19 @@ def two_senders(tmp_path: Path) -> tuple[EdgeInstance, Receiver]:
     for sender, rel in files:
         recv.place(edge, rel, sender)
     return edge, recv
+
+
+def writer_names(config: LoaderConfig) -> WriterNames:
+    """The names the loader of ``config`` uses in its table (its staging folder, its list
+    of uncommitted files): its state dir's id, once a run recorded one."""
+    try:
+        found = loader_id(Path(config.state_dir))
+    except OSError:
+        found = None
+    return WriterNames.of(found)
+
+
+def uncommitted_list(config: LoaderConfig) -> Path:
+    """Where the loader of ``config`` names the files it moved into the table and has
+    not committed yet."""
+    return Path(config.table_path) / writer_names(config).uncommitted

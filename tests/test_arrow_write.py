@@ -196,7 +196,7 @@ def test_the_session_codec_decides_the_writer(
         spark.conf.set("spark.sql.parquet.compression.codec", before)
 
     assert report.ok and report.rows_written == 5
-    (data,) = [p for p in config.table_path.rglob("part-*.parquet")]
+    (data,) = [p for p in Path(config.table_path).rglob("part-*.parquet")]
     meta = pq.read_metadata(data)
     assert meta.created_by.startswith("parquet-cpp-arrow" if writer == "arrow" else "parquet-mr")
     written = meta.row_group(0).column(0).compression

@@ -19,6 +19,7 @@ from sealsync.protocol import Verdict
 from sender import attempt as attempt_mod
 from sender.attempt import sync_to_receiver
 from sender.manage.history import read_round_record
+from sender.manage.identity import hostname
 from sender.manage.layout import SchemaPaths, SenderPaths
 from sender.manage.state import read_file_set
 from sender.transfer.errors import Unreachable
@@ -522,8 +523,8 @@ def test_conflict_end_to_end(tmp_path: Path) -> None:
         assert not first.ok
         assert first.dirs[0].shipped == [fine]
         assert first.dirs[0].refused == {
-            clash: "conflict: device root.sg1.d1 is owned by another sender"
-        }
+            clash: f"conflict: device root.sg1.d1 is owned by sender '{hostname()}'"
+        }  # named by its HELLO name (the host's, by default), never by its UUID
         paths = SenderPaths(edge_b.data_dirs[0], "127.0.0.1", site.port)
         remembered = read_refusals(refused_path(paths))
         assert list(remembered) == [clash]
@@ -533,7 +534,7 @@ def test_conflict_end_to_end(tmp_path: Path) -> None:
         second = sync_to_receiver(config_b, site.endpoint)
         assert second.dirs[0].shipped == []
         assert second.dirs[0].refused == {
-            clash: "conflict: device root.sg1.d1 owned by another sender on the receiver; "
+            clash: f"conflict: device root.sg1.d1 owned by sender '{hostname()}' on the receiver; "
             "not resent until released there (`sealsync owners release`)"
         }
 

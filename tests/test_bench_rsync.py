@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_vs_rsync  # noqa: E402
-from benchlib import MiB, ensure_tools, populate, templates  # noqa: E402
+from benchlib import RECEIVE_CPU, SEND_CPU, MiB, ensure_tools, populate, templates  # noqa: E402
 from benchprocs import OpenSsh  # noqa: E402
 
 FILES = 16
@@ -37,14 +37,28 @@ REPS = 7
 TOLERANCE = 0.15
 
 
-def test_the_benchmarks_rsync_rate_agrees_with_a_plain_rsync_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pin", [False, True], ids=["as-is", "ends-pinned"])
+def test_the_benchmarks_rsync_rate_agrees_with_a_plain_rsync_call(
+    tmp_path: Path, pin: bool
+) -> None:
+    # pinned (``--pin``): by hand, ``sshd`` started with ``taskset -c 1`` and rsync run
+    # with ``taskset -c 0``; the benchmark also reads each end's CPU around its runs
     ensure_tools()
     populate(tmp_path / "edge", templates(tmp_path / "templates", SIZE, 4), FILES)
     src = tmp_path / "edge" / "sequence"
     user = pwd.getpwuid(os.getuid()).pw_name
-    with OpenSsh(tmp_path / "sshd") as ssh:
+    with OpenSsh(tmp_path / "sshd", pin=RECEIVE_CPU if pin else None) as ssh:
         dst = tmp_path / "bench-dst" / "sequence"
-        bench = bench_vs_rsync.rsync_timer(ssh.rsync_cmd(src, dst), dst, tmp_path / "trash", FILES)
+        ends: list[tuple[float, float]] = []
+        bench = bench_vs_rsync.rsync_timer(
+            ssh.rsync_cmd(src, dst),
+            dst,
+            tmp_path / "trash",
+            FILES,
+            ends=ends,
+            pin=SEND_CPU if pin else None,
+            far=ssh.cpu,
+        )
 
         def plain() -> float:
             # by hand: remove the last copy, sync, time one rsync into a fresh folder
@@ -53,7 +67,15 @@ def test_the_benchmarks_rsync_rate_agrees_with_a_plain_rsync_call(tmp_path: Path
             os.sync()
             started = time.perf_counter()
             subprocess.run(
-                ["rsync", "-a", "-e", ssh.ssh_command(), f"{src}/", f"{user}@127.0.0.1:{out}/"],
+                [
+                    *(["taskset", "-c", str(SEND_CPU)] if pin else []),
+                    "rsync",
+                    "-a",
+                    "-e",
+                    ssh.ssh_command(),
+                    f"{src}/",
+                    f"{user}@127.0.0.1:{out}/",
+                ],
                 check=True,
                 capture_output=True,
             )
@@ -74,3 +96,5 @@ def test_the_benchmarks_rsync_rate_agrees_with_a_plain_rsync_call(tmp_path: Path
         f"the benchmark's rsync runs at {bench_rate:.0f} MiB/s, slower than a plain rsync call at "
         f"{plain_rate:.0f} MiB/s on the same files (seconds: {times})"
     )
+    # each end's CPU was counted: rsync and its ssh, sshd and the rsync it ran
+    assert all(sending > 0 and receiving > 0 for sending, receiving in ends)

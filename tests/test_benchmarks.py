@@ -76,13 +76,6 @@ def test_loader_benchmark_runs_end_to_end(tmp_path: Path) -> None:
         output,
         re.MULTILINE,
     )
-    # the plain Parquet loader of before the Delta table, timed on the same files
-    assert re.search(
-        r"^ratio loader/parquet loader: [\d.]+ \(spread [\d.]+-[\d.]+, the cost of the Delta "
-        r"table\)$",
-        output,
-        re.MULTILINE,
-    )
 
 
 def test_busy_seconds_counts_the_cpu_a_run_uses() -> None:
@@ -207,3 +200,58 @@ def test_a_bad_workdir_or_count_is_one_line(tmp_path: Path, script: str) -> None
     assert none.returncode == 2
     assert none.stderr.splitlines()[-1].endswith("argument --files: 0 is too few: at least 1")
     assert "Traceback" not in under_a_file.stderr + none.stderr
+
+
+SPIN = """
+import subprocess, sys, time
+end = time.process_time() + 0.3
+while time.process_time() < end:
+    pass
+if sys.argv[1] != "child":
+    subprocess.run([sys.executable, "-c", sys.argv[2], "child", ""], check=True)
+    print("done", flush=True)
+if sys.argv[1] == "wait":
+    sys.stdin.readline()  # alive until the test has read its tree
+"""
+
+
+def test_each_ends_cpu_counts_its_process_tree_and_the_command_its_children() -> None:
+    """The per-end CPU the transfer benchmark reports: a receiving end's tree read from
+    /proc counts a child that ended and was waited for; a timed command's count (wait4)
+    includes what its own children used, as rsync's includes its ssh."""
+    from benchlib import timed, tree_cpu
+
+    with subprocess.Popen(
+        [sys.executable, "-c", SPIN, "wait", SPIN],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as server:
+        assert server.stdout is not None and server.stdout.readline() == "done\n"
+        assert tree_cpu(server.pid) >= 0.55  # its own 0.3 s and its child's 0.3 s
+
+    run = timed([sys.executable, "-c", SPIN, "run", SPIN], far=lambda: 1.0)
+    assert run.cpu >= 0.55 and run.far_cpu == 0.0  # the far end did nothing meanwhile
+
+
+def test_the_fleet_benchmark_drives_edges_from_namespaces_and_removes_them(
+    tmp_path: Path,
+) -> None:
+    """Edges in network namespaces of their own, bound by a first round, then idle and
+    shipping rounds (the run checks every shipped file is loaded); it prints the
+    receiver's CPU per round and edges per core, and leaves no namespace behind."""
+    output = run_benchmark(
+        "bench_fleet.py",
+        tmp_path,
+        *("--edges", "4", "--namespaces", "2", "--rounds", "60", "--concurrency", "2"),
+        timeout=300,
+    )
+
+    assert "4 edges in 2 network namespaces, 60 rounds (1 shipping 1 MiB)" in output
+    per_round = re.search(r"receiver CPU per round ([\d.]+) ms", output)
+    edges = re.search(r"edges per receiver core at a 300 s interval: ([\d,]+)", output)
+    assert per_round and edges, output
+    assert float(per_round.group(1)) > 0 and int(edges.group(1).replace(",", "")) > 0
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    assert not re.search(r"^sf\d+n\d", namespaces.stdout, re.MULTILINE), namespaces.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["templates"]  # its run removed

@@ -17,6 +17,7 @@ import sealsync
 from sealsync import crashpoints
 from sealsync.crashpoints import (
     ENV_STOP,
+    LOADER_POINTS,
     POINTS,
     RECEIVER_POINTS,
     RECOVERY_POINTS,
@@ -134,11 +135,14 @@ def test_registry_is_exactly_the_points_the_code_uses() -> None:
     assert SENDER_POINTS.isdisjoint(RECEIVER_POINTS)
     assert all(p.startswith("sender.") for p in SENDER_POINTS)
     assert all(p.startswith("receiver.") for p in RECEIVER_POINTS)
+    assert all(p.startswith("loader.") for p in LOADER_POINTS)
     assert RECOVERY_POINTS < POINTS
     sender_files = {f for p in SENDER_POINTS for f in used[p]}
     receiver_files = {f for p in RECEIVER_POINTS for f in used[p]}
     assert all(f.startswith("sender/") for f in sender_files), sender_files
     assert all(f.startswith("receiver/") for f in receiver_files), receiver_files
+    loader_files = {f for p in LOADER_POINTS for f in used[p]}
+    assert all(f.startswith("spark_loader/") for f in loader_files), loader_files
 
 
 def _base_env() -> dict[str, str]:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sealsync.config.location import parse_location
 from spark_loader import delta_log
 from spark_loader.delta_log import DeltaLogError, encode_path
 
@@ -151,3 +152,21 @@ def test_a_checkpoint_is_the_state_of_its_version(tmp_path: Path) -> None:
     assert {f.tags["k"] for f in snap.files.values()} == {"v"}
     assert snap.metadata is not None and snap.metadata["partitionColumns"] == ["file_id"]
     assert sorted(r["time"] for r in delta_log.read_arrow(table).to_pylist()) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("uri", ["hdfs://nn:8020/lake/t", "s3a://bucket/t", "abfss://c@a/t"])
+def test_a_table_on_another_file_system_is_never_read_as_a_local_folder(uri: str) -> None:
+    """Without the table's store, a URI is refused with what reads it, never taken as a
+    folder name (which would read as an empty table)."""
+    for read in (delta_log.read, delta_log.read_arrow, delta_log.is_delta):
+        with pytest.raises(delta_log.DeltaLogError, match="read it with deltalake"):
+            read(uri)
+    with pytest.raises(delta_log.DeltaLogError, match="not a local folder"):
+        delta_log.read_arrow(parse_location(uri, Path("/")))
+
+
+def test_a_file_uri_is_the_local_folder(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    (table / "_delta_log").mkdir(parents=True)
+    assert delta_log.read(table.as_uri()).version == -1
+    assert not delta_log.is_delta(table.as_uri())

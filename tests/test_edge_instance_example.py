@@ -85,5 +85,5 @@ def test_two_edges_built_from_the_example_both_ship(dep: Deployment) -> None:
     assert fill(two.edge.root, *later).returncode == 0
     result = two.send()
     assert result.returncode == 1
-    assert "owned by another sender" in result.stderr
+    assert "is owned by sender '" in result.stderr
     assert dep.loaded_hashes(one) == one.sealed_hashes()

@@ -4,6 +4,7 @@ the path patterns they name and the deletions applied to a file's rows."""
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,12 @@ REAL_012 = (
 )
 
 
-def _d(path: str, start: int, end: int, offset: int | None, where: str) -> SeriesDeletion:
-    return SeriesDeletion(deletion.split_path(path), start, end, offset, where)
+def _d(
+    path: str, start: int, end: int, offset: int | None, where: str, rules: str = deletion.RULES_12
+) -> SeriesDeletion:
+    return SeriesDeletion(
+        deletion.check_pattern(path, where, rules), start, end, offset, where, rules
+    )
 
 
 def _triples(found: list[SeriesDeletion]) -> list[tuple[str, int, int, int | None]]:
@@ -37,11 +42,12 @@ def _triples(found: list[SeriesDeletion]) -> list[tuple[str, int, int, int | Non
 
 
 def test_the_lines_a_real_iotdb_wrote() -> None:
+    old = deletion.RULES_012  # no ** and no .resource: read as 0.12 reads it
     assert mods.parse(REAL_012) == [
-        _d("root.sg.d1.s1", MIN_TIME, 4, 823, ".mods line 1"),
-        _d("root.sg.d2.*", 5, 6, 823, ".mods line 2"),
-        _d("root.sg.d2.s4", 9, MAX_TIME, 823, ".mods line 3"),
-        _d("root.sg.*.*", MIN_TIME, 1, 823, ".mods line 4"),
+        _d("root.sg.d1.s1", MIN_TIME, 4, 823, ".mods line 1", old),
+        _d("root.sg.d2.*", 5, 6, 823, ".mods line 2", old),
+        _d("root.sg.d2.s4", 9, MAX_TIME, 823, ".mods line 3", old),
+        _d("root.sg.*.*", MIN_TIME, 1, 823, ".mods line 4", old),
     ]
 
 
@@ -110,7 +116,9 @@ def test_aborted_cancels_the_modification_just_before_it(text: str, left: list[s
         ("DELETION,root.d1.s1,1, 2,3\n", "line 1: time ' 2' is not a long"),
         ("DELETION,,1,0,1\n", "line 1: path '': an empty node"),
         ("DELETION,root..s1,1,0,1\n", "line 1: path 'root..s1': an empty node"),
-        ("DELETION,root.`a.s1,1,0,1\n", "line 1: path 'root.`a.s1': unclosed `"),
+        ("DELETION,root.`a.s1,1,0,1\nDELETION,root.**,1,0,1\n", "line 1: path 'root.`a.s1': unclo"),
+        ('DELETION,root."a.s1,1,0,1\n', "line 1: path 'root.\"a.s1': a double quote not closed"),
+        ("DELETION,root.a'b,1,0,1\n", 'line 1: path "root.a\'b": a single quote'),
         ("DELETION,sg.d1.s1,1,0,1\n", "line 1: path 'sg.d1.s1' does not start with root"),
         ("DELETION,root.a.b,1,0,1\nDELETION,root.a.b,1,0", "line 2 has no line end"),
     ],
@@ -226,26 +234,87 @@ def test_mods2_bad_path_and_read_version(tmp_path: Path) -> None:
     assert len(got) == 1 and version == (st.st_size, st.st_mtime_ns)
 
 
+def _plain_resource(mod_file: str | None, *, block: bool) -> bytes:
+    """A ``.resource`` as IoTDB 0.12-1.x write one (plain device time index, one device);
+    1.2 and later write the modification file's field always and a block after it."""
+    device = b"root.w3.d1"
+    out = bytes([1, 1]) + struct.pack(">iqqi", 1, 1, 9, len(device)) + device
+    out += struct.pack(">iqq", 0, MIN_TIME, MAX_TIME)
+    if mod_file is not None:
+        out += struct.pack(">i", len(mod_file)) + mod_file.encode()
+    elif block:
+        out += struct.pack(">i", -1)
+    return out + (b"\x00" if block else b"")
+
+
+@pytest.mark.parametrize(
+    ("resource_bytes", "text", "rules"),
+    [
+        (None, "DELETION,root.w3.d*.s1,99,1,2\n", deletion.RULES_012),
+        (_plain_resource(None, block=False), "DELETION,root.w3.d*.s1,99,1,2\n", "0.12"),
+        (_plain_resource("x.tsfile.mods", block=False), "DELETION,root.w3,99,1,2\n", "0.12"),
+        (None, "DELETION,root.w3.d*.s1,99,1,2\nDELETION,root.**,99,5,5\n", "0.13"),
+        (_plain_resource("x.tsfile.mods", block=True), "DELETION,root.w3.d*.s1,99,1,2\n", "1.2"),
+        (_plain_resource(None, block=True), "DELETION,root.w3,99,1,2\n", "1.2"),
+        (b"not a resource", "DELETION,root.w3,99,1,2\n", "0.12"),
+    ],
+)
+def test_a_mods_is_read_by_the_rules_of_the_release_that_wrote_it(
+    tmp_path: Path, resource_bytes: bytes | None, text: str, rules: str
+) -> None:
+    data = tmp_path / "1-1-0-0.tsfile"
+    Path(f"{data}.mods").write_text(text)
+    if resource_bytes is not None:
+        Path(f"{data}.resource").write_bytes(resource_bytes)
+    got = mods.read(f"{data}.mods")
+    assert {d.rules for d in got} == {rules}
+    covers = deletion.matches(got[0], "root.w3.d1", "s1")
+    # 0.12: root.w3 is a prefix and d* a name; 0.13 and 1.2: the reverse
+    assert covers is (("d*" in text) is (rules != deletion.RULES_012))
+    if resource_bytes is None:  # the text alone decides as the file does
+        assert mods.parse(text) == got
+
+
 # ---------------------------------------------------------------- patterns
 
 
 @pytest.mark.parametrize(
-    "case", CASES, ids=lambda c: f"{c['pattern']}~{c['device']}.{c['measurement']}"
+    "case",
+    CASES,
+    ids=lambda c: f"{c.get('rules', '1.2')}:{c['pattern']}~{c['device']}.{c['measurement']}",
 )
 def test_pattern_cases_shared_with_the_java_matcher(case: dict[str, Any]) -> None:
-    d = SeriesDeletion(deletion.split_path(case["pattern"]), 0, 1, None, "here")
+    rules = case.get("rules", deletion.RULES_12)
+    d = SeriesDeletion(
+        deletion.check_pattern(case["pattern"], "here", rules), 0, 1, None, "here", rules
+    )
     if case["expect"] == "refuse":
-        with pytest.raises(FormatError, match="here: pattern .* IoTDB 0.12 .* not applied"):
+        with pytest.raises(FormatError, match="regular expression|series .* single quote"):
             deletion.matches(d, case["device"], case["measurement"])
     else:
         assert deletion.matches(d, case["device"], case["measurement"]) is case["expect"]
 
 
-def test_the_case_table_covers_every_kind_of_node() -> None:
+def test_the_case_table_covers_every_kind_of_node_under_each_rules() -> None:
+    for rules in deletion.RULES:
+        cases = [c for c in CASES if c.get("rules", deletion.RULES_12) == rules]
+        assert {c["expect"] for c in cases} == {True, False, "refuse"}, rules
+        patterns = " ".join(c["pattern"] for c in cases)
+        for needle in (".*", "d*", "`", '"'):
+            assert needle in patterns, (rules, needle)
     patterns = " ".join(c["pattern"] for c in CASES)
-    for needle in (".**", "**.", ".*.", ".*", "d*", "*1", "`", '"', "``"):
+    for needle in (".**", "**.", ".*.", "*1", "``", "a*b"):
         assert needle in patterns
-    assert {c["expect"] for c in CASES} == {True, False, "refuse"}
+
+
+def test_the_rules_cross_to_the_readers_and_back() -> None:
+    for rules in deletion.RULES:
+        d = SeriesDeletion(("root", "sg", "d*"), 0, 1, None, "here", rules)
+        wire = deletion.to_wire(d)
+        assert deletion.from_wire(wire) == (d.pattern, rules)
+        assert (wire == list(d.pattern)) is (rules == deletion.RULES_12)
+    with pytest.raises(FormatError, match="unknown rules '9'"):
+        deletion.from_wire([deletion.WIRE_RULES + "9", "root"])
 
 
 # ---------------------------------------------------------------- apply

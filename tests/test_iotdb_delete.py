@@ -6,20 +6,33 @@ from __future__ import annotations
 import pytest
 
 from receiver.storage.iotdb_delete import OwnedDevices, scoped_statements
-from sealsync.formats.deletion import MAX_TIME, MIN_TIME, SeriesDeletion, check_pattern
+from sealsync.formats.deletion import (
+    MAX_TIME,
+    MIN_TIME,
+    RULES_012,
+    RULES_12,
+    SeriesDeletion,
+    check_pattern,
+)
 
 MINE = ["root.h.d1", "root.h.d2", "root.h.a.d3"]
 THEIRS = ["root.victim.d0", "root.victim.d1", "root.h2.d1"]
 
 
-def _entry(path: str, start: int = MIN_TIME, end: int = MAX_TIME) -> SeriesDeletion:
-    return SeriesDeletion(check_pattern(path, "line 1"), start, end, None, "line 1")
+def _entry(
+    path: str, start: int = MIN_TIME, end: int = MAX_TIME, rules: str = RULES_12
+) -> SeriesDeletion:
+    return SeriesDeletion(check_pattern(path, "line 1", rules), start, end, None, "line 1", rules)
 
 
 def _scoped(
-    path: str, dialect: str = "2.0", mine: list[str] = MINE, theirs: list[str] = THEIRS
+    path: str,
+    dialect: str = "2.0",
+    mine: list[str] = MINE,
+    theirs: list[str] = THEIRS,
+    rules: str = RULES_12,
 ) -> tuple[list[str], list[str]]:
-    out = scoped_statements(_entry(path, 5, 9), dialect, OwnedDevices(mine, theirs))
+    out = scoped_statements(_entry(path, 5, 9, rules), dialect, OwnedDevices(mine, theirs))
     return out.statements, out.refused
 
 
@@ -76,9 +89,9 @@ def test_series_wildcards_and_globs_keep_to_the_device() -> None:
         "DELETE FROM root.`h`.`d1`.`s.1*` WHERE time >= 5 AND time <= 9"
     ]
     # a glob that is not one run of plain characters cannot be written
-    statements, refused = _scoped("root.h.d1.*a)b*")
+    statements, refused = _scoped("root.h.d1.*a-b*")
     assert statements == []
-    assert refused == ["device root.h.d1: the glob *a)b* cannot be written in a DELETE"]
+    assert refused == ["device root.h.d1: the glob *a-b* cannot be written in a DELETE"]
 
 
 def test_names_are_quoted_backquotes_doubled_and_control_characters_refused() -> None:
@@ -97,15 +110,40 @@ def test_names_are_quoted_backquotes_doubled_and_control_characters_refused() ->
     ]
 
 
-def test_0_12_reads_a_shorter_path_as_a_prefix_of_the_senders_devices() -> None:
-    # 0.12 deletes every series under DELETE FROM root.h; here per device of the sender
-    assert _scoped("root.h", "0.12")[0] == [
+def test_an_edge_0_12_entry_reads_as_a_prefix_of_the_senders_devices() -> None:
+    # 0.12 deleted every series under DELETE FROM root.h; here per device of the sender
+    assert _scoped("root.h", "0.12", rules=RULES_012)[0] == [
         "DELETE FROM root.h.a.d3 WHERE time >= 5 AND time <= 9",
         "DELETE FROM root.h.d1 WHERE time >= 5 AND time <= 9",
         "DELETE FROM root.h.d2 WHERE time >= 5 AND time <= 9",
     ]
-    # 1.x and 2.x read it whole: the series root.h, of no device the sender owns
+    assert _scoped("root.h", "2.0", rules=RULES_012)[0] == [
+        "DELETE FROM root.`h`.`a`.`d3`.* WHERE time >= 5 AND time <= 9",
+        "DELETE FROM root.`h`.`d1`.* WHERE time >= 5 AND time <= 9",
+        "DELETE FROM root.`h`.`d2`.* WHERE time >= 5 AND time <= 9",
+    ]
+    # a pattern one node longer names the series; * one node, and d* or s* no series
+    assert _scoped("root.h.*.s1", "2.0", rules=RULES_012)[0] == [
+        "DELETE FROM root.`h`.`d1`.`s1` WHERE time >= 5 AND time <= 9",
+        "DELETE FROM root.`h`.`d2`.`s1` WHERE time >= 5 AND time <= 9",
+    ]
+    assert _scoped("root.h.d*.s1", "2.0", rules=RULES_012) == ([], [])
+    assert _scoped("root.h.d1.s*", "2.0", rules=RULES_012) == ([], [])
+    # an entry written by 1.x or 2.x reads whole: the series root.h, of no device
     assert _scoped("root.h", "2.0") == ([], [])
+    assert _scoped("root.h", "0.12") == ([], [])
+
+
+def test_a_glob_a_0_12_data_centre_would_read_as_a_name_is_not_sent() -> None:
+    statements, refused = _scoped("root.h.d1.s*", "0.12")
+    assert statements == []
+    assert refused == ["device root.h.d1: the glob s* cannot be written in a DELETE"]
+    # a glob IoTDB reads as a regular expression: in the device's nodes or its last one
+    for pattern, glob in (("root.h.d{1}*.s1", "d{1}*"), ("root.h.d1.s{2}*", "s{2}*")):
+        assert _scoped(pattern, "2.0") == (
+            [],
+            [f"any device: IoTDB reads the glob {glob} as a regular expression"],
+        )
 
 
 def test_0_12_statements_that_would_reach_another_senders_device_below_are_not_sent() -> None:

@@ -71,6 +71,21 @@ def test_each_lack_is_one_line_naming_it_and_the_fill_command(tmp_path: Path) ->
     )
 
 
+def test_an_s3a_table_needs_a_folder_filled_with_the_s3_connector(tmp_path: Path) -> None:
+    folder = tmp_path / "jars"
+    jars = _fill(folder)  # filled without --s3
+    with pytest.raises(ConfigError) as caught:
+        jars_dir.session_jars(folder, s3=True)
+    assert str(caught.value) == (
+        f"jars_dir {folder} lacks {jvm.hadoop_aws_package()} (it was filled for "
+        f"{', '.join(jvm.packages()[0])}): fill it with `sealsync jars fetch {folder} --s3`"
+    )
+    doc = json.loads((folder / jars_dir.MANIFEST).read_text())
+    doc["packages"] = jvm.packages(s3=True)[0]
+    (folder / jars_dir.MANIFEST).write_text(json.dumps(doc))
+    assert jars_dir.session_jars(folder, s3=True) == [str(j) for j in jars]
+
+
 def test_a_folder_filled_for_another_release_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "jars"
     _fill(folder)

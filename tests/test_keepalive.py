@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 import threading
 import time
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from sealsync.config import ReceiverConfig, SenderConfig
-from sealsync.keepalive import REQUEST, ActivitySocket, Keepalive
+from sealsync.keepalive import READ_AHEAD, REQUEST, ActivitySocket, Keepalive
 from sender.transfer.errors import ConnectionLost
 from sender.transfer.session import SenderSession
 
@@ -83,6 +84,31 @@ def test_activity_socket_notes_the_peers_bytes(pair: tuple[socket.socket, socket
     with pytest.raises(TimeoutError):
         sock.recv(10)
     assert sock.gettimeout() == 0.01 and sock.fileno() == a.fileno()
+
+
+def test_activity_socket_reads_into_a_buffer_after_what_it_read_ahead(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    # the packet reader takes a length with recv, then the body with recv_into: the
+    # body's first bytes are in the read-ahead, the rest come from the socket
+    a, b = pair
+    sock = ActivitySocket(a)
+    small, large = os.urandom(1000), os.urandom(READ_AHEAD)
+    b.sendall(small)
+    assert sock.recv(4) == small[:4]
+    before = sock.last_received
+    body = bytearray(len(small) - 4 + len(large))
+    view = memoryview(body)
+    got = sock.recv_into(view)
+    assert got == len(small) - 4  # what was read ahead, and no more
+    time.sleep(0.02)
+    writer = threading.Thread(target=b.sendall, args=(large,))  # more than the socket holds
+    writer.start()
+    while got < len(body):
+        got += sock.recv_into(view[got:])
+    writer.join(10)
+    assert bytes(body) == small[4:] + large
+    assert sock.last_received > before
 
 
 def test_silent_peer_is_declared_dead_after_the_count(

@@ -3,52 +3,27 @@ see the driver's folders writes a Delta table to a real HDFS and to a real S3 se
 reads it back, and ``deltalake`` (no JVM) reads the same table through the store.
 
 The servers are the run's (``lake_hdfs``, ``lake_s3``, ``lake_cluster`` in
-``tests/conftest.py``); one driver, a process of its own on the cluster, serves every
-test here.
+``tests/conftest.py``); one driver, a process of its own on the cluster (``lake_driver``),
+serves every test here and the loader's lake tests.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from lake_servers import Hdfs, S3Server, SparkCluster, SparkDriver
+from lake_servers import Hdfs, S3Server, SparkDriver
 
 pytestmark = pytest.mark.slow  # JVMs: HDFS, s3proxy, a Spark master, workers, a driver
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def driver(
-    lake_cluster: SparkCluster,
-    lake_hdfs: Hdfs,
-    lake_s3: S3Server,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[SparkDriver]:
-    work = tmp_path_factory.mktemp("lake-driver")
-    found = SparkDriver(work / "driver.log")
-    try:
-        found.call(
-            "start",
-            master=lake_cluster.url,
-            conf={
-                **lake_cluster.spark_conf(),
-                **lake_hdfs.spark_conf(),
-                **lake_s3.spark_conf(),
-                # Delta rebuilds a version's state in this many tasks (50 by default):
-                # the tables here are a few files.
-                "spark.databricks.delta.snapshotPartitions": "2",
-            },
-            log_dir=str(work / "logs"),
-            executors=lake_cluster.workers,
-        )
-        yield found
-    finally:
-        found.close()
+@pytest.fixture
+def driver(lake_driver: SparkDriver) -> SparkDriver:
+    return lake_driver  # the run's (tests/conftest.py): one session for every lake test
 
 
 def _rows(first: int, count: int) -> list[list[int]]:

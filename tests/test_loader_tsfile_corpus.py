@@ -52,21 +52,6 @@ def test_the_corpus_covers_what_the_loader_must_read(tsfile_corpus: list[Any]) -
     assert {"aligned", "overwrite", "special-values", "names", "empty"} <= cases
 
 
-def _refused_because(entry: Any) -> str | None:
-    """What the loader must refuse the file for, or None if it must load it
-    (``sealsync.formats.tsfile_support``): RLBE on FLOAT or DOUBLE (the codec of TsFile up
-    to 2.0.3 rounds, that of 2.1.0 on does not, and neither a format-3 nor a format-4 file
-    can be read as its writer reads it), and in format 4 SPRINTZ (the C++ writer encodes it
-    otherwise than the Java one, and the file does not say which wrote it)."""
-    for p in tsfile_corpus.expected_points(entry):
-        name = p.measurement.lower()
-        if p.type in ("FLOAT", "DOUBLE") and "rlbe" in name:
-            return "RLBE"
-        if entry.format_version == 4 and "sprintz" in name:
-            return "SPRINTZ"
-    return None
-
-
 def test_every_corpus_file_loads_exactly_the_java_readers_answer(read_back: Any) -> None:
     entries, got = read_back
     wrong = []
@@ -74,7 +59,7 @@ def test_every_corpus_file_loads_exactly_the_java_readers_answer(read_back: Any)
     for i, entry in enumerate(entries):
         name = f"{entry.line}/{entry.case}/{entry.path.name}"
         result = got[f"f{i:03x}"]
-        cause = _refused_because(entry)
+        cause = corpus_module.refused_because(entry)
         if cause is not None:
             refused += 1
             if not isinstance(result, str) or cause not in result:
@@ -166,12 +151,13 @@ def test_a_load_puts_exactly_the_java_readers_answer_in_the_table(
 
         report = run_load(config, spark=spark)
 
-        if _refused_because(entry):
+        if corpus_module.refused_because(entry):
             refused += 1
             assert report.ingested == 0 and list(report.skipped) == [str(target)]
             reason = report.skipped[str(target)]
-            assert _refused_because(entry) in reason and "\n" not in reason
-            assert not config.table_path.exists() or not list(config.table_path.rglob("*.parquet"))
+            assert corpus_module.refused_because(entry) in reason and "\n" not in reason
+            table = Path(config.table_path)
+            assert not table.exists() or not list(table.rglob("*.parquet"))
             continue
         assert report.ingested == 1 and not report.skipped, report.skipped
         loaded: Rows = {}

@@ -20,7 +20,10 @@ CASES = json.loads((Path(__file__).parent / "path_pattern_cases.json").read_text
 def test_the_java_matcher_answers_every_shared_case() -> None:
     java = shutil.which("java")
     assert java is not None, "the loader's tests need a Java"
-    lines = "".join(f"{c['pattern']}\t{c['device']}\t{c['measurement']}\n" for c in CASES)
+    lines = "".join(
+        f"{c.get('rules', '1.2')}\t{c['pattern']}\t{c['device']}\t{c['measurement']}\n"
+        for c in CASES
+    )
     run = subprocess.run(
         [java, "-cp", str(JAR), "io.sealsync.tsfile.PathPattern"],
         input=lines,

@@ -280,6 +280,23 @@ def test_chunk_pipe_reads_like_a_buffered_pipe() -> None:
     assert pipe.read(10) == b""
 
 
+def test_chunk_pipe_hands_a_large_packet_back_as_it_came_and_joins_small_ones() -> None:
+    pipe = ChunkPipe()
+    packet = bytearray(os.urandom(64 * 1024))
+    pipe.feed_view(memoryview(packet)[10:])  # the data of a decrypted packet
+    pipe.feed(b"ab")
+    pipe.feed(b"cd")
+    out = pipe.read(1 << 20)
+    # no copy: the read is a view of the packet itself
+    assert isinstance(out, memoryview) and out.obj is packet and bytes(out) == packet[10:]
+    assert pipe.read(3) == b"abc"  # small pieces are joined up to what was asked
+    first = pipe.read(10)
+    assert first == b"d" and not pipe.read_ready()
+    pipe.feed_view(memoryview(packet))
+    assert bytes(pipe.read(100)) == packet[:100]  # a part of a large piece, then the rest
+    assert bytes(pipe.read(1 << 20)) == packet[100:]
+
+
 def test_frames_split_anywhere_decode_the_same(tmp_path: Path) -> None:
     frames = [
         FileBegin(7, "sequence/g/0/a.tsfile", 300_000, 10, -1),

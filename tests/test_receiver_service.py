@@ -386,9 +386,10 @@ def test_a_key_over_its_connections_and_a_receiver_at_its_limit_say_so(
     tmp_path: Path, keys: dict[str, Path], pool: InspectPool
 ) -> None:
     """Connections count from authentication: a key's third one hears that its key has
-    its connections open; past the receiver's bound, one hears that the receiver is at
-    its connection limit (not a close before the banner); idle authenticated ones are
-    closed after SESSION_WAIT."""
+    its connections open, and past as many again waiting for that answer the key is
+    refused on the connection; past the receiver's bound, one hears that the receiver
+    is at its connection limit (not a close before the banner); idle authenticated ones
+    are closed after SESSION_WAIT."""
     from security.attacks import AuthOnly
 
     config = make_config(tmp_path, keys, max_startups="1", max_sessions=1)
@@ -400,9 +401,15 @@ def test_a_key_over_its_connections_and_a_receiver_at_its_limit_say_so(
                 answer = third.hello(UUID_A)
             assert isinstance(answer, Error) and answer.code == "busy", answer
             assert "connections open (max_sessions_per_key)" in answer.message
-            held += [AuthOnly(svc.address, "127.0.0.2", keys["edge_b"]) for _ in range(5)]
-            with Client(svc.address, keys["edge_b"]) as over:
-                answer = over.hello(UUID_B)
+            held += [AuthOnly(svc.address, "127.0.0.3", keys["edge_b"]) for _ in range(4)]
+            with pytest.raises(paramiko.AuthenticationException):  # 2 open, 2 to hear busy
+                AuthOnly(svc.address, "127.0.0.4", keys["edge_b"])
+            deadline = time.monotonic() + 5  # its server side ends at its next look
+            while svc.connections.admission.startups and time.monotonic() < deadline:
+                time.sleep(0.02)
+            held.append(AuthOnly(svc.address, "127.0.0.2", keys["edge_a"]))  # 7 open now
+            with Client(svc.address, keys["edge_a"]) as over:
+                answer = over.hello(UUID_A)
             assert isinstance(answer, Error) and answer.code == "busy", answer
             assert "at its connection limit" in answer.message
             deadline = time.monotonic() + SESSION_WAIT + 3

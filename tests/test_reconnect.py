@@ -1,6 +1,7 @@
 """Reconnects that outlast a receiver restart (sender.attempt): backoff with jitter,
 ``max_retries`` lost connections, reconnect failures bounded by ``reconnect_time``;
-a receiver stopping mid-session (ERROR busy) is a dropped connection. The last test
+a receiver stopping mid-session (ERROR busy) is a dropped connection; one that turns a
+connection away for its load (busy) is retried within ``reconnect_time``. The last test
 restarts a real ``sealsync serve`` in the middle of a real ``sealsync send``."""
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from sender_transfer_helpers import FakeReceiver, connect_fake
 from state_helpers import write_data_file
 
 from sealsync.config import ReceiverEndpoint, SenderConfig
-from sealsync.protocol import Error, ErrorCode, FileBegin, send
+from sealsync.protocol import Error, ErrorCode, FileBegin, Hello, send
 from sender import attempt as attempt_mod
 from sender.attempt import sync_to_receiver
-from sender.transfer.errors import Unreachable
+from sender.transfer.errors import Busy, Unreachable
 
 RECEIVER = ReceiverEndpoint("dc1", "127.0.0.1", 5555)
 NAMES = [f"sequence/root.sg1/0/0/{i}-{i}-0.tsfile" for i in range(1, 4)]
@@ -152,19 +153,51 @@ def test_a_receiver_stopping_mid_session_is_a_dropped_connection(tmp_path: Path)
     assert report.attempts == 2
 
 
-def test_busy_at_hello_is_not_retried(tmp_path: Path) -> None:
-    """A session cap answers the HELLO with busy: the next run retries, not this one."""
-    from sealsync.protocol import Hello, ProtocolError
+BUSY_LINE = (
+    "receiver 127.0.0.1:5555 refused the connection: receiver busy: 60 unauthenticated "
+    "connections open (max_startups), retry later"
+)
 
-    config = make_config(tmp_path)
 
+def _busy_at_hello(message: str) -> FakeReceiver:
     def full(msg: object, sock: socket.socket) -> None:
         if isinstance(msg, Hello):
-            send(sock, Error(ErrorCode.BUSY, "too many sessions"))
+            send(sock, Error(ErrorCode.BUSY, message))
             sock.shutdown(socket.SHUT_RDWR)
 
-    script = Script(FakeReceiver(on_frame=full), FakeReceiver())
-    with pytest.raises(ProtocolError, match="too many sessions"):
+    return FakeReceiver(on_frame=full)
+
+
+def test_a_receiver_busy_from_the_first_connection_is_retried(tmp_path: Path) -> None:
+    """Turned away for its load, before its banner or at HELLO (a session cap), from the
+    first connection on: the attempt tries again within reconnect_time and finishes."""
+    config = make_config(tmp_path, reconnect_time=30.0)
+    script = Script(Busy(BUSY_LINE), _busy_at_hello("too many sessions"), FakeReceiver())
+    report = sync_to_receiver(config, RECEIVER, connector=script)
+    script.join()
+    assert report.ok, report.to_dict()
+    assert report.attempts == 3
+    assert sorted(report.dirs[0].shipped) == NAMES
+
+
+def test_a_receiver_that_stays_busy_is_given_up_at_reconnect_time(tmp_path: Path) -> None:
+    """The last try falls at reconnect_time; the attempt then ends with the busy line
+    itself (no connection was ever taken: nothing was lost)."""
+    config = make_config(tmp_path, max_retries=2, reconnect_time=0.6)
+    script = Script(Busy(BUSY_LINE))
+    started = time.monotonic()
+    with pytest.raises(Busy, match="unauthenticated connections open"):
+        sync_to_receiver(config, RECEIVER, connector=script)
+    assert 0.6 <= script.at[-1] - script.at[0] < 0.6 + 1.0
+    assert len(script.at) > 2  # bounded by time, not by max_retries
+    assert time.monotonic() - started < 5.0
+
+
+def test_busy_at_hello_without_reconnect_time_is_not_retried(tmp_path: Path) -> None:
+    """reconnect_time = 0: give up at once, as before any retry, with the receiver's line."""
+    config = make_config(tmp_path, reconnect_time=0.0)
+    script = Script(_busy_at_hello("too many sessions"), FakeReceiver())
+    with pytest.raises(Busy, match="too many sessions"):
         sync_to_receiver(config, RECEIVER, connector=script)
     script.join()
     assert len(script.at) == 1

@@ -23,6 +23,7 @@ from state_helpers import sync_log_lines, write_data_file
 from sealsync.durable import read_lines
 from sealsync.protocol import (
     MAX_SCHEMA_PAYLOAD,
+    SSH_MAX_PACKET_SIZE,
     Chunk,
     Error,
     FileBegin,
@@ -42,7 +43,7 @@ from sealsync.protocol import (
 from sender.manage.snapshot import Placed
 from sender.transfer.errors import ConnectionLost
 from sender.transfer.files import backoff
-from sender.transfer.filestream import PACKET_PAYLOAD, open_snapshot_file, send_file
+from sender.transfer.filestream import file_buffer, open_snapshot_file, send_file
 from sender.transfer.refusals import Refusal, RefusalBook, read_refusals
 from sender.transfer.report import DirReport
 from sender.transfer.schema_pos import read_position, write_position
@@ -626,10 +627,14 @@ def test_refusal_book_ignores_damaged_lines(tmp_path: Path) -> None:
     assert read_refusals(path) == {A: Refusal(A, "conflict", "r", ("d\n1",))}
 
 
-def test_a_large_file_streams_in_frames_that_fill_whole_ssh_packets(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("largest_packet", "packets"), [(SSH_MAX_PACKET_SIZE, 1), (64 * 1024, 4)])
+def test_a_large_file_streams_in_frames_that_fill_whole_ssh_packets(
+    tmp_path: Path, largest_packet: int, packets: int
+) -> None:
     # Each CHUNK frame of a large file is one write whose length is a whole number of
-    # SSH packets (paramiko's payload per packet): a 5-byte header written alone, or a
-    # short tail after full packets, cost as much per-packet work as a full one.
+    # SSH packets of the size the receiver takes (this release's, or 64 KiB from an
+    # earlier one): a 5-byte header written alone, or a short tail after full packets,
+    # cost as much per-packet work as a full one.
     name = "sequence/root.sg/0/0/1-1-0.tsfile"
     data = os.urandom(3 * (1 << 20) + 12345)
     path = tmp_path / name
@@ -643,14 +648,21 @@ def test_a_large_file_streams_in_frames_that_fill_whole_ssh_packets(tmp_path: Pa
             writes.append(bytes(chunk))
 
     opened = open_snapshot_file(tmp_path, name)
+    payload = largest_packet - 64
     try:
-        digest = send_file(Recorder(), opened, 7, bytearray(1 << 18))  # type: ignore[arg-type]
+        digest = send_file(
+            Recorder(),  # type: ignore[arg-type]
+            opened,
+            7,
+            file_buffer(1 << 18),
+            packet_payload=payload,
+        )
     finally:
         opened.close()
     frames = writes[1:-1]  # FILE_BEGIN first, FILE_END last, the CHUNKs between
     assert len(frames) > 3
     # all full but the data file's last and its sidecar's (a chunk never spans the two)
-    assert [len(frame) for frame in frames[:-2]] == [4 * PACKET_PAYLOAD] * (len(frames) - 2)
+    assert [len(frame) for frame in frames[:-2]] == [packets * payload] * (len(frames) - 2)
     assert len(frames[-1]) == 5 + len(b"resource")
     wire = BytesIO(b"".join(writes))
 

@@ -22,7 +22,7 @@ from spark_loader_helpers import (
 
 from sealsync.config import LoaderConfig
 from spark_loader import delta_commit, delta_log, run, run_load
-from spark_loader.table_layout import UNCOMMITTED
+from spark_loader.table_binding import loader_id
 
 pytestmark = pytest.mark.slow  # Spark
 
@@ -31,8 +31,8 @@ def _load(config: LoaderConfig, spark: Any, **kwargs: Any) -> Any:
     return run_load(config, spark=spark, sync=False, **kwargs)
 
 
-def _commit_actions(table: Path, version: int) -> list[dict[str, Any]]:
-    path = table / "_delta_log" / f"{version:020d}.json"
+def _commit_actions(table: Any, version: int) -> list[dict[str, Any]]:
+    path = Path(table) / "_delta_log" / f"{version:020d}.json"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -45,8 +45,10 @@ def test_each_run_is_one_commit_with_the_runs_transaction_id(tmp_path: Path, spa
     assert first.ok and first.notes == []
     assert table_versions(config.table_path) == [0]
     actions = _commit_actions(config.table_path, 0)
+    # The loader's application id: the plain one and the id its state dir records.
+    app_id = f"{delta_commit.APP_ID}-{loader_id(Path(config.state_dir))}"
     assert [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a] == [
-        (delta_commit.APP_ID, 0)
+        (app_id, 0)
     ]
     adds = [a["add"] for a in actions if "add" in a]
     assert len(adds) == 4 and all(json.loads(a["stats"])["numRecords"] > 0 for a in adds)
@@ -70,7 +72,7 @@ def test_each_run_is_one_commit_with_the_runs_transaction_id(tmp_path: Path, spa
     assert [a["txn"]["version"] for a in actions if "txn" in a] == [1]
     assert len([a for a in actions if "add" in a]) == 1
     assert len([a for a in actions if "remove" in a]) == 1
-    assert delta_log.read(config.table_path).transactions == {delta_commit.APP_ID: 1}
+    assert delta_log.read(config.table_path).transactions == {app_id: 1}
     assert table_rows(config.table_path) == source_rows(recv)
 
 
@@ -103,12 +105,14 @@ def test_spark_deltalake_and_time_travel_read_the_same_versions(tmp_path: Path, 
     assert partition_dirs(config.table_path, version=0) > partition_dirs(config.table_path)
 
 
-def test_a_commit_by_another_writer_meanwhile_fails_the_run_and_the_rerun_loads(
+def test_another_writer_s_commit_meanwhile_stays_and_a_conflicting_one_fails_the_run(
     tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The run planned against the version it read: it commits nothing over another
-    writer's commit, says so in one line, and the next run starts from the table as
-    it is then (the failed run's files removed)."""
+    """The run's transaction starts at the version it read, and Delta checks what was
+    committed since: another writer's commit that touches none of the run's files
+    stays beside the run's (the next run puts back rows the record has and the table
+    lost); one that removes a file the run removes too fails the run in one line,
+    nothing committed, and the rerun loads."""
     edge, recv = two_senders(tmp_path)
     config = recv.config(tmp_path)
     _load(config, spark)
@@ -122,18 +126,29 @@ def test_a_commit_by_another_writer_meanwhile_fails_the_run_and_the_rerun_loads(
         return real(dirs)
 
     monkeypatch.setattr(run, "discover", discover_then_someone_deletes)
-    with pytest.raises(delta_commit.TableChanged, match="another writer committed meanwhile"):
+    report = _load(config, spark)
+
+    assert report.ok and report.ingested == 1
+    assert table_versions(config.table_path) == [0, 1, 2]  # the DELETE, then the run's
+    assert not {r[0] for r in table_rows(config.table_path)} & {SENDER_B}
+    monkeypatch.undo()
+    report = _load(config, spark)
+    assert report.ok and report.ingested == 2  # sender B's two, recorded but gone
+    assert report.notes == ["2 recorded files were missing from the table; ingesting them again"]
+    assert table_rows(config.table_path) == source_rows(recv)
+
+    gone = next(rel for (sender, rel) in recv.placed if sender == SENDER_B)
+    recv.remove(gone, SENDER_B)  # the run removes its rows; the DELETE removes them too
+    monkeypatch.setattr(run, "discover", discover_then_someone_deletes)
+    with pytest.raises(delta_commit.CommitFailed, match="ConcurrentDeleteDelete"):
         _load(config, spark)
     monkeypatch.undo()
-    assert table_versions(config.table_path) == [0, 1]  # the other writer's only
-    assert (config.table_path / UNCOMMITTED).exists()
+    assert table_versions(config.table_path) == [0, 1, 2, 3, 4]  # the second DELETE's
 
     report = _load(config, spark)
 
-    assert report.ok and report.ingested == 3  # sender B's two again, and the new one
-    assert any("a run killed before its commit wrote" in n for n in report.notes), report.notes
+    assert report.ok and report.ingested == 1  # sender B's other file, again
     assert table_rows(config.table_path) == source_rows(recv)
-    assert table_versions(config.table_path) == [0, 1, 2]
 
 
 def test_a_measurement_name_delta_refuses_plainly_is_escaped_and_the_protocol_stays(

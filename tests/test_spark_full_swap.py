@@ -24,11 +24,11 @@ from spark_loader_helpers import (
     table_rows,
     table_versions,
     two_senders,
+    uncommitted_list,
 )
 
 from sealsync.config import LoaderConfig
 from spark_loader import delta_log, run_load
-from spark_loader.table_layout import UNCOMMITTED
 
 pytestmark = pytest.mark.slow  # Spark, and sealsync processes
 
@@ -113,7 +113,7 @@ def test_a_reader_sees_the_old_or_the_new_table_during_a_full_rebuild(
     files = [set(delta_log.read(config.table_path, v).files) for v in (0, 1)]
     assert len(files[0]) == 4 and len(files[1]) == 5 and not files[0] & files[1]
     assert len(table_rows_as_of(config.table_path, 0)) == old
-    assert not [n for n in os.listdir(config.table_path.parent) if "sealsync-" in n]
+    assert not [n for n in os.listdir(Path(config.table_path).parent) if "sealsync-" in n]
 
 
 def table_rows_as_of(table: Path, version: int) -> list[dict[str, Any]]:
@@ -139,7 +139,7 @@ def test_a_killed_full_rebuild_leaves_the_old_table_and_its_files_are_removed(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    marker = config.table_path / UNCOMMITTED
+    marker = uncommitted_list(config)
     deadline = time.monotonic() + 300
     while not marker.exists():
         assert proc.poll() is None, "the rebuild ended before it could be killed"
@@ -157,7 +157,7 @@ def test_a_killed_full_rebuild_leaves_the_old_table_and_its_files_are_removed(
     report = run_load(config, spark=spark, sync=False)
 
     assert any("a run killed before its commit wrote" in n for n in report.notes), report.notes
-    assert not [f for f in written if (config.table_path / f).exists()]
+    assert not [f for f in written if (Path(config.table_path) / f).exists()]
     assert report.ingested == 1 and len(table_rows(config.table_path)) == new
     assert table_rows(config.table_path) == source_rows(recv)
     assert table_versions(config.table_path) == [0, 1]

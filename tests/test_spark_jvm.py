@@ -79,6 +79,7 @@ def test_a_session_gets_the_jar_the_tsfile_library_and_delta() -> None:
             "spark.jars.excludes": excludes,
             "spark.sql.extensions": jvm.DELTA_EXTENSION,
             "spark.sql.catalog.spark_catalog": jvm.DELTA_CATALOG,
+            jvm.S3_LOG_STORE_KEY: jvm.S3_LOG_STORE,
         }
     mine = {
         "spark.jars": "/opt/x.jar",
@@ -91,6 +92,19 @@ def test_a_session_gets_the_jar_the_tsfile_library_and_delta() -> None:
     assert got["spark.jars.packages"] == f"a:b:1,{delta},{jvm.TSFILE_PACKAGE}"
     assert got["spark.sql.extensions"] == f"my.Extension,{jvm.DELTA_EXTENSION}"
     assert "spark.sql.catalog.spark_catalog" not in got  # the user's catalog stays
+    dynamo = {jvm.S3_LOG_STORE_KEY: "io.delta.storage.S3DynamoDBLogStore"}
+    assert jvm.S3_LOG_STORE_KEY not in jvm.session_conf("local[2]", dynamo)  # theirs stays
+
+
+def test_an_s3a_table_s_session_gets_hadoop_aws_unless_its_settings_name_it() -> None:
+    aws = jvm.hadoop_aws_package()
+    assert aws == f"org.apache.hadoop:hadoop-aws:{jvm.hadoop_version()}"
+    packages = jvm.session_conf("spark://h:7077", {}, s3=True)["spark.jars.packages"]
+    assert aws in packages.split(",")
+    assert aws not in jvm.session_conf("spark://h:7077", {})["spark.jars.packages"]
+    for key in ("spark.driver.extraClassPath", "spark.jars"):  # installed on the nodes
+        given = {key: "/opt/hadoop/hadoop-aws-3.5.0.jar:/opt/hadoop/bundle-2.29.jar"}
+        assert aws not in jvm.session_conf("local[2]", given, s3=True)["spark.jars.packages"]
 
 
 class _Jvm:

@@ -29,6 +29,7 @@ from spark_loader_helpers import (
     table_rows,
     table_versions,
     two_senders,
+    uncommitted_list,
 )
 
 from sealsync import formats
@@ -39,7 +40,7 @@ from spark_loader import run as run_module
 from spark_loader.ingest import KEYED_FORMAT
 from spark_loader.state import load_state, state_path
 from spark_loader.table import Table
-from spark_loader.table_layout import UNCOMMITTED, part_files, unescape
+from spark_loader.table_layout import part_files, unescape
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +208,7 @@ def test_full_rebuild_equals_incremental_runs(tmp_path: Path, spark: Any) -> Non
 
     full = LoaderConfig(
         recv.data_dirs,
-        incremental.table_path.with_name("full-table"),
+        Path(incremental.table_path).with_name("full-table"),
         incremental.state_dir.with_name("full-state"),
     )
     _load(full, spark)  # a table with other content first: --full must clear it
@@ -409,14 +410,14 @@ def test_a_plain_parquet_table_is_converted_by_the_next_run(tmp_path: Path, spar
     config = recv.config(tmp_path)
     assert _load(config, spark).ok
     expected = table_rows(config.table_path)
-    shutil.rmtree(config.table_path / "_delta_log")  # the plain Parquet table
+    shutil.rmtree(Path(config.table_path) / "_delta_log")  # the plain Parquet table
     assert table_rows(config.table_path) == []
-    folders = sorted(config.table_path.glob("sender=*/source_file=*/file_id=*"))
+    folders = sorted(Path(config.table_path).glob("sender=*/source_file=*/file_id=*"))
     assert len(folders) == 4
     earlier = folders[0]
     sender = earlier.parent.parent.name
     source = unescape(earlier.parent.name.split("=", 1)[1])
-    old = config.table_path / sender / earlier.name
+    old = Path(config.table_path) / sender / earlier.name
     rows = pq.read_table(part_files(earlier)[0])
     named = rows.append_column("source_file", pa.array([source] * len(rows)))
     shutil.move(earlier, old)
@@ -435,7 +436,7 @@ def test_a_plain_parquet_table_is_converted_by_the_next_run(tmp_path: Path, spar
     assert table_rows(config.table_path) == expected == source_rows(recv)
     assert table_versions(config.table_path) == [0]
     assert {p: p.stat().st_ino for p in kept} == kept  # not one rewritten or moved
-    assert not list(config.table_path.glob("sender=*/file_id=*"))
+    assert not list(Path(config.table_path).glob("sender=*/file_id=*"))
     assert spark.read.format("delta").load(str(config.table_path)).count() == len(expected)
 
 
@@ -482,7 +483,7 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
     assert (done.returncode, done.stdout, done.stderr) == (0, b"OK\n", b"")
 
     crashed = recv.config(tmp_path, "crashed")
-    table = crashed.table_path
+    table = Path(crashed.table_path)
     # First kill: inside the first Spark job, before anything is committed.
     proc = subprocess.Popen(
         [sys.executable, "-c", _script(crashed, 1)],
@@ -503,7 +504,7 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    _kill_when(proc, lambda: len(_uncommitted(table)) >= 3)
+    _kill_when(proc, lambda: len(_uncommitted(crashed)) >= 3)
     assert partition_dirs(table) == set() and table_rows(table) == []
 
     report = _load(crashed, spark)
@@ -516,13 +517,14 @@ def test_kill_at_any_moment_then_rerun_equals_one_clean_run(tmp_path: Path, spar
     assert table_versions(table) == table_versions(clean.table_path) == [0]
     # The killed run's files are gone: every data file on disk is one the table holds.
     on_disk = {str(p.relative_to(table)) for p in table.glob("sender=*/*/*/*.parquet")}
-    assert on_disk == {str(f.path.relative_to(table)) for f in delta_log.read(table).files.values()}
+    logged = delta_log.read(table).files.values()
+    assert on_disk == {str(Path(f.path).relative_to(table)) for f in logged}
 
 
-def _uncommitted(table: Path) -> list[str]:
+def _uncommitted(config: LoaderConfig) -> list[str]:
     """The files a running load has moved into the table and not committed yet."""
     try:
-        doc = json.loads((table / UNCOMMITTED).read_text(encoding="utf-8"))
+        doc = json.loads(uncommitted_list(config).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     return [str(f) for f in doc["files"]]

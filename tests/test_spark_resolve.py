@@ -10,7 +10,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from spark_loader_helpers import SENDER_A, Receiver, answer, source_rows, table_rows
+from spark_loader_helpers import (
+    SENDER_A,
+    Receiver,
+    answer,
+    source_rows,
+    table_rows,
+    writer_names,
+)
 
 from sealsync.config import LoaderConfig
 from sealsync.simulator import EdgeInstance
@@ -358,7 +365,7 @@ def test_a_kill_during_the_group_job_then_a_rerun_equals_one_clean_run(
 
     def in_group_job() -> bool:  # every file in, plain; the group's job writing
         parts = list(table.glob("sender=*/source_file=*/file_id=*"))
-        staging = table / ".sealsync-staging"
+        staging = table / writer_names(crashed).staging
         return len(parts) == 8 and staging.is_dir() and any(staging.iterdir())
 
     deadline = time.monotonic() + 240
@@ -435,7 +442,7 @@ def test_a_plain_parquet_table_of_resolved_groups_is_converted_as_it_is(
             Path(f.path).unlink()  # the plain table kept an empty folder
             empty += 1
     assert empty == 1
-    shutil.rmtree(config.table_path / "_delta_log")
+    shutil.rmtree(Path(config.table_path) / "_delta_log")
 
     report = _load(config, spark)
 

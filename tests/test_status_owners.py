@@ -40,7 +40,7 @@ def test_status_after_synced_pending_and_refused_files(dep: Deployment) -> None:
     assert d["pending_new"] == len(pending) + 1  # the later files, and the refused one
     assert d["pending_deleted"] == 1
     assert [x["name"] for x in d["refused"]] == theirs
-    assert "owned by another sender" in d["refused"][0]["reason"]
+    assert "is owned by sender '" in d["refused"][0]["reason"]  # named by its HELLO name
     assert a.uuid not in d["refused"][0]["reason"]  # one sender never learns another's id
     assert d["last_round_ok"] is False and d["last_successful_round"] is None
     assert d["last_round"] is not None

@@ -142,7 +142,7 @@ def test_every_reader_sees_whole_versions_during_a_load_and_a_full_rebuild(
     config = recv.config(tmp_path)
     assert run_load(config, spark=spark, sync=False).ok  # version 0
     config_file = loader_config_file(tmp_path / "loader.toml", config)
-    table = config.table_path.resolve()
+    table = Path(config.table_path).resolve()
     readers = [
         Poller("spark-sql", lambda: _spark_sql_answer(spark, table), 0.1),
         Poller("dataframe", lambda: _dataframe_answer(spark, table), 0.1),
@@ -279,7 +279,7 @@ def test_the_example_reads_the_table_with_spark_sql_pyspark_time_travel_and_delt
     from deltalake import DeltaTable
 
     config, old, new = _two_versions(tmp_path, spark)
-    table = config.table_path.resolve()
+    table = Path(config.table_path).resolve()
 
     done = _run_example("--table", str(table), "--master", "local[1]")
 

@@ -128,9 +128,9 @@ def test_a_device_id_with_an_escape_sequence_is_shown_escaped_everywhere(
     refused = b.send()
     assert refused.returncode == 1
     assert ESC not in refused.stderr + refused.stdout
-    assert f"device {SHOWN} is owned by another sender" in refused.stderr
+    assert f"device {SHOWN} is owned by sender '" in refused.stderr
     assert ESC not in dep.log()
-    assert f"conflict: device {SHOWN} is owned by another sender" in dep.log()
+    assert f"conflict: device {SHOWN} is owned by sender '" in dep.log()
     status = sealsync("status", "--config", str(b.config))
     assert status.returncode == 0
     assert ESC not in status.stdout

@@ -346,6 +346,21 @@ def expected_points(entry: Entry) -> list[Point]:
     return points
 
 
+def refused_because(entry: Entry) -> str | None:
+    """What the receiver and the loader must refuse the file for, or None if both take it
+    (``sealsync.formats.tsfile_support``): RLBE on FLOAT or DOUBLE (the codec of TsFile up
+    to 2.0.3 rounds, that of 2.1.0 on does not, and neither a format-3 nor a format-4 file
+    can be read as its writer reads it), and in format 4 SPRINTZ (the C++ writer encodes it
+    otherwise than the Java one, and the file does not say which wrote it)."""
+    for p in expected_points(entry):
+        name = p.measurement.lower()
+        if p.type in ("FLOAT", "DOUBLE") and "rlbe" in name:
+            return "RLBE"
+        if entry.format_version == 4 and "sprintz" in name:
+            return "SPRINTZ"
+    return None
+
+
 def expected_rows(entry: Entry) -> dict[tuple[str, int], dict[str, Any]]:
     """The file as IoTDB answers a query on it: for a repeated (device, measurement, time)
     the point of the later chunk (higher chunk offset; later in the chunk on a tie) wins,

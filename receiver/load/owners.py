@@ -36,6 +36,15 @@ process, ``sealsync owners release``. Every operation therefore takes a thread l
 and then a file lock (``device_owner.log.lock``), reads whatever the log gained since
 it last looked, decides, and appends while still holding both; so a claim is atomic
 against every other claim and release, here or elsewhere.
+
+What one sender makes the log keep is bounded: it claims at most ``max_devices``
+devices (a claim past that is refused, whole, with one line), its claim lines count
+against its quota (:meth:`DeviceOwners.owned_bytes`), and a log that holds more
+superseded lines (a claim later released, and its release, a scope line replaced)
+than live ones, past ``COMPACT_MIN``, is rewritten as the scope and one claim per
+claimant and device, each device's owner first, in claim order, through
+:func:`sealsync.durable.atomic_write` under the file lock: the replay gives the same
+state, and a reader in another process sees the file replaced and reads it again.
 """
 
 from __future__ import annotations
@@ -65,12 +74,20 @@ RELEASE = "release"
 SCOPE = "scope"
 RECEIVER_SCOPE, SENDER_SCOPE = "receiver", "sender"
 LOCK_TIMEOUT = 60.0
+COMPACT_MIN = 10_000
+"""Superseded lines a log holds before it may be compacted: rewriting a small log
+would cost more than reading its few dead lines."""
 MAX_TOLD = 4096
 """Devices remembered per sender as named in its conflict verdicts (the oldest go)."""
 
 
 class DeviceIdError(SealsyncError):
     """A device id that cannot be recorded in ``device_owner.log``."""
+
+
+class DeviceLimit(SealsyncError):
+    """A file's new devices would take its sender past ``max_devices_per_sender``;
+    nothing of it was claimed."""
 
 
 def scope_for(config: ReceiverConfig, storage: Storage) -> str:
@@ -111,6 +128,11 @@ def check_device(device: str) -> str:
     return device
 
 
+def _line_bytes(claimant: str, device: str) -> int:
+    """Bytes of the claim line of ``device`` by ``claimant``."""
+    return len(CLAIM) + len(claimant) + len(device.encode("utf-8", errors="surrogateescape")) + 3
+
+
 def _unique(devices: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(check_device(d) for d in devices))
 
@@ -118,8 +140,10 @@ def _unique(devices: Iterable[str]) -> list[str]:
 class DeviceOwners:
     """The receiver's device -> owner map, kept in step with ``device_owner.log``."""
 
-    def __init__(self, schema_dir: Path) -> None:
+    def __init__(self, schema_dir: Path, max_devices: int | None = None) -> None:
+        """``max_devices``: devices one sender may claim (``max_devices_per_sender``)."""
         self.path = Path(schema_dir) / "sync" / OWNER_LOG
+        self.max_devices = max_devices
         make_dirs(self.path.parent)
         self._thread_lock = threading.Lock()
         # Threads are serialised by the lock above, so the file lock need not be per thread.
@@ -127,6 +151,9 @@ class DeviceOwners:
         self._owners: dict[str, str] = {}
         self._claimants: dict[str, set[str]] = {}  # every sender that claimed a device
         self._scope = RECEIVER_SCOPE
+        self._count: dict[str, int] = {}  # sender -> devices it claimed (live)
+        self._bytes: dict[str, int] = {}  # sender -> bytes of its live claim lines
+        self._lines = 0  # event lines read from the log (live and superseded)
         self._identity: tuple[int, int] | None = None
         self._offset = 0
         self._torn = False
@@ -155,6 +182,9 @@ class DeviceOwners:
         self._owners = {}
         self._claimants = {}
         self._scope = RECEIVER_SCOPE
+        self._count = {}
+        self._bytes = {}
+        self._lines = 0
         self._identity = None
         self._offset = 0
         self._torn = False
@@ -187,12 +217,20 @@ class DeviceOwners:
 
     def _apply(self, line: str) -> None:
         fields = line.split("\t")
+        self._lines += 1
         if len(fields) == 3 and fields[0] == CLAIM and fields[2]:
-            self._owners.setdefault(fields[2], fields[1])
-            self._claimants.setdefault(fields[2], set()).add(fields[1])
+            device, claimant = fields[2], fields[1]
+            self._owners.setdefault(device, claimant)
+            claimants = self._claimants.setdefault(device, set())
+            if claimant not in claimants:
+                claimants.add(claimant)
+                self._count[claimant] = self._count.get(claimant, 0) + 1
+                self._bytes[claimant] = self._bytes.get(claimant, 0) + _line_bytes(claimant, device)
         elif len(fields) == 2 and fields[0] == RELEASE:
             self._owners.pop(fields[1], None)
-            self._claimants.pop(fields[1], None)
+            for claimant in self._claimants.pop(fields[1], ()):
+                self._count[claimant] -= 1
+                self._bytes[claimant] -= _line_bytes(claimant, fields[1])
         elif (
             len(fields) == 2 and fields[0] == SCOPE and fields[1] in (SENDER_SCOPE, RECEIVER_SCOPE)
         ):
@@ -210,6 +248,41 @@ class DeviceOwners:
             self._torn = False
         self._log.append_many(lines)
         self._refresh()  # the state changes only by reading the log back
+        live = sum(len(c) for c in self._claimants.values()) + (self._scope == SENDER_SCOPE)
+        superseded = self._lines - live
+        if superseded > COMPACT_MIN and superseded > live:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the log as its state (the caller holds both locks): the scope if it
+        is not the default, then per device its owner's claim and the other claimants'."""
+        lines = [f"{SCOPE}\t{SENDER_SCOPE}\n"] if self._scope == SENDER_SCOPE else []
+        for device, owner in self._owners.items():
+            lines.append(f"{CLAIM}\t{owner}\t{device}\n")
+            others = sorted(self._claimants.get(device, set()) - {owner})
+            lines.extend(f"{CLAIM}\t{other}\t{device}\n" for other in others)
+        before = self._lines
+        body = "".join(lines).encode("utf-8", errors="surrogateescape")
+        durable.atomic_write(self.path, body)
+        self._reset()
+        self._refresh()
+        log.info(
+            "%s: compacted: %d lines, %d of them superseded, rewritten as %d",
+            self.path,
+            before,
+            before - self._lines,
+            self._lines,
+        )
+
+    def _over_limit(self, uuid: str, new: int) -> DeviceLimit | None:
+        """Why ``new`` more devices may not be claimed for ``uuid``, if they may not."""
+        owned = self._count.get(uuid, 0)
+        if self.max_devices is None or not new or owned + new <= self.max_devices:
+            return None
+        return DeviceLimit(
+            f"sender {uuid} owns {owned} devices; {new} more would exceed "
+            f"max_devices_per_sender ({self.max_devices})"
+        )
 
     # --- scope and names ----------------------------------------------------------
 
@@ -270,7 +343,11 @@ class DeviceOwners:
             conflicts = self._conflicts(wanted, uuid)
             if conflicts:
                 return conflicts
-            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in self._unclaimed(wanted, uuid)])
+            new = self._unclaimed(wanted, uuid)
+            over = self._over_limit(uuid, len(new))
+            if over is not None:
+                raise over
+            self._append([f"{CLAIM}\t{uuid}\t{d}" for d in new])
             return {}
 
     def claim_each(
@@ -279,7 +356,8 @@ class DeviceOwners:
         """:meth:`claim` for several files in order, under one lock and one append.
 
         Per file: ``{}`` (claimed), its conflicts, or the DeviceIdError of a device id
-        the log cannot hold. What the files claim is on disk when this returns.
+        the log cannot hold (the DeviceLimit of one that would take the sender past
+        ``max_devices``). What the files claim is on disk when this returns.
         """
         check_sender_uuid(uuid)
         wanted_each: list[list[str] | SealsyncError] = []
@@ -297,7 +375,12 @@ class DeviceOwners:
                     continue
                 conflicts = self._conflicts(wanted, uuid)
                 if not conflicts:
-                    new.update((d, None) for d in self._unclaimed(wanted, uuid))
+                    fresh = [d for d in self._unclaimed(wanted, uuid) if d not in new]
+                    over = self._over_limit(uuid, len(new) + len(fresh))
+                    if over is not None:
+                        results.append(over)
+                        continue
+                    new.update((d, None) for d in fresh)
                 else:
                     self._tell(uuid, min(conflicts))
                 results.append(conflicts)
@@ -335,6 +418,12 @@ class DeviceOwners:
             owned = [d for d in wanted if d in self._owners]
             self._append([f"{RELEASE}\t{d}" for d in owned])
             return owned
+
+    def owned_bytes(self, uuid: str) -> int:
+        """Bytes of ``uuid``'s claim lines in the log (what it makes the receiver keep
+        there, for its quota)."""
+        with self._locked():
+            return self._bytes.get(uuid, 0)
 
     def by_owner(self) -> dict[str, list[str]]:
         """Devices per owner uuid, each list sorted (in the sender scope, a device under

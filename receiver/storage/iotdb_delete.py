@@ -8,18 +8,25 @@ never sent as written: it is expanded against the devices the shipping sender ow
 owned device it reaches gets a statement whose path is built here, node by node, from
 that device's own nodes.
 
-Which devices an entry reaches: the pattern is read as IoTDB 0.13 and later read one
-(:mod:`sealsync.formats.deletion`: the whole series path, ``*`` one node, ``**`` one or
-more, ``d*``/``*d``/``*d*`` a glob within one node), and for dialect ``"0.12"`` also as
-0.12 reads a path, a prefix of the series it covers (0.12.0 deletes every series below
-``DELETE FROM root.sg.d1``). For an owned device ``D``:
+Which devices an entry reaches is what it deleted at the edge: its pattern read by the
+rules of the release that wrote it (:mod:`sealsync.formats.deletion`; ``rules`` of the
+record), whatever release the data centre runs. For an owned device ``D``:
 
-* a pattern ending in ``**`` that matches ``D`` and one more node covers every series
-  of ``D``: ``D.*``;
-* a pattern whose nodes but its last match ``D`` covers the series of ``D`` its last
-  node names: ``D.<last>`` (a measurement, ``*`` or a glob);
-* dialect ``"0.12"``: a pattern without ``**`` that matches the first nodes of ``D``
-  covers every series under ``D``, as 0.12 read it: ``D``.
+* 0.13 and later (the whole series path, ``*`` one node, ``**`` one or more, a glob
+  within one node): a pattern ending in ``**`` that matches ``D`` and one more node
+  covers every series of ``D``: ``D.*``; a pattern whose nodes but its last match ``D``
+  covers the series of ``D`` its last node names: ``D.<last>`` (a measurement, ``*`` or
+  a glob);
+* 0.12 (a prefix of the series it covers; ``*`` one whole node, any other node a name
+  as written): a pattern that matches the first nodes of ``D`` covers every series of
+  ``D``: ``D`` on a 0.12 data centre (its own prefix reading), ``D.*`` on a later one; a
+  pattern one node longer than ``D`` whose nodes but its last match ``D`` covers the
+  series its last node names (``*``: every one); a last node holding ``*`` names no
+  series (0.12 deletes nothing for ``DELETE FROM root.sg.d1.s*``), so it gets none.
+
+Where the data centre cannot say what the edge meant, the device gets no statement and
+the caller says so: a glob on a 0.12 data centre (0.12 reads ``s*`` as a name), a glob
+IoTDB reads as a regular expression.
 
 A dialect ``"0.12"`` server reads the statement's own path as a prefix too (0.12; 0.13
 reads it whole), so ``D.*`` and ``D`` also reach the devices below ``D``, and ``D.m``
@@ -50,10 +57,14 @@ from sealsync.errors import FormatError
 from sealsync.formats.deletion import (
     MAX_TIME,
     MIN_TIME,
+    RULES_012,
     SeriesDeletion,
+    is_glob,
     matches,
     node_name,
+    regex_glob,
     split_path,
+    split_path_012,
 )
 from sealsync.printable import printable
 
@@ -81,19 +92,14 @@ class Scoped:
     refused: list[str] = field(default_factory=list)
 
 
-def _whole(pattern: tuple[str, ...], device: str) -> bool:
-    """Whether ``pattern``, read whole (0.13 and later), matches ``device`` and one more
-    node of any name."""
-    probe = SeriesDeletion(pattern, MIN_TIME, MAX_TIME, None, "")
-    try:
-        return matches(probe, device, _ANY)
-    except FormatError:  # only 0.12's prefix reading would cover it: not a whole match
-        return False
+def _whole(pattern: tuple[str, ...], device: str, rules: str) -> bool:
+    """Whether ``pattern``, read whole by ``rules`` (0.13 and later), matches ``device``
+    and one more node of any name; FormatError for a glob no reading is sure of."""
+    return matches(SeriesDeletion(pattern, MIN_TIME, MAX_TIME, None, "", rules), device, _ANY)
 
 
-def _is_glob(node: str) -> bool:
-    """A wildcard within one node, as IoTDB tells one (``PathPatternUtil.hasWildcard``)."""
-    return node[0] not in '`"' and (node.startswith("*") or node.endswith("*"))
+def _prefix_012(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
+    return all(p == "*" or p == n for p, n in zip(pattern, names, strict=True))
 
 
 def _quote_2(name: str) -> str:
@@ -108,12 +114,12 @@ def _raw_012(node: str) -> str:
     raise Unwritable(f"the node {printable(node)}")
 
 
-def _last(node: str, dialect: str) -> str:
+def _last(node: str, dialect: str, rules: str) -> str:
     """The statement's last node from the pattern's: a wildcard, a glob or a name."""
     if node == "*":
         return node
-    if _is_glob(node):
-        if _GLOB.fullmatch(node):
+    if is_glob(node, rules):
+        if dialect == DIALECT_2 and _GLOB.fullmatch(node):
             return node
         raise Unwritable(f"the glob {printable(node)}")
     return _quote_2(node_name(node)) if dialect == DIALECT_2 else _raw_012(node)
@@ -126,6 +132,22 @@ def _device(nodes: tuple[str, ...], dialect: str) -> list[str]:
     if dialect == DIALECT_2:
         return ["root", *(_quote_2(node_name(n)) for n in nodes[1:])]
     return ["root", *(_raw_012(n) for n in nodes[1:])]
+
+
+def device_path(device: str, dialect: str) -> str:
+    """``device`` (as the files name it) written for a statement of ``dialect``;
+    :class:`Unwritable` if it cannot be written safely."""
+    try:
+        nodes = split_path(device)
+    except ValueError:
+        raise Unwritable(f"the device {printable(device)}") from None
+    return ".".join(_device(nodes, dialect))
+
+
+def series_path(device: str, measurement: str, dialect: str) -> str:
+    """The series ``measurement`` of ``device`` written for a statement of ``dialect``."""
+    last = _quote_2(node_name(measurement)) if dialect == DIALECT_2 else _raw_012(measurement)
+    return f"{device_path(device, dialect)}.{last}"
 
 
 def _where(deletion: SeriesDeletion) -> str:
@@ -152,16 +174,31 @@ class OwnedDevices:
         return self._others[start:end]
 
 
-def _reach(pattern: tuple[str, ...], device: str, dialect: str) -> tuple[str, ...] | None:
+def _reach(deletion: SeriesDeletion, device: str, dialect: str) -> tuple[str, ...] | None:
     """The pattern's nodes after ``device``'s in the statement for it (``()``: the
     device itself, as 0.12 reads a prefix), or None when it covers no series of it."""
-    if dialect == DIALECT_012 and "**" not in pattern and _whole((*pattern, "**"), device):
-        return ()
+    pattern, rules = deletion.pattern, deletion.rules
+    if rules == RULES_012:
+        names = split_path_012(device)
+        if len(pattern) <= len(names) and _prefix_012(pattern, names[: len(pattern)]):
+            return () if dialect == DIALECT_012 else ("*",)
+        if len(pattern) == len(names) + 1 and _prefix_012(pattern[:-1], names):
+            return None if pattern[-1] != "*" and "*" in pattern[-1] else (pattern[-1],)
+        return None
     if pattern[-1] == "**":
-        return ("*",) if _whole(pattern, device) else None
-    if _whole((*pattern[:-1], "*"), device):
+        return ("*",) if _whole(pattern, device, rules) else None
+    if _whole((*pattern[:-1], "*"), device, rules):
         return (pattern[-1],)
     return None
+
+
+def _reaches_012(statement: SeriesDeletion, device: str) -> bool:
+    """Whether a 0.12 data centre's ``DELETE FROM <statement>`` reaches a series of
+    ``device`` (a name the statement's nodes match is one the receiver's files wrote)."""
+    try:
+        return matches(statement, device, _ANY)
+    except FormatError:
+        return True  # a device 0.12 cannot split: assume the worst
 
 
 def scoped_statements(deletion: SeriesDeletion, dialect: str, devices: OwnedDevices) -> Scoped:
@@ -170,24 +207,36 @@ def scoped_statements(deletion: SeriesDeletion, dialect: str, devices: OwnedDevi
     reach another sender's device, gets a line in ``refused`` instead."""
     out = Scoped()
     where = _where(deletion)
+    glob = regex_glob(deletion)
+    if glob is not None:  # which series it meant is not sure: no device gets a statement
+        out.refused.append(
+            f"any device: IoTDB reads the glob {printable(glob)} as a regular expression"
+        )
+        return out
     for device in devices.owned:
         try:
             nodes = split_path(device)
+            rest = _reach(deletion, device, dialect)
         except ValueError:
             continue  # not a path (a Parquet file's device): no series in IoTDB
-        rest = _reach(deletion.pattern, device, dialect)
+        except FormatError as exc:
+            out.refused.append(f"device {printable(device)}: {exc}")
+            continue
         if rest is None:
             continue
         try:
-            path = ".".join(_device(nodes, dialect) + [_last(n, dialect) for n in rest])
+            last = [_last(n, dialect, deletion.rules) for n in rest]
+            path = ".".join(_device(nodes, dialect) + last)
         except Unwritable as exc:
             out.refused.append(f"device {printable(device)}: {exc} cannot be written in a DELETE")
             continue
         if dialect == DIALECT_012:
+            # the statement's own path, as 0.12 reads one: every path it is a prefix of
+            below = SeriesDeletion((*nodes, *rest), MIN_TIME, MAX_TIME, None, "", RULES_012)
             reached = [
                 other
                 for other in devices.others_below(device)
-                if _whole((*nodes, *rest, "**"), other) or not rest
+                if not rest or _reaches_012(below, other)
             ]
             if reached:
                 out.refused.append(

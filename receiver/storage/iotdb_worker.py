@@ -7,10 +7,13 @@ and pins numpy and pandas, none of which belongs in the receiver's own process. 
 file imports nothing of sealsync and runs under any Python that has the client.
 
 Arguments: host, port, user, connect timeout (s); the password is the first line of
-stdin. Requests ``{"sql": "..."}`` answer ``{"ok": true}`` or ``{"ok": false, "error":
-"..."}``. A Python without the client answers ``{"ok": false, "missing": "..."}`` at
-once and exits 3; a server that does not answer in time, ``{"ok": false, "error":
-...}`` and exit 4.
+stdin. Requests ``{"sql": "..."}`` answer ``{"ok": true}``, ``{"query": "..."}``
+``{"ok": true, "columns": [...], "rows": [[...], ...]}`` (each row its fields, text
+as text), or either ``{"ok": false, "error": "...", "refused": ...}``: ``refused`` is
+true when the server answered with a status (every client release words that
+``<code>: <message>``), false when it was not reached. A Python without the client
+answers ``{"ok": false, "missing": "..."}`` at once and exits 3; a server that does
+not answer in time, ``{"ok": false, "error": ...}`` and exit 4.
 
 Python puts a script's own folder first on ``sys.path``, and this one's holds the
 storage's ``iotdb.py``, which would hide the client's ``iotdb`` package: the folder
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -31,6 +35,28 @@ UNREACHABLE = 4
 
 def _say(answer: dict[str, Any]) -> None:
     print(json.dumps(answer), flush=True)
+
+
+def _field(field: Any) -> Any:
+    data_type = field.get_data_type()
+    if data_type is None:
+        return None
+    value = field.get_object_value(data_type)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _query(session: Any, statement: str) -> dict[str, Any]:
+    data_set = session.execute_query_statement(statement)
+    columns = [str(c) for c in data_set.get_column_names()]
+    rows = []
+    while data_set.has_next():
+        rows.append([_field(f) for f in data_set.next().get_fields()])
+    data_set.close_operation_handle()
+    return {"ok": True, "columns": columns, "rows": rows}
 
 
 def main() -> int:
@@ -56,12 +82,16 @@ def main() -> int:
             time.sleep(0.5)
     _say({"ok": True, "ready": True})
     for line in sys.stdin:
-        statement = json.loads(line)["sql"]
+        request = json.loads(line)
         try:
-            session.execute_non_query_statement(statement)
-            _say({"ok": True})
+            if "query" in request:
+                _say(_query(session, request["query"]))
+            else:
+                session.execute_non_query_statement(request["sql"])
+                _say({"ok": True})
         except Exception as exc:  # the backend decides what a refusal means
-            _say({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            refused = re.match(r"-?[0-9]+: ", str(exc)) is not None
+            _say({"ok": False, "error": f"{type(exc).__name__}: {exc}", "refused": refused})
     session.close()
     return 0
 

@@ -15,7 +15,11 @@ import os
 from pathlib import Path
 
 from sealsync.config.document import kind_of, read_toml
-from sealsync.config.loader import LoaderConfig, load_loader_config
+from sealsync.config.loader import (
+    LoaderConfig,
+    load_loader_config,
+    refuse_readable_credentials,
+)
 from sealsync.config.receiver import DEFAULT_ALLOW, ReceiverConfig, load_receiver_config
 from sealsync.config.schema import (
     MAPPING_SOURCE,
@@ -89,7 +93,9 @@ def load_any(path: str | os.PathLike[str], *, create: bool = True) -> AnyConfig:
     if kind == "sender":
         return SenderConfig.from_mapping(doc, base_dir, str(path))
     if kind == "loader":
-        return LoaderConfig.from_mapping(doc, base_dir, str(path))
+        return refuse_readable_credentials(
+            path, LoaderConfig.from_mapping(doc, base_dir, str(path))
+        )
     if kind == "receiver":
         return ReceiverConfig.from_mapping(doc, base_dir, str(path), create=create)
     raise ConfigError(f"{path}: no [sender], [receiver] or [loader] table")

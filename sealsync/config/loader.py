@@ -147,9 +147,15 @@ def secret_settings(spark: Mapping[str, str]) -> list[str]:
 
 def load_loader_config(path: str | os.PathLike[str]) -> LoaderConfig:
     """The loader's file; a file others may read that holds a credential in its Spark
-    settings is refused (one line): give credentials through Hadoop's configuration
-    or the environment (docs/operations.md, "The data centre's lake")."""
-    config = load_file(path, LoaderConfig.from_mapping)
+    settings is refused (:func:`refuse_readable_credentials`)."""
+    return refuse_readable_credentials(path, load_file(path, LoaderConfig.from_mapping))
+
+
+def refuse_readable_credentials(path: str | os.PathLike[str], config: LoaderConfig) -> LoaderConfig:
+    """``config``, read from ``path``, unless ``path`` is a file others may read and its
+    Spark settings hold a credential: then one line (ConfigError) naming the setting and
+    the fix: give credentials through Hadoop's configuration or the environment
+    (docs/operations.md, "The data centre's lake")."""
     secrets = secret_settings(config.spark)
     if secrets and os.stat(path).st_mode & 0o004:
         raise ConfigError(

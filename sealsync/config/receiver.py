@@ -91,6 +91,9 @@ class ReceiverConfig:
     max_sessions: int = field(default=16, metadata=setting(Integer(1, 10000)))
     idle_timeout: float = field(default=120.0, metadata=setting(Number(0, 86400)))
     login_grace_time: float = field(default=20.0, metadata=setting(Number(0, 3600)))
+    #: Seconds an unauthenticated connection may stay silent from accept, or without an
+    #: authentication request from the end of its key exchange; then it is closed.
+    preauth_timeout: float = field(default=5.0, metadata=setting(Number(0, 3600)))
     max_startups: MaxStartups = field(default=MaxStartups(10, 30, 60), metadata=setting(Startups()))
     per_source_max_startups: int = field(default=8, metadata=setting(Integer(1, 10000)))
     per_source_penalty_max: int = field(default=600, metadata=setting(Integer(0, 86400)))
@@ -103,6 +106,16 @@ class ReceiverConfig:
     #: Seconds a partial upload (a large file's stream cut mid-way) is kept to resume from.
     partial_max_age: float = field(default=86400.0, metadata=setting(Number(0, 365 * 86400)))
     sender_quota_bytes: int = field(default=0, metadata=setting(Integer(0, 1 << 60)))
+    #: Bytes one sender's copy of its schema log may hold (0: no cap but the quota's).
+    max_schema_bytes: int = field(default=1 << 30, metadata=setting(Integer(0, 1 << 60)))
+    #: Bytes of schema log one session may append (the rest comes with the next one).
+    max_schema_bytes_per_session: int = field(
+        default=256 << 20, metadata=setting(Integer(1 << 20, 1 << 60))
+    )
+    #: Staging folders the rounds in flight of one sender may make at once.
+    max_staging_folders: int = field(default=4096, metadata=setting(Integer(64, 1 << 30)))
+    #: Devices one sender may own (each is a line of device_owner.log).
+    max_devices_per_sender: int = field(default=100_000, metadata=setting(Integer(1, 1 << 40)))
     #: How a batch of received files is made durable: "syncfs" (one call per batch,
     #: where the kernel reports its errors) or "fsync" (file by file).
     sync_method: str = field(default=SYNCFS, metadata=setting(Choice(SYNC_METHODS)))

@@ -16,19 +16,35 @@ so the loader applies one kind of record whatever release wrote the file:
   one reads, never applied: the loader refuses the file with one line instead of
   guessing which rows the predicate meant.
 
-Path patterns follow IoTDB 0.13 and later (``PartialPath.matchFullPath``,
-``PathPatternUtil``): a pattern matches a series path of the same shape node by
-node; ``*`` is any one node, ``**`` one or more nodes (anywhere in the pattern), and a
-node that starts or ends with ``*`` (``d*``, ``*1``) matches names by that glob.
-Nodes are split at dots outside backquotes (1.x, 2.x) or double quotes (0.12);
-inside backquotes a doubled backquote is one. A quoted node is a name, never a
-wildcard. IoTDB 0.12 matched a pattern as a *prefix* (``root.sg.d1`` covered every
-series under ``d1``); where that reading and the later one disagree for a series of
-the file, :func:`matches` refuses rather than guess which release wrote the line.
+Which series a pattern covers depends on the IoTDB release that wrote it, and each
+record says which rules it is read by (``rules``):
 
+* :data:`RULES_012` -- IoTDB 0.12 (``PartialPath.matchFullPath`` of 0.12, used by
+  ``QueryContext.getPathModifications``): the pattern is a *prefix* of the series paths
+  it covers (``root.sg`` covers every series below it), a node ``*`` is any one node,
+  and every other node is compared as written, quotes included (``d*`` is the name
+  ``d*``, which no series has: 0.12 accepts ``DELETE FROM root.sg.d*.s1``, writes it,
+  and deletes nothing). Paths split as 0.12's ``MetaUtils.splitPathToDetachedPath``
+  splits them: at dots outside double quotes; a backquote is a character like any other.
+* :data:`RULES_013` -- IoTDB 0.13 to 1.1 (``PartialPath.matchFullPath``): a pattern
+  matches a series path of the same shape node by node; ``*`` is any one node, ``**``
+  one or more nodes (anywhere in the pattern), and a node holding ``*`` anywhere
+  (``d*``, ``a*b``) matches names by that glob.
+* :data:`RULES_12` -- IoTDB 1.2 and later, ``.mods2`` included (``PathPatternUtil``):
+  as 0.13, but only a node that starts or ends with ``*`` is a glob (``a*b`` is a name).
+
+In the last two, nodes split at dots outside backquotes or double quotes; inside
+backquotes a doubled backquote is one; a quoted node is a name, never a wildcard. IoTDB
+turns a glob into a Java regular expression (``*`` becoming ``.*``); a glob holding
+another character a regular expression reads specially (``$``, ``{``...) is refused
+rather than read either way. Which rules a ``.mods`` is read by is
+:func:`sealsync.formats.mods.rules_for` (docs/formats.md).
+
+Every matcher here runs in time linear in the pattern and the path (a glob included).
 The Java reader of the loader matches with the same rules
 (``io.sealsync.tsfile.PathPattern``); both are held to one table of cases,
-``tests/path_pattern_cases.json``.
+``tests/path_pattern_cases.json``. A record crosses to the Java reader as its nodes with
+its rules first (:func:`to_wire`).
 """
 
 from __future__ import annotations
@@ -51,6 +67,19 @@ MAX_PATTERN_BYTES = 4096
 path, and short enough that matching one against every series of a file stays cheap."""
 MAX_PATTERN_NODES = 256
 """The most nodes a path pattern may have; IoTDB's paths are a few levels deep."""
+RULES_012 = "0.12"
+"""IoTDB 0.12's reading of a deletion's path: a prefix; ``*`` one node; names as written."""
+RULES_013 = "0.13"
+"""IoTDB 0.13 to 1.1: the whole path; ``*``, ``**``; a node holding ``*`` is a glob."""
+RULES_12 = "1.2"
+"""IoTDB 1.2 and later (``.mods2`` too): as 0.13, a glob only where ``*`` starts or ends
+the node."""
+RULES = (RULES_012, RULES_013, RULES_12)
+WIRE_RULES = "\x00rules="
+"""What starts the first node of a record's nodes on the wire when its rules are not
+:data:`RULES_12`; no pattern node can (a pattern's first node is ``root``)."""
+_REGEX_SPECIAL = frozenset("\\^$.|?+()[]{}")
+"""Characters a Java regular expression reads specially; ``*`` is the glob's own."""
 MAX_DELETIONS = 100_000
 """The most deletions one ``.mods`` or ``.mods2`` may hold. Each is a record the loader
 keeps for the file's run and matches against every series of the file; IoTDB writes one
@@ -68,6 +97,7 @@ class SeriesDeletion:
     end: int
     below_offset: int | None
     where: str  # "line 3" / "byte 17": where the file holds it, for messages
+    rules: str = RULES_12  # which release's reading of the pattern (module doc)
 
     @property
     def path(self) -> str:
@@ -123,6 +153,40 @@ def split_path(text: str) -> tuple[str, ...]:
             raise ValueError(f"an empty node in {text!r}")
 
 
+def split_path_012(text: str) -> tuple[str, ...]:
+    """The nodes of a path as IoTDB 0.12 splits one (``MetaUtils.splitPathToDetachedPath``):
+    at dots outside double quotes, each node as written (a double quote escaped by a
+    backslash does not close one; a backquote is a plain character); ValueError for an
+    empty node, a quote not closed before a dot or the end, or a single quote."""
+    nodes: list[str] = []
+    start = i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == ".":
+            if i == start:
+                raise ValueError(f"an empty node in {text!r}")
+            nodes.append(text[start:i])
+            start = i + 1
+        elif c == '"':
+            end = text.find('"', i + 1)
+            while end != -1 and text[end - 1] == "\\":
+                end = text.find('"', end + 1)
+            if end == -1 or (end != n - 1 and text[end + 1] != "."):
+                raise ValueError(f"a double quote not closed before a dot in {text!r}")
+            nodes.append(text[start : end + 1])
+            if end == n - 1:
+                return tuple(nodes)
+            i, start = end + 1, end + 2
+        elif c == "'":
+            raise ValueError(f"a single quote in {text!r}")
+        i += 1
+    if start >= n:
+        raise ValueError(f"an empty node in {text!r}")
+    nodes.append(text[start:])
+    return tuple(nodes)
+
+
 def node_name(node: str) -> str:
     """A node's name: its text without enclosing quotes (a doubled backquote is one)."""
     if len(node) >= 2 and node[0] == node[-1] == "`":
@@ -162,17 +226,26 @@ def _glob_matches(pattern: str, name: str) -> bool:
     return True
 
 
-def _node_matches(pattern: str, name: str) -> bool:
+def is_glob(node: str, rules: str = RULES_12) -> bool:
+    """Whether ``node`` (not ``*`` or ``**``) matches names by a glob under ``rules``:
+    0.13 to 1.1 take any unquoted node holding ``*`` (``PartialPath.matchPath``), 1.2 and
+    later one that starts or ends with it (``PathPatternUtil.hasWildcard``), 0.12 none."""
+    if rules == RULES_012 or _is_quoted(node) or "*" not in node or node in ("*", "**"):
+        return False
+    return rules == RULES_013 or node.startswith("*") or node.endswith("*")
+
+
+def _node_matches(pattern: str, name: str, rules: str) -> bool:
     if _is_quoted(pattern):
         return node_name(pattern) == name
     if pattern in ("*", "**"):
         return True
-    if pattern.startswith("*") or pattern.endswith("*"):
+    if is_glob(pattern, rules):
         return _glob_matches(pattern, name)
     return pattern == name
 
 
-def _match(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
+def _match(pattern: tuple[str, ...], names: tuple[str, ...], rules: str) -> bool:
     """IoTDB 0.13+ matching of ``pattern`` against a path's node names, in time
     proportional to the pattern's nodes times the path's (each node tested once per
     place it may start at)."""
@@ -182,69 +255,101 @@ def _match(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
         if node == "**":  # one or more names: everything past the first place reached
             nxt = set(range(min(reach) + 1, len(names) + 1))
         else:
-            nxt = {j + 1 for j in reach if j < len(names) and _node_matches(node, names[j])}
+            nxt = {j + 1 for j in reach if j < len(names) and _node_matches(node, names[j], rules)}
         if not nxt:
             return False
         reach = nxt
     return len(names) in reach
 
 
-def _only_as_prefix(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
-    """Whether IoTDB 0.12, which read a pattern as a prefix of the paths it covers, would
-    delete from this path where 0.13 and later do not: the pattern is shorter than the
-    path and matches its first nodes. (0.12 knew no ``**`` and no globs in a node.)"""
-    return (
-        "**" not in pattern
-        and len(pattern) < len(names)
-        and all(_node_matches(p, n) for p, n in zip(pattern, names, strict=False))
+def _match_012(pattern: tuple[str, ...], names: tuple[str, ...]) -> bool:
+    """IoTDB 0.12's matching: ``pattern`` is a prefix of the path, node by node, each
+    ``*`` or equal to the path's node as written."""
+    return len(pattern) <= len(names) and all(
+        p == "*" or p == n for p, n in zip(pattern, names, strict=False)
     )
 
 
-def series_names(device: str, measurement: str) -> tuple[str, ...]:
+def series_names(device: str, measurement: str, rules: str = RULES_12) -> tuple[str, ...]:
     """The node names of series ``measurement`` of ``device`` (a device path as the
-    TsFile names it; the measurement one node, quoted or not)."""
+    TsFile names it; the measurement one node, quoted or not) as ``rules`` compare
+    them: 0.12 its nodes as written, later releases their names."""
+    if rules == RULES_012:
+        return (*split_path_012(device), measurement)
     return tuple(node_name(n) for n in split_path(device)) + (node_name(measurement),)
 
 
-def matches(deletion: SeriesDeletion, device: str, measurement: str) -> bool:
-    """Whether ``deletion`` covers series ``measurement`` of ``device``.
+def regex_glob(deletion: SeriesDeletion) -> str | None:
+    """A glob node of ``deletion`` that IoTDB reads as a regular expression with special
+    characters other than ``*`` (``s{2}*``, ``a$*``), or None."""
+    for node in deletion.pattern:
+        if is_glob(node, deletion.rules) and not _REGEX_SPECIAL.isdisjoint(node):
+            return node
+    return None
 
-    FormatError when IoTDB 0.12 (prefix patterns) and 0.13+ (whole-path patterns)
-    disagree for this series: applying either reading might delete what the IoTDB that
-    wrote the line kept, so the file is refused with the cause.
+
+def matches(deletion: SeriesDeletion, device: str, measurement: str) -> bool:
+    """Whether ``deletion`` covers series ``measurement`` of ``device`` under its rules.
+
+    FormatError for a series path that does not split, and for a glob IoTDB reads as a
+    regular expression with characters of its own (neither reading is sure).
     """
     try:
-        names = series_names(device, measurement)
+        names = series_names(device, measurement, deletion.rules)
     except ValueError as exc:
         raise FormatError(f"series {device}.{measurement}: {exc}") from None
-    if _only_as_prefix(deletion.pattern, names):
+    if deletion.rules == RULES_012:
+        return _match_012(deletion.pattern, names)
+    node = regex_glob(deletion)
+    if node is not None:
         raise FormatError(
-            f"{deletion.where}: pattern {deletion.path} covers {device}.{measurement} in "
-            "IoTDB 0.12 (a prefix) but not in 0.13 and later (a whole path); not applied "
-            "(delete those points in IoTDB again with a whole-path pattern, e.g. ending in .**)"
+            f"{deletion.where}: pattern {deletion.path}: IoTDB reads the node {node} as a "
+            "regular expression; not applied (delete those points in IoTDB again with a "
+            "glob of letters, digits and *)"
         )
-    return _match(deletion.pattern, names)
+    return _match(deletion.pattern, names, deletion.rules)
 
 
-def check_pattern(path: str, where: str) -> tuple[str, ...]:
-    """``path`` split into nodes, or FormatError naming ``where`` and the cause (one
-    over :data:`MAX_PATTERN_BYTES` or :data:`MAX_PATTERN_NODES` included)."""
+def check_pattern(path: str, where: str, rules: str = RULES_12) -> tuple[str, ...]:
+    """``path`` split into nodes as ``rules`` split it, or FormatError naming ``where``
+    and the cause (one over :data:`MAX_PATTERN_BYTES` or :data:`MAX_PATTERN_NODES`
+    included)."""
     size = len(path.encode("utf-8", "surrogatepass"))
     if size > MAX_PATTERN_BYTES:
         raise FormatError(
             f"{where}: a path pattern of {size} bytes, over the limit of {MAX_PATTERN_BYTES}"
         )
     try:
-        nodes = split_path(path)
+        nodes = split_path_012(path) if rules == RULES_012 else split_path(path)
     except ValueError as exc:
         raise FormatError(f"{where}: path {path!r}: {exc}") from None
     if len(nodes) > MAX_PATTERN_NODES:
         raise FormatError(
             f"{where}: a path pattern of {len(nodes)} nodes, over the limit of {MAX_PATTERN_NODES}"
         )
-    if node_name(nodes[0]) != "root":
+    first = nodes[0] if rules == RULES_012 else node_name(nodes[0])
+    if first != "root":
         raise FormatError(f"{where}: path {path!r} does not start with root")
     return nodes
+
+
+def to_wire(deletion: SeriesDeletion) -> list[str]:
+    """The record's nodes as the loader's readers take them: its rules first, as a node
+    no pattern has, unless they are :data:`RULES_12`."""
+    nodes = list(deletion.pattern)
+    if deletion.rules != RULES_12:
+        nodes.insert(0, WIRE_RULES + deletion.rules)
+    return nodes
+
+
+def from_wire(nodes: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """:func:`to_wire`'s nodes back as the pattern and its rules."""
+    if nodes and nodes[0].startswith(WIRE_RULES):
+        rules = nodes[0][len(WIRE_RULES) :]
+        if rules not in RULES:
+            raise FormatError(f"a deletion read by unknown rules {rules!r}")
+        return tuple(nodes[1:]), rules
+    return tuple(nodes), RULES_12
 
 
 def too_large(kind: str, size: int, limit: int) -> FormatError:
@@ -328,9 +433,9 @@ def apply(
         series_deletions.append(d)
     if not series_deletions or table.num_rows == 0:
         return table
-    by_pattern: dict[tuple[str, ...], list[SeriesDeletion]] = {}
+    by_pattern: dict[tuple[tuple[str, ...], str], list[SeriesDeletion]] = {}
     for d in series_deletions:
-        by_pattern.setdefault(d.pattern, []).append(d)
+        by_pattern.setdefault((d.pattern, d.rules), []).append(d)
     names = [n for n in table.column_names if n not in (DEVICE_COLUMN, TIME_COLUMN)]
     devices = [d for d in pc.unique(table.column(DEVICE_COLUMN)).to_pylist() if d is not None]
     time_column = table.column(TIME_COLUMN)

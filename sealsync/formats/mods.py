@@ -19,6 +19,21 @@ an integer the line is the 5-field form and the path is every field between the 
 and it (a path may hold commas); otherwise the 4-field form. Java's split drops
 trailing empty fields, so ``...,5,`` reads as ``...,5``.
 
+Which release wrote the file decides how its paths read (:mod:`sealsync.formats.deletion`:
+0.12 reads a path as a prefix and ``d*`` as a name, 0.13 to 1.1 as a whole path with
+globs, 1.2 and later as a whole path with globs only at a node's ends). The data file,
+its ``.resource`` and its ``.mods`` are written by the same code in 0.12, 0.13, 1.0 and
+1.1 (``TsFileIOWriter``, ``TsFileResource.serialize``, ``LocalTextModificationAccessor.
+encodeDeletion`` of each), so :func:`rules_for` decides by what differs:
+
+* a ``.resource`` beside the data file with a block after its modification file's
+  field (1.2 and later always write one; :mod:`sealsync.formats.resource`): 1.2's rules;
+* else a ``**`` node in any line (0.12's grammar has none: ``DELETE FROM root.sg.**``
+  is a syntax error there): 0.13's rules;
+* else 0.12's. A 0.13, 1.0 or 1.1 edge whose ``.mods`` has no ``**`` line is read as
+  0.12 reads it; the two readings differ only for a glob inside a node (``d*``) and for
+  a pattern that reaches a device nested below another (docs/formats.md).
+
 IoTDB's reader logs a line it cannot decode and ignores the rest of the file; here
 such a file is unreadable as a whole (:class:`FormatError` names the line), since
 loading it would keep points IoTDB may have deleted. So is an ``aborted`` with no
@@ -31,15 +46,21 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from sealsync.errors import FormatError
+from sealsync.formats import resource
 from sealsync.formats.deletion import (
     MAX_DELETIONS,
     MAX_PATTERN_BYTES,
     MAX_TIME,
     MIN_TIME,
+    RULES_012,
+    RULES_013,
+    RULES_12,
     SeriesDeletion,
     check_pattern,
+    split_path,
     too_large,
     too_many,
 )
@@ -54,6 +75,7 @@ is announced."""
 MAX_LINE = MAX_PATTERN_BYTES + 128
 """The longest line a deletion can take: its pattern, the word, three longs, commas."""
 ABORTED = "aborted"
+SUFFIX, RESOURCE = ".mods", ".resource"
 _LONG = re.compile(r"[+-]?[0-9]+")
 
 
@@ -65,7 +87,18 @@ def _long(text: str) -> int | None:
     return value if MIN_TIME <= value <= MAX_TIME else None
 
 
-def _decode(line: str, where: str) -> SeriesDeletion:
+@dataclass(frozen=True)
+class _Line:
+    """A decoded line whose path is not split yet: how depends on the file's writer."""
+
+    path: str
+    offset: int
+    start: int
+    end: int
+    where: str
+
+
+def _decode(line: str, where: str) -> _Line:
     fields = line.split(",")
     while len(fields) > 1 and fields[-1] == "":
         fields.pop()  # Java's String.split drops trailing empty strings
@@ -87,22 +120,58 @@ def _decode(line: str, where: str) -> SeriesDeletion:
         bad = end_text if end is None else start_text
         raise FormatError(f"{where}: time {str(bad)[:40]!r} is not a long")
     path = ",".join(path_fields)
-    return SeriesDeletion(check_pattern(path, where), start, end, offset, where)
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATTERN_BYTES:
+        check_pattern(path, where)  # its one line for the size
+    return _Line(path, offset, start, end, where)
 
 
-def parse(text: str) -> list[SeriesDeletion]:
-    """The deletions of a ``.mods`` text in file order, ``aborted`` ones taken out;
-    FormatError names the first line that does not read."""
+def _multi_level(path: str) -> bool:
+    """Whether ``path`` has a ``**`` node (which only 0.13 and later write)."""
+    if "**" not in path:
+        return False
+    try:
+        return "**" in split_path(path)
+    except ValueError:
+        return False
+
+
+def rules_for(paths: Iterable[str], resource_path: str | os.PathLike[str] | None) -> str:
+    """The rules the paths of one ``.mods`` are read by (see the module doc):
+    ``resource_path`` is its data file's ``.resource`` (None, absent or unreadable: no
+    evidence from it)."""
+    if resource_path is not None:
+        try:
+            if resource.read(resource_path).blocks:
+                return RULES_12
+        except (OSError, FormatError, ValueError):
+            pass  # no .resource, or none IoTDB wrote: the lines decide
+    return RULES_013 if any(_multi_level(p) for p in paths) else RULES_012
+
+
+def _records(lines: list[_Line], rules: str) -> list[SeriesDeletion]:
+    return [
+        SeriesDeletion(
+            check_pattern(d.path, d.where, rules), d.start, d.end, d.offset, d.where, rules
+        )
+        for d in lines
+    ]
+
+
+def parse(text: str, rules: str | None = None) -> list[SeriesDeletion]:
+    """The deletions of a ``.mods`` text in file order, ``aborted`` ones taken out, read
+    by ``rules`` (None: as :func:`rules_for` decides from the text alone); FormatError
+    names the first line that does not read."""
     data = text.encode("utf-8", "surrogatepass")
     lines = [line + b"\n" for line in data.split(b"\n")]
     lines[-1] = lines[-1][:-1]  # what follows the last line end: a line without one
-    return _parse_lines(lines if lines[-1] else lines[:-1])
+    decoded = _parse_lines(lines if lines[-1] else lines[:-1])
+    return _records(decoded, rules or rules_for((d.path for d in decoded), None))
 
 
-def _parse_lines(lines: Iterable[bytes]) -> list[SeriesDeletion]:
-    """The deletions of a ``.mods`` given line by line (each with its line end but the
+def _parse_lines(lines: Iterable[bytes]) -> list[_Line]:
+    """The lines of a ``.mods`` given line by line (each with its line end but the
     last, if that one has none): one line in memory at a time besides the records."""
-    out: list[SeriesDeletion] = []
+    out: list[_Line] = []
     number = 0
     for raw in lines:
         number += 1
@@ -151,16 +220,20 @@ def read_version(
     and mtime (the Spark loader) can tell whether the deletions it read are the version
     it identified, even if the file is replaced meanwhile. ``([], None)`` if absent.
     A file over :data:`MAX_MODS_SIZE` is refused by its size, unread; the rest is read
-    a line at a time.
+    a line at a time. Its paths are read by the rules :func:`rules_for` gives, from the
+    lines and the ``.resource`` beside the data file.
     """
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             if st.st_size > MAX_MODS_SIZE:
                 raise too_large(".mods", st.st_size, MAX_MODS_SIZE)
-            found = _parse_lines(_bounded_lines(f, MAX_MODS_SIZE))
+            decoded = _parse_lines(_bounded_lines(f, MAX_MODS_SIZE))
     except FileNotFoundError:
         return [], None
+    text = os.fspath(path)
+    beside = text[: -len(SUFFIX)] + RESOURCE if text.endswith(SUFFIX) else None
+    found = _records(decoded, rules_for((d.path for d in decoded), beside))
     return found, (st.st_size, st.st_mtime_ns)
 
 

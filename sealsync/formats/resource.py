@@ -24,6 +24,12 @@ The layout is IoTDB 2.x's ``TsFileResource.serialize``/``deserialize``
 * blocks to the end: a type byte, ``0`` empty, ``1`` the file's consensus progress
   (``ProgressIndex``: an int16 type, then its own fields), kept here as bytes.
 
+IoTDB 0.12 to 1.1 write the same layout with a plain device time index, the
+modification file's field only when the file has one, and no blocks; 1.2 and later
+always write the field (null when none) and a block after it (``TsFileResource.
+serialize`` of each release), which is how :mod:`sealsync.formats.mods` tells a 1.2+
+``.mods`` from an older one.
+
 A tree-model device id is split as TsFile splits it (``splitDeviceIdString``): its
 first three nodes are one segment (the "table" of the tree model), each further node
 one segment, and a path of at most three nodes is its nodes but the last, then the
@@ -68,6 +74,7 @@ class Resource:
     mod_file: str | None  # the shared modification file it names, if any
     mod_file_offset: int | None  # where its entries start in that file (a .mods2)
     progress_index: bytes | None  # a progress index block's bytes, None: an empty block
+    blocks: int = 0  # blocks after the modification file's field (IoTDB 1.2 and later write one)
 
     @property
     def devices(self) -> dict[str, tuple[int, int]]:
@@ -202,7 +209,9 @@ def parse(data: bytes) -> Resource:
             if mod_file is not None and mod_file.endswith(".mods2"):
                 offset = cur.i64()
         progress = None
+        blocks = 0
         while cur.left():
+            blocks += 1
             block = cur.u8()
             if block == PROGRESS_INDEX_BLOCK:
                 progress = cur.raw(cur.left())
@@ -220,6 +229,7 @@ def parse(data: bytes) -> Resource:
         mod_file=mod_file,
         mod_file_offset=offset,
         progress_index=progress,
+        blocks=blocks,
     )
 
 

@@ -160,6 +160,9 @@ class Summary:
     # metadata's properties (format 4): what sealsync.formats.tsfile_support judges
     codecs: tuple[tuple[int, int, str], ...] = field(default=(), compare=False)
     properties: tuple[tuple[str, str | None], ...] = field(default=(), compare=False)
+    # (device, measurement, data type) of each series, an aligned device's time column
+    # excluded: what a data centre's schema must agree with before it loads the file
+    series_types: tuple[tuple[str, str, int], ...] = field(default=(), compare=False)
 
 
 def _skip_statistics(data: bytes, pos: int, data_type: int) -> int:
@@ -301,6 +304,7 @@ class _Walk:
         self.series = 0
         self.points = 0
         self.codecs: dict[tuple[int, int], bytes] = {}
+        self.types: list[tuple[int, bytes, int]] = []  # (device index, name, data type)
         self.properties: dict[str, str | None] = {}
         self.parsed = 0  # bytes of index regions walked: bounds the walk to the file
         self.named = 0  # bytes of names compared with chunk headers: bounds those reads
@@ -508,6 +512,7 @@ class _Walk:
                 size, pos = uvar_at(data, pos + 1)
                 if data_type != VECTOR:
                     self.points += uvar_at(data, pos)[0]
+                    self.types.append((region.device, name, data_type))
                 pos = _skip_statistics(data, pos, data_type)
                 chunks_end = pos + size
                 if chunks_end > end:
@@ -612,8 +617,13 @@ class _Walk:
         ids, self.device_ids = self.device_ids, []
         if len(set(ids)) != len(ids):
             raise Corrupt("a device is listed twice")
-        names = sorted(map(self._device_name, ids))
+        by_index = list(map(self._device_name, ids))
         del ids
+        known = range(len(by_index))
+        types = tuple((by_index[d], _text(n), t) for d, n, t in self.types if d in known)
+        self.types = []
+        names = sorted(by_index)
+        del by_index
         distinct = tuple(n for i, n in enumerate(names) if not i or n != names[i - 1])
         codecs = tuple(
             (t, e, _text(name[uvar_at(name, 0)[1] :])) for (t, e), name in self.codecs.items()
@@ -626,6 +636,7 @@ class _Walk:
             self.points,
             tuple(sorted(codecs)),
             tuple(sorted(self.properties.items())),
+            types,
         )
 
     @staticmethod

@@ -158,17 +158,17 @@ def recv_exact(stream: Stream, n: int) -> bytes:
     first = stream.recv(min(n, 1 << 20))
     if len(first) == n:
         return first  # the usual case: no reassembly copy
-    buf = bytearray(first)
     if not first:
         raise ConnectionClosed("connection closed by peer")
-    while len(buf) < n:
-        part = stream.recv(min(n - len(buf), 1 << 20))
+    parts = [first]
+    got = len(first)
+    while got < n:
+        part = stream.recv(min(n - got, 1 << 20))
         if not part:
-            raise ConnectionClosed(
-                "connection closed by peer" if not buf else "connection closed mid-frame"
-            )
-        buf += part
-    return bytes(buf)
+            raise ConnectionClosed("connection closed mid-frame")
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)  # one copy: a frame over several SSH packets
 
 
 def receive(stream: Stream) -> AnyMessage:

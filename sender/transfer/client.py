@@ -9,7 +9,8 @@ the fingerprint out of band.
 The transport is tuned for bulk data (docs/design.md §5.1): ``TCP_NODELAY`` (or
 Nagle plus delayed ACKs cap request/response at a few dozen files a second),
 ``aes128-gcm`` first,
-64 KiB packets and an 8 MiB window.
+256 KiB packets and an 8 MiB window, and channel data sent and read in one pass
+(:mod:`sealsync.ssh_packets`).
 
 A link that goes silent is found by keepalives (:mod:`sealsync.keepalive`, from the
 end of the key exchange on, so a stall during authentication is caught too); a
@@ -28,7 +29,7 @@ from pathlib import Path
 import paramiko
 from paramiko.pkey import UnknownKeyType
 
-from sealsync import sshfiles
+from sealsync import ssh_packets, sshfiles
 from sealsync.config import ReceiverEndpoint, SenderConfig, format_endpoint
 from sealsync.errors import ConfigError
 from sealsync.keepalive import ActivitySocket, Keepalive
@@ -44,7 +45,7 @@ from sealsync.protocol import (
     channel_stream,
     preferred_ciphers,
 )
-from sender.transfer.errors import HostKeyError, Refused, Unreachable
+from sender.transfer.errors import Busy, HostKeyError, Refused, Unreachable
 
 USERNAME = "sealsync"
 IO_TIMEOUT = 120.0
@@ -323,8 +324,8 @@ def connect(
     known = load_known_hosts(known_hosts)
     sock = open_socket(host, port, timeout)
     watched = _FirstBytes(sock)
-    transport = paramiko.Transport(
-        watched,  # type: ignore[arg-type]  # socket-like, as paramiko allows
+    transport = ssh_packets.Transport(
+        watched,
         default_window_size=SSH_WINDOW_SIZE,
         default_max_packet_size=SSH_MAX_PACKET_SIZE,
     )
@@ -339,7 +340,10 @@ def connect(
         try:
             transport.start_client(timeout=timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise Unreachable(handshake_failure(address, exc, watched.said)) from None
+            busy = refusal_line(watched.said) is not None  # it said why: it may take a later one
+            raise (Busy if busy else Unreachable)(
+                handshake_failure(address, exc, watched.said)
+            ) from None
         try:  # start_client returns quietly on timeout: only the key says it finished
             server_key = transport.get_remote_server_key()
         except paramiko.SSHException:
@@ -380,6 +384,7 @@ def connect(
             ) from None
         try:
             channel = transport.open_session(timeout=timeout)
+            ssh_packets.fast_sends(channel)
             if greeting:
                 channel.sendall(greeting)
             channel.invoke_subsystem(SUBSYSTEM)

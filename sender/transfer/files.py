@@ -61,6 +61,8 @@ class FileChannel(Protocol):
     @property
     def buffer(self) -> bytearray: ...
     @property
+    def packet_payload(self) -> int: ...
+    @property
     def pipeline_depth(self) -> int: ...
     @property
     def max_retries(self) -> int: ...
@@ -148,7 +150,15 @@ class RoundFiles:
             offset = self.resume_offset(opened)
             if offset:
                 self.on_bytes(offset)  # held by the receiver: done as far as progress goes
-            send_file(self.s.stream, opened, file_id, self.s.buffer, self.on_bytes, offset)
+            send_file(
+                self.s.stream,
+                opened,
+                file_id,
+                self.s.buffer,
+                self.on_bytes,
+                offset,
+                self.s.packet_payload,
+            )
             crash_point("sender.file.sent")
         finally:
             opened.close()

@@ -5,7 +5,9 @@ merge or TTL cannot pull a file away mid-stream. One pass: each chunk is read in
 reused buffer, hashed and sent as a view of that buffer, with no per-chunk answer
 awaited (docs/design.md §5.2); for a larger file a reader thread reads and hashes the next
 chunks while this one sends (``_ReadAhead``). A file at most one chunk long goes out
-as a single write, frames and all, which is what keeps thousands of small files fast.
+as a single write, frames and all, read into the session's buffer between its
+FILE_BEGIN and its FILE_END (``FRAME_ROOM``): one SSH packet, and no copy of its bytes
+here, which is what keeps thousands of small files fast.
 """
 
 from __future__ import annotations
@@ -158,6 +160,18 @@ def _fill(f: io.FileIO, view: memoryview) -> bool:
     return True
 
 
+FRAME_ROOM = 4096
+"""Room in the session's buffer (:func:`file_buffer`) before a small file's bytes for
+its FILE_BEGIN and CHUNK header, and after them for its FILE_END."""
+_END_ROOM = 256
+"""Of ``FRAME_ROOM``, what is kept after the bytes: a FILE_END frame is under 100."""
+
+
+def file_buffer(chunk_size: int) -> bytearray:
+    """A session's buffer: a chunk, and room for the frames around a small file."""
+    return bytearray(chunk_size + FRAME_ROOM)
+
+
 def send_file(
     stream: Stream,
     opened: OpenedFile,
@@ -165,34 +179,21 @@ def send_file(
     buffer: bytearray,
     on_bytes: Callable[[int], None] | None = None,
     offset: int = 0,
+    packet_payload: int | None = None,
 ) -> str:
     """Stream the file; the MD5 sent in FILE_END (BROKEN_MD5 if it shrank meanwhile).
 
-    With ``offset`` (a partial upload the receiver holds, never past the data file)
-    the first ``offset`` bytes are read and hashed here but not sent."""
-    chunk = min(len(buffer), MAX_CHUNK_PAYLOAD)
-    view = memoryview(buffer)
-    md5 = hashlib.md5()
-    intact = True
+    ``buffer``: from :func:`file_buffer`. With ``offset`` (a partial upload the
+    receiver holds, never past the data file) the first ``offset`` bytes are read and
+    hashed here but not sent. ``packet_payload``: channel bytes per SSH packet, as
+    the peer's maximum packet allows (:data:`PACKET_PAYLOAD` if not given)."""
+    chunk = min(len(buffer) - FRAME_ROOM, MAX_CHUNK_PAYLOAD)
     total = opened.stream_size
     if total <= chunk and not offset:
-        at = 0
-        for f, size in opened.parts:
-            intact = _fill(f, view[at : at + size]) and intact
-            at += size
-        md5.update(view[:total])
-        digest = md5.hexdigest() if intact else BROKEN_MD5
-        stream.sendall(
-            encode(opened.begin(file_id))
-            + HEADER.pack(Kind.CHUNK, total)
-            + view[:total]
-            + encode(FileEnd(file_id, digest))
-        )
-        if on_bytes is not None:
-            on_bytes(total)
-        return digest
+        return _send_small(stream, opened, file_id, memoryview(buffer), on_bytes)
     send(stream, opened.begin(file_id, offset))
-    ahead = _ReadAhead(opened, packet_aligned(chunk), offset)
+    payload = PACKET_PAYLOAD if packet_payload is None else packet_payload
+    ahead = _ReadAhead(opened, packet_aligned(chunk, payload), offset)
     try:
         for frame, n in ahead.frames():
             stream.sendall(frame)
@@ -206,21 +207,55 @@ def send_file(
     return digest
 
 
+def _send_small(
+    stream: Stream,
+    opened: OpenedFile,
+    file_id: int,
+    view: memoryview,
+    on_bytes: Callable[[int], None] | None,
+) -> str:
+    """A file no longer than a chunk: FILE_BEGIN, one CHUNK and FILE_END in one write,
+    its bytes read where they go out (between the frames, in ``view``)."""
+    total = opened.stream_size
+    begin = encode(opened.begin(file_id))
+    data_at = len(view) - _END_ROOM - total
+    start = data_at - HEADER.size - len(begin)
+    if start < 0:  # a FILE_BEGIN longer than the room (no name is): read, then join
+        data_at = 0
+    intact = True
+    at = data_at
+    for f, size in opened.parts:
+        intact = _fill(f, view[at : at + size]) and intact
+        at += size
+    digest = hashlib.md5(view[data_at:at]).hexdigest() if intact else BROKEN_MD5
+    end = encode(FileEnd(file_id, digest))
+    if start >= 0:
+        view[start : data_at - HEADER.size] = begin
+        HEADER.pack_into(view, data_at - HEADER.size, Kind.CHUNK, total)
+        view[at : at + len(end)] = end
+        stream.sendall(view[start : at + len(end)])
+    else:
+        stream.sendall(begin + HEADER.pack(Kind.CHUNK, total) + view[:total] + end)
+    if on_bytes is not None:
+        on_bytes(total)
+    return digest
+
+
 PACKET_PAYLOAD = SSH_MAX_PACKET_SIZE - 64
-"""Channel bytes paramiko puts in one SSH packet (it keeps 64 of the peer's maximum
-for the packet's own fields)."""
+"""Channel bytes paramiko puts in one SSH packet at this release's maximum packet (it
+keeps 64 of the peer's maximum for the packet's own fields)."""
 
 
-def packet_aligned(chunk: int) -> int:
-    """A chunk payload whose CHUNK frame fills whole SSH packets.
+def packet_aligned(chunk: int, payload: int = PACKET_PAYLOAD) -> int:
+    """A chunk payload whose CHUNK frame fills whole SSH packets of ``payload`` bytes.
 
-    Sent after its 5-byte header, a 256 KiB payload would go out as six packets: the
-    header alone, four full ones and a 261-byte tail. Every packet costs paramiko's
-    per-packet work on both ends, as much for 5 bytes as for 64 KiB; four full ones
-    carry the same bytes.
+    Sent after its 5-byte header, a 256 KiB payload would go out in 64 KiB packets as
+    six: the header alone, four full ones and a 261-byte tail. Every packet costs
+    the per-packet work on both ends, as much for 5 bytes as for a full one; four
+    full ones carry the same bytes. At 256 KiB packets a chunk is one packet.
     """
-    packets = (chunk + HEADER.size) // PACKET_PAYLOAD
-    return packets * PACKET_PAYLOAD - HEADER.size if packets else chunk
+    packets = (chunk + HEADER.size) // payload
+    return packets * payload - HEADER.size if packets else chunk
 
 
 class _ReadAhead:

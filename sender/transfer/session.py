@@ -64,6 +64,7 @@ from sealsync.synclog import SyncLog
 from sender.manage.snapshot import Placed, drop_from_snapshot
 from sender.transfer.errors import ConnectionLost
 from sender.transfer.files import FILE_WAIT, RoundFiles
+from sender.transfer.filestream import PACKET_PAYLOAD, file_buffer
 from sender.transfer.reader import LINK_ERRORS, REPLY_TIMEOUT, FrameReader, lost
 from sender.transfer.refusals import RefusalBook
 from sender.transfer.report import DirReport
@@ -161,8 +162,10 @@ class SenderSession:
         self.file_wait = FILE_WAIT if file_wait is None else file_wait
         self._progress = progress
         self.inspect = inspect
-        self.buffer = bytearray(chunk_size)
+        self.buffer = file_buffer(chunk_size)
         """Reused for every chunk read: sends take views of it, never copies."""
+        self.packet_payload = _packet_payload(stream)
+        """Channel bytes per SSH packet the receiver takes: CHUNK frames fill packets."""
         self._next_id = 0
         self.welcome: Welcome | None = None
         self._files_done: float | None = None
@@ -462,3 +465,11 @@ def _send_timeout(stream: Stream) -> float | None:
     gettimeout = getattr(stream, "gettimeout", None)
     timeout = gettimeout() if callable(gettimeout) else None
     return float(timeout) if isinstance(timeout, int | float) else None
+
+
+def _packet_payload(stream: Stream) -> int:
+    """Channel bytes per SSH packet on ``stream``: the largest packet the receiver
+    takes (its channel's maximum; an earlier release takes 64 KiB), less what paramiko
+    keeps for the packet's own fields."""
+    largest = getattr(stream, "out_max_packet_size", None)
+    return largest - 64 if isinstance(largest, int) else PACKET_PAYLOAD

@@ -255,12 +255,13 @@ def test_eight_senders_at_once_lose_nothing(tmp_path: Path) -> None:
             # The reason names the first device owned elsewhere when the file was
             # decided; a device of the file unowned then may be claimed by another
             # sender later in the race, so only "one of the file's devices owned
-            # elsewhere" is fixed by the end state; the owner is never named to a sender.
+            # elsewhere" is fixed by the end state; the owner is named by its HELLO
+            # name, never by its UUID.
             assert reason.startswith("conflict: device "), reason
             named = reason.split()[2]
             assert named in plans[i][name], reason
             assert owner.get(named) not in (None, s.uuid), reason
-            assert "owned by another sender" in reason, reason
+            assert "is owned by sender '" in reason, reason  # by its HELLO name
             assert owner[named] not in reason, reason
         assert sorted(d["shipped"]) == sorted(expected_loaded[i])
         assert d["failed"] == {} and d["note"] is None and d["complete"] is True
@@ -295,7 +296,7 @@ def test_eight_senders_at_once_lose_nothing(tmp_path: Path) -> None:
         for reason in d["refused"].values():
             owned_by = owner[reason.split()[2]]
             assert owned_by != s.uuid and owned_by not in reason, reason
-            assert "another sender" in reason, reason
+            assert "owned by sender '" in reason, reason
         assert set(refusals_file(dep, s)) == set(d["refused"])
         sealed = s.sealed_hashes()
         assert dep.loaded_hashes(s) == {n: sealed[n] for n in expected_loaded[i]}

@@ -21,6 +21,7 @@ from deploy_helpers import SEALSYNC
 from receiver_service_helpers import tsfile_bytes
 from reliability.figures import record
 
+from receiver.limits import SESSION_WAIT
 from sealsync.protocol import Error, FileVerdict, RoundReady, Welcome
 from security.attacks import AuthOnly, Flood, Site, SourcedClient
 
@@ -56,6 +57,7 @@ def test_authenticated_idle_connections_are_closed_penalised_and_quietly_logged(
         for _ in range(4):
             results.append(site.honest_round())
         took = time.monotonic() - started
+        time.sleep(max(0.0, started + SESSION_WAIT + 1 - time.monotonic()))  # idle ones cut
         holding = max(f.holding for f in floods)
         attempts = sum(f.attempts for f in floods)
     finally:

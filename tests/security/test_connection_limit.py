@@ -33,14 +33,21 @@ def test_an_honest_sender_hears_that_the_receiver_is_at_its_connection_limit(
     tmp_path: Path,
 ) -> None:
     """32 workers, each from an address of its own and with penalties off (else the
-    key's penalty would stop the attack before it fills anything), keep
+    key's penalty would stop the attack before it fills anything) and the key allowed
+    40 connections (else, past its 2 and 2 more to hear busy, it is refused), keep
     authenticated connections without a session open (each is closed after 5 s and
     opened again), past the receiver's bound of 16 and its 8 connections served only
     to hear ``busy``. The honest sender's runs that are turned away say the receiver
     is at its connection limit (or has too many unauthenticated connections open),
     never that its address may be outside the allow list; once the attack stops, its
     round succeeds."""
-    site = Site(tmp_path / "site", max_startups="10", max_sessions=1, per_source_penalty_max=0)
+    site = Site(
+        tmp_path / "site",
+        max_startups="10",
+        max_sessions=1,
+        per_source_penalty_max=0,
+        max_sessions_per_key=40,
+    )
     config = site.honest.config
     config.write_text(
         config.read_text().replace("max_retries = 3\n", "max_retries = 3\nreconnect_time = 0.5\n")

@@ -160,7 +160,8 @@ public final class TsFileRows {
         String path = file.getString(file.fieldIndex("path"));
         String fid = file.getString(file.fieldIndex("file_id"));
         List<Row> rows = new ArrayList<>();
-        try (TsFilePoints points = new TsFilePoints(path, rules)) {
+        try (ExecutorCopy local = ExecutorCopy.of(path);
+            TsFilePoints points = new TsFilePoints(local.path(), rules)) {
           rows.add(RowFactory.create(fid, null, null, null));
           for (Map.Entry<String, List<TSDataType>> e : points.measurements().entrySet()) {
             String name = e.getKey();
@@ -208,6 +209,7 @@ public final class TsFileRows {
     private final List<Row> current = new ArrayList<>();
     private int next;
     private TsFilePoints open;
+    private ExecutorCopy copy;
     private String fid;
     private Object key;
     private List<TsFilePoints.Deletion> deletions;
@@ -267,8 +269,10 @@ public final class TsFileRows {
       }
       try {
         deletions = deletions(file, at);
-        open = new TsFilePoints(path, rules);
+        copy = ExecutorCopy.of(path);
+        open = new TsFilePoints(copy.path(), rules);
       } catch (Exception | OutOfMemoryError | StackOverflowError e) {
+        release();
         throw fail(e);
       }
     }
@@ -296,16 +300,31 @@ public final class TsFileRows {
         if (got < 0) {
           TsFilePoints done = open;
           open = null;
-          done.close();
+          try {
+            done.close();
+          } finally {
+            release();
+          }
         }
       } catch (Exception | OutOfMemoryError | StackOverflowError e) {
+        release();
+        throw fail(e);
+      }
+    }
+
+    /** Close the file (if open) and delete its executor copy (if any). */
+    private void release() {
+      if (open != null) {
         try {
           open.close();
         } catch (Exception ignored) {
-          // the file's error is the one to report
+          // the file's error, if any, is the one to report
         }
         open = null;
-        throw fail(e);
+      }
+      if (copy != null) {
+        copy.close();
+        copy = null;
       }
     }
 

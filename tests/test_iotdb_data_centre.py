@@ -1,0 +1,310 @@
+"""The data centre's IoTDB (``[receiver.storage] kind = "iotdb"``) answers what the edge
+answers, and a file it refuses is held aside while every other file and sender goes on:
+real edges and data centres of both releases that start here, real ``sealsync serve``
+and ``sealsync send`` processes.
+
+* 2.x answers from the file it loaded last. The edge compacts two sequence files into
+  a target that keeps the first one's version, below an unsequence file that
+  overwrote one of their points; the target arrives after that file. Without loading
+  the overwrite again after it, the data centre answered the stale point
+  (``root.w6.d1`` at 5: edge 104, data centre 5).
+* A series deleted at the edge and created again with another type: 2.x converted the
+  new file's values to the old type (DOUBLE 4.5 became INT64 4) and 0.12 loaded the
+  file as it was, after which every query of the device failed with
+  ``ClassCastException``.
+* A table-model file goes into a table-model database of a 2.x data centre (it was
+  refused: "Attempted to load a table-model TsFile into tree-model"); one IoTDB cannot
+  read at all (the ``tsfile`` package's, which 2.0.1-beta and 0.12 refuse) is held
+  aside with one line. Before, the round never finished and every later round of the
+  sender was "receiver busy".
+
+Each release's servers start once per module (an edge and a data centre).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import tsfile
+from deploy_helpers import Deployment, Sender, make_deployment
+from iotdb_helpers import copy_files, point_sender_at, receiver_on_iotdb, sealed_files
+from iotdb_server import RELEASES, IoTDBServer, client_python
+
+from sealsync.formats import resource
+
+pytestmark = pytest.mark.slow
+
+TABLE_CLIENT = "apache-iotdb==2.0.11"  # a table-model session needs a 2.x client
+COMPACTING = {  # each space compacts its own two files within a second
+    "compaction_schedule_interval_in_ms": "1000",
+    "inner_compaction_candidate_file_num": "2",
+    "enable_seq_space_compaction": "true",
+    "enable_unseq_space_compaction": "true",
+    "enable_cross_space_compaction": "false",
+}
+COMPACTION_WAIT = 60.0
+HELD = "held aside"
+
+
+@pytest.fixture(scope="module")
+def v2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IoTDBServer, IoTDBServer]]:
+    """A 2.0.1-beta edge that compacts, and a 2.0.1-beta data centre."""
+    home = tmp_path_factory.mktemp("v2")
+    release = RELEASES["2.0.1-beta"]
+    started = [IoTDBServer(release, home / "edge", properties=dict(COMPACTING)).start()]
+    try:
+        started.append(IoTDBServer(release, home / "dc").start())
+        yield started[0], started[1]
+    finally:
+        for server in reversed(started):
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def v012(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IoTDBServer, IoTDBServer]]:
+    home = tmp_path_factory.mktemp("v012")
+    release = RELEASES["0.12.0"]
+    started = [IoTDBServer(release, home / "edge").start()]
+    try:
+        started.append(IoTDBServer(release, home / "dc").start())
+        yield started[0], started[1]
+    finally:
+        for server in reversed(started):
+            server.stop()
+
+
+def _answer(server: IoTDBServer, path: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """The server's rows under ``path`` (2.x: ``path.**``; 0.12: a prefix)."""
+    pattern = path if server.release.standalone else f"{path}.**"
+    with server.client() as client:
+        result = client.query(f"SELECT * FROM {pattern} ALIGN BY DEVICE")
+    names = result.columns[2:]
+    out = {}
+    for t, device, *values in result.rows:
+        got = {n: v for n, v in zip(names, values, strict=True) if v is not None}
+        if got:
+            out[(device, t)] = got
+    return out
+
+
+def _table(server: IoTDBServer, statements: list[str]) -> list[list[list[Any]]]:
+    """``statements`` in one table-model session of a 2.x client; each query's rows."""
+    script = (
+        "import json, sys\n"
+        "from iotdb.Session import Session\n"
+        "s = Session('127.0.0.1', int(sys.argv[1]))\n"
+        "s.sql_dialect = 'table'\n"
+        "s.open(False)\n"
+        "for line in sys.stdin:\n"
+        "    sql = json.loads(line)\n"
+        "    if sql.upper().startswith('SELECT'):\n"
+        "        ds = s.execute_query_statement(sql)\n"
+        "        rows = []\n"
+        "        while ds.has_next():\n"
+        "            r = ds.next()\n"
+        "            rows.append([str(f.get_object_value(f.get_data_type())) for f in "
+        "r.get_fields()])\n"
+        "        print(json.dumps(sorted(rows)), flush=True)\n"
+        "    else:\n"
+        "        s.execute_non_query_statement(sql)\n"
+        "s.close()\n"
+    )
+    import json
+
+    run = subprocess.run(
+        [client_python(TABLE_CLIENT), "-c", script, str(server.rpc_port)],
+        input="".join(json.dumps(s) + "\n" for s in statements),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return [json.loads(line) for line in run.stdout.splitlines()]
+
+
+def _flush_files(server: IoTDBServer, database: str) -> list[Path]:
+    return sorted(server.data_dir.glob(f"*sequence/{database}/*/*/*.tsfile"))
+
+
+def _wait_compacted(server: IoTDBServer, database: str) -> str:
+    """The name of the one sequence file left once the edge compacted the others."""
+    deadline = time.monotonic() + COMPACTION_WAIT
+    while True:
+        seq = sorted(server.data_dir.glob(f"sequence/{database}/*/*/*.tsfile"))
+        if len(seq) == 1 and seq[0].name.split("-")[2] != "0":
+            return seq[0].name
+        assert time.monotonic() < deadline, f"no compaction: {[p.name for p in seq]}"
+        time.sleep(0.2)
+
+
+def _send(sender: Sender, dep: Deployment) -> None:
+    sent = sender.send()
+    assert sent.returncode == 0, f"{sender.name}: {sent.stderr}\n{dep.log()}"
+
+
+def _cpp_table_file(folder: Path, database: str) -> str:
+    """A table-model file of the ``tsfile`` package (its C++ writer), sealed beside a
+    ``.resource`` as a 2.x edge would keep it; its relative name."""
+    rel = f"sequence/{database}/1/0/1700000000000-1-0-0.tsfile"
+    path = folder / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame({"time": [1, 2], "device": ["north", "south"], "temp": [1.5, 2.5]})
+    tsfile.dataframe_to_tsfile(frame, str(path), table_name="weather", tag_column=["device"])
+    Path(f"{path}.resource").write_bytes(resource.serialize({f"{database}.north": (1, 2)}))
+    return rel
+
+
+def _held_lines(dep: Deployment) -> list[str]:
+    text = (dep.root / "receiver.log").read_text(errors="replace")
+    return [line for line in text.splitlines() if HELD in line]
+
+
+def test_a_2x_data_centre_answers_as_the_edge_across_a_compaction_and_a_new_type(
+    v2: tuple[IoTDBServer, IoTDBServer], tmp_path: Path
+) -> None:
+    edge, dc = v2
+    with edge.client() as client:
+        # root.w6: a sequence file, then an unsequence one overwriting t=5
+        client.insert([("root.w6.d1", t, ["s1"], ["INT64"], [t]) for t in range(1, 11)])
+        client.sql("FLUSH")
+        client.insert([("root.w6.d1", 5, ["s1"], ["INT64"], [104])])
+        client.sql("FLUSH")
+        # root.w7: a series that will be deleted and created again with another type
+        client.insert([("root.w7.d2", t, ["s3", "s1"], ["INT64"] * 2, [t, t]) for t in (1, 2, 3)])
+        client.sql("FLUSH")
+    dep = make_deployment(tmp_path / "site")
+    receiver_on_iotdb(dep, dc)
+    point_sender_at(dep, edge.data_dir)
+    dep.start_receiver()
+    try:
+        _send(dep.senders[0], dep)
+        assert _answer(dc, "root.w6")[("root.w6.d1", 5)] == {"s1": 104}
+        with edge.client() as client:
+            # a second sequence file: the edge compacts both, the target keeps the
+            # first one's version, below the unsequence overwrite
+            client.insert([("root.w6.d1", t, ["s1"], ["INT64"], [t]) for t in range(11, 21)])
+            client.sql("FLUSH")
+            client.sql("DELETE TIMESERIES root.w7.d2.s3")
+            client.sql("CREATE TIMESERIES root.w7.d2.s3 WITH DATATYPE=DOUBLE, ENCODING=GORILLA")
+            client.insert(
+                [("root.w7.d2", t, ["s3", "s1"], ["DOUBLE", "INT64"], [t + 0.5, t]) for t in (4, 5)]
+            )
+            client.sql("FLUSH")
+        target = _wait_compacted(edge, "root.w6")
+        _send(dep.senders[0], dep)
+        _send(dep.senders[0], dep)  # nothing new: a held file would be tried again
+    finally:
+        assert dep.stop_receiver() == 0, dep.log()
+    print(f"compaction target {target}; receiver log:\n{dep.log()}")
+    for database in ("root.w6", "root.w7"):
+        want = _answer(edge, database)
+        assert _answer(dc, database) == want, database
+    assert _answer(dc, "root.w6")[("root.w6.d1", 5)] == {"s1": 104}
+    assert _answer(dc, "root.w7")[("root.w7.d2", 4)] == {"s3": 4.5, "s1": 4}
+    assert _held_lines(dep) == []
+    assert "Traceback" not in dep.log()
+
+
+def test_table_model_files_go_into_a_table_database_and_a_refused_one_is_held_aside(
+    v2: tuple[IoTDBServer, IoTDBServer], tmp_path: Path
+) -> None:
+    edge, dc = v2
+    # the edge's own table-model files (IoTDB 2.0.1-beta writes them)
+    _table(
+        edge,
+        [
+            "CREATE DATABASE db6",
+            "USE db6",
+            "CREATE TABLE weather (region STRING TAG, temp DOUBLE FIELD)",
+            "INSERT INTO weather(time, region, temp) VALUES (1, 'north', 1.5), (2, 'south', 2.5)",
+            "FLUSH",
+        ],
+    )
+    with edge.client() as client:
+        client.insert([("root.s6.d1", t, ["s1"], ["INT64"], [t]) for t in range(1, 6)])
+        client.sql("FLUSH")
+    dep = make_deployment(tmp_path / "site", senders=2)
+    first, second = dep.senders
+    files = sealed_files(edge.data_dir)
+    copy_files({r: p for r, p in files.items() if "/db6/" in r}, first.edge.data_dirs[0])
+    refused = _cpp_table_file(first.edge.data_dirs[0], "db7")  # 2.0.1-beta cannot read it
+    copy_files({r: p for r, p in files.items() if "/root.s6/" in r}, second.edge.data_dirs[0])
+    receiver_on_iotdb(dep, dc)
+    dep.start_receiver()
+    try:
+        _send(first, dep)
+        _send(second, dep)
+        # more of both senders' files after the refusal: neither is told busy
+        _table(edge, ["USE db6", "INSERT INTO weather(time, region, temp) VALUES (3, 'east', 3.5)"])
+        _table(edge, ["FLUSH"])
+        with edge.client() as client:
+            client.insert([("root.s6.d1", t, ["s1"], ["INT64"], [t]) for t in range(6, 9)])
+            client.sql("FLUSH")
+        files = sealed_files(edge.data_dir)
+        copy_files({r: p for r, p in files.items() if "/db6/" in r}, first.edge.data_dirs[0])
+        copy_files({r: p for r, p in files.items() if "/root.s6/" in r}, second.edge.data_dirs[0])
+        _send(first, dep)
+        _send(second, dep)
+    finally:
+        assert dep.stop_receiver() == 0, dep.log()
+    held = _held_lines(dep)
+    print("\n".join(held))
+    assert len(held) == 1 and refused in held[0]
+    assert "Index 3 out of bounds" in held[0]
+    state = (dep.receiver_schema / "iotdb-loaded.log").read_text()
+    assert f"held {first.uuid} {refused}" in state
+    assert refused in dep.loaded_hashes(first)  # its copy: the Spark loader reads it
+    query = ["USE db6", "SELECT time, region, temp FROM weather"]
+    edge_rows = _table(edge, query)
+    assert len(edge_rows[0]) == 3  # north, south, then east in the second round
+    assert _table(dc, query) == edge_rows
+    assert _answer(dc, "root.s6") == _answer(edge, "root.s6")
+    assert len(_answer(dc, "root.s6")) == 8
+    assert "busy" not in dep.log() and "Traceback" not in dep.log()
+
+
+def test_a_0_12_data_centre_answers_after_a_series_is_created_again_with_another_type(
+    v012: tuple[IoTDBServer, IoTDBServer], tmp_path: Path
+) -> None:
+    edge, dc = v012
+    with edge.client() as client:
+        client.sql("SET STORAGE GROUP TO root.w3")
+        client.sql("CREATE TIMESERIES root.w3.d2.s3 WITH DATATYPE=INT64, ENCODING=RLE")
+        client.sql("CREATE TIMESERIES root.w3.d2.s1 WITH DATATYPE=INT64, ENCODING=RLE")
+        client.insert([("root.w3.d2", t, ["s3", "s1"], ["INT64"] * 2, [t, t]) for t in range(1, 6)])
+        client.sql("FLUSH")
+    dep = make_deployment(tmp_path / "site")
+    (tmp_path / "edge-data").mkdir()
+    point_sender_at(dep, tmp_path / "edge-data")
+    copy_files(sealed_files(edge.data_dir), tmp_path / "edge-data")
+    refused = _cpp_table_file(tmp_path / "edge-data", "root.t3")  # 0.12 reads no format 4
+    receiver_on_iotdb(dep, dc)
+    dep.start_receiver()
+    try:
+        _send(dep.senders[0], dep)
+        with edge.client() as client:
+            client.sql("DELETE TIMESERIES root.w3.d2.s3")
+            client.sql("CREATE TIMESERIES root.w3.d2.s3 WITH DATATYPE=DOUBLE, ENCODING=GORILLA")
+            client.insert(
+                [("root.w3.d2", t, ["s3", "s1"], ["DOUBLE", "INT64"], [t + 0.5, t]) for t in (6, 7)]
+            )
+            client.sql("FLUSH")
+        copy_files(sealed_files(edge.data_dir), tmp_path / "edge-data")
+        _send(dep.senders[0], dep)
+        _send(dep.senders[0], dep)
+    finally:
+        assert dep.stop_receiver() == 0, dep.log()
+    print(dep.log())
+    want = _answer(edge, "root.w3")
+    assert want[("root.w3.d2", 6)] == {"s3": 6.5, "s1": 6}
+    assert _answer(dc, "root.w3") == want  # the query failed: ClassCastException
+    held = _held_lines(dep)
+    assert len(held) == 1 and refused in held[0], held
+    shutil.rmtree(tmp_path / "edge-data")
