@@ -95,11 +95,6 @@ def arrow_source(field: Any) -> tuple[str, str | None]:
     return measurement.decode("utf-8"), None if kind is None else kind.decode("utf-8")
 
 
-def stored_type(kind: str) -> str:
-    """The Spark type JSON of a column of ``kind``."""
-    return json.dumps(kind)
-
-
 def escape(measurement: str) -> str:
     """``measurement`` with what Delta refuses in a column name (and ``%``) as ``%XX``;
     unchanged when it holds neither."""
@@ -150,23 +145,31 @@ class Assigner:
             self.taken.add(column.lower())
             self.by_key.setdefault(key_of(column, type_json, self.keys), column)
 
-    def column(self, measurement: str, type_json: str, sender: str = "") -> str:
-        """The column of ``measurement``'s values of this type, made if the table has
-        none yet; ColumnLimit past the sender's bound for this run."""
-        kind = kind_of(type_json)
-        found = self.by_key.get((measurement, kind))
-        if found is not None:
-            return found
-        if self.added_by.get(sender, 0) >= self.limit:
+    def assign(
+        self, series: Iterable[tuple[str, str]], sender: str = ""
+    ) -> dict[tuple[str, str], str]:
+        """The column of each of one file's series ((measurement, normalised type JSON)), as
+        (measurement, kind) -> column, new ones made; ColumnLimit, and nothing made, if
+        the file would take its sender past its bound for this run (a file waits whole:
+        none of its columns reach the table before it does)."""
+        typed = {(measurement, kind_of(t)): t for measurement, t in series}
+        new = {key for key in typed if key not in self.by_key}
+        if self.added_by.get(sender, 0) + len(new) > self.limit:
             raise ColumnLimit(
                 f"it would add more than {self.limit} new columns to the table in one run "
                 "(max_new_columns): its files wait; raise max_new_columns in [loader] if "
                 "its devices really have that many measurements"
             )
+        return {key: self._column(*key, t, sender) for key, t in typed.items()}
+
+    def _column(self, measurement: str, kind: str, type_json: str, sender: str) -> str:
+        found = self.by_key.get((measurement, kind))
+        if found is not None:
+            return found
         name = self._name_for(measurement, kind)
         self.by_key[(measurement, kind)] = name
         self.taken.add(name.lower())
-        self.columns[name] = stored_type(kind)
+        self.columns[name] = type_json
         self.keys[name] = [measurement, kind]
         self.added_by[sender] = self.added_by.get(sender, 0) + 1
         return name

@@ -92,14 +92,10 @@ def admit(
 ) -> dict[tuple[str, str], str] | str:
     """The table column of each of a file's series (``(measurement, kind)`` -> column,
     new columns made in the assigner's registry), or the reason it must wait."""
-    mapping: dict[tuple[str, str], str] = {}
     try:
-        for name, t in series:
-            type_json = to_json(normalize(t))
-            mapping[(name, kind_of(type_json))] = assigner.column(name, type_json, sender)
+        return assigner.assign([(name, to_json(normalize(t))) for name, t in series], sender)
     except ColumnLimit as exc:
         return str(exc)
-    return mapping
 
 
 def target_schema(
