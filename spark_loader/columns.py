@@ -62,26 +62,18 @@ def kind_of(type_json: str) -> str:
 
 
 def kind_of_arrow(t: Any) -> str:
-    """The kind of a column an Arrow type goes to (as :func:`kind_of` for Spark's)."""
+    """The kind of column an Arrow type goes to: that of the Spark type PySpark makes
+    of it, as the schema passes see a file (a reader that saw another kind would leave
+    the column null rather than find its values)."""
     import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type
 
     if pa.types.is_dictionary(t):
         t = t.value_type
-    if pa.types.is_integer(t):
-        return "long"
-    if pa.types.is_floating(t):
-        return "double"
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "binary"
-    if pa.types.is_date(t):
-        return "date"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    return str(t)
+    try:
+        return kind_of(from_arrow_type(t).json())
+    except Exception:  # a type Spark has none for: no column of the table is of it
+        return str(t)
 
 
 def arrow_source(field: Any) -> tuple[str, str | None]:
