@@ -112,15 +112,19 @@ def _row(where: dict[str, Any], values: dict[str, Any]) -> tuple:
     return (where[SENDER_COLUMN], where[SOURCE_COLUMN], where["time"], where["device"], measured)
 
 
+def measurement_columns(table_path: Path) -> dict[str, str]:
+    """Column -> the measurement it holds, by the table's schema (its field metadata)."""
+    meta = delta_log.read(table_path).metadata or {}
+    return measurements_of(json.loads(meta.get("schemaString") or '{"fields": []}')["fields"])
+
+
 def table_rows(table_path: Path) -> list[tuple]:
     """The table's rows, each column named by the measurement it holds (its schema's
     metadata: a measurement of two kinds has two columns, a name Delta refuses an
     escaped one, a measurement named like a provenance column a qualified one), so that
     they compare with the source files' rows."""
     table = read_arrow(table_path)
-    meta = delta_log.read(table_path).metadata or {}
-    fields = json.loads(meta.get("schemaString") or '{"fields": []}')["fields"]
-    names = measurements_of(fields)
+    names = measurement_columns(table_path)
     rows = []
     for row in table.to_pylist():
         values: dict[str, Any] = {}
