@@ -644,7 +644,6 @@ public final class TsFilePoints implements AutoCloseable {
     return LocalDate.of(yyyymmdd / 10000, (yyyymmdd / 100) % 100, yyyymmdd % 100);
   }
 
-  /** The columns of {@code names}, in order, as positions from {@code first}. */
   /**
    * The key of a series' column: its measurement and the kind of its values, as the loader's
    * columns are keyed ({@code spark_loader/columns.py}): integers one kind, floating point
@@ -675,6 +674,7 @@ public final class TsFilePoints implements AutoCloseable {
     }
   }
 
+  /** The columns of {@code names}, in order, as positions from {@code first}. */
   public static Map<String, Integer> positions(List<String> names, int first) {
     Map<String, Integer> out = new LinkedHashMap<>();
     for (int i = 0; i < names.size(); i++) {
