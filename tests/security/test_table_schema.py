@@ -185,6 +185,12 @@ def test_one_measurement_of_two_types_in_one_file_keeps_both_exact(
     assert data.column("s1").to_pylist() == [9007199254740993, 3, None, None]
     assert data.column("s1__double").to_pylist() == [None, None, 0.5, 9007199254740993.0]
     assert data.schema.field("s1").type == pa.int64()
+    # a full rebuild keeps each column's series: no column made again under another name
+    fields = set(_fields(config.table_path))
+    assert run_load(config, full=True, spark=spark, sync=False).ok
+    assert set(_fields(config.table_path)) == fields
+    again = read_arrow(config.table_path).sort_by([("device", "ascending"), ("time", "ascending")])
+    assert again.select(["s1", "s1__double"]) == data.select(["s1", "s1__double"])
 
 
 def test_what_one_sender_adds_to_the_schema_is_bounded(tmp_path: Path, spark: Any) -> None:
