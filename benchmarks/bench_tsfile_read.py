@@ -51,7 +51,13 @@ from bench_loader import make_table  # noqa: E402
 from sealsync.formats import tsfile as tsfile_format  # noqa: E402
 from spark_loader import schema as schemas  # noqa: E402
 from spark_loader.spark_session import create_session  # noqa: E402
-from spark_loader.tsfile_read import FILES_DDL, data_batches, java_data, java_schema  # noqa: E402
+from spark_loader.tsfile_read import (  # noqa: E402
+    FILES_DDL,
+    data_batches,
+    java_data,
+    java_schema,
+    series_of,
+)
 
 SETS = ("v4 package", "v4 TsFile 2.x", "v3 IoTDB 1.3")
 
@@ -80,14 +86,13 @@ def _files(spark: Any, paths: list[Path]) -> Any:
 
 def _target(spark: Any, paths: list[Path]) -> Any:
     """The write schema the loader would build for these files (Java schema pass)."""
-    found: dict[str, Any] = {}
-    for row in java_schema(spark, _files(spark, paths)).collect():
-        if row["error"] is not None:
-            raise SystemExit(f"cannot read {row['file_id']}: {row['error']}")
-        if row["name"] is not None:
-            found[row["name"]] = schemas.normalize(schemas.from_json(row["type"]))
-    registry = {n: schemas.to_json(t) for n, t in found.items()}
-    return schemas.target_schema(registry, sorted(found))
+    series: dict[tuple[str, str], Any] = {}
+    for fid, found in series_of(java_schema(spark, _files(spark, paths)).collect()).items():
+        if isinstance(found, str):
+            raise SystemExit(f"cannot read {fid}: {found}")
+        for name, t in found:
+            series[(name, t.json())] = t
+    return schemas.new_table_target([(name, t) for (name, _), t in series.items()])[0]
 
 
 def _noop(df: Any) -> None:
@@ -134,9 +139,7 @@ def main() -> int:
         return sum(int(counter.count(str(p))) for p in paths)
 
     def cpp_spark(name: str) -> int:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        body = functools.partial(data_batches, schema=to_arrow_schema(targets[name]))
+        body = functools.partial(data_batches, schema=schemas.arrow_schema(targets[name]))
         _noop(frames[name].mapInArrow(body, targets[name]))
         return total
 

@@ -3,6 +3,7 @@ DataFrame API, Delta's time travel, and the ``deltalake`` package (no JVM).
 
     python examples/query_table.py --table /srv/table [--master local[2]] [--version N]
     python examples/query_table.py --config loader.toml [--readers deltalake]
+    python examples/query_table.py --table /srv/table --measurement s1
 
 The table is a Delta Lake table, one version per load run. Read as Delta, every query
 sees one version whole whatever a load commits meanwhile: nothing here retries or
@@ -26,6 +27,15 @@ extension and catalog, Spark's log lines in ``spark-driver.log`` under ``--log-d
 * ``deltalake``: the version ``DeltaTable`` reads, its files and rows, and rows per
   device, with pyarrow (``pip install deltalake``; without it the section says so).
 
+``--measurement NAME`` adds a section finding a measurement's columns the way a reader
+must: by each column's Delta field metadata (``sealsync.measurement``, ``sealsync.kind``),
+never by its name. A column is named its measurement when it can be, but a measurement
+some devices or senders give two kinds of values has a column per kind (``s1``,
+``s1__double``), a name Delta refuses an escaped one (``a%20b``), and a name taken in
+another case or by a provenance column a qualified one (``Val__string``, ``sender__long``).
+The section prints each such column, its kind and how many values it holds, with Spark
+(or with ``deltalake`` when that is the only reader asked for).
+
 ``--version N`` reads that version in every section instead of the latest. Device and
 sender names come from the senders' files: they are printed with control characters
 escaped, as ``sealsync`` prints them.
@@ -45,6 +55,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +67,11 @@ EXIT_NOT_DELTA = 65  # sysexits' EX_DATAERR: the input is not what it must be
 EXIT_NO_TABLE = 66  # sysexits' EX_NOINPUT: the input does not exist
 READERS = ("sql", "dataframe", "history", "deltalake")
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+#: What the loader records in each measurement column's field metadata (docs/formats.md).
+MEASUREMENT_KEY = "sealsync.measurement"
+KIND_KEY = "sealsync.kind"
+#: The table's own columns: when, which device, and where each row came from.
+NOT_MEASUREMENTS = frozenset({"time", "device", "sender", "source_file", "file_id"})
 
 
 class Stop(Exception):
@@ -183,6 +199,66 @@ def deltalake_reader(table: Path, version: int | None) -> None:
         print(f"{printable(device):<32}{n:>10}")
 
 
+def measurement_columns(
+    fields: Iterable[tuple[str, Mapping[str, Any], str]], measurement: str
+) -> list[tuple[str, str]]:
+    """The columns holding ``measurement`` and the kind of each, from the table's fields
+    (name, field metadata, type). A column without the loader's metadata (a table
+    written before it recorded it) holds the measurement of its own name."""
+    out = []
+    for name, meta, type_name in fields:
+        held = meta.get(MEASUREMENT_KEY)
+        if held is None and name not in NOT_MEASUREMENTS:
+            held = name
+        if held == measurement:
+            out.append((name, str(meta.get(KIND_KEY) or type_name)))
+    return out
+
+
+def _measurement_lines(measurement: str, found: list[tuple[str, str]], counts: list[int]) -> None:
+    print(f"# Measurement {printable(measurement)}: its columns, by {MEASUREMENT_KEY} metadata")
+    if not found:
+        print("no column holds it")
+        return
+    print(f"{'column':<32}{'kind':<12}{'values':>10}")
+    for (column, kind), n in zip(found, counts, strict=True):
+        print(f"{printable(column):<32}{kind:<12}{n:>10}")
+
+
+def spark_measurement(spark: Any, table: Path, version: int | None, measurement: str) -> None:
+    """A measurement's columns found by their metadata in the DataFrame's schema, and
+    the values each holds (a column name back-quoted: it may hold ``%``, ``.``...)."""
+    from pyspark.sql import functions as F
+
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    df = reader.load(str(table))
+    fields = ((f.name, f.metadata or {}, f.dataType.simpleString()) for f in df.schema.fields)
+    found = measurement_columns(fields, measurement)
+    counts: list[int] = []
+    if found:
+        quoted = ["`" + c.replace("`", "``") + "`" for c, _ in found]
+        row = df.agg(*[F.count(F.col(q)).alias(f"n{i}") for i, q in enumerate(quoted)]).first()
+        counts = [int(row[f"n{i}"]) for i in range(len(found))]
+    _measurement_lines(measurement, found, counts)
+
+
+def deltalake_measurement(table: Path, version: int | None, measurement: str) -> None:
+    """The same without a JVM: ``deltalake``'s schema keeps each field's metadata."""
+    try:
+        from deltalake import DeltaTable
+    except ImportError:
+        print(f"# Measurement {printable(measurement)}: pip install deltalake to find it")
+        return
+    dt = DeltaTable(str(table), version=version)
+    fields = ((f.name, f.metadata or {}, str(f.type)) for f in dt.schema().fields)
+    found = measurement_columns(fields, measurement)
+    data = dt.to_pyarrow_table(columns=[c for c, _ in found]) if found else None
+    counts = [] if data is None else [len(data) - data.column(c).null_count for c, _ in found]
+    _measurement_lines(measurement, found, counts)
+
+
 def table_of(args: argparse.Namespace) -> tuple[Path, str, dict[str, str]]:
     """The table's path, the master and the Spark settings: ``--table`` and ``--master``,
     or a loader config's (``--master`` still wins)."""
@@ -210,6 +286,9 @@ def run(args: argparse.Namespace) -> None:
     print(f"table {table}: versions {versions[0]} to {versions[-1]}, reading {reading}")
     if wanted == ["deltalake"]:  # no JVM at all
         deltalake_reader(table, pinned)
+        if args.measurement is not None:
+            print()
+            deltalake_measurement(table, pinned, args.measurement)
         return
 
     from sealsync.errors import SealsyncError
@@ -235,6 +314,9 @@ def run(args: argparse.Namespace) -> None:
                     time_travel(spark, table, args.history, pinned)
                 else:
                     deltalake_reader(table, pinned)
+            if args.measurement is not None:
+                print()
+                spark_measurement(spark, table, pinned, args.measurement)
     except Stop:
         raise
     except Exception as exc:  # a Spark or deltalake error: its first line, not a trace
@@ -252,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--config", type=Path, help="a loader config: its table_path and Spark")
     parser.add_argument("--master", help="Spark master (default: the config's, or local[*])")
     parser.add_argument("--version", type=int, help="read this version (default: the latest)")
+    parser.add_argument(
+        "--measurement", help="also list this measurement's columns, found by their metadata"
+    )
     parser.add_argument("--history", type=int, default=5, help="versions DESCRIBE HISTORY shows")
     parser.add_argument(
         "--readers", default=",".join(READERS), help=f"sections to print ({','.join(READERS)})"

@@ -21,9 +21,10 @@ import pyarrow as pa
 from sealsync.config.location import TableLocation
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
 from spark_loader import delta_commit, delta_log
+from spark_loader.columns import field_metadata, key_of
 from spark_loader.delta_log import APP_ID, DataFile, Snapshot
 from spark_loader.store import Store
-from spark_loader.table_format import Plan
+from spark_loader.table_format import Keys, Plan
 from spark_loader.table_layout import PARTITION_COLUMNS
 
 #: Column mapping (Delta): the table property and the field metadata it uses.
@@ -31,8 +32,6 @@ MAPPING_MODE = "delta.columnMapping.mode"
 MAPPING_MAX_ID = "delta.columnMapping.maxColumnId"
 MAPPING_ID = "delta.columnMapping.id"
 MAPPING_PHYSICAL = "delta.columnMapping.physicalName"
-#: The characters Delta refuses in a column name without column mapping.
-MAPPED_CHARACTERS = " ,;{}()\n\t="
 
 
 class DeltaFormat:
@@ -69,15 +68,17 @@ class DeltaFormat:
         added: Iterable[DataFile],
         removed: Iterable[DataFile],
         columns: dict[str, str],
+        keys: Keys,
     ) -> Plan | None:
         """The run's changes as the actions of one Delta commit, and the metadata it
         must set (None if the schema stays); None if there is nothing to commit.
 
         ``columns``: the measurement columns (name -> Spark type JSON) the table must
-        have; new ones are added to its schema in the same commit.
+        have, ``keys`` what each holds; new ones are added to its schema in the same
+        commit, each field's metadata naming its measurement and kind.
         """
         added, removed = list(added), list(removed)
-        metadata = self.metadata(snapshot, columns)
+        metadata = self.metadata(snapshot, columns, keys)
         if not added and not removed and metadata is None:
             return None
         now = int(time.time() * 1000)
@@ -125,22 +126,27 @@ class DeltaFormat:
             spark, table, actions, metadata, read_version, run_version, app_id
         )
 
-    def metadata(self, snapshot: Snapshot, columns: dict[str, str]) -> dict[str, Any] | None:
+    def metadata(
+        self, snapshot: Snapshot, columns: dict[str, str], keys: Keys
+    ) -> dict[str, Any] | None:
         """The Delta metadata the commit must set: a new table's, or the current one's
         with the new measurement columns; None if the schema stays as it is.
 
-        A column name Delta refuses without column mapping (:data:`MAPPED_CHARACTERS`:
-        IoTDB allows them in back-quoted names) switches the table to column mapping by
-        name, each column's physical name its own name, so that no data file changes
-        (the data files name their columns so).
+        Column names never need Delta's column mapping (:mod:`.columns` escapes what
+        Delta refuses), so the table's protocol stays as Delta writes it; a table an
+        operator switched to column mapping by name keeps it, each new column's physical
+        name its own name.
         """
         fields = self.schema_fields(snapshot)
         have = {f["name"] for f in fields}
-        new = [
-            {"name": n, "type": json.loads(t), "nullable": True, "metadata": {}}
-            for n, t in sorted(columns.items())
-            if n not in have
-        ]
+        new = []
+        for n, t in sorted(columns.items()):
+            if n not in have:
+                measurement, kind = key_of(n, t, keys)
+                metadata = field_metadata(measurement, kind)
+                new.append(
+                    {"name": n, "type": json.loads(t), "nullable": True, "metadata": metadata}
+                )
         if fields and not new:
             return None
         if not fields:
@@ -167,9 +173,7 @@ class DeltaFormat:
             )
             merged = [*fields[:cut], *new, *fields[cut:]]
         config = dict(meta.get("configuration") or {})
-        if config.get(MAPPING_MODE) == "name" or any(
-            c in MAPPED_CHARACTERS for f in merged for c in f["name"]
-        ):
+        if config.get(MAPPING_MODE) == "name":
             merged, config = _map_by_name(merged, config)
         meta["configuration"] = config
         schema = {"type": "struct", "fields": merged}

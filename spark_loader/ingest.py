@@ -59,10 +59,11 @@ from typing import Any
 
 from sealsync.errors import FormatError
 from sealsync.formats import deletion, mods, mods2
-from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.formats.common import TIME_COLUMN
 from sealsync.formats.deletion import SeriesDeletion
 from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
+from spark_loader.columns import MAX_NEW_COLUMNS_PER_RUN, Assigner, kind_of
 from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import SplitRetry, describe
 from spark_loader.inputs import (
@@ -86,6 +87,7 @@ from spark_loader.tsfile_read import (
     java_data,
     java_schema,
     schema_rows,
+    series_of,
 )
 
 #: Spark's Parquet writer with a folder per key and no sort (java/, :mod:`.jvm`).
@@ -124,19 +126,17 @@ def _quoted(name: str) -> str:
 
 
 def conform(df: Any, target: Any) -> Any:
-    """``df`` with exactly the target's columns, in order, cast; missing ones null."""
+    """``df`` with exactly the target's columns, in order, cast, each from the series it
+    holds (the target field's metadata, :mod:`.columns`); missing ones null."""
     from pyspark.sql import functions as F
 
     have = {f.name: f.dataType for f in df.schema.fields}
-    if [(f.name, f.dataType) for f in df.schema.fields] == [
-        (f.name, f.dataType) for f in target.fields
-    ]:
-        return df  # already the target's shape: no per-row projection
     cols = []
     for field in target.fields:
-        if field.name in have:
-            col = F.col(_quoted(field.name))
-            if have[field.name] != field.dataType:
+        source, kind = schemas.source_of(field)  # the series the column holds (.columns)
+        if source in have and kind_of(schemas.to_json(schemas.normalize(have[source]))) == kind:
+            col = F.col(_quoted(source))
+            if have[source] != field.dataType:
                 col = col.cast(field.dataType)
         else:
             col = F.lit(None).cast(field.dataType)
@@ -196,6 +196,7 @@ class Ingest:
         progress: Callable[[str], None] | None,
         run_id: str,
         sync: bool = True,
+        max_new_columns: int = MAX_NEW_COLUMNS_PER_RUN,
     ) -> None:
         self.spark = spark
         self.table = table
@@ -213,6 +214,17 @@ class Ingest:
         self._staged: list[Path] = []  # folders of TsFiles staged for their metadata pass
         # TsFiles are read by the Java reader wherever the session has it (:mod:`.tsfile_read`).
         self.java_tsfile = jvm.tsfile_reader(spark)
+        self.columns = Assigner(state.columns, state.keys, max_new_columns)
+
+    def admit(self, item: Prepared) -> bool:
+        """Give each of the file's series its table column (:mod:`.columns`); False, the
+        file reported, if its sender may add no more columns this run."""
+        mapping = schemas.admit(self.columns, item.series, item.source.sender)
+        if isinstance(mapping, str):
+            self._skip(item.source, mapping)
+            return False
+        item.mapping = mapping
+        return True
 
     def _say(self, text: str) -> None:
         if self.progress is not None:
@@ -267,7 +279,7 @@ class Ingest:
                 continue
             if source.suffix != PARQUET:
                 tsfiles.append(
-                    Prepared(source, source.file_id, {}, None, TSFILE, partition, deleted=deleted)
+                    Prepared(source, source.file_id, [], None, TSFILE, partition, deleted=deleted)
                 )
                 continue
             try:
@@ -284,7 +296,7 @@ class Ingest:
                 if isinstance(got, str):
                     self._skip(item.source, got)
                 else:
-                    item.columns = got
+                    item.series = got
                     ready.append(item)
         return ready
 
@@ -336,11 +348,10 @@ class Ingest:
         ]
         return self.spark.createDataFrame(rows, FILES_DDL)
 
-    def _tsfile_columns(self, items: list[Prepared]) -> dict[str, dict[str, Any] | str]:
-        """file_id -> {column: Spark type} or the reason it cannot be read."""
-        from pyspark.sql.types import LongType, StringType
-
-        out: dict[str, dict[str, Any] | str] = {}
+    def _tsfile_columns(self, items: list[Prepared]) -> dict[str, list[tuple[str, Any]] | str]:
+        """file_id -> its series (measurement, Spark type: a measurement its devices give
+        two kinds has both) or the reason it cannot be read."""
+        out: dict[str, list[tuple[str, Any]] | str] = {}
 
         def give_up(item: Prepared, reason: str) -> None:
             out[item.file_id] = f"reading metadata failed: {reason}"
@@ -357,14 +368,7 @@ class Ingest:
             except Exception as exc:  # a worker died: isolate the file that killed it
                 retry.failed(group, exc)
                 continue
-            for row in rows:
-                fid = row["file_id"]
-                if row["error"] is not None:
-                    out[fid] = row["error"]
-                elif row["name"] is None:
-                    out[fid] = {TIME_COLUMN: LongType(), DEVICE_COLUMN: StringType()}
-                elif isinstance(out.get(fid), dict):
-                    out[fid][row["name"]] = schemas.from_json(row["type"])  # type: ignore[index]
+            out.update(series_of(rows))
         self.report.quarantined |= retry.blamed
         return out
 
@@ -372,7 +376,6 @@ class Ingest:
 
     def _frame(self, batch: list[Prepared], target: Any) -> Any:
         from pyspark.sql import DataFrame
-        from pyspark.sql.pandas.types import to_arrow_schema
 
         parts = []
         groups: dict[str, list[Prepared]] = {}
@@ -387,7 +390,7 @@ class Ingest:
             if items[0].kind == TSFILE or len(plain) < len(items):
                 # the Arrow path: TsFiles without the Java reader, Parquet files with
                 # deletions (read whole, then the deletions applied per series)
-                arrow = to_arrow_schema(target)
+                arrow = schemas.arrow_schema(target)
                 body = functools.partial(data_batches, schema=arrow)
                 arrowed = items if items[0].kind == TSFILE else [p for p in items if p.deleted]
                 parts.append(self._files_df(arrowed, deletions=True).mapInArrow(body, target))
@@ -415,8 +418,8 @@ class Ingest:
         Without ``ranks``, Parquet files are copied by Arrow on the executors
         (:mod:`.arrow_write`), where it writes the session's codec; the rest by Spark.
         """
-        names = {n for p in batch for n in schemas.measurements(p.columns)}
-        target = schemas.target_schema(self.state.columns, sorted(names))
+        names = {column for p in batch for column in p.mapping.values()}
+        target = schemas.target_schema(self.state.columns, self.state.keys, names)
         # Arrow's copy runs in Python workers, which reach only local files.
         local = self.table.store.local
         compression = arrow_write.codec(self.spark) if ranks is None and local else None
@@ -432,13 +435,12 @@ class Ingest:
     def _arrow_write(
         self, items: list[Prepared], target: Any, staging: str, compression: str
     ) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
         stored = StructType([f for f in target.fields if f.name != KEY_COLUMN])
         body = functools.partial(
             arrow_write.written_batches,
-            schema=to_arrow_schema(stored),
+            schema=schemas.arrow_schema(stored),
             staging=staging,
             compression=compression,
         )
@@ -532,9 +534,7 @@ class Ingest:
         ids = [sorted(m.source.file_id for m in g) for g in groups]
         items = self.prepare([m.source for m in members])
         for item in items:
-            reason = schemas.admit(self.state.columns, item.columns)
-            if reason:
-                self._skip(item.source, reason)
+            if not self.admit(item):
                 return False
         if len(items) != len(members):
             return False

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from sealsync.crashpoints import crash_point
 from sealsync.formats.deletion import SeriesDeletion
+from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import Failure
 from spark_loader.table import Partition
@@ -38,10 +39,12 @@ class Prepared:
 
     source: SourceFile
     file_id: str
-    columns: dict[str, Any]  # name -> Spark DataType, as the file stores it
+    series: list[tuple[str, Any]]  # (measurement, Spark DataType) of each series it holds
     rows: int | None  # the Parquet footer's row count; None for TsFiles
     schema_key: str  # Parquet files with equal keys are read by one scan
     partition: Partition  # where its rows go in the table
+    # set when admitted: (measurement, kind) -> the table column of those values
+    mapping: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     kind: str = ""  # set when linked: PARQUET_GROUP or TSFILE
     key: int | None = None  # set when linked: the file's number in its batch
     link: str | None = None  # where the job reads it: a local path, or a URI
@@ -86,8 +89,12 @@ def parquet_input(
     meta = pq.read_metadata(source.path)
     arrow = meta.schema.to_arrow_schema()
     columns = _spark_columns(arrow)
+    problem = schemas.file_problem(columns)
+    if problem is not None:
+        raise ValueError(problem)
     key = arrow.remove_metadata().to_string()
-    return Prepared(source, source.file_id, columns, meta.num_rows, key, partition, deleted=deleted)
+    series = schemas.measurements(columns)
+    return Prepared(source, source.file_id, series, meta.num_rows, key, partition, deleted=deleted)
 
 
 def link(src: Path, dst: Path) -> None:

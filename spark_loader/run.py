@@ -44,6 +44,7 @@ from sealsync.config import LoaderConfig
 from sealsync.errors import FormatError, LocalIOError, SealsyncError
 from spark_loader import jvm, lastrun, removals, resolve, restored, swap, table_binding
 from spark_loader import schema as schemas
+from spark_loader.columns import keys_of_field
 from spark_loader.discovery import Discovery, SourceFile, discover
 from spark_loader.ingest import Ingest, read_deletions
 from spark_loader.inputs import Prepared
@@ -356,8 +357,8 @@ class _Run:
         A ``--full`` is no other: its commit removes every old file and adds the new."""
         table = self.table
         record_changed |= restored.record_evidence(state, self._listed)
-        if table.changed or table.schema_change(state.columns):
-            plan = table.plan(state.columns, sync=self.options.sync)
+        if table.changed or table.schema_change(state.columns, state.keys):
+            plan = table.plan(state.columns, state.keys, sync=self.options.sync)
             if plan is not None:
                 self.say("committing the run to the Delta table")
                 session = self._session()
@@ -383,7 +384,9 @@ class _Run:
         data files stay in the table. The columns stay those of the table (a Delta
         table's schema only grows).
         """
-        state = IngestState(columns=dict(old.columns))
+        state = IngestState(
+            columns=dict(old.columns), keys={c: list(k) for c, k in old.keys.items()}
+        )
         kept = set(verdict.kept)
         for fid in kept:
             record = old.files.get(fid)
@@ -477,14 +480,9 @@ class _Run:
                     self.progress,
                     run_id,
                     self.options.sync,
+                    self.config.max_new_columns,
                 )
-                admitted = []
-                for item in job.prepare(todo):
-                    reason = schemas.admit(state.columns, item.columns)
-                    if reason:
-                        self.report.skip(str(item.source.path), reason)
-                    else:
-                        admitted.append(item)
+                admitted = [item for item in job.prepare(todo) if job.admit(item)]
                 batches = _batches(
                     admitted,
                     self.options.batch_bytes,
@@ -597,6 +595,7 @@ def _adopt_table_columns(state: IngestState, table: Table) -> None:
             state.columns[field["name"]] = json.dumps(
                 field["type"], separators=(",", ":"), sort_keys=True
             )
+            state.keys[field["name"]] = list(keys_of_field(field))
 
 
 def _batches(

@@ -91,7 +91,10 @@ def sidecar_of(text: str) -> Sidecar | None:
 @dataclass
 class IngestState:
     files: dict[str, FileRecord] = field(default_factory=dict)
-    columns: dict[str, str] = field(default_factory=dict)  # name -> Spark type JSON
+    columns: dict[str, str] = field(default_factory=dict)  # column -> Spark type JSON
+    #: column -> [measurement, kind] it holds (spark_loader/columns.py); a column
+    #: without an entry holds the measurement of its own name.
+    keys: dict[str, list[str]] = field(default_factory=dict)
     rebuilt: str = ""  # why the file on disk was not used, if it was not
 
     def to_json(self) -> str:
@@ -99,6 +102,7 @@ class IngestState:
             "version": STATE_VERSION,
             "files": {fid: asdict(rec) for fid, rec in sorted(self.files.items())},
             "columns": dict(sorted(self.columns.items())),
+            "keys": dict(sorted(self.keys.items())),
         }
         return json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n"
 
@@ -109,7 +113,8 @@ class IngestState:
             raise ValueError(f"unknown state version {doc.get('version')!r}")
         files = {fid: FileRecord(**rec) for fid, rec in doc["files"].items()}
         columns = {str(k): str(v) for k, v in doc["columns"].items()}
-        return cls(files=files, columns=columns)
+        keys = {str(k): [str(v[0]), str(v[1])] for k, v in (doc.get("keys") or {}).items()}
+        return cls(files=files, columns=columns, keys=keys)
 
 
 def state_path(state_dir: Path) -> Path:

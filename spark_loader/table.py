@@ -59,7 +59,7 @@ from spark_loader.delta_format import FORMAT
 from spark_loader.delta_log import DataFile, Snapshot, encode_path
 from spark_loader.delta_log import read_arrow as read_arrow
 from spark_loader.store import LocalStore, Store
-from spark_loader.table_format import Plan, TableFormat
+from spark_loader.table_format import Keys, Plan, TableFormat
 from spark_loader.table_layout import (
     BOUNDS_TAG,
     FILE_ID_COLUMN,
@@ -438,16 +438,16 @@ class Table:
         """The table's columns (empty for a new table)."""
         return self.format.schema_fields(self.snapshot)
 
-    def schema_change(self, columns: dict[str, str]) -> bool:
+    def schema_change(self, columns: dict[str, str], keys: Keys) -> bool:
         """Whether the commit must add columns to the table's schema (or create it)."""
-        metadata = self.format.metadata(self.snapshot, columns)
+        metadata = self.format.metadata(self.snapshot, columns, keys)
         return metadata is not None and (self.changed or bool(self.schema_fields()))
 
-    def plan(self, columns: dict[str, str], sync: bool = True) -> Plan | None:
-        """The run's changes as one commit of the table's format (None: nothing to
-        commit). With ``sync``, the files the run wrote are made durable first."""
+    def plan(self, columns: dict[str, str], keys: Keys, sync: bool = True) -> Plan | None:
+        """The run's changes as one commit (None: none), the table's ``columns`` holding
+        ``keys`` (:mod:`.columns`); with ``sync``, the run's files made durable first."""
         plan = self.format.plan(
-            self.snapshot, self._added.values(), self._removed.values(), columns
+            self.snapshot, self._added.values(), self._removed.values(), columns, keys
         )
         if plan is not None and sync:
             self.sync()

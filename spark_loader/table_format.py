@@ -8,7 +8,7 @@ these methods is another format.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -19,6 +19,8 @@ from spark_loader.store import Store
 
 Plan = tuple[list[dict[str, Any]], dict[str, Any] | None]
 """A commit's actions, and the metadata it sets (None: the schema stays)."""
+Keys = Mapping[str, Sequence[str]]
+"""Column -> the measurement and kind it holds (spark_loader/columns.py)."""
 
 
 class TableFormat(Protocol):
@@ -43,7 +45,9 @@ class TableFormat(Protocol):
 
     def schema_fields(self, snapshot: Snapshot) -> list[dict[str, Any]]: ...
 
-    def metadata(self, snapshot: Snapshot, columns: dict[str, str]) -> dict[str, Any] | None:
+    def metadata(
+        self, snapshot: Snapshot, columns: dict[str, str], keys: Keys
+    ) -> dict[str, Any] | None:
         """The table metadata a commit must set to have ``columns`` (None: unchanged)."""
         ...
 
@@ -53,6 +57,7 @@ class TableFormat(Protocol):
         added: Iterable[DataFile],
         removed: Iterable[DataFile],
         columns: dict[str, str],
+        keys: Keys,
     ) -> Plan | None: ...
 
     def commit(

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ from sealsync.errors import FormatError
 from sealsync.formats import deletion, tsfile_support
 from sealsync.formats import tsfile as tsfile_format
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, one_line
+from spark_loader.columns import arrow_source, kind_of_arrow
 from spark_loader.table_layout import KEY_COLUMN
 
 FILE_ERROR = "sealsync-file-error"
@@ -172,19 +173,42 @@ def schema_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 _SCHEMA_ARROW = pa.schema([(n, pa.string()) for n in ("file_id", "name", "type", "error")])
 
 
+def series_of(rows: Iterable[Any]) -> dict[str, list[tuple[str, Any]] | str]:
+    """The schema pass's rows (of either reader) per file: its series (measurement,
+    Spark type), one per kind a measurement has there, or why it cannot be read."""
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    out: dict[str, list[tuple[str, Any]] | str] = {}
+    for row in rows:
+        fid = row["file_id"]
+        if row["error"] is not None:
+            out[fid] = row["error"]
+        elif row["name"] is None:
+            out[fid] = []
+        else:
+            found = out.get(fid)
+            if isinstance(found, list):
+                found.append((row["name"], _parse_datatype_json_string(row["type"])))
+    return out
+
+
 def _constant(value: object, n: int, typ: pa.DataType) -> pa.Array:
     return pa.array([value], typ).take(pa.array(np.zeros(n, dtype=np.int32)))
 
 
 def conform(table: pa.Table, schema: pa.Schema, row: dict[str, Any]) -> pa.Table:
-    """``to_arrow`` output shaped as one Spark write: every column, in order, typed."""
+    """``to_arrow`` output shaped as one Spark write: every column, in order, typed,
+    each from the measurement of its kind it holds (its metadata: :mod:`.columns`)."""
     n = table.num_rows
     columns = []
     for field in schema:
+        source, kind = arrow_source(field)  # the series a column holds (.columns)
         if field.name == KEY_COLUMN:
             columns.append(_constant(row["key"], n, field.type))
-        elif field.name in table.column_names:
-            columns.append(table.column(field.name).cast(field.type))
+        elif source in table.column_names and (
+            kind is None or kind_of_arrow(table.schema.field(source).type) == kind
+        ):
+            columns.append(table.column(source).cast(field.type))
         else:
             columns.append(pa.nulls(n, field.type))
     return pa.Table.from_arrays(columns, schema=schema)

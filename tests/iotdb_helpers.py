@@ -18,6 +18,7 @@ from typing import Any
 from config_helpers import write_config
 from deploy_helpers import Deployment
 from iotdb_server import IoTDBClient, IoTDBServer, client_python
+from spark_loader_helpers import measurement_columns
 
 from sealsync.permissions import restrict_writes
 from spark_loader import read_arrow
@@ -155,13 +156,14 @@ def rows_of(points: Points) -> Rows:
 
 
 def table_rows(table_path: Path) -> Rows:
-    """The table's measurement columns (``s<N>``) as rows, nulls left out; asserts no
+    """The table's measurements (``s<N>``) as rows, nulls left out, each found by its
+    column's metadata (a measurement of two types has two columns); asserts no
     (device, time) is in it twice."""
     table = read_arrow(table_path)
-    names = [n for n in table.column_names if re.fullmatch(r"s\d+", n)]
+    names = {c: m for c, m in measurement_columns(table_path).items() if re.fullmatch(r"s\d+", m)}
     out: Rows = {}
     for row in table.to_pylist():
         key = (row["device"], row["time"])
         assert key not in out, f"{key} twice in the table"
-        out[key] = {n: row[n] for n in names if row[n] is not None}
+        out[key] = {m: row[c] for c, m in names.items() if row[c] is not None}
     return out

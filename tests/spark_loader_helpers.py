@@ -5,6 +5,7 @@ Not a test module; imported by name (pytest puts this folder on ``sys.path``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -23,6 +24,7 @@ from sealsync.formats.deletion import MIN_TIME
 from sealsync.names import MODS2_SUFFIX, MODS_SUFFIX, SIDECAR_SUFFIXES
 from sealsync.simulator import EdgeInstance
 from spark_loader import delta_log, read_arrow
+from spark_loader.columns import measurements_of
 from spark_loader.table_binding import loader_id
 from spark_loader.table_layout import FILE_ID_COLUMN, SENDER_COLUMN, SOURCE_COLUMN, WriterNames
 
@@ -97,16 +99,40 @@ class Receiver:
 
 def canonical(rows: list[dict[str, Any]]) -> list[tuple]:
     """Rows as sortable tuples: provenance, time, device, the non-null measurements."""
-    out = []
-    for row in rows:
-        values = tuple(sorted((k, v) for k, v in row.items() if k not in _KEYS and v is not None))
-        out.append((row[SENDER_COLUMN], row[SOURCE_COLUMN], row["time"], row["device"], values))
-    return sorted(out, key=repr)
+    return sorted(
+        (_row(row, {k: v for k, v in row.items() if k not in _KEYS}) for row in rows),
+        key=repr,
+    )
+
+
+def _row(where: dict[str, Any], values: dict[str, Any]) -> tuple:
+    """One canonical row: ``where``'s provenance, time and device, then ``values`` (by
+    measurement, which may have a provenance column's name) that are not null."""
+    measured = tuple(sorted((k, v) for k, v in values.items() if v is not None))
+    return (where[SENDER_COLUMN], where[SOURCE_COLUMN], where["time"], where["device"], measured)
+
+
+def measurement_columns(table_path: Path) -> dict[str, str]:
+    """Column -> the measurement it holds, by the table's schema (its field metadata)."""
+    meta = delta_log.read(table_path).metadata or {}
+    return measurements_of(json.loads(meta.get("schemaString") or '{"fields": []}')["fields"])
 
 
 def table_rows(table_path: Path) -> list[tuple]:
+    """The table's rows, each column named by the measurement it holds (its schema's
+    metadata: a measurement of two kinds has two columns, a name Delta refuses an
+    escaped one, a measurement named like a provenance column a qualified one), so that
+    they compare with the source files' rows."""
     table = read_arrow(table_path)
-    return canonical(table.to_pylist())
+    names = measurement_columns(table_path)
+    rows = []
+    for row in table.to_pylist():
+        values: dict[str, Any] = {}
+        for column, measurement in names.items():
+            if row.get(column) is not None or measurement not in values:
+                values[measurement] = row.get(column)
+        rows.append(_row(row, values))
+    return sorted(rows, key=repr)
 
 
 def file_rows(path: Path) -> pa.Table:
@@ -148,10 +174,10 @@ def answer(files: dict[tuple[str, str], list[dict[str, Any]]]) -> list[tuple]:
                     values[name] = (rank, value)
     out = []
     for (sender, device, t), rank in owner.items():
-        row = {name: v for name, (_, v) in best[(sender, device, t)].items()}
-        row.update({"time": t, "device": device, SENDER_COLUMN: sender, SOURCE_COLUMN: rank[-1]})
-        out.append(row)
-    return canonical(out)
+        values = {name: v for name, (_, v) in best[(sender, device, t)].items()}
+        where = {"time": t, "device": device, SENDER_COLUMN: sender, SOURCE_COLUMN: rank[-1]}
+        out.append(_row(where, values))
+    return sorted(out, key=repr)
 
 
 def source_rows(receiver: Receiver, without: Collection[tuple[str, str]] = ()) -> list[tuple]:

@@ -151,12 +151,13 @@ def test_another_writer_s_commit_meanwhile_stays_and_a_conflicting_one_fails_the
     assert table_rows(config.table_path) == source_rows(recv)
 
 
-def test_a_measurement_name_delta_refuses_plainly_maps_the_table_by_name(
+def test_a_measurement_name_delta_refuses_plainly_is_escaped_and_the_protocol_stays(
     tmp_path: Path, spark: Any
 ) -> None:
     """IoTDB allows a space or a comma in a back-quoted measurement name, which a Delta
-    table without column mapping refuses: the commit that brings one maps the table's
-    columns by name (each its own physical name), and every reader reads it."""
+    column name without column mapping may not hold: the column is named with those
+    characters escaped, its metadata names the measurement, and the table's protocol
+    and configuration stay as they were (no column mapping for everyone's readers)."""
     import pyarrow as pa
     from deltalake import DeltaTable
     from spark_loader_helpers import Receiver
@@ -174,6 +175,7 @@ def test_a_measurement_name_delta_refuses_plainly_maps_the_table_by_name(
     recv.place(edge, edge.write_table(plain, "root.a", 0, fmt="parquet"))
     config = recv.config(tmp_path)
     assert _load(config, spark).ok
+    before = delta_log.read(config.table_path)
     odd = pa.table(
         {"time": pa.array([3], pa.int64()), "device": ["root.a.d2"], "s 2,x": pa.array([7.5])}
     )
@@ -182,11 +184,24 @@ def test_a_measurement_name_delta_refuses_plainly_maps_the_table_by_name(
     report = _load(config, spark)
 
     assert report.ok and report.ingested == 1, report.skipped
-    meta = delta_log.read(config.table_path).metadata
-    assert meta is not None and meta["configuration"]["delta.columnMapping.mode"] == "name"
+    after = delta_log.read(config.table_path)
+    assert after.protocol == before.protocol
+    meta = after.metadata
+    assert meta is not None and "delta.columnMapping.mode" not in meta["configuration"]
+    fields = {f["name"]: f for f in json.loads(meta["schemaString"])["fields"]}
+    assert fields["s%202%2Cx"]["metadata"] == {
+        "sealsync.measurement": "s 2,x",
+        "sealsync.kind": "double",
+    }
     rows = table_rows(config.table_path)
     assert rows == source_rows(recv)
     df = spark.read.format("delta").load(str(config.table_path))
-    assert canonical([r.asDict() for r in df.collect()]) == rows
-    assert df.where("`s 2,x` = 7.5").count() == 1
-    assert canonical(DeltaTable(str(config.table_path)).to_pyarrow_table().to_pylist()) == rows
+    assert df.where("`s%202%2Cx` = 7.5").count() == 1
+    assert (
+        DeltaTable(str(config.table_path))
+        .to_pyarrow_table()
+        .column("s%202%2Cx")
+        .to_pylist()
+        .count(7.5)
+        == 1
+    )

@@ -29,7 +29,9 @@ def test_the_shipped_jar_is_built_from_the_shipped_source(tmp_path: Path) -> Non
     jvm.build(rebuilt)
     shipped = _classes(jvm.JAR)
     assert list(shipped) == [
+        "io/sealsync/delta/ConditionalS3LogStore.class",
         "io/sealsync/hadoop/PosixLocalFileSystem.class",
+        "io/sealsync/spark/ExecutorCopy.class",
         "io/sealsync/spark/KeyedParquetFileFormat$Factory.class",
         "io/sealsync/spark/KeyedParquetFileFormat$Writer.class",
         "io/sealsync/spark/KeyedParquetFileFormat.class",

@@ -254,10 +254,20 @@ def _printed_devices(lines: list[str]) -> dict[str, tuple[int, int, int, int, in
 
 
 def _two_versions(tmp_path: Path, spark: Any) -> tuple[LoaderConfig, pa.Table, pa.Table]:
-    """A table of two loads (a file removed by the second): both versions' rows."""
+    """A table of two loads (a file removed by the second): both versions' rows. A
+    sender's TEXT ``s1`` beside the others' INT64 ``s1`` gives that measurement two
+    columns (``s1``, ``s1__string``)."""
     from deltalake import DeltaTable
 
     edge, recv = two_senders(tmp_path)
+    text = pa.table(
+        {
+            "time": pa.array([1, 2, 3], pa.int64()),
+            "device": ["root.t.d9"] * 3,
+            "s1": ["x", None, "z"],
+        }
+    )
+    recv.place(edge, edge.write_table(text, "root.t", 0, fmt="parquet"), SENDER_B)
     config = recv.config(tmp_path)
     assert run_load(config, spark=spark, sync=False).ok
     gone = [rel for (sender, rel) in recv.placed if sender == SENDER_A][0]
@@ -314,7 +324,14 @@ def test_the_example_reads_the_table_with_spark_sql_pyspark_time_travel_and_delt
     # the path from a loader config, an earlier version pinned in every reader
     config_file = loader_config_file(tmp_path / "loader.toml", config)
     done = _run_example(
-        "--config", str(config_file), "--version", "0", "--readers", "sql,deltalake"
+        "--config",
+        str(config_file),
+        "--version",
+        "0",
+        "--readers",
+        "sql,deltalake",
+        "--measurement",
+        "s1",
     )
 
     assert done.returncode == 0, done.stderr[-2000:]
@@ -323,6 +340,71 @@ def test_the_example_reads_the_table_with_spark_sql_pyspark_time_travel_and_delt
     assert _printed_devices(out["Spark"]) == _per_device(old)
     first, _, rows = out["deltalake"][0].rpartition(", ")
     assert first.startswith("version 0, ") and rows == f"{old.num_rows} rows"
+    # a measurement's columns, found by their metadata: one per kind of its values
+    want = _values(DeltaTable(str(table), version=0), {"s1": "long", "s1__string": "string"})
+    assert want["s1__string"][1] == 2 and want["s1"][1] > 0
+    assert _printed_measurement(out["Measurement"]) == want
+
+
+def _values(dt: Any, kinds: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """column -> (kind, its non-null values) of a Delta table's columns."""
+    data = dt.to_pyarrow_table(columns=list(kinds))
+    return {c: (kind, len(data) - data.column(c).null_count) for c, kind in kinds.items()}
+
+
+def _printed_measurement(lines: list[str]) -> dict[str, tuple[str, int]]:
+    assert lines[0].split() == ["column", "kind", "values"]
+    return {c: (kind, int(n)) for c, kind, n in (line.split() for line in lines[1:])}
+
+
+def test_the_example_finds_a_measurement_by_its_columns_metadata(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a JVM: a table whose columns the loader named ``s1``, ``s1__double`` and
+    ``a%20b`` (the schema the loader writes, docs/formats.md), read by ``deltalake``."""
+    from deltalake import write_deltalake
+
+    def field(name: str, typ: pa.DataType, measurement: str, kind: str) -> pa.Field:
+        meta = {"sealsync.measurement": measurement, "sealsync.kind": kind}
+        return pa.field(name, typ, metadata=meta)
+
+    schema = pa.schema(
+        [
+            pa.field("time", pa.int64()),
+            pa.field("device", pa.string()),
+            field("s1", pa.int64(), "s1", "long"),
+            field("s1__double", pa.float64(), "s1", "double"),
+            field("a%20b", pa.int64(), "a b", "long"),
+            pa.field("sender", pa.string()),
+        ]
+    )
+    rows = pa.table(
+        [
+            [1, 2, 3],
+            ["d1", "d2", "d2"],
+            [7, None, None],
+            [None, 0.5, 1.5],
+            [None, None, 4],
+            ["x"] * 3,
+        ],
+        schema=schema,
+    )
+    table = tmp_path / "table"
+    write_deltalake(str(table), rows)
+    module = _example()
+
+    for measurement, want in [
+        ("s1", {"s1": ("long", 1), "s1__double": ("double", 2)}),
+        ("a b", {"a%20b": ("long", 1)}),
+        ("sender", {}),  # a provenance column holds no measurement
+    ]:
+        args = ["--table", str(table), "--readers", "deltalake", "--measurement", measurement]
+        assert module.main(args) == 0
+        out = _sections(capsys.readouterr().out)
+        if want:
+            assert _printed_measurement(out["Measurement"]) == want
+        else:
+            assert out["Measurement"] == ["no column holds it"]
 
 
 def test_the_example_reads_with_deltalake_alone_without_a_jvm(

@@ -19,7 +19,7 @@ from sealsync.formats import tsfile as tsfile_format
 from spark_loader import schema as schemas
 from spark_loader.failure import describe
 from spark_loader.table_layout import KEY_COLUMN
-from spark_loader.tsfile_read import FILES_DDL, java_data, java_schema
+from spark_loader.tsfile_read import FILES_DDL, java_data, java_schema, series_of
 
 Rows = dict[tuple[str, int], dict[str, Any]]
 """(device, time) -> {measurement: value} of the non-null values."""
@@ -64,10 +64,11 @@ def differing_series(got: Rows, want: Rows) -> dict[str, int]:
     return out
 
 
-def _rows(records: list[Any], names: list[str]) -> tuple[Rows, int]:
+def _rows(records: list[Any], measurements: dict[str, str]) -> tuple[Rows, int]:
+    """The rows by measurement (``measurements``: column -> the measurement it holds)."""
     out: Rows = {}
     for r in records:
-        values = {n: plain(r[n]) for n in names if r[n] is not None}
+        values = {m: plain(r[c]) for c, m in measurements.items() if r[c] is not None}
         assert values, f"a row with every measurement null: {r}"
         out[(r["device"], r["time"])] = values
     return out, len(records)
@@ -83,21 +84,14 @@ def loader_read(spark: Any, paths: list[Path], tmp: Path) -> list[tuple[Rows, in
         shutil.copyfile(path, copy)
         files.append((str(copy), f"f{i:03x}", i, None))
     df = spark.createDataFrame(files, FILES_DDL)
-    columns: dict[str, dict[str, Any]] = {}
-    errors: dict[str, str] = {}
-    for row in java_schema(spark, df).collect():
-        if row["error"] is not None:
-            errors[row["file_id"]] = row["error"]
-        elif row["name"] is not None:
-            columns.setdefault(row["file_id"], {})[row["name"]] = schemas.from_json(row["type"])
+    found = series_of(java_schema(spark, df).collect())
     out: list[tuple[Rows, int] | str] = []
     for path, fid, key, _ in files:
-        if fid in errors:
-            out.append(errors[fid])
+        series = found.get(fid, [])
+        if isinstance(series, str):
+            out.append(series)
             continue
-        found = columns.get(fid, {})
-        registry = {n: schemas.to_json(schemas.normalize(t)) for n, t in found.items()}
-        target = schemas.target_schema(registry, sorted(found))
+        target, mapping = schemas.new_table_target(series)
         one = spark.createDataFrame([(path, fid, key, None)], FILES_DDL)
         try:
             records = java_data(spark, one, target).collect()
@@ -105,5 +99,5 @@ def loader_read(spark: Any, paths: list[Path], tmp: Path) -> list[tuple[Rows, in
             out.append(f"data pass failed: {describe(exc).reason}")
             continue
         assert all(r[KEY_COLUMN] == key for r in records)
-        out.append(_rows(records, sorted(found)))
+        out.append(_rows(records, {c: m for (m, _), c in mapping.items()}))
     return out

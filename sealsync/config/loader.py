@@ -14,6 +14,7 @@ from sealsync.config.document import load_file, role_values
 from sealsync.config.location import LocationError, TableLocation, parse_location
 from sealsync.config.schema import (
     MAPPING_SOURCE,
+    Integer,
     PathList,
     PathValue,
     Reader,
@@ -107,6 +108,8 @@ class LoaderConfig:
     #: A folder ``sealsync jars fetch`` filled: Delta's and TsFile's jars come from it,
     #: not from Maven Central (checked when a session starts: ``spark_loader.jars_dir``).
     jars_dir: Path | None = field(default=None, metadata=setting(PathValue()))
+    #: New columns one sender's files may add to the table in one run (spark_loader/columns.py).
+    max_new_columns: int = field(default=1000, metadata=setting(Integer(1, 1_000_000)))
     #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
     metrics_textfile: Path | None = field(
         default=None, metadata=setting(PathValue(check=need_prom_path))

@@ -16,6 +16,7 @@ import org.apache.spark.sql.catalyst.encoders.ExpressionEncoder;
 import org.apache.spark.sql.catalyst.encoders.RowEncoder;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.tsfile.enums.TSDataType;
@@ -34,6 +35,10 @@ import org.apache.tsfile.enums.TSDataType;
  */
 public final class TsFileRows {
   public static final String FILE_ERROR = "sealsync-file-error";
+  /** The metadata of a target column naming the series it holds (spark_loader/columns.py). */
+  static final String MEASUREMENT = "sealsync.measurement";
+
+  static final String KIND = "sealsync.kind";
   public static final StructType SCHEMA_ROWS =
       new StructType()
           .add("file_id", DataTypes.StringType)
@@ -94,37 +99,6 @@ public final class TsFileRows {
       text = e.getClass().getSimpleName() + ": " + text;
     }
     return text.replaceAll("\\s+", " ").trim();
-  }
-
-  /** The Spark type of a measurement some devices of one file may declare differently. */
-  static DataType widest(String name, List<TSDataType> types) {
-    DataType first = null;
-    boolean integral = true;
-    boolean numeric = true;
-    boolean same = true;
-    for (TSDataType t : types) {
-      DataType d = sparkType(t);
-      if (first == null) {
-        first = d;
-      } else if (!first.equals(d)) {
-        same = false;
-      }
-      boolean isInt = d.equals(DataTypes.IntegerType) || d.equals(DataTypes.LongType);
-      boolean isFloat = d.equals(DataTypes.FloatType) || d.equals(DataTypes.DoubleType);
-      integral &= isInt;
-      numeric &= isInt || isFloat;
-    }
-    if (same) {
-      return first;
-    }
-    if (integral) {
-      return DataTypes.LongType;
-    }
-    if (numeric) {
-      return DataTypes.DoubleType;
-    }
-    throw new IllegalArgumentException(
-        "measurement '" + name + "' has incompatible types in one file: " + types);
   }
 
   static DataType sparkType(TSDataType t) {
@@ -191,11 +165,13 @@ public final class TsFileRows {
           rows.add(RowFactory.create(fid, null, null, null));
           for (Map.Entry<String, List<TSDataType>> e : points.measurements().entrySet()) {
             String name = e.getKey();
-            if (name.equals("time") || name.equals("device")) {
-              throw new IllegalArgumentException(
-                  "measurement named '" + name + "' clashes with a reserved column");
+            List<String> kinds = new ArrayList<>();
+            for (TSDataType t : e.getValue()) { // one row per kind: each has its column
+              if (!kinds.contains(TsFilePoints.kind(t))) {
+                kinds.add(TsFilePoints.kind(t));
+                rows.add(RowFactory.create(fid, name, sparkType(t).json(), null));
+              }
             }
-            rows.add(RowFactory.create(fid, name, widest(name, e.getValue()).json(), null));
           }
         } catch (Exception | OutOfMemoryError | StackOverflowError e) {
           rows.clear();
@@ -246,7 +222,12 @@ public final class TsFileRows {
       List<String> names = new ArrayList<>();
       toDouble = new boolean[width];
       for (int i = 2; i < width - 1; i++) {
-        names.add(fields[i].name());
+        Metadata meta = fields[i].metadata();
+        // a column keyed by the series it holds (measurement and kind), else by its name
+        names.add(
+            meta.contains(MEASUREMENT) && meta.contains(KIND)
+                ? meta.getString(MEASUREMENT) + "\u0000" + meta.getString(KIND)
+                : fields[i].name());
         toDouble[i] = fields[i].dataType().equals(DataTypes.DoubleType);
       }
       columns = TsFilePoints.positions(names, 2);

@@ -347,7 +347,11 @@ public final class TsFilePoints implements AutoCloseable {
     int[] at = new int[m];
     int[] slot = new int[m];
     for (int i = 0; i < m; i++) {
-      Integer c = columns.get(series.get(i).name);
+      Series s = series.get(i);
+      Integer c = columns.get(key(s.name, s.type));
+      if (c == null) {
+        c = columns.get(s.name); // a caller that keys by name alone
+      }
       slot[i] = c == null ? -1 : c;
     }
     long rows = 0;
@@ -638,6 +642,36 @@ public final class TsFilePoints implements AutoCloseable {
   /** A DATE value (yyyyMMdd as an int) as a date. */
   static LocalDate dateOf(int yyyymmdd) {
     return LocalDate.of(yyyymmdd / 10000, (yyyymmdd / 100) % 100, yyyymmdd % 100);
+  }
+
+  /**
+   * The key of a series' column: its measurement and the kind of its values, as the loader's
+   * columns are keyed ({@code spark_loader/columns.py}): integers one kind, floating point
+   * another, every other type its own.
+   */
+  public static String key(String measurement, TSDataType type) {
+    return measurement + "\u0000" + kind(type);
+  }
+
+  /** The kind of column a TsFile type's values go to (see {@link #key}). */
+  public static String kind(TSDataType type) {
+    switch (type) {
+      case BOOLEAN:
+        return "boolean";
+      case INT32:
+      case INT64:
+      case TIMESTAMP:
+        return "long";
+      case FLOAT:
+      case DOUBLE:
+        return "double";
+      case BLOB:
+        return "binary";
+      case DATE:
+        return "date";
+      default:
+        return "string";
+    }
   }
 
   /** The columns of {@code names}, in order, as positions from {@code first}. */
