@@ -437,17 +437,28 @@ def _new_pool(
     )
 
 
+KILL_GRACE = 0.5
+"""Seconds an idle worker has to exit on its own when its pool is ended at once."""
+
+
 def _end(pool: ProcessPoolExecutor, kill: bool) -> None:
-    """Shut ``pool`` down without waiting; ``kill``: its workers too, at once."""
-    if kill:
-        # A hung reader never returns; shutdown() alone would leave it running.
-        # ``_processes`` is private but the only handle on the workers.
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
-            try:
-                proc.kill()
-            except Exception:  # already gone
-                pass
+    """Shut ``pool`` down without waiting; ``kill``: its workers too, those idle given
+    :data:`KILL_GRACE` to take the shutdown and exit (a worker killed while it waits
+    for a task dies holding the task queue's lock, and the process's exit then warns
+    of leaked semaphores), the others killed."""
+    # ``_processes`` is private but the only handle on the workers.
+    procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
+    if not kill:
+        return
+    deadline = time.monotonic() + KILL_GRACE
+    for proc in procs:
+        try:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():  # a hung reader never returns: shutdown alone leaves it
+                proc.kill()
+        except Exception:  # already gone
+            pass
 
 
 def run_bounded(
