@@ -53,31 +53,29 @@ COMPACTION_WAIT = 60.0
 HELD = "held aside"
 
 
-@pytest.fixture(scope="module")
-def v2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IoTDBServer, IoTDBServer]]:
-    """A 2.0.1-beta edge that compacts, and a 2.0.1-beta data centre."""
-    home = tmp_path_factory.mktemp("v2")
-    release = RELEASES["2.0.1-beta"]
-    started = [IoTDBServer(release, home / "edge", properties=dict(COMPACTING)).start()]
+def _edge_and_data_centre(
+    home: Path, release: str, edge_properties: dict[str, str] | None = None
+) -> Iterator[tuple[IoTDBServer, IoTDBServer]]:
+    """An edge server and a data-centre server of ``release``, stopped in reverse."""
+    edge = IoTDBServer(RELEASES[release], home / "edge", properties=dict(edge_properties or {}))
+    started = [edge.start()]
     try:
-        started.append(IoTDBServer(release, home / "dc").start())
+        started.append(IoTDBServer(RELEASES[release], home / "dc").start())
         yield started[0], started[1]
     finally:
         for server in reversed(started):
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def v2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IoTDBServer, IoTDBServer]]:
+    """A 2.0.1-beta edge that compacts, and a 2.0.1-beta data centre."""
+    yield from _edge_and_data_centre(tmp_path_factory.mktemp("v2"), "2.0.1-beta", dict(COMPACTING))
 
 
 @pytest.fixture(scope="module")
 def v012(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IoTDBServer, IoTDBServer]]:
-    home = tmp_path_factory.mktemp("v012")
-    release = RELEASES["0.12.0"]
-    started = [IoTDBServer(release, home / "edge").start()]
-    try:
-        started.append(IoTDBServer(release, home / "dc").start())
-        yield started[0], started[1]
-    finally:
-        for server in reversed(started):
-            server.stop()
+    yield from _edge_and_data_centre(tmp_path_factory.mktemp("v012"), "0.12.0")
 
 
 def _answer(server: IoTDBServer, path: str) -> dict[tuple[str, int], dict[str, Any]]:
