@@ -219,6 +219,13 @@ class Packetizer(_Packetizer):
         self._set("sent_bytes", self._get("sent_bytes") + size)
         self._set("sent_packets", self._get("sent_packets") + 1)
 
+    def _rekey_now(self) -> None:
+        """Start a key exchange, as paramiko's packetizer does once either direction
+        reaches its limit: the overflow counters count from here."""
+        self._set("received_bytes_overflow", 0)
+        self._set("received_packets_overflow", 0)
+        self._paramiko._trigger_rekey()
+
     def _rekey_if_due_out(self) -> None:
         if self._get("need_rekey"):
             return
@@ -226,9 +233,7 @@ class Packetizer(_Packetizer):
             self._get("sent_packets") >= self.REKEY_PACKETS
             or self._get("sent_bytes") >= self.REKEY_BYTES
         ):
-            self._set("received_bytes_overflow", 0)
-            self._set("received_packets_overflow", 0)
-            self._paramiko._trigger_rekey()
+            self._rekey_now()
 
     # ---------------------------------------------------------------- receiving
 
@@ -340,9 +345,7 @@ class Packetizer(_Packetizer):
             self._get("received_packets") >= self.REKEY_PACKETS
             or self._get("received_bytes") >= self.REKEY_BYTES
         ):
-            self._set("received_bytes_overflow", 0)
-            self._set("received_packets_overflow", 0)
-            self._paramiko._trigger_rekey()
+            self._rekey_now()
         return seq
 
 
