@@ -52,7 +52,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -505,12 +505,30 @@ def run_bounded(
     return out
 
 
+REAP_WAIT = 1.0
+"""Seconds to wait for a pool's dead worker to become a reapable zombie: the pool
+learns of a death when the worker's pipes close, which the kernel does a moment
+before the exit status can be collected, and without the status the file whose check
+the kernel ended would be checked a second time."""
+
+
+def _reap(procs: Iterable[multiprocessing.process.BaseProcess]) -> None:
+    """Wait up to :data:`REAP_WAIT` for each of ``procs`` that has no exit status yet
+    (a live one costs the wait; this runs only after a worker died)."""
+    deadline = time.monotonic() + REAP_WAIT
+    for proc in procs:
+        while proc.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
 def _ended_past_budget(pool: ProcessPoolExecutor, marks: str) -> set[str]:
     """The files ``pool``'s workers were checking when the kernel ended them past their
     CPU budget (SIGPROF): those are refused without a second check."""
     found: set[str] = set()
     # ``_processes`` is private but the only handle on the workers (see _discard).
-    for pid, proc in list((getattr(pool, "_processes", None) or {}).items()):
+    procs = list((getattr(pool, "_processes", None) or {}).items())
+    _reap(proc for _pid, proc in procs)
+    for pid, proc in procs:
         if proc.exitcode != -signal.SIGPROF or not marks:
             continue
         try:
