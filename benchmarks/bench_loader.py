@@ -29,13 +29,25 @@ loader on TsFiles/loader on Parquet (target >= 0.5), with ``--v3`` loader on v3
 TsFiles/loader on Parquet (and on tree TsFiles). Only Parquet rows count for the
 plain copy; with ``--tsfiles`` the loader's rate is reported for its whole input.
 
+With ``--store hdfs`` or ``--store s3`` the table (and the plain copy's output) is on a
+real HDFS (Hadoop's MiniDFSCluster) or S3 server (s3proxy), started here from the
+tests' launchers (``tests/lake_servers.py``: jars from Maven Central, cached): the
+loader copies the received files to the store and loads them there, the plain copy
+reads them here and writes its Parquet folder there. Neither fsyncs (a store's file
+is durable once closed), so ``plain+fsync`` and the plain Parquet loader are left out.
+The machine's load average is printed at the start and the end: a busy machine's
+figures are only comparable within one run.
+
     .venv/bin/python benchmarks/bench_loader.py [--rows 10000000] [--files 200]
     .venv/bin/python benchmarks/bench_loader.py --rows 2000000 --files 20 --tree --v3
+    .venv/bin/python benchmarks/bench_loader.py --store s3 --rows 2000000 --files 20
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -43,6 +55,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -60,13 +73,16 @@ from spark_loader.spark_session import create_session  # noqa: E402
 
 SENDERS = [str(uuid.UUID(int=i + 1)) for i in range(4)]
 PLAIN_COPY = """
-import shutil, sys, time
+import json, shutil, sys, time
 from pathlib import Path
 from pyspark.sql import SparkSession
 from bench_loader import fsync_tree
-master, memory, listing = sys.argv[1:4]
+master, memory, listing, conf = sys.argv[1:5]
 paths = Path(listing).read_text().splitlines()
-spark = SparkSession.builder.master(master).config("spark.driver.memory", memory).getOrCreate()
+builder = SparkSession.builder.master(master).config("spark.driver.memory", memory)
+for key, value in json.loads(conf).items():  # a store's endpoint and connector
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
 print("ready", flush=True)
 for line in sys.stdin:
     out, durable = line.rstrip("\\n").split("\\t")
@@ -75,7 +91,12 @@ for line in sys.stdin:
     if durable == "1":
         fsync_tree(Path(out))
     took = time.monotonic() - t
-    shutil.rmtree(out, ignore_errors=True)
+    if "://" in out:
+        jvm = spark.sparkContext._jvm
+        where = jvm.org.apache.hadoop.fs.Path(out)
+        where.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(where, True)
+    else:
+        shutil.rmtree(out, ignore_errors=True)
     print(took, flush=True)
 spark.stop()
 """
@@ -86,14 +107,16 @@ class PlainSpark:
     text): the baseline as a user's own PySpark job runs it, not inside the loader's
     session with its settings, jars and extensions."""
 
-    def __init__(self, paths: list[str], work: Path, master: str, memory: str) -> None:
+    def __init__(
+        self, paths: list[str], work: Path, master: str, memory: str, conf: dict[str, str]
+    ) -> None:
         import subprocess
 
         listing = work / "plain-inputs.txt"
         listing.write_text("\n".join(paths))
         self.log = open(work / "plain-spark.log", "wb")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", PLAIN_COPY, master, memory, str(listing)],
+            [sys.executable, "-c", PLAIN_COPY, master, memory, str(listing), json.dumps(conf)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -110,7 +133,7 @@ class PlainSpark:
             raise SystemExit(f"the plain Spark copy failed (see {self.log.name})")
         return line.strip()
 
-    def copy(self, out: Path, durable: bool) -> float:
+    def copy(self, out: str, durable: bool) -> float:
         """Seconds of one copy into ``out`` (then removed), with ``durable`` fsynced."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(f"{out}\t{int(durable)}\n")
@@ -218,6 +241,62 @@ def generate_v3(v3_dir: Path, rows: int, files: int, scratch: Path) -> int:
     return per_file * files
 
 
+@contextlib.contextmanager
+def lake_store(store: str, work: Path) -> Iterator[tuple[str | None, dict[str, str]]]:
+    """The store's server started for the run (none for ``local``): the folder URI the
+    tables go under, and the Spark settings a session needs to reach it."""
+    if store == "local":
+        yield None, {}
+        return
+    from lake_servers import Hdfs, S3Server
+
+    if store == "hdfs":
+        with Hdfs(work / "hdfs").running() as hdfs:
+            print(
+                f"HDFS {hdfs.uri} (Hadoop MiniDFSCluster, one DataNode), {hdfs.start_seconds:.0f}s"
+            )
+            yield f"{hdfs.uri}/bench", hdfs.spark_conf()
+    else:
+        with S3Server(work / "s3").running() as s3:
+            print(f"S3 {s3.endpoint} (s3proxy, filesystem backend), {s3.start_seconds:.0f}s")
+            yield "s3a://lake/bench", s3.spark_conf()
+
+
+def remove_table(spark: object, where: str) -> None:
+    """Remove a table (a local folder, or a folder on the store through the session)."""
+    if "://" not in where:
+        shutil.rmtree(where, ignore_errors=True)
+        return
+    from spark_loader.store import HadoopStore
+
+    HadoopStore(spark, where).delete(where, recursive=True)
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f}, {five:.1f}, {fifteen:.1f} on {os.cpu_count()} cores"
+
+
+class Phases:
+    """The loader's progress lines with their times: where the last run went."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, str]] = []
+
+    def __call__(self, text: str) -> None:
+        if ": stage " not in text:  # Spark's stage counts say nothing of the phase
+            self.marks.append((time.monotonic(), text))
+
+    def start(self) -> None:
+        self.marks = [(time.monotonic(), "start")]
+
+    def report(self, end: float) -> list[str]:
+        marks = [*self.marks, (end, "end")]
+        return [
+            f"  {b - a:6.2f}s  {text}" for (a, text), (b, _) in zip(marks, marks[1:], strict=False)
+        ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -237,12 +316,29 @@ def main() -> int:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--store",
+        choices=("local", "hdfs", "s3"),
+        default="local",
+        help="where the table and the plain copy's output are (a server started here)",
+    )
     args = parser.parse_args()
     if args.tree and args.tsfiles:
         parser.error("--tree compares TsFiles with the same rows as Parquet: use --tsfiles 0")
-
     work = args.workdir or Path(tempfile.mkdtemp(prefix="sealsync-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    try:
+        with lake_store(args.store, work) as (root, conf):
+            return run(args, work, root, conf)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path, root: str | None, conf: dict[str, str]) -> int:
+    """The benchmark, tables under ``root`` (a store's folder URI; None: ``work``)."""
+    print(f"machine: {load_average()} (a shared machine: figures compare within a run)")
+
     data_dir = work / "receiver"
     tree_dir = work / "receiver-tree" if args.tree else None
     v3_dir = work / "receiver-v3" if args.v3 else None
@@ -267,32 +363,39 @@ def main() -> int:
         print(f"{v3_rows} rows as {len(files)} format 3 TsFiles (IoTDB 1.3), {v3_mb:.0f} MB")
 
     spark = create_session(
-        args.master, work / "logs", conf={"spark.driver.memory": args.driver_memory}
+        args.master, work / "logs", conf={"spark.driver.memory": args.driver_memory, **conf}
     )
-    plain_spark = PlainSpark([str(p) for p in files], work, args.master, args.driver_memory)
+    plain_spark = PlainSpark([str(p) for p in files], work, args.master, args.driver_memory, conf)
+    base = root or str(work)
+    phases = Phases()
 
     def plain(i: int) -> float:
-        return plain_spark.copy(work / f"plain-{i}", durable=False)
+        return plain_spark.copy(f"{base}/plain-{i}", durable=False)
 
     def plain_durable(i: int) -> float:
-        return plain_spark.copy(work / f"plain-fsync-{i}", durable=True)
+        return plain_spark.copy(f"{base}/plain-fsync-{i}", durable=True)
 
     def loader(i: int, source: Path = data_dir) -> tuple[float, int]:
-        config = LoaderConfig([source], work / f"table-{i}", work / f"state-{i}")
+        config = LoaderConfig([source], f"{base}/table-{i}", work / f"state-{i}")
+        phases.start()
         t = time.monotonic()
-        report = run_load(config, spark=spark)
+        report = run_load(config, spark=spark, progress=phases)
         took = time.monotonic() - t
-        shutil.rmtree(config.table_path, ignore_errors=True)
+        remove_table(spark, f"{base}/table-{i}")
         shutil.rmtree(config.state_dir, ignore_errors=True)
         if not report.ok:
             raise SystemExit(f"loader run failed: {report.to_dict()}")
+        phases.report(t + took)
         return took, report.rows_written
 
-    # Warm-up: one unmeasured run of each, so all measure a JIT-compiled JVM.
-    variants = ["plain", "plain+fsync", "loader"] + (["tree"] if tree_dir is not None else [])
+    # Warm-up: one unmeasured run of each, so all measure a JIT-compiled JVM. A store
+    # makes files durable as it closes them: no fsync variant, no plain Parquet loader.
+    variants = ["plain"] + (["plain+fsync"] if root is None else []) + ["loader"]
+    variants += ["tree"] if tree_dir is not None else []
     variants += ["v3"] if v3_dir is not None else []
     plain(-1)
-    plain_durable(-1)
+    if root is None:
+        plain_durable(-1)
     loader(-1)
     if tree_dir is not None:
         loader(-1, tree_dir)
@@ -323,30 +426,39 @@ def main() -> int:
                 v3_times.append(took)
         line = (
             f"run {i + 1}: plain {plain_times[-1]:.2f}s, loader {loader_times[-1]:.2f}s "
-            f"({loader_rows} rows), plain+fsync {durable_times[-1]:.2f}s"
+            f"({loader_rows} rows)"
         )
+        if durable_times:
+            line += f", plain+fsync {durable_times[-1]:.2f}s"
         if tree_times:
             line += f", loader on TsFiles {tree_times[-1]:.2f}s ({tree_rows} rows)"
         if v3_times:
             line += f", loader on v3 TsFiles {v3_times[-1]:.2f}s ({v3_loaded} rows)"
         print(line)
 
+    last_loader = phases.report(phases.marks[-1][0]) if phases.marks else []
     spark.stop()
     plain_spark.close()
     plain_rate = parquet_rows / statistics.median(plain_times)
-    durable_rate = parquet_rows / statistics.median(durable_times)
     loader_rate = loader_rows / statistics.median(loader_times)
-    print(f"plain Spark copy: {plain_rate:,.0f} rows/s (median of {args.repeat})")
-    print(f"plain Spark copy + fsync: {durable_rate:,.0f} rows/s (median of {args.repeat})")
-    print(f"sealsync loader:  {loader_rate:,.0f} rows/s (median of {args.repeat})")
+    where = "" if root is None else f" into {root}"
+    print(f"plain Spark copy{where}: {plain_rate:,.0f} rows/s (median of {args.repeat})")
+    if durable_times:
+        durable_rate = parquet_rows / statistics.median(durable_times)
+        print(f"plain Spark copy + fsync: {durable_rate:,.0f} rows/s (median of {args.repeat})")
+    print(f"sealsync loader{where}:  {loader_rate:,.0f} rows/s (median of {args.repeat})")
     print(
         f"ratio loader/plain: {loader_rate / plain_rate:.2f} "
         f"({spread(plain_times, loader_times, loader_rows / parquet_rows)}, target >= 1.00)"
     )
-    print(
-        f"ratio loader/plain+fsync: {loader_rate / durable_rate:.2f} "
-        f"({spread(durable_times, loader_times, loader_rows / parquet_rows)}, equal durability)"
-    )
+    if durable_times:
+        print(
+            f"ratio loader/plain+fsync: {loader_rate / durable_rate:.2f} "
+            f"({spread(durable_times, loader_times, loader_rows / parquet_rows)}, "
+            "equal durability)"
+        )
+    print("where the last loader run went (the time from each of its steps to the next):")
+    print("\n".join(last_loader))
     if tree_times:
         if tree_rows != loader_rows:
             raise SystemExit(
@@ -364,8 +476,7 @@ def main() -> int:
         if tree_times:
             ratio = v3_rate / (tree_rows / statistics.median(tree_times))
             print(f"ratio loader v3 TsFile/tree TsFile: {ratio:.2f} (target >= 0.50)")
-    if args.workdir is None:
-        shutil.rmtree(work, ignore_errors=True)
+    print(f"machine: {load_average()}")
     return 0
 
 

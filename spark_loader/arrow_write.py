@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +96,49 @@ def written_batches(
         )
 
 
+def copy_here(
+    files: list[tuple[str, int, list[deletion.SeriesDeletion], str]],
+    schema: pa.Schema,
+    staging: str,
+    compression: str,
+    threads: int = 4,
+) -> list[tuple[int, str, int]]:
+    """The same copy run in this process, for a table on another file system: the
+    received files are here and the executors cannot see them, so they are written
+    here (``files``: path, key, deletions, file id) and the caller uploads what this
+    returns (key, path, rows), each byte crossing to the store once, already in the
+    table's shape. Arrow's reader and writer release the GIL: files are copied side by
+    side. A file that fails raises as on an executor (:data:`FILE_ERROR`, its id)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    dictionary = _dictionary_columns(schema)
+
+    def one(item: tuple[str, int, list[deletion.SeriesDeletion], str]) -> Any:
+        source, key, deleted, file_id = item
+        try:
+            row = {"path": source, "key": key}
+            return _write_one(row, schema, staging, compression, dictionary, deleted)
+        except Exception as exc:
+            raise RuntimeError(f"{FILE_ERROR}[{file_id}]: {one_line(exc)}") from None
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        return [w for w in pool.map(one, files) if w is not None]
+
+
 def _write_one(
-    row: dict[str, Any], schema: pa.Schema, staging: str, compression: str, dictionary: list[str]
+    row: dict[str, Any],
+    schema: pa.Schema,
+    staging: str,
+    compression: str,
+    dictionary: list[str],
+    deleted: Sequence[deletion.Deletion] | None = None,
 ) -> tuple[int, str, int] | None:
     source = row["path"]
-    if row["deletions"]:
+    if deleted is None and row["deletions"]:
+        deleted = deletions_of(row["deletions"])
+    if deleted:
         table = pq.read_table(source)
-        table = deletion.apply(table, deletions_of(row["deletions"]), os.path.getsize(source))
+        table = deletion.apply(table, deleted, os.path.getsize(source))
         parts: Iterable[pa.Table] = [conform(table, schema, row)]
     else:
         parquet = pq.ParquetFile(source)

@@ -53,9 +53,12 @@ in halves, until each bad file is alone; only it is reported and skipped
 from __future__ import annotations
 
 import functools
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from sealsync.errors import FormatError
 from sealsync.formats import deletion, mods, mods2
@@ -119,6 +122,25 @@ def read_deletions(source: SourceFile) -> list[SeriesDeletion] | None:
         found.extend(got)
     deletion.refuse_table_deletions(found)
     return [d for d in found if isinstance(d, SeriesDeletion)]
+
+
+def file_deletions(source: SourceFile) -> tuple[list[SeriesDeletion] | None, str | None]:
+    """The file's ``.mods``/``.mods2`` deletions; else None and why the file is skipped
+    (None: a deletion file replaced since discovery, left to the next run, which gives
+    the file a new id). Read once per run, on the driver (they are small)."""
+    try:
+        return read_deletions(source), None
+    except FormatError as exc:  # its text names the file kind and the line or byte
+        return None, str(exc)
+    except OSError as exc:
+        return None, f"cannot read its deletions: {exc.strerror or exc}"
+
+
+def _stored(target: Any) -> pa.Schema:
+    """The table's columns as a data file stores them (no key), in Arrow's types."""
+    from pyspark.sql.types import StructType
+
+    return schemas.arrow_schema(StructType([f for f in target.fields if f.name != KEY_COLUMN]))
 
 
 def _quoted(name: str) -> str:
@@ -243,26 +265,6 @@ class Ingest:
 
     # ------------------------------------------------------------------ prepare
 
-    def _deletions(self, source: SourceFile) -> list[SeriesDeletion] | None:
-        """The file's ``.mods``/``.mods2`` deletions; None if it is skipped.
-
-        Read once per run, here on the driver (they are small). The versions read must
-        be the ones the file's id names: one replaced since discovery is left to the
-        next run, which gives the file a new id.
-        """
-        try:
-            got = read_deletions(source)
-        except FormatError as exc:  # its text names the file kind and the line or byte
-            self._skip(source, str(exc))
-            return None
-        except OSError as exc:
-            self._skip(source, f"cannot read its deletions: {exc.strerror or exc}")
-            return None
-        if got is None:
-            self.report.changed += 1
-            return None
-        return got
-
     def prepare(self, files: list[SourceFile]) -> list[Prepared]:
         """Read every file's columns (Parquet footers here, TsFile metadata on
         executors) and its ``.mods``/``.mods2`` deletions."""
@@ -274,8 +276,12 @@ class Ingest:
             except ValueError as exc:  # a name no partition folder can hold
                 self._skip(source, str(exc))
                 continue
-            deleted = self._deletions(source)
+            deleted, why = file_deletions(source)
             if deleted is None:
+                if why is None:
+                    self.report.changed += 1  # replaced since discovery: the next run
+                else:
+                    self._skip(source, why)
                 continue
             if source.suffix != PARQUET:
                 tsfiles.append(
@@ -314,12 +320,18 @@ class Ingest:
         self.report.changed += changed
         return staged
 
-    def _link_batch(self, batch: list[Prepared], number: int) -> list[Prepared]:
+    def _link_batch(
+        self, batch: list[Prepared], number: int, spark: bool = False
+    ) -> list[Prepared]:
         """The batch's inputs, where the job reads them (:func:`.inputs.stage_inputs`); a
-        file that cannot be staged is skipped, one replaced since discovery waits."""
+        file that cannot be staged is skipped, one replaced since discovery waits.
+        ``spark``: Spark's job reads the Parquet files too (else the loader's copy)."""
         root = self.local_links / f"b{number}"
+        parquet = spark or not self._copies_here()
+        if not self.table.store.local and parquet:
+            self._say("copying the batch's files to the table's store")
         linked, failed, changed = stage_inputs(
-            batch, root, self.local_links, self.links, self.table.store
+            batch, root, self.local_links, self.links, self.table.store, parquet
         )
         for item, reason in failed:
             self._skip(item.source, reason)
@@ -420,27 +432,27 @@ class Ingest:
         """
         names = {column for p in batch for column in p.mapping.values()}
         target = schemas.target_schema(self.state.columns, self.state.keys, names)
-        # Arrow's copy runs in Python workers, which reach only local files.
         local = self.table.store.local
-        compression = arrow_write.codec(self.spark) if ranks is None and local else None
+        compression = arrow_write.codec(self.spark) if ranks is None else None
         arrowed = [p for p in batch if p.kind == PARQUET_GROUP] if compression else []
         rest = [p for p in batch if p.kind != PARQUET_GROUP] if arrowed else batch
         if rest:  # first: Spark's write makes the staging folder, which must not exist
             frame = self._frame(rest, target)
-            spark_write(self.spark, frame, target, staging, ranks, self.table.store.local)
-        if arrowed:
+            spark_write(self.spark, frame, target, staging, ranks, local)
+        if arrowed and not local:  # the files are here, the table and executors are not
+            assert compression is not None
+            files = [(str(p.link), p.key or 0, p.deleted, p.file_id) for p in arrowed]
+            arrow_write.copy_here(files, _stored(target), self._here(staging), compression)
+        elif arrowed:
             assert compression is not None
             self._arrow_write(arrowed, target, staging, compression)
 
     def _arrow_write(
         self, items: list[Prepared], target: Any, staging: str, compression: str
     ) -> None:
-        from pyspark.sql.types import StructType
-
-        stored = StructType([f for f in target.fields if f.name != KEY_COLUMN])
         body = functools.partial(
             arrow_write.written_batches,
-            schema=schemas.arrow_schema(stored),
+            schema=_stored(target),
             staging=staging,
             compression=compression,
         )
@@ -458,8 +470,11 @@ class Ingest:
         store = self.table.store
         for item in batch:
             src, partition = item.source, item.partition
-            output = store.join(staging, f"{KEY_COLUMN}={item.key}")
-            made = store.is_dir(output)
+            copied = item.kind == PARQUET_GROUP and self._copies_here()
+            output = store.join(
+                self._here(staging) if copied else staging, f"{KEY_COLUMN}={item.key}"
+            )
+            made = self.table.is_folder(output)
             rows = self.table.staged_rows(output) if made else 0
             # Parquet: the footer's row count must be what was written. With deletions
             # the table holds fewer, and how many fewer only the file's time and device
@@ -505,13 +520,24 @@ class Ingest:
                     self._write(group, staging)
             except Exception as exc:
                 self.table.remove_run_folder(staging)
+                shutil.rmtree(self._here(staging), ignore_errors=True)
                 retry.failed(group, exc)
                 continue
             try:
                 self._record(group, staging)
             finally:
                 self.table.remove_run_folder(staging)
+                shutil.rmtree(self._here(staging), ignore_errors=True)
         self.report.quarantined |= retry.blamed
+
+    def _copies_here(self) -> bool:
+        """Whether the loader copies the Parquet files into a remote table itself
+        (:func:`.arrow_write.copy_here`): Arrow writes the session's codec."""
+        return not self.table.store.local and arrow_write.codec(self.spark) is not None
+
+    def _here(self, staging: str) -> str:
+        """The local folder of a job's copies made here (a table on another store)."""
+        return str(self.local_links / "out" / staging.rstrip("/").rpartition("/")[2])
 
     def _clear_partitions(self, group: list[Prepared]) -> None:
         """Take out of the run's view any files these files' partitions have (a job of
@@ -538,7 +564,7 @@ class Ingest:
                 return False
         if len(items) != len(members):
             return False
-        linked = self._link_batch(items, number)
+        linked = self._link_batch(items, number, spark=True)
         if len(linked) != len(members):
             return False
         order = sorted(linked, key=lambda p: resolve.priority(p.source.name))

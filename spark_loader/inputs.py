@@ -19,7 +19,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from sealsync.crashpoints import crash_point
 from sealsync.formats.deletion import SeriesDeletion
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
@@ -159,13 +158,20 @@ def culprit(failure: Failure, group: list[Prepared]) -> Prepared | None:
 
 
 def stage_inputs(
-    batch: list[Prepared], root: Path, local_root: Path, remote_root: str, store: Any
+    batch: list[Prepared],
+    root: Path,
+    local_root: Path,
+    remote_root: str,
+    store: Any,
+    parquet: bool = True,
 ) -> tuple[list[Prepared], list[tuple[Prepared, str]], int]:
     """:func:`link_batch` under ``root`` (below ``local_root``); for a table on another
-    file system, each linked file then copied to ``remote_root`` (:func:`upload_batch`)."""
+    file system, each linked file then copied to ``remote_root`` (:func:`upload_batch`),
+    the Parquet files only with ``parquet`` (else the loader copies them into the table
+    itself, :func:`.arrow_write.copy_here`)."""
     linked, failed, changed = link_batch(batch, root)
     if not store.local:
-        lost = upload_batch(linked, local_root, remote_root, store)
+        lost = upload_batch(linked, local_root, remote_root, store, parquet)
         gone = {id(item) for item, _ in lost}
         linked = [item for item in linked if id(item) not in gone]
         failed += lost
@@ -197,33 +203,43 @@ def stage_tsfiles(
 
 
 def upload_batch(
-    linked: list[Prepared], local_root: Path, remote_root: str, store: Any
+    linked: list[Prepared], local_root: Path, remote_root: str, store: Any, parquet: bool = True
 ) -> list[tuple[Prepared, str]]:
-    """Copy the linked files of a batch to the table's store, each at the place its
-    link has below ``local_root`` (executors that share no folder with this machine
-    read them there); the items then name their remote copy. A Parquet file with
-    deletions is copied with its deletions applied (the executors' Parquet path is
-    Spark's, which cannot apply them). The ones that could not be copied, with why."""
+    """Copy the linked files of a batch to the table's store (the Parquet files only
+    with ``parquet``), each at the place its link has below ``local_root`` (executors
+    that share no folder with this machine read them there), several at once; the
+    items then name their remote copy. A Parquet file with deletions is copied with its
+    deletions applied (the executors' Parquet path is Spark's, which cannot apply
+    them). The ones that could not be copied, with why."""
     failed = []
+    pairs: list[tuple[Path, str]] = []
+    sent: list[Prepared] = []
     for item in linked:
         assert item.link is not None and item.folder is not None
-        if item.on_store:
+        if item.on_store or (item.kind == PARQUET_GROUP and not parquet):
             continue
         local = Path(item.link)
-        rel = local.relative_to(local_root).as_posix()
-        remote = store.join(remote_root, rel)
         try:
             if item.kind == PARQUET_GROUP and item.deleted:
                 local, item.rows = _without_deletions(item, local)
                 item.deleted = []
-            store.upload(local, remote)
-            crash_point("loader.upload.file")
         except OSError as exc:
             failed.append((item, f"cannot copy it to the table's store: {exc.strerror or exc}"))
             continue
+        pairs.append((local, store.join(remote_root, _below(local_root, item.link))))
+        sent.append(item)
+    for item, (_, remote), error in zip(sent, pairs, store.upload_many(pairs), strict=True):
+        if error is not None:
+            failed.append((item, f"cannot copy it to the table's store: {error}"))
+            continue
+        assert item.folder is not None
         item.link, item.on_store = remote, True
-        item.folder = store.join(remote_root, Path(item.folder).relative_to(local_root).as_posix())
+        item.folder = store.join(remote_root, _below(local_root, item.folder))
     return failed
+
+
+def _below(root: Path, path: str) -> str:
+    return Path(path).relative_to(root).as_posix()
 
 
 def _without_deletions(item: Prepared, local: Path) -> tuple[Path, int]:

@@ -28,11 +28,15 @@ from typing import Any, NamedTuple
 import pyarrow.parquet as pq
 
 from sealsync import durable
+from sealsync.crashpoints import crash_point
 
 #: Schemes of object stores: a file appears whole when its writer closes it (an
 #: atomic PUT), and a rename is a copy.
 OBJECT_STORES = ("s3a", "gs", "abfs", "abfss", "wasb", "wasbs", "oss", "cosn", "obs")
 _FOOTER_GUESS = 64 * 1024
+#: Files copied to a remote store at once (:meth:`HadoopStore.upload_many`).
+UPLOADS = 8
+_COPY_BUFFER = 1 << 20
 
 
 class Entry(NamedTuple):
@@ -96,9 +100,22 @@ class Store(ABC):
     def upload(self, local: Path, path: str) -> None:
         """Copy a local file to ``path`` (the bytes cross to the store once)."""
 
-    def sync(self, files: list[str], folders: list[str]) -> None:  # noqa: B027 - optional
-        """Make written files durable before a commit names them (a local disk's fsync;
-        a distributed store's files are durable once closed)."""
+    def upload_many(self, pairs: list[tuple[Path, str]]) -> list[str | None]:
+        """:meth:`upload` of each (local file, path); for each, None or why it failed."""
+        out: list[str | None] = []
+        for local, path in pairs:
+            try:
+                self.upload(local, path)
+                out.append(None)
+                crash_point("loader.upload.file")
+            except OSError as exc:
+                out.append(str(exc.strerror or exc))
+        return out
+
+    def sync(self, files: list[str], root: str) -> None:  # noqa: B027 - optional
+        """Make written files durable before a commit names them, with the folders
+        holding them up to the table's ``root`` (a local disk's fsync; a distributed
+        store's files are durable once closed)."""
 
     def footer(self, path: str) -> Any:
         """A Parquet file's footer (``pyarrow.parquet.FileMetaData``), its data unread."""
@@ -189,8 +206,13 @@ class LocalStore(Store):
     def upload(self, local: Path, path: str) -> None:
         shutil.copyfile(local, path)
 
-    def sync(self, files: list[str], folders: list[str]) -> None:
+    def sync(self, files: list[str], root: str) -> None:
         from concurrent.futures import ThreadPoolExecutor
+
+        folders = {root}  # a partition's three levels, and the table's
+        for path in files:
+            parent = Path(path).parent
+            folders |= {str(parent), str(parent.parent), str(parent.parent.parent)}
 
         with ThreadPoolExecutor(8) as pool:  # the disk gets them together
             list(pool.map(durable.fsync_file, files))
@@ -281,18 +303,41 @@ class HadoopStore(Store):
             raise StoreError(f"cannot move {src} to {dst}")
 
     def mkdirs(self, path: str) -> None:
+        if self.scheme in OBJECT_STORES:
+            return  # no folders: a file's name makes its prefix (S3A's marker costs requests)
         self._call("cannot create", path, self._fs.mkdirs, self._path(path))
 
+    def upload_many(self, pairs: list[tuple[Path, str]]) -> list[str | None]:
+        """Several files at once: a store answers each request after a round trip (a
+        PUT, a NameNode call), which files sent side by side share."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(pair: tuple[Path, str]) -> str | None:
+            try:
+                self.upload(*pair)
+            except OSError as exc:
+                return str(exc.strerror or exc)
+            crash_point("loader.upload.file")
+            return None
+
+        with ThreadPoolExecutor(UPLOADS) as pool:
+            return list(pool.map(one, pairs))
+
     def upload(self, local: Path, path: str) -> None:
-        self._call(
-            "cannot upload to",
-            path,
-            self._fs.copyFromLocalFile,
-            False,
-            True,
-            self._path(str(local)),
-            self._path(path),
-        )
+        # A plain create, told (S3A) to skip its checks for folders and an existing
+        # file: the loader's names are new. ``copyFromLocalFile`` made more requests.
+        # ``recursive``: HDFS creates the parent folders (a builder's create does not).
+        def copy() -> None:
+            source = self._jvm.java.io.FileInputStream(str(local))
+            try:
+                builder = self._fs.createFile(self._path(path)).overwrite(True).recursive()
+                out = builder.opt("fs.s3a.create.performance", True).build()
+            except BaseException:
+                source.close()
+                raise
+            self._jvm.org.apache.hadoop.io.IOUtils.copyBytes(source, out, _COPY_BUFFER, True)
+
+        self._call("cannot upload to", path, copy)
 
 
 def _java_class(exc: BaseException) -> str:

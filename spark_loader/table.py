@@ -40,38 +40,30 @@ atomic or on fsync where the store has neither, only on the Delta commit.
 
 from __future__ import annotations
 
-import io
 import json
 import os
+import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from sealsync.config.location import TableLocation, parse_location
 from sealsync.crashpoints import crash_point
-from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from spark_loader import parquet_table
 from spark_loader.delta_format import FORMAT
 from spark_loader.delta_log import DataFile, Snapshot, encode_path
 from spark_loader.delta_log import read_arrow as read_arrow
-from spark_loader.store import LocalStore, Store
+from spark_loader.store import Entry, LocalStore, Store, StoreError
 from spark_loader.table_format import Keys, Plan, TableFormat
 from spark_loader.table_layout import (
-    BOUNDS_TAG,
     FILE_ID_COLUMN,
-    GROUP_TAG,
     MAX_FOLDER_BYTES,
-    OLD_SIDECAR,
     SENDER_COLUMN,
     SOURCE_COLUMN,
     WriterNames,
-    part_files,
     partition_folder,
-    unescape,
 )
 
 #: What earlier releases' runs left at the table's root: swept by any loader.
@@ -211,23 +203,12 @@ class Table:
     def _convert(self) -> int:
         """Every part file of the plain Parquet layout, as files this run adds."""
         count = 0
-        for sender, source, inner in _walk(self.path):
-            if not inner.name.startswith(f"{FILE_ID_COLUMN}=") or not inner.is_dir():
-                continue
-            fid = unescape(inner.name.split("=", 1)[1])
-            folder = Path(inner.path)
-            tags = _old_sidecar_tags(folder / OLD_SIDECAR)
-            files = [str(p) for p in part_files(folder)]
+        for values, tags, files, folder in parquet_table.partitions(self.path):
             made = not files and bool(tags)
             if made:  # a member that won no row keeps its place
                 files = [self._empty_file(folder)]
             for path in files:
-                self._add(
-                    path,
-                    {SENDER_COLUMN: sender, SOURCE_COLUMN: source, FILE_ID_COLUMN: fid},
-                    tags,
-                    new=made,
-                )
+                self._add(path, values, tags, new=made)
                 count += 1
         self.converted = count
         return count
@@ -312,19 +293,30 @@ class Table:
         planned = []
         for folder, partition in moves:
             files = self.part_files(folder)
-            targets = [self._free(self.store.join(partition.path, _name(p))) for p in files]
+            free = self._free if not self._here(folder) else str  # written here: new names
+            targets = [free(self.store.join(partition.path, _name(p))) for p in files]
             if not files:
                 targets = [
                     self.store.join(partition.path, f"part-empty-{uuid.uuid4().hex}.parquet")
                 ]
             self.store.mkdirs(partition.path)
-            planned.append((files, targets, partition))
-        self._name_uncommitted([t for _, targets, _ in planned for t in targets])
-        for files, targets, partition in planned:
+            planned.append((files, targets, partition, self._here(folder)))
+        self._name_uncommitted([t for _, targets, _, _ in planned for t in targets])
+        uploads = [
+            (Path(src), dst)
+            for files, targets, _, here in planned
+            if here
+            for src, dst in zip(files, targets, strict=False)
+        ]
+        sizes = {dst: os.path.getsize(src) for src, dst in uploads}
+        for failed in filter(None, self.store.upload_many(uploads)):
+            raise StoreError(f"cannot copy a data file to {self.root}: {failed}")
+        for files, targets, partition, here in planned:
             if not files:
-                self.store.write_bytes(targets[0], _empty_parquet())
+                self.store.write_bytes(targets[0], parquet_table.empty_parquet())
             for src, dst in zip(files, targets, strict=False):
-                self.store.rename(src, dst)
+                if not here:
+                    self.store.rename(src, dst)
             crash_point("loader.batch.moved")
             values = {
                 SENDER_COLUMN: partition.sender,
@@ -333,12 +325,12 @@ class Table:
             }
             metas = [self._footers.pop(src, None) for src in files] or [None]
             for dst, meta in zip(targets, metas, strict=True):
-                self._add(dst, values, tags or {}, new=True, meta=meta)
+                self._add(dst, values, tags or {}, new=True, meta=meta, size=sizes.get(dst))
 
     def _empty_file(self, folder: Path) -> str:
         path = str(folder / f"part-empty-{uuid.uuid4().hex}.parquet")
         self._name_uncommitted([path])
-        self.store.write_bytes(path, _empty_parquet())
+        self.store.write_bytes(path, parquet_table.empty_parquet())
         return path
 
     def _free(self, path: str) -> str:
@@ -348,15 +340,6 @@ class Table:
         folder, _, name = path.rpartition("/")
         return f"{folder}/{uuid.uuid4().hex[:8]}-{name}"
 
-    def _relative(self, path: str) -> str:
-        """A path (or URI) below the table, relative to it, POSIX style."""
-        if self.store.local:
-            return Path(path).relative_to(self.path).as_posix()
-        prefix = self.root.rstrip("/") + "/"
-        if not path.startswith(prefix):
-            raise ValueError(f"{path} is not in the table {self.root}")
-        return path[len(prefix) :]
-
     def _name_uncommitted(self, paths: list[str]) -> None:
         """Record files about to be moved in before they are (see the module text).
 
@@ -365,15 +348,24 @@ class Table:
         power cut a file it lost stays on disk unnamed, never read by anyone (no
         version names it) and deleted by ``VACUUM`` as any file the log does not know.
         """
-        self._moved += [self._relative(p) for p in paths]
+        self._moved += [_relative(self, p) for p in paths]
         body = {"version": self.run_version, "files": self._moved}
         self.store.write_bytes(self.at(self.names.uncommitted), json.dumps(body).encode("utf-8"))
 
+    def _here(self, folder: str) -> bool:
+        """Whether a finished folder is on this machine while the table is not (data
+        files the loader wrote here, which :meth:`move_in_all` uploads)."""
+        return not self.store.local and "://" not in folder
+
+    def is_folder(self, folder: str) -> bool:
+        return (LocalStore() if self._here(folder) else self.store).is_dir(folder)
+
     def part_files(self, folder: str) -> list[str]:
         """The data files of one folder (a staging one), none if it is not there."""
+        store = LocalStore() if self._here(folder) else self.store
         return [
-            self.store.join(folder, e.name)
-            for e in self.store.listdir(folder)
+            store.join(folder, e.name)
+            for e in store.listdir(folder)
             if not e.is_dir and not e.name.startswith((".", "_"))
         ]
 
@@ -381,8 +373,9 @@ class Table:
         """Rows of a staging folder, from its Parquet footers (no data read); the footers
         are kept for :meth:`move_in`, which needs them for the files' statistics."""
         total = 0
+        store = LocalStore() if self._here(folder) else self.store
         for path in self.part_files(folder):
-            meta = self.store.footer(path)
+            meta = store.footer(path)
             self._footers[path] = meta
             total += meta.num_rows
         return total
@@ -394,13 +387,15 @@ class Table:
         tags: dict[str, str],
         new: bool,
         meta: Any = None,
+        size: int | None = None,
     ) -> None:
-        st = self.store.stat(path)
+        """One file of the run's commit; ``size``: an upload's (its time is now)."""
+        st = self.store.stat(path) if size is None else Entry(path, False, size, _now_ms())
         if st is None:
             raise FileNotFoundError(path)
         meta = meta or self.store.footer(path)
         f = DataFile(
-            log_path=encode_path(self._relative(path)),
+            log_path=encode_path(_relative(self, path)),
             path=path,
             partition=dict(values),
             size=st.size,
@@ -424,13 +419,8 @@ class Table:
         """
         del partitions  # every file written so far is synced
         files, self._unsynced = self._unsynced, []
-        if not files:
-            return
-        folders = set()
-        for path in files:
-            parent = Path(path).parent
-            folders |= {str(parent), str(parent.parent), str(parent.parent.parent)}
-        self.store.sync(files, sorted(folders) + [self.root])
+        if files:
+            self.store.sync(files, self.root)
 
     # ------------------------------------------------------------------ commit
 
@@ -480,11 +470,8 @@ class Table:
         for entry in self.store.listdir(self.root):
             if entry.name.startswith(_SWEPT_PREFIXES) or entry.name in own:
                 self.store.delete(self.at(entry.name), recursive=True)
-        if not self.store.local or self.format.is_table(self.root, self.store):
-            return
-        for outer in _subfolders(self.path, SENDER_COLUMN):
-            for old in _subfolders(Path(outer.path), FILE_ID_COLUMN):
-                _rmtree(Path(old.path))
+        if self.store.local and not self.format.is_table(self.root, self.store):
+            parquet_table.remove_old_layout(self.path)
 
     def staging_folder(self) -> str:
         """A fresh folder for one Spark job's output, among this loader's own."""
@@ -506,52 +493,22 @@ class Table:
                 pass  # another run's folder appeared meanwhile: it stays
 
 
-def _walk(root: Path) -> Iterator[tuple[str, str, os.DirEntry[str]]]:
-    """(sender, source file, entry) for each entry two levels below the senders."""
-    for outer in _subfolders(root, SENDER_COLUMN):
-        sender = unescape(outer.name.split("=", 1)[1])
-        for middle in _subfolders(Path(outer.path), SOURCE_COLUMN):
-            source = unescape(middle.name.split("=", 1)[1])
-            for inner in sorted(os.scandir(middle.path), key=lambda e: e.name):
-                yield sender, source, inner
+def _relative(table: Table, path: str) -> str:
+    """A path (or URI) below the table, relative to it, POSIX style."""
+    if table.store.local:
+        return Path(path).relative_to(table.path).as_posix()
+    prefix = table.root.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        raise ValueError(f"{path} is not in the table {table.root}")
+    return path[len(prefix) :]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _name(path: str) -> str:
     return path.rstrip("/").rpartition("/")[2]
-
-
-def _old_sidecar_tags(path: Path) -> dict[str, str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {GROUP_TAG: json.dumps(data.get("group")), BOUNDS_TAG: json.dumps(data.get("bounds"))}
-
-
-def _empty_parquet() -> bytes:
-    """A Parquet file of no rows (a partition that keeps its place)."""
-    schema = pa.schema([(TIME_COLUMN, pa.int64()), (DEVICE_COLUMN, pa.string())])
-    out = io.BytesIO()
-    pq.write_table(schema.empty_table(), out)
-    return out.getvalue()
-
-
-def _subfolders(path: Path, column: str) -> list[os.DirEntry[str]]:
-    """The ``column=*`` folders directly in ``path``, by name."""
-    if not path.is_dir():
-        return []
-    return sorted(
-        (
-            e
-            for e in os.scandir(path)
-            if e.name.startswith(f"{column}=") and e.is_dir(follow_symlinks=False)
-        ),
-        key=lambda e: e.name,
-    )
-
-
-def _rmtree(path: Path) -> None:
-    LocalStore().delete(str(path), recursive=True)
 
 
 def _rmdirs_up(folder: Path, stop: Path) -> None:
