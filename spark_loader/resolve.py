@@ -237,9 +237,13 @@ def clear_pending(state_dir: Path) -> None:
 
 
 def stale_groups(
-    table: Table, senders: set[str], wanted: dict[str, SourceFile]
+    table: Table,
+    senders: set[str],
+    wanted: dict[str, SourceFile],
+    force: frozenset[str] = frozenset(),
 ) -> list[list[Member]]:
-    """The groups of ``senders``' live files whose partitions must be rewritten."""
+    """The groups of ``senders``' live files whose partitions must be rewritten, and
+    those holding a file of ``force`` (rows a TTL expired since: :mod:`.expiry`)."""
     by_sender: dict[str, list[Member]] = {}
     for fid, partition in table.partitions().items():
         source = wanted.get(fid)
@@ -248,7 +252,11 @@ def stale_groups(
         by_sender.setdefault(source.sender, []).append(read_member(source, partition))
     out = []
     for sender in sorted(by_sender):
-        out += [g for g in groups(by_sender[sender]) if stale(g)]
+        out += [
+            g
+            for g in groups(by_sender[sender])
+            if stale(g) or any(m.source.file_id in force for m in g)
+        ]
     return out
 
 
@@ -259,14 +267,19 @@ def group_tags(member: Member, ids: list[str]) -> dict[str, str]:
 
 
 def replace_partitions(
-    table: Table, staging: str, keyed: list[tuple[int, Member]], ids: dict[str, list[str]]
+    table: Table,
+    staging: str,
+    keyed: list[tuple[int, Member]],
+    ids: dict[str, list[str]],
+    extra: dict[str, str] | None = None,
 ) -> None:
     """Each member's partition replaced (at the run's commit) by what the rewrite wrote
-    for it, tagged with its group (``ids``: file id -> the group's ids); a member that
-    wins no row keeps an empty file, so that its partition keeps its place."""
+    for it, tagged with its group (``ids``: file id -> the group's ids) and ``extra``
+    (the TTL it was filtered with); a member that wins no row keeps an empty file, so
+    that its partition keeps its place."""
     for key, member in keyed:
         table.delete(member.partition)
-        tags = group_tags(member, ids[member.source.file_id])
+        tags = {**(extra or {}), **group_tags(member, ids[member.source.file_id])}
         table.move_in(table.store.join(staging, f"{KEY_COLUMN}={key}"), member.partition, tags)
 
 
@@ -280,6 +293,7 @@ def settle(
     wanted: dict[str, SourceFile],
     rewrite: Rewrite,
     say: Callable[[str], None],
+    force: frozenset[str] = frozenset(),
 ) -> tuple[int, int]:
     """Rewrite every stale group of ``senders``; forget them once all are settled (with
     a ``state_dir``; else the caller does, once the run's commit is in).
@@ -288,7 +302,7 @@ def settle(
     not be read stays as it was and stays pending (``rewrite`` reported why); the others
     are rewritten alone.
     """
-    todo = stale_groups(table, senders, wanted)
+    todo = stale_groups(table, senders, wanted, force)
     if todo:
         files = sum(len(g) for g in todo)
         say(f"resolving {len(todo)} groups of overlapping files ({files} files)")
