@@ -260,10 +260,19 @@ def stale_groups(
     return out
 
 
-def group_tags(member: Member, ids: list[str]) -> dict[str, str]:
-    """The tags of a resolved partition's files: its group's ids, its file's bounds."""
-    bounds = None if member.bounds is None else list(member.bounds)
+def group_tags(member: Member, ids: list[str], won: Bounds | None = None) -> dict[str, str]:
+    """The tags of a resolved partition's files: its group's ids, its file's bounds
+    (widened to the rows it ``won``: a TTL lifted brings back points its first write
+    left out, and the bounds must cover every point the table holds)."""
+    found = member.bounds if won is None else _union(member.bounds, won)
+    bounds = None if found is None else list(found)
     return {GROUP_TAG: json.dumps(ids), BOUNDS_TAG: json.dumps(bounds)}
+
+
+def _union(a: Bounds | None, b: Bounds) -> Bounds:
+    if a is None:
+        return b
+    return (min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3]))
 
 
 def replace_partitions(
@@ -279,8 +288,13 @@ def replace_partitions(
     that its partition keeps its place."""
     for key, member in keyed:
         table.delete(member.partition)
-        tags = {**(extra or {}), **group_tags(member, ids[member.source.file_id])}
-        table.move_in(table.store.join(staging, f"{KEY_COLUMN}={key}"), member.partition, tags)
+        folder = table.store.join(staging, f"{KEY_COLUMN}={key}")
+        group = ids[member.source.file_id]
+        tags = dict(extra or {})
+        if len(group) > 1 or member.group is not None:  # a file alone stays alone
+            won = footer_bounds([table.store.footer(p) for p in table.part_files(folder)])
+            tags.update(group_tags(member, group, won))
+        table.move_in(folder, member.partition, tags)
 
 
 Rewrite = Callable[[list[list[Member]]], bool]

@@ -451,6 +451,9 @@ class _Run:
 
         del ours  # the pending senders are forgotten once the run's commit is in
         done, stale = resolve.settle(table, None, senders, wanted, rewrite, self.say, self._expired)
+        if self._expired and done == stale:  # points a TTL gave back may overlap other files
+            again = resolve.settle(table, None, senders, wanted, rewrite, self.say)
+            done, stale = done + again[0], stale + again[1]
         self.report.resolved += done
         self._settled = done == stale
 

@@ -59,7 +59,7 @@ def test_ttl_hides_expired_rows_and_later_runs_remove_them(tmp_path: Path, spark
     every_10 = range(NOW_MS - 2 * HOUR, NOW_MS + 1, 10 * MINUTE)  # now-2h .. now
     # a sequence TsFile of d1 (1h) and d2 (INF), and an unsequence one overwriting d1
     # inside it (a group of overlapping files: .resolve), a Parquet file of d3 alone,
-    # and a TsFile of a database without a TTL
+    # an unsequence TsFile of d3 all expired, and a TsFile of a database without a TTL
     seq = edge.write_table(
         pa.concat_tables(
             [_rows("root.w3t.d1", every_10, 1.0), _rows("root.w3t.d2", every_10, 2.0)]
@@ -78,10 +78,19 @@ def test_ttl_hides_expired_rows_and_later_runs_remove_them(tmp_path: Path, spark
     lone = edge.write_table(
         _rows("root.w3t.d3", every_10, 3.0), "root.w3t", 0, "3-3-0-0.parquet", fmt="parquet"
     )
+    # d3 overwritten where its points expired: nothing of it is answered until the TTL
+    # is lifted, when it overlaps the Parquet file and wins
+    gone = edge.write_table(
+        _rows("root.w3t.d3", range(NOW_MS - 100 * MINUTE, NOW_MS - 69 * MINUTE, 10 * MINUTE), 5.0),
+        "root.w3t",
+        0,
+        "5-5-0-0.tsfile",
+        unsequence=True,
+    )
     other = edge.write_table(
         _rows("root.other.d1", every_10, 4.0), "root.other", 0, "4-4-0-0.tsfile"
     )
-    for rel in (seq, unseq, lone, other):
+    for rel in (seq, unseq, lone, gone, other):
         recv.place(edge, rel)
     config = dataclasses.replace(recv.config(tmp_path), ttl=RULES)
     everything = source_rows(recv)
@@ -118,5 +127,6 @@ def test_ttl_hides_expired_rows_and_later_runs_remove_them(tmp_path: Path, spark
     # the TTL removed (UNSET TTL): IoTDB answers the points again, and so does the table
     unset = _load(dataclasses.replace(config, ttl=TtlRules()), spark, later)
 
-    assert unset.expired == 4
-    assert table_rows(config.table_path) == everything
+    assert unset.expired == 5  # every file written under the rule
+    assert table_rows(config.table_path) == everything  # d3's overwrite resolved too
+    assert sum(1 for row in everything if row[1] == gone) == 4
