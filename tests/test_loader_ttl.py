@@ -57,39 +57,24 @@ def _load(config: LoaderConfig, spark: Any, now: float) -> Any:
 def test_ttl_hides_expired_rows_and_later_runs_remove_them(tmp_path: Path, spark: Any) -> None:
     edge, recv = EdgeInstance(tmp_path / "edge"), Receiver(tmp_path)
     every_10 = range(NOW_MS - 2 * HOUR, NOW_MS + 1, 10 * MINUTE)  # now-2h .. now
+
     # a sequence TsFile of d1 (1h) and d2 (INF), and an unsequence one overwriting d1
     # inside it (a group of overlapping files: .resolve), a Parquet file of d3 alone,
     # an unsequence TsFile of d3 all expired, and a TsFile of a database without a TTL
-    seq = edge.write_table(
-        pa.concat_tables(
-            [_rows("root.w3t.d1", every_10, 1.0), _rows("root.w3t.d2", every_10, 2.0)]
-        ),
-        "root.w3t",
-        0,
-        "1-1-0-0.tsfile",
-    )
-    unseq = edge.write_table(
-        _rows("root.w3t.d1", range(NOW_MS - 90 * MINUTE, NOW_MS - 20 * MINUTE, 10 * MINUTE), 9.0),
-        "root.w3t",
-        0,
-        "2-2-0-0.tsfile",
-        unsequence=True,
-    )
-    lone = edge.write_table(
-        _rows("root.w3t.d3", every_10, 3.0), "root.w3t", 0, "3-3-0-0.parquet", fmt="parquet"
-    )
+    def minutes_ago(first: int, last: int) -> range:
+        return range(NOW_MS - first * MINUTE, NOW_MS - last * MINUTE + 1, 10 * MINUTE)
+
+    def write(rows: pa.Table, name: str, database: str = "root.w3t", **how: Any) -> str:
+        return edge.write_table(rows, database, 0, name, **how)
+
+    both = [_rows("root.w3t.d1", every_10, 1.0), _rows("root.w3t.d2", every_10, 2.0)]
+    seq = write(pa.concat_tables(both), "1-1-0-0.tsfile")
+    unseq = write(_rows("root.w3t.d1", minutes_ago(90, 30), 9.0), "2-2-0-0.tsfile", unsequence=True)
+    lone = write(_rows("root.w3t.d3", every_10, 3.0), "3-3-0-0.parquet", fmt="parquet")
     # d3 overwritten where its points expired: nothing of it is answered until the TTL
     # is lifted, when it overlaps the Parquet file and wins
-    gone = edge.write_table(
-        _rows("root.w3t.d3", range(NOW_MS - 100 * MINUTE, NOW_MS - 69 * MINUTE, 10 * MINUTE), 5.0),
-        "root.w3t",
-        0,
-        "5-5-0-0.tsfile",
-        unsequence=True,
-    )
-    other = edge.write_table(
-        _rows("root.other.d1", every_10, 4.0), "root.other", 0, "4-4-0-0.tsfile"
-    )
+    gone = write(_rows("root.w3t.d3", minutes_ago(100, 70), 5.0), "5-5-0-0.tsfile", unsequence=True)
+    other = write(_rows("root.other.d1", every_10, 4.0), "4-4-0-0.tsfile", "root.other")
     for rel in (seq, unseq, lone, gone, other):
         recv.place(edge, rel)
     config = dataclasses.replace(recv.config(tmp_path), ttl=RULES)

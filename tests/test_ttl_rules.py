@@ -167,3 +167,15 @@ def test_due_when_rows_may_have_expired_since() -> None:
     assert expiry.due({TTL_TAG: "not json"}, span)
     assert expiry.tags() == _tags(expiry)
     assert none.tags() == {}
+
+
+def test_check_says_which_rules_apply(tmp_path: Path) -> None:
+    from spark_loader.check import check_loader
+
+    (tmp_path / "sequence").mkdir()
+    config = _config(tmp_path, {"root.w3t.**": "1h", "root.w3t.d1": "INF"})
+    lines = [str(f) for f in check_loader(config)]
+    assert any(
+        "ttl:" in line and "root.w3t.d1 INF, root.w3t.** 3600000 ms" in line for line in lines
+    )
+    assert not any("ttl:" in str(f) for f in check_loader(_config(tmp_path, {})))
