@@ -292,7 +292,9 @@ def replace_partitions(
         group = ids[member.source.file_id]
         tags = dict(extra or {})
         if len(group) > 1 or member.group is not None:  # a file alone stays alone
-            won = footer_bounds([table.store.footer(p) for p in table.part_files(folder)])
+            won = None  # under a TTL, what the rewrite gave it may lie outside its bounds
+            if extra:
+                won = footer_bounds([table.store.footer(p) for p in table.part_files(folder)])
             tags.update(group_tags(member, group, won))
         table.move_in(folder, member.partition, tags)
 
