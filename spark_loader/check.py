@@ -35,6 +35,16 @@ def check_loader(config: LoaderConfig) -> list[Finding]:
     if config.jars_dir is not None:
         s3 = table.scheme == "s3a" and not has_hadoop_aws(config.spark)
         out.append(_jars(config.jars_dir, s3))
+    if config.ttl.rules:
+        rules = ", ".join(
+            f"{r.pattern} {'INF' if r.ms is None else f'{r.ms} ms'}" for r in config.ttl.rules
+        )
+        out.append(
+            sound(
+                f"ttl: rows expire as the edges' IoTDB expires them ({rules}; "
+                f"timestamp_precision {config.timestamp_precision})"
+            )
+        )
     refuse_another_table(config)  # the state dir loads another table: exit 2, one line
     return out
 

@@ -20,6 +20,8 @@ SIGTERM and SIGINT stop it: a run in progress finishes (its commit is one Delta
 version either way), then it exits 0. A run another loader holds the lock for
 (a one-shot ``--full``, say) is simply tried again at the next change or poll; a run
 that fails is recorded like any other and tried again after ``retry`` seconds.
+With TTL rules a quiet receiver still gets a run every ``ttl_every`` seconds, which
+removes the rows expired since (:mod:`.expiry`; nothing expired: nothing committed).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ FOLLOW_FILE = "follow.json"
 DEFAULT_WINDOW = 1.0
 DEFAULT_POLL = 0.5
 DEFAULT_RETRY = 30.0
+#: With TTL rules (``[loader.ttl]``), a run at least this often while the receiver is
+#: quiet: rows leave the table as they expire, not at the next load.
+DEFAULT_TTL_EVERY = 60.0
 
 Marks = dict[str, tuple[int, int]]
 
@@ -57,6 +62,7 @@ class FollowOptions:
     window: float = DEFAULT_WINDOW
     poll: float = DEFAULT_POLL
     retry: float = DEFAULT_RETRY
+    ttl_every: float = DEFAULT_TTL_EVERY
     verbose: bool = False
 
 
@@ -109,6 +115,7 @@ class Follower:
             due = True  # catch up at start
             pending: float | None = None  # the first change not committed yet
             next_try = 0.0
+            next_ttl = time.monotonic() + self.options.ttl_every
             while not self._stop.is_set():
                 now = marks(self.config)
                 change = first_change(seen, now)
@@ -118,8 +125,11 @@ class Follower:
                     if not self._stop.wait(self.options.window):
                         now = marks(self.config)  # what the window added joins this run
                 seen = now
+                if self.config.ttl and time.monotonic() >= next_ttl:
+                    due = True  # rows expire while nothing arrives
                 if due and time.monotonic() >= next_try and not self._stop.is_set():
                     delay = self._once(pending)
+                    next_ttl = time.monotonic() + self.options.ttl_every
                     if delay is None:
                         due, pending = False, None
                     else:

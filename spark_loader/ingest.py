@@ -68,6 +68,7 @@ from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
 from spark_loader.columns import MAX_NEW_COLUMNS_PER_RUN, Assigner, kind_of
 from spark_loader.discovery import PARQUET, SourceFile
+from spark_loader.expiry import Expiry
 from spark_loader.failure import SplitRetry, describe
 from spark_loader.inputs import (
     PARQUET_GROUP,
@@ -219,8 +220,12 @@ class Ingest:
         run_id: str,
         sync: bool = True,
         max_new_columns: int = MAX_NEW_COLUMNS_PER_RUN,
+        expiry: Expiry | None = None,
     ) -> None:
         self.spark = spark
+        #: The edges' TTL at the run's ``now``: rows it expired are not written.
+        self.expiry = expiry if expiry is not None and expiry.active else None
+        self._tags = self.expiry.tags() if self.expiry is not None else {}
         self.table = table
         self.state = state
         self.state_dir = state_dir
@@ -433,11 +438,15 @@ class Ingest:
         names = {column for p in batch for column in p.mapping.values()}
         target = schemas.target_schema(self.state.columns, self.state.keys, names)
         local = self.table.store.local
-        compression = arrow_write.codec(self.spark) if ranks is None else None
+        # Arrow's copy bypasses the frame the TTL filters (:mod:`.expiry`): Spark writes.
+        copy = ranks is None and self.expiry is None
+        compression = arrow_write.codec(self.spark) if copy else None
         arrowed = [p for p in batch if p.kind == PARQUET_GROUP] if compression else []
         rest = [p for p in batch if p.kind != PARQUET_GROUP] if arrowed else batch
         if rest:  # first: Spark's write makes the staging folder, which must not exist
             frame = self._frame(rest, target)
+            if self.expiry is not None:
+                frame = self.expiry.keep(frame)
             spark_write(self.spark, frame, target, staging, ranks, local)
         if arrowed and not local:  # the files are here, the table and executors are not
             assert compression is not None
@@ -481,14 +490,13 @@ class Ingest:
             # columns tell: reading them here would read data on the driver, and a second
             # Spark scan would read each such file twice. So then the check is a bound,
             # which still catches rows written twice; without deletions it stays exact.
-            # (TsFiles have no footer count: rows is None.)
-            if item.rows is not None and (
-                rows > item.rows or (not item.deleted and rows != item.rows)
-            ):
+            # (TsFiles have no footer count: rows is None.) A TTL is deletions too.
+            exact = not item.deleted and self.expiry is None
+            if item.rows is not None and (rows > item.rows or (exact and rows != item.rows)):
                 held = f"{item.rows} before its deletions" if item.deleted else item.rows
                 self._skip(src, f"wrote {rows} rows, the file holds {held}")
                 continue
-            if made:
+            if made or self.expiry is not None:  # all expired: an empty file keeps the tag
                 moves.append((output, partition))
                 written.append(partition)
             self.state.files[item.file_id] = FileRecord(
@@ -496,7 +504,7 @@ class Ingest:
             )
             self.report.ingested += 1
             self.report.rows_written += rows
-        self.table.move_in_all(moves)
+        self.table.move_in_all(moves, self._tags)
         if self.sync:
             self.table.sync(written)
 
@@ -532,8 +540,11 @@ class Ingest:
 
     def _copies_here(self) -> bool:
         """Whether the loader copies the Parquet files into a remote table itself
-        (:func:`.arrow_write.copy_here`): Arrow writes the session's codec."""
-        return not self.table.store.local and arrow_write.codec(self.spark) is not None
+        (:func:`.arrow_write.copy_here`): Arrow writes the session's codec, and no TTL
+        filters the rows (:meth:`_write`)."""
+        if self.table.store.local or self.expiry is not None:
+            return False
+        return arrow_write.codec(self.spark) is not None
 
     def _here(self, staging: str) -> str:
         """The local folder of a job's copies made here (a table on another store)."""
@@ -576,7 +587,7 @@ class Ingest:
             with stage_progress(self.spark, self.progress, f"resolving {len(members)} files"):
                 self._write(linked, staging, (ranks, sets))
             by_file = {m.source.file_id: ids[group_of[m.source.file_id]] for m in members}
-            resolve.replace_partitions(self.table, staging, keyed, by_file)
+            resolve.replace_partitions(self.table, staging, keyed, by_file, self._tags)
         except Exception as exc:
             for item in linked:
                 self._skip(

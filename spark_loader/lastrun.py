@@ -37,6 +37,7 @@ FIGURES = (
     "rows_written",
     "rows_removed",
     "kept_missing",
+    "expired",
 )
 #: Which figures add up into the running totals.
 SUMMED = ("ingested", "removed", "rows_written", "rows_removed")
@@ -70,6 +71,7 @@ def record(
     quarantined: list[str] | None = None,
     held: dict[str, str] | None = None,
     lag: float | None = None,
+    ttl_now: int | None = None,
 ) -> dict[str, Any]:
     """Write this run's record, the totals carried on from the previous one."""
     previous = read(state_dir) or {}
@@ -94,6 +96,7 @@ def record(
         "quarantined": sorted(quarantined or []),
         "held": dict(sorted((held or {}).items())),
         "lag_seconds": lag,
+        "ttl_now": ttl_now,
         "totals": totals,
     }
     durable.atomic_write(path(state_dir), json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -170,6 +173,7 @@ def record_run(
             quarantined=sorted(report.quarantined),
             held=report.held,
             lag=lag,
+            ttl_now=report.ttl_now,
         )
     except OSError as err:
         raise LocalIOError(describe_os_error(err, "write the loader's last run record")) from err

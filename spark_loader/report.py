@@ -33,6 +33,11 @@ class LoadReport:
     #: why: their trouble is theirs alone, every other sender's files went in
     #: (spark_loader.removals).
     held: dict[str, str] = field(default_factory=dict)
+    #: Files already in the table rewritten because rows of theirs expired since (the
+    #: edges' TTL, spark_loader.expiry), and the run's ``now`` it was applied at (in the
+    #: databases' precision; None without TTL rules).
+    expired: int = 0
+    ttl_now: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -66,6 +71,8 @@ class LoadReport:
             "kept_missing": self.kept_missing,
             "quarantined": sorted(self.quarantined),
             "held": dict(sorted(self.held.items())),
+            "expired": self.expired,
+            "ttl_now": self.ttl_now,
         }
 
     def summary(self) -> str:
@@ -78,6 +85,8 @@ class LoadReport:
             text += f"; {self.restored} with changed times matched by content"
         if self.resolved:
             text += f"; resolved {self.resolved} groups of overlapping files"
+        if self.expired:
+            text += f"; rewrote {self.expired} files whose rows' TTL ran out"
         if self.kept_missing:
             text += f"; kept {self.kept_missing} missing"
         if self.skipped:

@@ -237,9 +237,13 @@ def clear_pending(state_dir: Path) -> None:
 
 
 def stale_groups(
-    table: Table, senders: set[str], wanted: dict[str, SourceFile]
+    table: Table,
+    senders: set[str],
+    wanted: dict[str, SourceFile],
+    force: frozenset[str] = frozenset(),
 ) -> list[list[Member]]:
-    """The groups of ``senders``' live files whose partitions must be rewritten."""
+    """The groups of ``senders``' live files whose partitions must be rewritten, and
+    those holding a file of ``force`` (rows a TTL expired since: :mod:`.expiry`)."""
     by_sender: dict[str, list[Member]] = {}
     for fid, partition in table.partitions().items():
         source = wanted.get(fid)
@@ -248,26 +252,51 @@ def stale_groups(
         by_sender.setdefault(source.sender, []).append(read_member(source, partition))
     out = []
     for sender in sorted(by_sender):
-        out += [g for g in groups(by_sender[sender]) if stale(g)]
+        out += [
+            g
+            for g in groups(by_sender[sender])
+            if stale(g) or any(m.source.file_id in force for m in g)
+        ]
     return out
 
 
-def group_tags(member: Member, ids: list[str]) -> dict[str, str]:
-    """The tags of a resolved partition's files: its group's ids, its file's bounds."""
-    bounds = None if member.bounds is None else list(member.bounds)
+def group_tags(member: Member, ids: list[str], won: Bounds | None = None) -> dict[str, str]:
+    """The tags of a resolved partition's files: its group's ids, its file's bounds
+    (widened to the rows it ``won``: a TTL lifted brings back points its first write
+    left out, and the bounds must cover every point the table holds)."""
+    found = member.bounds if won is None else _union(member.bounds, won)
+    bounds = None if found is None else list(found)
     return {GROUP_TAG: json.dumps(ids), BOUNDS_TAG: json.dumps(bounds)}
 
 
+def _union(a: Bounds | None, b: Bounds) -> Bounds:
+    if a is None:
+        return b
+    return (min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3]))
+
+
 def replace_partitions(
-    table: Table, staging: str, keyed: list[tuple[int, Member]], ids: dict[str, list[str]]
+    table: Table,
+    staging: str,
+    keyed: list[tuple[int, Member]],
+    ids: dict[str, list[str]],
+    extra: dict[str, str] | None = None,
 ) -> None:
     """Each member's partition replaced (at the run's commit) by what the rewrite wrote
-    for it, tagged with its group (``ids``: file id -> the group's ids); a member that
-    wins no row keeps an empty file, so that its partition keeps its place."""
+    for it, tagged with its group (``ids``: file id -> the group's ids) and ``extra``
+    (the TTL it was filtered with); a member that wins no row keeps an empty file, so
+    that its partition keeps its place."""
     for key, member in keyed:
         table.delete(member.partition)
-        tags = group_tags(member, ids[member.source.file_id])
-        table.move_in(table.store.join(staging, f"{KEY_COLUMN}={key}"), member.partition, tags)
+        folder = table.store.join(staging, f"{KEY_COLUMN}={key}")
+        group = ids[member.source.file_id]
+        tags = dict(extra or {})
+        if len(group) > 1 or member.group is not None:  # a file alone stays alone
+            won = None  # under a TTL, what the rewrite gave it may lie outside its bounds
+            if extra:
+                won = footer_bounds([table.store.footer(p) for p in table.part_files(folder)])
+            tags.update(group_tags(member, group, won))
+        table.move_in(folder, member.partition, tags)
 
 
 Rewrite = Callable[[list[list[Member]]], bool]
@@ -280,6 +309,7 @@ def settle(
     wanted: dict[str, SourceFile],
     rewrite: Rewrite,
     say: Callable[[str], None],
+    force: frozenset[str] = frozenset(),
 ) -> tuple[int, int]:
     """Rewrite every stale group of ``senders``; forget them once all are settled (with
     a ``state_dir``; else the caller does, once the run's commit is in).
@@ -288,7 +318,7 @@ def settle(
     not be read stays as it was and stays pending (``rewrite`` reported why); the others
     are rewritten alone.
     """
-    todo = stale_groups(table, senders, wanted)
+    todo = stale_groups(table, senders, wanted, force)
     if todo:
         files = sum(len(g) for g in todo)
         say(f"resolving {len(todo)} groups of overlapping files ({files} files)")

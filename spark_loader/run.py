@@ -46,6 +46,7 @@ from spark_loader import jvm, lastrun, removals, resolve, restored, swap, table_
 from spark_loader import schema as schemas
 from spark_loader.columns import keys_of_field
 from spark_loader.discovery import Discovery, SourceFile, discover
+from spark_loader.expiry import Expiry, due_partitions
 from spark_loader.ingest import Ingest, read_deletions
 from spark_loader.inputs import Prepared
 from spark_loader.report import LoadReport
@@ -90,6 +91,7 @@ class _Options:
     sync: bool
     driver_wait: float
     prune_missing: bool
+    now: float | None
 
 
 def run_load(
@@ -106,6 +108,7 @@ def run_load(
     driver_wait: float = 120.0,
     prune_missing: bool = False,
     changes_since: float | None = None,
+    now: float | None = None,
 ) -> LoadReport:
     """Bring the table at ``config.table_path`` in line with the receiver's files.
 
@@ -117,11 +120,22 @@ def run_load(
     rows of files missing from the receiver without a logged deletion
     (:mod:`.removals`; by default they are kept and counted). ``changes_since``: when
     the receiver made the first change this run takes in (``sealsync load --follow``),
-    recorded as the run's lag.
+    recorded as the run's lag. ``now``: the run's clock for the edges' TTL
+    (:mod:`.expiry`), in seconds since the epoch; None, the wall clock at its start
+    (tests give one to see rows expire without waiting).
     """
     started = time.monotonic()
     options = _Options(
-        master, full, verbose, spark, batch_bytes, batch_files, sync, driver_wait, prune_missing
+        master,
+        full,
+        verbose,
+        spark,
+        batch_bytes,
+        batch_files,
+        sync,
+        driver_wait,
+        prune_missing,
+        now,
     )
     run = _Run(config, options, progress)
     table_binding.refuse_another_table(config)  # a typo'd table_path: nothing written
@@ -206,6 +220,11 @@ class _Run:
         self._settled = True  # every stale group of the pending senders rewritten
         self._senders: set[str] = set()  # this loader's (:meth:`_ours`)
         self._listed: dict[str, SourceFile] = {}  # the listed files by id
+        #: The edges' TTL at the run's one ``now``, and the partitions it rewrites.
+        self.expiry = Expiry.at(config.ttl, config.timestamp_precision, options.now)
+        self._expired: frozenset[str] = frozenset()
+        if self.expiry.active:
+            self.report.ttl_now = self.expiry.now
 
     def close(self) -> None:
         """Stop the Spark session if this run started it."""
@@ -297,6 +316,12 @@ class _Run:
         # recorded before anything changes: a run killed after this is completed by the next.
         changed_senders = {partitions[f].sender for f in verdict.remove if f in partitions}
         changed_senders |= {f.sender for f in readable if f.file_id not in present}
+        listed = {f.file_id: f for f in readable if f.file_id not in verdict.remove}
+        self._expired = due_partitions(self.expiry, partitions, listed)
+        if self._expired:
+            report.expired = len(self._expired)
+            self.say(f"rewriting {report.expired} files with rows the TTL expired since")
+        changed_senders |= {partitions[f].sender for f in self._expired}
         settle = resolve.mark_pending(self.state_dir, changed_senders) - verdict.held.keys()
         if verdict.remove:
             self.say(f"removing the rows of {len(verdict.remove)} files the receiver deleted")
@@ -425,7 +450,10 @@ class _Run:
             return job.rewrite_groups(groups, next(numbers))
 
         del ours  # the pending senders are forgotten once the run's commit is in
-        done, stale = resolve.settle(table, None, senders, wanted, rewrite, self.say)
+        done, stale = resolve.settle(table, None, senders, wanted, rewrite, self.say, self._expired)
+        if self._expired and done == stale:  # points a TTL gave back may overlap other files
+            again = resolve.settle(table, None, senders, wanted, rewrite, self.say)
+            done, stale = done + again[0], stale + again[1]
         self.report.resolved += done
         self._settled = done == stale
 
@@ -481,6 +509,7 @@ class _Run:
                     run_id,
                     self.options.sync,
                     self.config.max_new_columns,
+                    self.expiry,
                 )
                 admitted = [item for item in job.prepare(todo) if job.admit(item)]
                 batches = _batches(

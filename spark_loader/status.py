@@ -77,6 +77,7 @@ def loader_status(config: LoaderConfig) -> dict[str, Any]:
             "kind": last.get("kind"),
             "error": last.get("error"),
             **{key: last.get(key, 0) for key in (*lastrun.FIGURES, "skipped")},
+            "ttl_now": last.get("ttl_now"),
         }
     return doc
 
@@ -117,6 +118,11 @@ def render_loader(doc: dict[str, Any]) -> list[str]:
             f"removed {run['removed']} ({run['rows_removed']} rows), skipped {run['skipped']}, "
             f"kept missing {run['kept_missing']}; started {run['started'] or '?'}"
         )
+        if run.get("ttl_now") is not None:
+            lines.append(
+                f"                TTL applied at now = {run['ttl_now']} (the databases' "
+                f"precision); {run['expired']} files rewritten for rows expired since"
+            )
     lines.append(f"  last success: {doc['last_success'] or 'never'}")
     if doc.get("quarantined"):
         lines.append(

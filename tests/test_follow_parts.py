@@ -161,3 +161,24 @@ def test_follow_takes_no_one_shot_options(tmp_path: Path, bad: list[str]) -> Non
     result = CliRunner().invoke(cli, ["load", "--config", str(config), "--follow", *bad])
     assert result.exit_code == 2
     assert "--follow takes no --full, --prune-missing or --json" in result.output
+
+
+def test_with_a_ttl_a_quiet_receiver_still_gets_runs(tmp_path: Path) -> None:
+    import dataclasses
+
+    from sealsync.ttl import Rule, TtlRules
+
+    loads = Loads([])
+    config = dataclasses.replace(
+        _config(tmp_path), ttl=TtlRules.of([Rule("root.w3t.**", 3_600_000)])
+    )
+    options = FollowOptions(window=0.05, poll=0.02, retry=0.2, ttl_every=0.1)
+    follower = Follower(config, options, loads, spark="SESSION")
+    thread = threading.Thread(target=follower.run)
+    thread.start()
+    try:
+        _wait(lambda: len(loads.calls) >= 3)  # no change at the receiver: rows expire
+    finally:
+        follower.stop()
+        thread.join(10)
+    assert all(call["changes_since"] is None for call in loads.calls)

@@ -26,7 +26,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +36,13 @@ import pandas as pd
 import pytest
 import tsfile
 from deploy_helpers import Deployment, Sender, make_deployment
-from iotdb_helpers import copy_files, point_sender_at, receiver_on_iotdb, sealed_files
+from iotdb_helpers import copy_files, point_sender_at, receiver_on_iotdb, sealed_files, table_rows
 from iotdb_server import RELEASES, IoTDBServer, client_python
+from spark_loader_helpers import Receiver
 
 from sealsync.formats import resource
+from sealsync.ttl import Rule, TtlRules
+from spark_loader import run_load
 
 pytestmark = pytest.mark.slow
 
@@ -306,3 +311,42 @@ def test_a_0_12_data_centre_answers_after_a_series_is_created_again_with_another
     held = _held_lines(dep)
     assert len(held) == 1 and refused in held[0], held
     shutil.rmtree(tmp_path / "edge-data")
+
+
+def test_the_table_answers_as_the_edge_under_a_ttl(
+    v2: tuple[IoTDBServer, IoTDBServer], tmp_path: Path, spark: Any
+) -> None:
+    """A TTL expires part of a sealed file: the edge stops answering those points, the
+    file stays whole on the receiver, and the table (told the edge's rule) answers what
+    the edge answers, at the same moment."""
+    edge, _ = v2
+    minute, hour = 60_000, 3_600_000
+    now_ms = int(time.time() * 1000)
+    # every 10 minutes from now-2h, 5 minutes off the cutoff's path while the test runs
+    times = range(now_ms - 2 * hour + 5 * minute, now_ms, 10 * minute)
+    with edge.client() as client:
+        for device in ("root.w8.d1", "root.w8.d2"):
+            client.insert([(device, t, ["s1"], ["INT64"], [t % 997]) for t in times])
+        client.sql("FLUSH")
+    files = {rel: p for rel, p in sealed_files(edge.data_dir).items() if "/root.w8/" in rel}
+    assert files, sealed_files(edge.data_dir)
+    recv, sender = Receiver(tmp_path), str(uuid.UUID(int=0xE))
+    for rel, path in files.items():  # the receiver's copy, taken before the TTL is set
+        data, _, sidecar = rel.partition(".tsfile")
+        target = recv.storage.target(recv.data_dirs[0], sender, data + ".tsfile")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, f"{target}{sidecar}")
+    with edge.client() as client:
+        client.sql("SET TTL TO root.w8.d1 3600000")
+    want = _answer(edge, "root.w8")
+    asked = time.time()
+    config = recv.config(tmp_path)
+    rules = TtlRules.of([Rule("root.w8.d1", hour)])
+
+    report = run_load(replace(config, ttl=rules), spark=spark, sync=False, now=asked)
+
+    assert report.ok, report.skipped
+    devices = [device for device, _ in want]
+    assert devices.count("root.w8.d2") == len(times)  # no TTL: every point
+    assert 5 <= devices.count("root.w8.d1") <= 7  # the last hour's
+    assert table_rows(Path(str(config.table_path))) == want

@@ -14,6 +14,7 @@ from sealsync.config.document import load_file, role_values
 from sealsync.config.location import LocationError, TableLocation, parse_location
 from sealsync.config.schema import (
     MAPPING_SOURCE,
+    Choice,
     Integer,
     PathList,
     PathValue,
@@ -25,6 +26,7 @@ from sealsync.config.schema import (
     setting,
 )
 from sealsync.errors import ConfigError
+from sealsync.ttl import PRECISIONS, Rule, TtlRules, parse_duration, parse_pattern
 
 SPARK_PREFIX = "spark."
 
@@ -64,6 +66,32 @@ class SparkSettings(Settings):
                 setting_name = path if path.startswith(SPARK_PREFIX) else SPARK_PREFIX + path
                 _put(table, key, flat, dotted, setting_name, leaf, f"the dotted key {key}.{path}")
         return super().read(table, key, flat)
+
+
+class TtlSettings(Reader):
+    """``[loader.ttl]``: an IoTDB path pattern per duration (:mod:`sealsync.ttl`).
+
+    A pattern is quoted (``"root.db.**" = "1h"``); a device path written unquoted,
+    ``root.db.d1 = "1h"``, is TOML's nested tables, joined back with dots.
+    """
+
+    def read(self, table: Table, key: str, value: object) -> TtlRules:
+        if not isinstance(value, Mapping):
+            raise table.error(
+                key, f'must be a table of "path pattern" = duration, got {type(value).__name__}'
+            )
+        rules: dict[str, Rule] = {}
+        for name, item in value.items():
+            leaves = _leaves(str(name), item) if isinstance(item, Mapping) else [(name, item)]
+            for path, leaf in leaves:
+                where = f'{key}."{path}"'
+                if path in rules:
+                    raise table.error(where, "set twice: keep one")
+                try:
+                    rules[path] = Rule(parse_pattern(path), parse_duration(leaf))
+                except ValueError as exc:
+                    raise table.error(where, str(exc)) from None
+        return TtlRules.of(rules.values())
 
 
 def _leaves(prefix: str, table: Mapping[str, Any]) -> list[tuple[str, object]]:
@@ -110,6 +138,11 @@ class LoaderConfig:
     jars_dir: Path | None = field(default=None, metadata=setting(PathValue()))
     #: New columns one sender's files may add to the table in one run (spark_loader/columns.py).
     max_new_columns: int = field(default=1000, metadata=setting(Integer(1, 1_000_000)))
+    #: The edges' TTL rules: rows they expired leave the table (spark_loader/expiry.py).
+    ttl: TtlRules = field(default_factory=TtlRules, metadata=setting(TtlSettings()))
+    #: The edges' databases' timestamp precision (IoTDB's ``timestamp_precision``),
+    #: which their TTLs, given in milliseconds, are converted to.
+    timestamp_precision: str = field(default="ms", metadata=setting(Choice(tuple(PRECISIONS))))
     #: Prometheus text-format metrics rewritten after each run (node_exporter's textfile).
     metrics_textfile: Path | None = field(
         default=None, metadata=setting(PathValue(check=need_prom_path))
