@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from benchlib import SEALSYNC, log  # noqa: E402
 from benchprocs import Sealsync  # noqa: E402
 
-from sealsync.simulator import EdgeInstance  # noqa: E402
+from sealsync.simulator import DEFAULT_STEP_MS, EdgeInstance  # noqa: E402
 from spark_loader import read_arrow  # noqa: E402
 
 TARGET_P95 = 10.0
@@ -53,11 +53,13 @@ def _table_count(table: Path) -> collections.Counter[str]:
 
 
 def _round(edge: EdgeInstance, n: int, files: int) -> collections.Counter[str]:
-    """Write ``files`` new sealed TsFiles of a device of their own; their rows by device."""
-    device = f"root.fresh.r{n}"
+    """Write ``files`` new sealed TsFiles of a device of their own, apart in time (files
+    that overlap would be resolved to fewer rows); their rows by device."""
+    device, rows = f"root.fresh.r{n}", 100
     for f in range(files):
-        edge.write_file("root.fresh", 0, devices=[device], rows_per_device=100, start_ms=f * 1000)
-    return collections.Counter({device: 100 * files})
+        start = f * rows * DEFAULT_STEP_MS
+        edge.write_file("root.fresh", 0, devices=[device], rows_per_device=rows, start_ms=start)
+    return collections.Counter({device: rows * files})
 
 
 def _wait_for(table: Path, want: collections.Counter[str], timeout: float) -> float:
