@@ -205,3 +205,37 @@ def test_a_measurement_name_delta_refuses_plainly_is_escaped_and_the_protocol_st
         .count(7.5)
         == 1
     )
+
+
+def test_a_commit_of_the_same_loader_meanwhile_fails_the_run(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run reads its application's last run number from the log itself; Delta's
+    conflict check still knows it read it: a commit of the same application id after
+    the run's read version (a second process of the same loader) fails the run, nothing
+    committed, and the next run starts from the table as it is then."""
+    edge, recv = two_senders(tmp_path)
+    config = recv.config(tmp_path)
+    _load(config, spark)
+    app_id = f"{delta_commit.APP_ID}-{loader_id(Path(config.state_dir))}"
+    extra = edge.write_file("root.sg9", 0, devices=["root.sg9.d1"], rows_per_device=9)
+    recv.place(edge, extra, SENDER_A)
+    real = run.discover
+    location = config.table_path
+
+    def discover_then_the_same_loader_commits(dirs: list[Path]) -> Any:
+        found = real(dirs)
+        delta_commit.commit(spark, location, [], None, 0, 1, app_id)
+        return found
+
+    monkeypatch.setattr(run, "discover", discover_then_the_same_loader_commits)
+    with pytest.raises(delta_commit.CommitFailed, match="ConcurrentTransaction"):
+        _load(config, spark)
+    monkeypatch.undo()
+    assert table_versions(config.table_path) == [0, 1]  # the other process's only
+
+    report = _load(config, spark)
+
+    assert report.ok and report.ingested == 1
+    assert delta_log.read(config.table_path).transactions == {app_id: 2}
+    assert table_rows(config.table_path) == source_rows(recv)
