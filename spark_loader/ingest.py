@@ -60,7 +60,6 @@ from typing import Any
 from sealsync.errors import FormatError
 from sealsync.formats import deletion, mods, mods2
 from sealsync.formats.common import TIME_COLUMN
-from sealsync.formats.deletion import SeriesDeletion
 from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
 from spark_loader.columns import MAX_NEW_COLUMNS_PER_RUN, Assigner, kind_of
@@ -99,12 +98,12 @@ def _sender(item: Prepared) -> str:
     return item.source.sender
 
 
-def read_deletions(source: SourceFile) -> list[SeriesDeletion] | None:
+def read_deletions(source: SourceFile) -> list[deletion.Deletion] | None:
     """The deletions of ``source``'s ``.mods`` then ``.mods2``; None when either is no
     longer the version the file's id names (the next run sees the new one).
 
-    FormatError for a file that does not read or holds a deletion this loader does not
-    apply (its text names which file, and the line or byte); OSError as raised.
+    FormatError for a file that does not read (its text names which file, and the line
+    or byte); OSError as raised.
     """
     found: list[deletion.Deletion] = []
     for version, path, module in (
@@ -117,8 +116,7 @@ def read_deletions(source: SourceFile) -> list[SeriesDeletion] | None:
         if read != version:
             return None
         found.extend(got)
-    deletion.refuse_table_deletions(found)
-    return [d for d in found if isinstance(d, SeriesDeletion)]
+    return found
 
 
 def _quoted(name: str) -> str:
@@ -243,7 +241,7 @@ class Ingest:
 
     # ------------------------------------------------------------------ prepare
 
-    def _deletions(self, source: SourceFile) -> list[SeriesDeletion] | None:
+    def _deletions(self, source: SourceFile) -> list[deletion.Deletion] | None:
         """The file's ``.mods``/``.mods2`` deletions; None if it is skipped.
 
         Read once per run, here on the driver (they are small). The versions read must
