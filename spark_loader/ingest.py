@@ -21,12 +21,13 @@ run, when the file is prepared (they are small; the data never is), and checked 
 the versions its ``file_id`` names. The file's row carries the deletions, parsed, to
 the executors' reader, which drops those points per series (path patterns, closed
 time ranges, and in IoTDB 0.12-1.x only from the chunks that start below the
-deletion's file offset) and the rows left with no value. A Parquet file with
+deletion's file offset; a table-model deletion by its table, tag predicate and fields)
+and the rows left with no value. A Parquet file with
 deletions is read by Arrow (:mod:`.arrow_write`, or :func:`.tsfile_read.data_batches`
 in a resolved group) instead of a Spark Parquet scan, since a per-series deletion
 blanks columns, not whole rows. A
-deletion file that does not read, or holds a deletion this loader does not apply (a
-table-model one), makes its file skipped and reported and retried on the next run;
+deletion file that does not read makes its file skipped and reported and retried on the
+next run;
 :mod:`.ingest` checks that before any row of an older version leaves the table.
 
 **Writing.** The rows are written into a fresh hidden staging folder of the table,
