@@ -6,38 +6,25 @@ with IoTDB 2.x's ``.mods2`` table deletions, against ``deletion.apply`` on the s
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_table_model import CASES, ROWS, write_colliding
+from tsfile_read_helpers import java_main
 
 from sealsync.formats import deletion, mods2, tsfile
 from sealsync.formats.deletion import MAX_TIME, MIN_TIME
 from spark_loader import schema as schemas
-from spark_loader.jvm import JAR
 from spark_loader.tsfile_read import FILES_DDL, deletion_records, java_data, java_schema, series_of
 
 pytestmark = pytest.mark.slow  # a JVM, Spark
 
 
 def test_the_java_names_answer_every_shared_case() -> None:
-    java = shutil.which("java")
-    assert java is not None, "the loader's tests need a Java"
-    lines = "".join(
-        "\t".join("\0" if s is None else s for s in c["segments"]) + "\n" for c in CASES
-    )
-    run = subprocess.run(
-        [java, "-cp", str(JAR), "io.sealsync.tsfile.TableDevice"],
-        input=lines,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.split("\n")[:-1] == [c["name"] for c in CASES]
+    lines = ["\t".join("\0" if s is None else s for s in c["segments"]) for c in CASES]
+    got = java_main("io.sealsync.tsfile.TableDevice", lines)
+    assert got == [c["name"] for c in CASES]
 
 
 def _java_rows(spark: Any, path: Path, entries: bytes) -> list[tuple[str, int, float]]:

@@ -94,16 +94,8 @@ class _Reader:
         return int.from_bytes(self.take(8, what), "big", signed=True)
 
     def varint(self, what: str) -> int:
-        value = shift = 0
-        while True:
-            b = self.byte(what)
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if shift >= 35:
-                raise self.fail(f"{what}: a varint longer than 5 bytes")
-        value &= 0xFFFFFFFF
+        """``ReadWriteForEncodingUtils.readVarInt``: an unsigned varint, zigzag-decoded."""
+        value = self.uvarint(what) & 0xFFFFFFFF
         return (value >> 1) ^ -(value & 1)
 
     def uvarint(self, what: str) -> int:
@@ -174,7 +166,10 @@ class _Reader:
             out.segments.append((index, value))
         elif kind == _FULL:
             out.devices.append(self.device())
-        elif kind == _AND and depth < _MAX_AND_DEPTH:
+        elif kind == _AND:
+            if depth >= _MAX_AND_DEPTH:
+                self.at -= 1
+                raise self.fail(f"id predicates nested more than {_MAX_AND_DEPTH} deep")
             count = self.varint("an id predicate's count")
             if not 0 <= count <= self.size - self.at:  # each part is a byte at least
                 raise self.fail(f"an id predicate of {count} parts")

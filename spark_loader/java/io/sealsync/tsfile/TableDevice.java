@@ -1,9 +1,6 @@
 package io.sealsync.tsfile;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -55,18 +52,13 @@ public final class TableDevice {
    * NULL; each one's name a line on stdout.
    */
   public static void main(String[] args) throws IOException {
-    BufferedReader in =
-        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-    StringBuilder out = new StringBuilder();
-    String line;
-    while ((line = in.readLine()) != null) {
-      List<String> parts = new ArrayList<>();
-      for (String f : line.split("\t", -1)) {
-        parts.add(f.equals("\u0000") ? null : f);
-      }
-      out.append(name(parts.toArray(new String[0]))).append('\n');
-    }
-    System.out.print(out);
-    System.out.flush();
+    PathPattern.answerEach(
+        line -> {
+          List<String> parts = new ArrayList<>();
+          for (String f : line.split("\t", -1)) {
+            parts.add(f.equals("\u0000") ? null : f);
+          }
+          return name(parts.toArray(new String[0]));
+        });
   }
 }
