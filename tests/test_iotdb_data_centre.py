@@ -44,6 +44,7 @@ from iotdb_server import RELEASES, IoTDBServer, client_python
 from test_table_model_java import _java_rows
 
 from sealsync.formats import mods2, resource, table_device
+from sealsync.formats.deletion import MIN_TIME, TableDeletion
 
 pytestmark = pytest.mark.slow
 
@@ -327,7 +328,12 @@ def test_the_edges_table_model_deletion_and_tag_tuples_read_as_select_answers(
         entries = mods.read_bytes() if mods.is_file() else b""
         deletions += mods2.parse(entries)
         got += _java_rows(spark, path, entries)
-    assert deletions and {type(d).__name__ for d in deletions} == {"TableDeletion"}
+    # IoTDB writes the tag condition alone: SegmentExactMatch('north', 1), every field
+    assert deletions and {
+        (d.table, d.start, d.end, d.segments, d.devices, d.measurements)
+        for d in deletions
+        if isinstance(d, TableDeletion)
+    } == {("t1", MIN_TIME, 3, ((1, "north"),), (), ())}, deletions
     assert sorted(got) == keyed(after)
     # ('a.b','c') and ('a','b.c') apart, NULL and 'null' apart; ('north','x') all deleted
     assert len({d for d, _, _ in got}) == 6
