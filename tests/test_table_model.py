@@ -200,6 +200,16 @@ def test_an_and_of_too_many_conditions_is_refused() -> None:
         mods2.parse(mods2.table_entry("t", 0, 1, nested))
 
 
+def test_a_file_of_more_conditions_than_the_bound_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mods2, "MAX_CONDITIONS", 10)
+    entry = mods2.table_entry("t", 0, 1, mods2.and_match(*[mods2.segment_match("x", 1)] * 4))
+    assert len(mods2.parse(entry * 2)) == 2
+    with pytest.raises(Exception, match="more than 10 id predicate conditions in one file"):
+        mods2.parse(entry * 3)
+
+
 def test_apply_on_an_empty_or_tree_only_table_is_unchanged() -> None:
     table = pa.table({"time": [1], "device": ["root.sg.d1"], "s": [1.0]})
     entry = mods2.table_entry("root", MIN_TIME, MAX_TIME, mods2.nop())

@@ -22,8 +22,8 @@ Entries carry no file offset: a deletion covers every chunk of its file.
 
 A tree entry becomes a :class:`~sealsync.formats.deletion.SeriesDeletion`, a table
 entry a :class:`~sealsync.formats.deletion.TableDeletion`, its predicate as the
-conditions that must all hold (at most 256 in one entry, a device id of at most 256
-segments). An
+conditions that must all hold (at most 256 in one entry and :data:`MAX_CONDITIONS` in
+the file, a device id of at most 256 segments). An
 entry that does not read -- an unknown type, a truncated tail, a bad string -- makes
 the file unreadable; :class:`FormatError` names its byte offset.
 
@@ -60,6 +60,10 @@ MAX_MODS2_SIZE = MAX_DELETION_FILE_SIZE
 """The largest ``.mods2`` read: as for a ``.mods`` (:data:`sealsync.formats.mods.MAX_MODS_SIZE`)."""
 MAX_STRING = MAX_PATTERN_BYTES
 """The longest string an entry may hold (a pattern, a table or measurement name)."""
+MAX_CONDITIONS = 1 << 20
+"""The most id predicate conditions one file may hold, all entries together: each is a
+record the loader keeps and tests against the devices of its table (IoTDB writes a
+few per ``DELETE``)."""
 TREE, TABLE = 0x01, 0x00
 _NOP, _FULL, _SEGMENT, _AND = 0, 1, 2, 3
 _MAX_AND_DEPTH = 64
@@ -74,6 +78,7 @@ class _Reader:
         self.size = size
         self.at = 0
         self.entry = 0  # where the entry being read starts
+        self.conditions = 0  # id predicate conditions read so far, of every entry
 
     def fail(self, what: str) -> FormatError:
         return FormatError(f".mods2 byte {self.at} (entry at byte {self.entry}): {what}")
@@ -180,6 +185,10 @@ class _Reader:
             raise self.fail(f"unknown id predicate type {kind}")
         if len(out.segments) + len(out.devices) > MAX_PATTERN_NODES:
             raise self.fail(f"an id predicate of more than {MAX_PATTERN_NODES} conditions")
+        if kind != _AND:
+            self.conditions += 1
+            if self.conditions > MAX_CONDITIONS:
+                raise self.fail(f"more than {MAX_CONDITIONS} id predicate conditions in one file")
 
 
 class _Conditions:
