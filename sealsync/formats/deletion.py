@@ -477,24 +477,33 @@ def covered(times: np.ndarray, ranges: tuple[np.ndarray, np.ndarray]) -> np.ndar
 
 def _ranges(
     device: str,
+    parts: Segments | None,
     measurement: str,
     by_pattern: dict[tuple[tuple[str, ...], str], list[SeriesDeletion]],
-    table_deletions: Sequence[TableDeletion],
+    by_table: dict[str, list[TableDeletion]],
 ) -> list[tuple[int, int]]:
-    """The time ranges deleted from series ``measurement`` of ``device``: by the table
-    deletions if it is a table-model device, else by the tree ones."""
-    if is_table_device(device):
-        try:
-            parts = table_segments(device)
-        except ValueError as exc:
-            raise FormatError(f"device {device!r}: {exc}") from None
-        return [(d.start, d.end) for d in table_deletions if d.covers(parts, measurement)]
+    """The time ranges deleted from series ``measurement`` of ``device``: by its table's
+    deletions if it is a table-model device (``parts``: its segments), else by the tree
+    ones."""
+    if parts is not None:
+        found = by_table.get(str(parts[0]), [])
+        return [(d.start, d.end) for d in found if d.covers(parts, measurement)]
     return [
         (d.start, d.end)
         for group in by_pattern.values()
         if matches(group[0], device, measurement)
         for d in group
     ]
+
+
+def _segments(device: str) -> Segments | None:
+    """A table-model device's segments; None for a tree device."""
+    if not is_table_device(device):
+        return None
+    try:
+        return table_segments(device)
+    except ValueError as exc:
+        raise FormatError(f"device {device!r}: {exc}") from None
 
 
 def apply(
@@ -535,6 +544,9 @@ def apply(
     by_pattern: dict[tuple[tuple[str, ...], str], list[SeriesDeletion]] = {}
     for d in series_deletions:
         by_pattern.setdefault((d.pattern, d.rules), []).append(d)
+    by_table: dict[str, list[TableDeletion]] = {}
+    for t in table_deletions:
+        by_table.setdefault(t.table, []).append(t)
     names = [n for n in table.column_names if n not in (DEVICE_COLUMN, TIME_COLUMN)]
     devices = [d for d in pc.unique(table.column(DEVICE_COLUMN)).to_pylist() if d is not None]
     time_column = table.column(TIME_COLUMN)
@@ -549,8 +561,9 @@ def apply(
             )
             & timed
         )
+        parts = _segments(device)
         for n in names:
-            ranges = _ranges(device, n, by_pattern, table_deletions)
+            ranges = _ranges(device, parts, n, by_pattern, by_table)
             if not ranges:
                 continue
             hit = rows[covered(times[rows], merged_ranges(ranges))]
