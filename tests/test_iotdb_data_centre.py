@@ -44,7 +44,7 @@ from iotdb_server import RELEASES, IoTDBServer, client_python
 from test_table_model_java import _java_rows
 
 from sealsync.formats import mods2, resource, table_device
-from sealsync.formats.deletion import MIN_TIME, TableDeletion
+from sealsync.formats.deletion import MAX_TIME, MIN_TIME, TableDeletion
 
 pytestmark = pytest.mark.slow
 
@@ -279,8 +279,9 @@ def test_the_edges_table_model_deletion_and_tag_tuples_read_as_select_answers(
     v2: tuple[IoTDBServer, IoTDBServer], spark: Any, tmp_path: Path
 ) -> None:
     """Tag tuples one dotted string would merge, a NULL tag beside the string 'null', and
-    ``DELETE FROM t1 WHERE time <= 3 AND region='north'`` after the flush (a ``.mods2``
-    table deletion): the loader's Java read path gives the rows ``SELECT *`` answers."""
+    after the flush ``DELETE FROM t1 WHERE time <= 3 AND region='north'`` and ``DELETE
+    FROM t1 WHERE region IS NULL AND site = 'x'`` (``.mods2`` table deletions): the
+    loader's Java read path gives the rows ``SELECT`` answers."""
     edge, _ = v2
     values = [
         "(1, 'a.b', 'c', 1.0)",
@@ -303,11 +304,13 @@ def test_the_edges_table_model_deletion_and_tag_tuples_read_as_select_answers(
             "FLUSH",
             *query,
             "DELETE FROM t1 WHERE time <= 3 AND region='north'",
+            "DELETE FROM t1 WHERE region IS NULL AND site = 'x'",
             *query[1:],
         ],
     )
     before, after = answers
-    assert len(before) == 8 and len(after) == 6  # the two north points up to 3 gone
+    # the two north points up to 3 gone, and the NULL region's (not the 'null' one's)
+    assert len(before) == 8 and len(after) == 5
 
     def keyed(rows: list[list[str]]) -> list[tuple[str, int, float]]:
         # the client prints a NULL tag as None (no tag here is the text 'None'), the
@@ -328,15 +331,20 @@ def test_the_edges_table_model_deletion_and_tag_tuples_read_as_select_answers(
         entries = mods.read_bytes() if mods.is_file() else b""
         deletions += mods2.parse(entries)
         got += _java_rows(spark, path, entries)
-    # IoTDB writes the tag condition alone: SegmentExactMatch('north', 1), every field
+    # IoTDB writes one tag condition alone, SegmentExactMatch('north', 1), two as an And
+    # of them, IS NULL as a null string; every field
     assert deletions and {
         (d.table, d.start, d.end, d.segments, d.devices, d.measurements)
         for d in deletions
         if isinstance(d, TableDeletion)
-    } == {("t1", MIN_TIME, 3, ((1, "north"),), (), ())}, deletions
+    } == {
+        ("t1", MIN_TIME, 3, ((1, "north"),), (), ()),
+        ("t1", MIN_TIME, MAX_TIME, ((1, None), (2, "x")), (), ()),
+    }, deletions
     assert sorted(got) == keyed(after)
-    # ('a.b','c') and ('a','b.c') apart, NULL and 'null' apart; ('north','x') all deleted
-    assert len({d for d, _, _ in got}) == 6
+    # ('a.b','c') and ('a','b.c') apart, NULL and 'null' apart; ('north','x') and
+    # (NULL,'x') all deleted
+    assert len({d for d, _, _ in got}) == 5
 
 
 def test_a_0_12_data_centre_answers_after_a_series_is_created_again_with_another_type(
