@@ -43,7 +43,7 @@ from iotdb_helpers import copy_files, point_sender_at, receiver_on_iotdb, sealed
 from iotdb_server import RELEASES, IoTDBServer, client_python
 from test_table_model_java import _java_rows
 
-from sealsync.formats import mods2, resource, table_device
+from sealsync.formats import mods2, resource, table_device, tsfile_meta
 from sealsync.formats.deletion import MAX_TIME, MIN_TIME, TableDeletion
 
 pytestmark = pytest.mark.slow
@@ -330,7 +330,10 @@ def test_the_edges_table_model_deletion_and_tag_tuples_read_as_select_answers(
         mods = path.with_name(path.name + ".mods2")
         entries = mods.read_bytes() if mods.is_file() else b""
         deletions += mods2.parse(entries)
-        got += _java_rows(spark, path, entries)
+        rows = _java_rows(spark, path, entries)
+        # the receiver's ownership keys name the devices as the loader's rows do
+        assert {d for d, _, _ in rows} <= set(tsfile_meta.read(path).devices)
+        got += rows
     # IoTDB writes one tag condition alone, SegmentExactMatch('north', 1), two as an And
     # of them, IS NULL as a null string; every field
     assert deletions and {
