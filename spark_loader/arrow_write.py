@@ -97,7 +97,7 @@ def written_batches(
 
 
 def copy_here(
-    files: list[tuple[str, int, list[deletion.SeriesDeletion], str]],
+    files: list[tuple[str, int, list[deletion.Deletion], str]],
     schema: pa.Schema,
     staging: str,
     compression: str,
@@ -113,7 +113,7 @@ def copy_here(
 
     dictionary = _dictionary_columns(schema)
 
-    def one(item: tuple[str, int, list[deletion.SeriesDeletion], str]) -> Any:
+    def one(item: tuple[str, int, list[deletion.Deletion], str]) -> Any:
         source, key, deleted, file_id = item
         try:
             row = {"path": source, "key": key}

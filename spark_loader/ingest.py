@@ -21,12 +21,13 @@ run, when the file is prepared (they are small; the data never is), and checked 
 the versions its ``file_id`` names. The file's row carries the deletions, parsed, to
 the executors' reader, which drops those points per series (path patterns, closed
 time ranges, and in IoTDB 0.12-1.x only from the chunks that start below the
-deletion's file offset) and the rows left with no value. A Parquet file with
+deletion's file offset; a table-model deletion by its table, tag predicate and fields)
+and the rows left with no value. A Parquet file with
 deletions is read by Arrow (:mod:`.arrow_write`, or :func:`.tsfile_read.data_batches`
 in a resolved group) instead of a Spark Parquet scan, since a per-series deletion
 blanks columns, not whole rows. A
-deletion file that does not read, or holds a deletion this loader does not apply (a
-table-model one), makes its file skipped and reported and retried on the next run;
+deletion file that does not read makes its file skipped and reported and retried on the
+next run;
 :mod:`.ingest` checks that before any row of an older version leaves the table.
 
 **Writing.** The rows are written into a fresh hidden staging folder of the table,
@@ -63,7 +64,6 @@ import pyarrow as pa
 from sealsync.errors import FormatError
 from sealsync.formats import deletion, mods, mods2
 from sealsync.formats.common import TIME_COLUMN
-from sealsync.formats.deletion import SeriesDeletion
 from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
 from spark_loader.columns import MAX_NEW_COLUMNS_PER_RUN, Assigner, kind_of
@@ -103,12 +103,12 @@ def _sender(item: Prepared) -> str:
     return item.source.sender
 
 
-def read_deletions(source: SourceFile) -> list[SeriesDeletion] | None:
+def read_deletions(source: SourceFile) -> list[deletion.Deletion] | None:
     """The deletions of ``source``'s ``.mods`` then ``.mods2``; None when either is no
     longer the version the file's id names (the next run sees the new one).
 
-    FormatError for a file that does not read or holds a deletion this loader does not
-    apply (its text names which file, and the line or byte); OSError as raised.
+    FormatError for a file that does not read (its text names which file, and the line
+    or byte); OSError as raised.
     """
     found: list[deletion.Deletion] = []
     for version, path, module in (
@@ -121,11 +121,12 @@ def read_deletions(source: SourceFile) -> list[SeriesDeletion] | None:
         if read != version:
             return None
         found.extend(got)
-    deletion.refuse_table_deletions(found)
-    return [d for d in found if isinstance(d, SeriesDeletion)]
+    return found
 
 
-def file_deletions(source: SourceFile) -> tuple[list[SeriesDeletion] | None, str | None]:
+def file_deletions(
+    source: SourceFile,
+) -> tuple[list[deletion.Deletion] | None, str | None]:
     """The file's ``.mods``/``.mods2`` deletions; else None and why the file is skipped
     (None: a deletion file replaced since discovery, left to the next run, which gives
     the file a new id). Read once per run, on the driver (they are small)."""

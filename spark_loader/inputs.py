@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sealsync.formats.deletion import SeriesDeletion
+from sealsync.formats.deletion import Deletion
 from spark_loader import schema as schemas
 from spark_loader.discovery import PARQUET, SourceFile
 from spark_loader.failure import Failure
@@ -50,9 +50,9 @@ class Prepared:
     folder: str | None = None  # the link folder one scan reads
     on_store: bool = False  # set when copied to the table's store (link and folder are URIs)
     # The deletions of its X.mods and X.mods2, in file order; empty if none.
-    deleted: list[SeriesDeletion] = dataclasses.field(default_factory=list)
+    deleted: list[Deletion] = dataclasses.field(default_factory=list)
 
-    def deletion_records(self) -> list[tuple[list[str], int, int, int | None, str]] | None:
+    def deletion_records(self) -> list[tuple[list[str | None], int, int, int | None, str]] | None:
         """The deletions as the readers take them (``tsfile_read.DELETIONS_DDL``)."""
         if not self.deleted:
             return None
@@ -74,9 +74,7 @@ def _spark_columns(arrow: pa.Schema) -> dict[str, Any]:
     return out
 
 
-def parquet_input(
-    source: SourceFile, partition: Partition, deleted: list[SeriesDeletion]
-) -> Prepared:
+def parquet_input(source: SourceFile, partition: Partition, deleted: list[Deletion]) -> Prepared:
     """A Parquet file ready for its job: its footer read (no data), its columns as
     Spark types; ValueError (or pyarrow's) if it is not a whole Parquet file."""
     import pyarrow.parquet as pq

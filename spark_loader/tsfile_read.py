@@ -33,6 +33,7 @@ file id, so the driver can tell which file of a batch broke the job.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -55,7 +56,9 @@ _FILE_ERROR_RE = re.compile(re.escape(FILE_ERROR) + r"\[(f[0-9a-f]+)\]: ([^\n]*)
 #: A file's deletions (:class:`sealsync.formats.deletion.SeriesDeletion`): every point of
 #: every series ``pattern`` (its nodes as written, its rules first: ``deletion.to_wire``)
 #: matches whose time is in [``since``, ``until``], in the chunks that start below
-#: ``below`` (null: every chunk), is gone;
+#: ``below`` (null: every chunk), is gone; a table-model deletion
+#: (:class:`~sealsync.formats.deletion.TableDeletion`) has its table, fields and
+#: conditions in ``pattern`` instead (``deletion.to_wire``), ``below`` null;
 #: ``where`` names the line or byte of the deletion file, for messages.
 DELETIONS_DDL = (
     "array<struct<pattern:array<string>,since:bigint,until:bigint,below:bigint,where:string>>"
@@ -215,20 +218,29 @@ def conform(table: pa.Table, schema: pa.Schema, row: dict[str, Any]) -> pa.Table
 
 
 def deletion_records(
-    deletions: list[deletion.SeriesDeletion],
-) -> list[tuple[list[str], int, int, int | None, str]]:
+    deletions: list[deletion.Deletion],
+) -> list[tuple[list[str | None], int, int, int | None, str]]:
     """``deletions`` as rows of :data:`DELETIONS_DDL`."""
-    return [(deletion.to_wire(d), d.start, d.end, d.below_offset, d.where) for d in deletions]
+    return [
+        (
+            deletion.to_wire(d),
+            d.start,
+            d.end,
+            d.below_offset if isinstance(d, deletion.SeriesDeletion) else None,
+            d.where,
+        )
+        for d in deletions
+    ]
 
 
 def deletions_of(records: list[dict[str, Any]]) -> list[deletion.Deletion]:
     """Rows of :data:`DELETIONS_DDL` back as the records they were made from."""
     out: list[deletion.Deletion] = []
     for d in records:
-        pattern, rules = deletion.from_wire(d["pattern"])
-        out.append(
-            deletion.SeriesDeletion(pattern, d["since"], d["until"], d["below"], d["where"], rules)
-        )
+        found = deletion.from_wire(d["pattern"], d["since"], d["until"], d["where"])
+        if isinstance(found, deletion.SeriesDeletion) and d["below"] is not None:
+            found = dataclasses.replace(found, below_offset=d["below"])
+        out.append(found)
     return out
 
 

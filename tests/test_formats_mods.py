@@ -165,7 +165,8 @@ def _varstr(text: str) -> bytes:
     return mods2.tree_entry(text, 0, 0)[17:]
 
 
-def test_a_table_deletion_reads_and_is_refused_when_applied() -> None:
+def test_a_table_deletion_reads_as_iotdb_writes_it_and_is_applied() -> None:
+    # bytes as DeletionPredicate.serialize / IDPredicate.SegmentExactMatch write them
     entry = (
         bytes([0x00])
         + (1).to_bytes(8, "big")
@@ -181,11 +182,23 @@ def test_a_table_deletion_reads_and_is_refused_when_applied() -> None:
     data = mods2.tree_entry("root.sg.d1.s1", 0, 1) + entry
     found = mods2.parse(data)
     assert found[1] == TableDeletion(
-        "t1", 1, 9, "segment 1 = 'dev7'", ("m1", "m2"), ".mods2 entry at byte 31"
+        "t1", 1, 9, ((1, "dev7"),), (), ("m1", "m2"), ".mods2 entry at byte 31"
     )
-    table = pa.table({"device": ["root.sg.d1"], "time": [0], "s1": [1.0]})
-    with pytest.raises(FormatError, match="entry at byte 31: a table-model deletion"):
-        deletion.apply(table, found)
+    assert found[1].predicate == "segment 1 = 'dev7'"
+    table = pa.table(
+        {
+            "device": ["root.sg.d1", "t1.dev7", "t1.dev7", "t1.dev8"],
+            "time": [0, 5, 5, 5],
+            "m1": [1.0, 2.0, None, 4.0],
+            "m3": [None, None, 3.0, None],
+        }
+    )
+    got = deletion.apply(table, found)
+    assert got.to_pylist() == [  # the tree device untouched; t1.dev7's m1 in [1, 9] gone
+        {"device": "root.sg.d1", "time": 0, "m1": 1.0, "m3": None},
+        {"device": "t1.dev7", "time": 5, "m1": None, "m3": 3.0},
+        {"device": "t1.dev8", "time": 5, "m1": 4.0, "m3": None},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -213,7 +226,19 @@ def test_a_truncated_entry_names_its_byte(cut: int, why: str) -> None:
         (b"\x01" + bytes(16) + b"\x01", "byte 17 (entry at byte 0): a path pattern: length -1"),
         (b"\x01" + bytes(16) + b"\x04\xff\xfe", "byte 17 (entry at byte 0): a path pattern is not"),
         (b"\x01" + bytes(16) + b"\xff" * 6, "byte 22 (entry at byte 0): a path pattern: a varint"),
-        (b"\x00" + bytes(16) + _varstr("t") + b"\x01", "byte 19 (entry at byte 0): a table dele"),
+        (b"\x00" + bytes(16) + _varstr("t") + b"\x01", "byte 20 (entry at byte 0): the file ends"),
+        (
+            b"\x00" + bytes(16) + _varstr("t") + b"\x01\x00",  # FullExactMatch of no segment
+            "byte 21 (entry at byte 0): the file ends inside a measurement count",
+        ),
+        (
+            b"\x00" + bytes(16) + _varstr("t") + b"\x01\x02\x01\x01",  # segments null, null
+            "byte 20 (entry at byte 0): a device id whose every segment is null",
+        ),
+        (
+            b"\x00" + bytes(16) + _varstr("t") + b"\x02\x01\x01",  # segment index -1
+            "byte 21 (entry at byte 0): an id predicate's segment index -1",
+        ),
         (b"\x00" + bytes(16) + _varstr("t") + b"\x09", "byte 19 (entry at byte 0): unknown id"),
     ],
 )
@@ -311,10 +336,10 @@ def test_the_rules_cross_to_the_readers_and_back() -> None:
     for rules in deletion.RULES:
         d = SeriesDeletion(("root", "sg", "d*"), 0, 1, None, "here", rules)
         wire = deletion.to_wire(d)
-        assert deletion.from_wire(wire) == (d.pattern, rules)
+        assert deletion.from_wire(wire, 0, 1, "here") == d
         assert (wire == list(d.pattern)) is (rules == deletion.RULES_12)
     with pytest.raises(FormatError, match="unknown rules '9'"):
-        deletion.from_wire([deletion.WIRE_RULES + "9", "root"])
+        deletion.from_wire([deletion.WIRE_RULES + "9", "root"], 0, 1, "here")
 
 
 # ---------------------------------------------------------------- apply

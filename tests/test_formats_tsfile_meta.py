@@ -23,7 +23,7 @@ from tsfile_bytes import INT64, INT64_STATS, i64, string, uvar, var
 
 from sealsync import formats
 from sealsync.errors import FormatError
-from sealsync.formats import FileInfo, tsfile, tsfile_meta, tsfile_support
+from sealsync.formats import FileInfo, table_device, tsfile, tsfile_meta, tsfile_support
 from sealsync.formats.tsfile_meta import Corrupt, OldVersion
 from sealsync.simulator import expected_table
 
@@ -150,9 +150,16 @@ def test_a_file_with_no_device_is_accepted() -> None:
 
 
 def _native_devices(path: Path) -> list[str]:
+    """The C++ reader's devices, a table-model one named from its segments."""
     reader = native.TsFileReader(str(path))
     try:
-        return sorted({d.path for d in reader.get_all_devices()})
+        tables = set(reader.get_all_table_schemas() or ())
+        return sorted(
+            {
+                table_device.name(d.segments) if d.table_name in tables else d.path
+                for d in reader.get_all_devices()
+            }
+        )
     finally:
         reader.close()
 
@@ -209,7 +216,7 @@ def test_package_files_list_the_devices_the_native_reader_lists(
 
 
 def test_package_file_counts_and_table_model_names(written: dict[str, Path]) -> None:
-    assert tsfile_meta.read(written["table"]).devices == ("trains.L1.c1", "trains.L2.null")
+    assert tsfile_meta.read(written["table"]).devices == ("trains.L1.c1", "trains.L2")
     tree = tsfile_meta.read(written["tree"])
     assert len(tree.devices) == 4 and tree.series == tree.chunks > 0
     assert len(tsfile_meta.read(written["wide"]).devices) == 600

@@ -18,11 +18,16 @@ and ``sealsync send`` processes.
   aside with one line. Before, the round never finished and every later round of the
   sender was "receiver busy".
 
+* The edge's table-model file and its ``.mods2`` table deletion, read by the loader's
+  Java read path, give the rows the edge's ``SELECT`` answers: tag tuples one dotted
+  string would merge stay apart (the table had 4 devices' rows where IoTDB had 6).
+
 Each release's servers start once per module (an edge and a data centre).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import subprocess
 import time
@@ -39,8 +44,10 @@ from deploy_helpers import Deployment, Sender, make_deployment
 from iotdb_helpers import copy_files, point_sender_at, receiver_on_iotdb, sealed_files, table_rows
 from iotdb_server import RELEASES, IoTDBServer, client_python
 from spark_loader_helpers import Receiver
+from test_table_model_java import _java_rows
 
-from sealsync.formats import resource
+from sealsync.formats import mods2, resource, table_device, tsfile_meta
+from sealsync.formats.deletion import MAX_TIME, MIN_TIME, TableDeletion
 from sealsync.ttl import Rule, TtlRules
 from spark_loader import run_load
 
@@ -271,6 +278,81 @@ def test_table_model_files_go_into_a_table_database_and_a_refused_one_is_held_as
     assert _answer(dc, "root.s6") == _answer(edge, "root.s6")
     assert len(_answer(dc, "root.s6")) == 8
     assert "busy" not in dep.log() and "Traceback" not in dep.log()
+
+
+def test_the_edges_table_model_deletion_and_tag_tuples_read_as_select_answers(
+    v2: tuple[IoTDBServer, IoTDBServer], spark: Any, tmp_path: Path
+) -> None:
+    """Tag tuples one dotted string would merge, a NULL tag beside the string 'null', and
+    after the flush ``DELETE FROM t1 WHERE time <= 3 AND region='north'`` and ``DELETE
+    FROM t1 WHERE region IS NULL AND site = 'x'`` (``.mods2`` table deletions): the
+    loader's Java read path gives the rows ``SELECT`` answers."""
+    edge, _ = v2
+    values = [
+        "(1, 'a.b', 'c', 1.0)",
+        "(2, 'a', 'b.c', 2.0)",
+        "(3, NULL, 'x', 3.0)",
+        "(4, 'null', 'x', 4.0)",
+        "(1, 'north', 'x', 5.0)",
+        "(3, 'north', NULL, 6.0)",
+        "(5, 'north', NULL, 7.0)",
+        "(2, 'south', 'x', 8.0)",
+    ]
+    query = ["USE db8", "SELECT time, region, site, v FROM t1"]
+    answers = _table(
+        edge,
+        [
+            "CREATE DATABASE db8",
+            "USE db8",
+            "CREATE TABLE t1 (region STRING TAG, site STRING TAG, v DOUBLE FIELD)",
+            f"INSERT INTO t1(time, region, site, v) VALUES {', '.join(values)}",
+            "FLUSH",
+            *query,
+            "DELETE FROM t1 WHERE time <= 3 AND region='north'",
+            "DELETE FROM t1 WHERE region IS NULL AND site = 'x'",
+            *query[1:],
+        ],
+    )
+    before, after = answers
+    # the two north points up to 3 gone, and the NULL region's (not the 'null' one's)
+    assert len(before) == 8 and len(after) == 5
+
+    def keyed(rows: list[list[str]]) -> list[tuple[str, int, float]]:
+        # the client prints a NULL tag as None (no tag here is the text 'None'), the
+        # time as a date
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        out = []
+        for t0, r, s, v in rows:
+            tags = (None if t == "None" else t for t in (r, s))
+            ms = (dt.datetime.fromisoformat(t0) - epoch) // dt.timedelta(milliseconds=1)
+            out.append((table_device.name(["t1", *tags]), ms, float(v)))
+        return sorted(out)
+
+    files = sealed_files(edge.data_dir)
+    data = [p for r, p in files.items() if "/db8/" in r and r.endswith(".tsfile")]
+    got, deletions = [], []
+    for path in data:  # a file per data region the devices went to
+        mods = path.with_name(path.name + ".mods2")
+        entries = mods.read_bytes() if mods.is_file() else b""
+        deletions += mods2.parse(entries)
+        rows = _java_rows(spark, path, entries)
+        # the receiver's ownership keys name the devices as the loader's rows do
+        assert {d for d, _, _ in rows} <= set(tsfile_meta.read(path).devices)
+        got += rows
+    # IoTDB writes one tag condition alone, SegmentExactMatch('north', 1), two as an And
+    # of them, IS NULL as a null string; every field
+    assert deletions and {
+        (d.table, d.start, d.end, d.segments, d.devices, d.measurements)
+        for d in deletions
+        if isinstance(d, TableDeletion)
+    } == {
+        ("t1", MIN_TIME, 3, ((1, "north"),), (), ()),
+        ("t1", MIN_TIME, MAX_TIME, ((1, None), (2, "x")), (), ()),
+    }, deletions
+    assert sorted(got) == keyed(after)
+    # ('a.b','c') and ('a','b.c') apart, NULL and 'null' apart; ('north','x') and
+    # (NULL,'x') all deleted
+    assert len({d for d, _, _ in got}) == 5
 
 
 def test_a_0_12_data_centre_answers_after_a_series_is_created_again_with_another_type(

@@ -18,6 +18,7 @@ benchmarks.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -35,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import filelock
+
+from sealsync.formats import table_device
 
 FIXTURES = Path(__file__).resolve().parent / "tsfile_fixtures"
 # One Maven project per writer line, in the order they are built.
@@ -264,8 +267,20 @@ def _prune(root: Path, keep: Path) -> None:
 
 
 def corpus(folder: Path | None = None) -> list[Entry]:
-    """Every generated file (built if needed), in manifest order."""
-    folder = folder or build()
+    """Every generated file (built if needed), in manifest order; a table-model file's
+    devices named as the loader names them (from their segments: ``table_device``)."""
+    entries = [
+        e
+        if e.model != "table"
+        else dataclasses.replace(
+            e, devices=tuple(dict.fromkeys(p.device for p in expected_points(e)))
+        )
+        for e in _manifest_entries(folder or build())
+    ]
+    return entries
+
+
+def _manifest_entries(folder: Path) -> list[Entry]:
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     return [
         Entry(
@@ -325,15 +340,17 @@ def decode_value(type_: str, value: Any) -> Any:
 def expected_points(entry: Entry) -> list[Point]:
     """Every point the Java reader reads from the file, in its order: per device, per
     series, every chunk in file order (so a repeated (series, time) appears once per
-    chunk that holds it). Nulls of aligned rows are not points."""
+    chunk that holds it). Nulls of aligned rows are not points. A table-model device is
+    named from its segments as the loader names it (``table_device``)."""
     points = []
     with entry.expected.open(encoding="utf-8") as f:
         for line in f:
             p = json.loads(line)
             seg = p.get("segments")
+            table = entry.model == "table" and seg is not None
             points.append(
                 Point(
-                    device=p["device"],
+                    device=table_device.name(seg) if table else p["device"],
                     segments=None if seg is None else tuple(seg),
                     measurement=p["measurement"],
                     type=p["type"],

@@ -22,6 +22,8 @@ import tsfile
 from tsfile import Compressor, TSDataType, TSEncoding
 from tsfile_read_helpers import Rows
 
+from sealsync.formats import table_device as table_devices
+
 ROWS = 40
 _INT32 = [0, -1, 2**31 - 1, -(2**31), 7, 7, 7, -100, 3, 1_000_000]
 _INT64 = [0, -1, 2**63 - 1, -(2**63), 2**53 + 1, 9_007_199_254_740_993, 7, -100, 3, 2**40]
@@ -193,7 +195,7 @@ def build(folder: Path) -> Corpus:
 
 def table_device(table: str, tags: list[str | None]) -> str:
     """The device the loader names a table-model row's (docs/formats.md)."""
-    return ".".join([table, *("null" if t is None else t for t in tags)])
+    return table_devices.name([table, *tags])
 
 
 def _dataframe_file(path: Path) -> Written:

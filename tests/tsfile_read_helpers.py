@@ -9,6 +9,7 @@ its rows, or as the one line the loader reports when it refuses or fails on it.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,24 @@ from spark_loader.tsfile_read import FILES_DDL, java_data, java_schema, series_o
 
 Rows = dict[tuple[str, int], dict[str, Any]]
 """(device, time) -> {measurement: value} of the non-null values."""
+
+
+def java_main(cls: str, lines: list[str]) -> list[str]:
+    """The answer lines of a class of the loader's jar whose ``main`` answers each line
+    of stdin with one line (the shared case tables' Java side)."""
+    from spark_loader.jvm import JAR
+
+    java = shutil.which("java")
+    assert java is not None, "the loader's tests need a Java"
+    run = subprocess.run(
+        [java, "-cp", str(JAR), cls],
+        input="".join(f"{line}\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split("\n")[:-1]
 
 
 def plain(value: Any) -> Any:

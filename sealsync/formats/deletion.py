@@ -12,9 +12,16 @@ so the loader applies one kind of record whatever release wrote the file:
   ``QueryUtils.modifyChunkMetaData``: ``fileOffset > offsetOfChunkHeader``), so points
   written to the same file after the ``DELETE`` survive; ``.mods2`` entries carry no
   offset and cover every chunk (``below_offset`` None).
-* :class:`TableDeletion` -- a table-model deletion of 2.x. Parsed so a file holding
-  one reads, never applied: the loader refuses the file with one line instead of
-  guessing which rows the predicate meant.
+* :class:`TableDeletion` -- a table-model deletion of 2.x (``TableDeletionEntry``):
+  every point of a device of its table whose tags its predicate matches, of the fields
+  it names (none named: every field), with ``start <= time <= end``, is gone. The
+  predicate is a conjunction (``IDPredicate``: ``NOP`` none, ``And`` its parts) of
+  segment conditions (``SegmentExactMatch``: the device's segment at an index -- the
+  table name at 0, then its tags in order -- equal to a string, or null for a NULL tag;
+  a segment past the device's last is null, as a device id drops trailing nulls) and
+  whole-device conditions (``FullExactMatch``: the device id equal to one, table name
+  included). A table-model device is matched only by table-model deletions and a tree
+  device only by tree ones, as in IoTDB, where every tree pattern starts with ``root``.
 
 Which series a pattern covers depends on the IoTDB release that wrote it, and each
 record says which rules it is read by (``rules``):
@@ -57,6 +64,8 @@ import numpy as np
 
 from sealsync.errors import FormatError
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
+from sealsync.formats.table_device import is_table_device
+from sealsync.formats.table_device import segments as table_segments
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,16 +113,42 @@ class SeriesDeletion:
         return ".".join(self.pattern)
 
 
+Segments = tuple[str | None, ...]
+"""A table-model device's segments: the table name, then its tags (None: NULL)."""
+
+
 @dataclass(frozen=True)
 class TableDeletion:
-    """A 2.x table-model deletion: kept as read, applied never (see the module doc)."""
+    """A 2.x table-model deletion (see the module doc): the points of ``measurements``
+    (none: every field) of the devices of ``table`` that every one of ``segments``
+    (index, value) and ``devices`` (a whole device id) matches, in [start, end]."""
 
     table: str
     start: int
     end: int
-    predicate: str  # IoTDB's id predicate, described
+    segments: tuple[tuple[int, str | None], ...]
+    devices: tuple[Segments, ...]
     measurements: tuple[str, ...]  # empty: every column
     where: str
+
+    @property
+    def predicate(self) -> str:
+        """The predicate, described for messages."""
+        parts = [f"segment {i} = {v!r}" for i, v in self.segments]
+        parts += [f"device {list(d)!r}" for d in self.devices]
+        return " and ".join(parts) or "every device"
+
+    def covers(self, device: Segments, measurement: str) -> bool:
+        """Whether this deletes points of ``measurement`` of ``device`` (its segments,
+        trailing nulls dropped)."""
+        if not device or device[0] != self.table:
+            return False
+        if self.measurements and measurement not in self.measurements:
+            return False
+        n = len(device)
+        return all((device[i] if i < n else None) == v for i, v in self.segments) and all(
+            d == device for d in self.devices
+        )
 
 
 Deletion = SeriesDeletion | TableDeletion
@@ -333,23 +368,72 @@ def check_pattern(path: str, where: str, rules: str = RULES_12) -> tuple[str, ..
     return nodes
 
 
-def to_wire(deletion: SeriesDeletion) -> list[str]:
-    """The record's nodes as the loader's readers take them: its rules first, as a node
-    no pattern has, unless they are :data:`RULES_12`."""
-    nodes = list(deletion.pattern)
+WIRE_TABLE = "\x00table"
+"""The first node of a table-model deletion on the wire (:func:`to_wire`); no pattern
+node is it."""
+
+
+def to_wire(deletion: Deletion) -> list[str | None]:
+    """The record's nodes as the loader's readers take them. A tree deletion: its
+    pattern's nodes, its rules first, as a node no pattern has, unless they are
+    :data:`RULES_12`. A table deletion: :data:`WIRE_TABLE`, the table, the count of
+    measurements and each, then each segment condition as ``s``, its index and its
+    value (None: NULL) and each whole device as ``d``, its segment count and each."""
+    if isinstance(deletion, TableDeletion):
+        out: list[str | None] = [WIRE_TABLE, deletion.table, str(len(deletion.measurements))]
+        out.extend(deletion.measurements)
+        for index, value in deletion.segments:
+            out += ["s", str(index), value]
+        for device in deletion.devices:
+            out += ["d", str(len(device)), *device]
+        return out
+    nodes: list[str | None] = list(deletion.pattern)
     if deletion.rules != RULES_12:
         nodes.insert(0, WIRE_RULES + deletion.rules)
     return nodes
 
 
-def from_wire(nodes: Sequence[str]) -> tuple[tuple[str, ...], str]:
-    """:func:`to_wire`'s nodes back as the pattern and its rules."""
-    if nodes and nodes[0].startswith(WIRE_RULES):
-        rules = nodes[0][len(WIRE_RULES) :]
+def from_wire(nodes: Sequence[str | None], start: int, end: int, where: str) -> Deletion:
+    """:func:`to_wire`'s nodes (and the record's range and place) back as the record;
+    a tree record covers every chunk (the caller sets its offset)."""
+    if nodes and nodes[0] == WIRE_TABLE:
+        return _table_from_wire(nodes, start, end, where)
+    if any(n is None for n in nodes):
+        raise FormatError(f"{where}: a null node in a deletion's pattern")
+    pattern = [str(n) for n in nodes]
+    rules = RULES_12
+    if pattern and pattern[0].startswith(WIRE_RULES):
+        rules = pattern[0][len(WIRE_RULES) :]
         if rules not in RULES:
             raise FormatError(f"a deletion read by unknown rules {rules!r}")
-        return tuple(nodes[1:]), rules
-    return tuple(nodes), RULES_12
+        pattern = pattern[1:]
+    return SeriesDeletion(tuple(pattern), start, end, None, where, rules)
+
+
+def _table_from_wire(nodes: Sequence[str | None], start: int, end: int, where: str) -> Deletion:
+    try:
+        table, count = str(nodes[1]), int(str(nodes[2]))
+        at = 3 + count
+        measurements = tuple(str(n) for n in nodes[3:at])
+        if len(measurements) != count:
+            raise ValueError(count)
+        segments: list[tuple[int, str | None]] = []
+        devices: list[Segments] = []
+        while at < len(nodes):
+            if nodes[at] == "s":
+                segments.append((int(str(nodes[at + 1])), nodes[at + 2]))
+                at += 3
+            elif nodes[at] == "d":
+                n = int(str(nodes[at + 1]))
+                devices.append(tuple(nodes[at + 2 : at + 2 + n]))
+                if len(devices[-1]) != n:
+                    raise ValueError(n)
+                at += 2 + n
+            else:
+                raise ValueError(nodes[at])
+    except (IndexError, ValueError):
+        raise FormatError(f"{where}: a table-model deletion that does not read back") from None
+    return TableDeletion(table, start, end, tuple(segments), tuple(devices), measurements, where)
 
 
 def too_large(kind: str, size: int, limit: int) -> FormatError:
@@ -363,16 +447,6 @@ def too_large(kind: str, size: int, limit: int) -> FormatError:
 def too_many(kind: str, where: str) -> FormatError:
     """The one line for a deletion file holding more than :data:`MAX_DELETIONS`."""
     return FormatError(f"{kind} {where}: more than {MAX_DELETIONS} deletions in one file; not read")
-
-
-def refuse_table_deletions(deletions: Sequence[Deletion]) -> None:
-    """FormatError for the first table-model deletion: the loader applies none."""
-    for d in deletions:
-        if isinstance(d, TableDeletion):
-            raise FormatError(
-                f"{d.where}: a table-model deletion (table {d.table}, {d.predicate}) is not "
-                "applied by this loader; the file stays out of the table"
-            )
 
 
 def merged_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -401,6 +475,37 @@ def covered(times: np.ndarray, ranges: tuple[np.ndarray, np.ndarray]) -> np.ndar
     return inside
 
 
+def _ranges(
+    device: str,
+    parts: Segments | None,
+    measurement: str,
+    by_pattern: dict[tuple[tuple[str, ...], str], list[SeriesDeletion]],
+    by_table: dict[str, list[TableDeletion]],
+) -> list[tuple[int, int]]:
+    """The time ranges deleted from series ``measurement`` of ``device``: by its table's
+    deletions if it is a table-model device (``parts``: its segments), else by the tree
+    ones."""
+    if parts is not None:
+        found = by_table.get(str(parts[0]), [])
+        return [(d.start, d.end) for d in found if d.covers(parts, measurement)]
+    return [
+        (d.start, d.end)
+        for group in by_pattern.values()
+        if matches(group[0], device, measurement)
+        for d in group
+    ]
+
+
+def _segments(device: str) -> Segments | None:
+    """A table-model device's segments; None for a tree device."""
+    if not is_table_device(device):
+        return None
+    try:
+        return table_segments(device)
+    except ValueError as exc:
+        raise FormatError(f"device {device!r}: {exc}") from None
+
+
 def apply(
     table: pa.Table | pa.RecordBatch, deletions: Sequence[Deletion], file_size: int | None = None
 ) -> pa.Table:
@@ -410,7 +515,8 @@ def apply(
 
     Without chunk offsets at hand, a deletion that covers only the chunks below an
     offset is applied only when that offset is past ``file_size`` (then it covers every
-    chunk); otherwise FormatError, as for table-model deletions. A row whose time or
+    chunk); otherwise FormatError. A table-model device (:mod:`.table_device`) is
+    matched by its segments against the table deletions. A row whose time or
     device is null is no point of any series, so nothing removes it.
 
     Each series' deletions are merged into disjoint ranges first (:func:`merged_ranges`):
@@ -421,21 +527,26 @@ def apply(
 
     if not isinstance(table, pa.Table):
         table = pa.Table.from_batches([table])
-    refuse_table_deletions(deletions)
     series_deletions: list[SeriesDeletion] = []
+    table_deletions: list[TableDeletion] = []
     for d in deletions:
-        assert isinstance(d, SeriesDeletion)
+        if isinstance(d, TableDeletion):
+            table_deletions.append(d)
+            continue
         if d.below_offset is not None and (file_size is None or d.below_offset < file_size):
             raise FormatError(
                 f"{d.where}: deletes only from chunks below offset {d.below_offset} of the "
                 "data file, which needs the Java TsFile reader (it knows where chunks start)"
             )
         series_deletions.append(d)
-    if not series_deletions or table.num_rows == 0:
+    if not (series_deletions or table_deletions) or table.num_rows == 0:
         return table
     by_pattern: dict[tuple[tuple[str, ...], str], list[SeriesDeletion]] = {}
     for d in series_deletions:
         by_pattern.setdefault((d.pattern, d.rules), []).append(d)
+    by_table: dict[str, list[TableDeletion]] = {}
+    for t in table_deletions:
+        by_table.setdefault(t.table, []).append(t)
     names = [n for n in table.column_names if n not in (DEVICE_COLUMN, TIME_COLUMN)]
     devices = [d for d in pc.unique(table.column(DEVICE_COLUMN)).to_pylist() if d is not None]
     time_column = table.column(TIME_COLUMN)
@@ -450,13 +561,9 @@ def apply(
             )
             & timed
         )
+        parts = _segments(device)
         for n in names:
-            ranges = [
-                (d.start, d.end)
-                for group in by_pattern.values()
-                if matches(group[0], device, n)
-                for d in group
-            ]
+            ranges = _ranges(device, parts, n, by_pattern, by_table)
             if not ranges:
                 continue
             hit = rows[covered(times[rows], merged_ranges(ranges))]

@@ -35,7 +35,7 @@ first three nodes are one segment (the "table" of the tree model), each further 
 one segment, and a path of at most three nodes is its nodes but the last, then the
 last. So ``root.sg.d1`` is ``("root.sg", "d1")`` and ``root.sg.a.d3`` is
 ``("root.sg.a", "d3")``. Names join the segments with dots, a null segment as
-``null``, as :mod:`sealsync.formats.tsfile_meta` names the devices of a TsFile.
+``null``, as :mod:`sealsync.formats.tsfile_meta` names a TsFile's tree-model devices.
 """
 
 from __future__ import annotations

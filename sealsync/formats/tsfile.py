@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sealsync.errors import FormatError
-from sealsync.formats import tsfile_meta, tsfile_support
+from sealsync.formats import table_device, tsfile_meta, tsfile_support
 from sealsync.formats.common import (
     DEVICE_COLUMN,
     RESERVED_COLUMNS,
@@ -99,7 +99,14 @@ def _native(path: str | os.PathLike[str], what: str, fn: Callable[[Any], _T]) ->
 
 
 def _device_list(reader: Any) -> list[str]:
-    return sorted({d.path for d in reader.get_all_devices()})
+    """Each device as the loader names it: a table-model one by :mod:`.table_device`."""
+    tables = set(reader.get_all_table_schemas() or ())
+    return sorted(
+        {
+            table_device.name(d.segments) if d.table_name in tables else d.path
+            for d in reader.get_all_devices()
+        }
+    )
 
 
 def _arrow_type(ts_type: Any) -> pa.DataType:
@@ -276,7 +283,8 @@ def _tree_batches(reader: Any, file_size: int) -> Iterator[pa.Table]:
 
 
 def _table_batches(reader: Any, tables: dict[str, Any]) -> Iterator[pa.Table]:
-    """Per table, batches with the device rendered like ``DeviceID.path``."""
+    """Per table, batches with the device named by its table and tags
+    (:mod:`.table_device`: unambiguous, unlike ``DeviceID.path``)."""
     ColumnCategory = _native_module().ColumnCategory
 
     for table_name in sorted(tables):
@@ -300,11 +308,7 @@ def _table_batches(reader: Any, tables: dict[str, Any]) -> Iterator[pa.Table]:
                     break
                 if batch.num_rows == 0:
                     continue
-                if tags:
-                    parts = [pc.fill_null(batch.column(t).cast(pa.string()), "null") for t in tags]
-                    device = pc.binary_join_element_wise(table_name, *parts, ".")
-                else:
-                    device = pa.array([table_name] * batch.num_rows, pa.string())
+                device = _table_devices(table_name, [batch.column(t) for t in tags], batch.num_rows)
                 columns = {
                     TIME_COLUMN: batch.column(0).cast(pa.int64()),
                     DEVICE_COLUMN: device,
@@ -314,6 +318,22 @@ def _table_batches(reader: Any, tables: dict[str, Any]) -> Iterator[pa.Table]:
                 yield pa.table(columns)
         finally:
             result.close()
+
+
+def _table_devices(table_name: str, tags: list[pa.Array], rows: int) -> pa.Array:
+    """The device of each of ``rows`` rows of a table whose tag columns are ``tags``:
+    each distinct tag tuple named once (:func:`.table_device.name`)."""
+    if not tags:
+        return pa.array([table_device.name([table_name])] * rows, pa.string())
+    columns = [t.cast(pa.string()).to_pylist() for t in tags]
+    names: dict[tuple[str | None, ...], str] = {}
+    out = []
+    for values in zip(*columns, strict=True):
+        found = names.get(values)
+        if found is None:
+            found = names[values] = table_device.name([table_name, *values])
+        out.append(found)
+    return pa.array(out, pa.string())
 
 
 def _batches(reader: Any, path: str | os.PathLike[str]) -> tuple[Iterator[pa.Table], bool]:

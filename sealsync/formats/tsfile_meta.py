@@ -21,7 +21,9 @@ table plus the table schemas (format 4), then ``meta_offset``, a bloom filter an
 (format 4) properties. The tree's device nodes lead to each device's measurement
 nodes, whose leaves lead to ``TimeseriesMetadata`` lists; each ``TimeseriesMetadata``
 lists its chunks' offsets. A device id is one string in format 3 and a list of
-segments in format 4 (rendered joined by dots, a null segment as ``null``).
+segments in format 4 (rendered joined by dots, a null segment as ``null``; a device of
+a table the file has a schema of, a table-model device, as :mod:`.table_device` names
+it: the table plus its tags, unambiguously).
 
 What is checked: magic at both ends, the version, every length and count against
 the bytes that hold it, every node's type for its level, every child offset inside
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sealsync.errors import FormatError
+from sealsync.formats import table_device
 from sealsync.formats.common import one_line, unreadable
 from sealsync.formats.javaio import I32, I64, Cursor, Malformed, utf8, uvar_at
 
@@ -306,6 +309,7 @@ class _Walk:
         self.codecs: dict[tuple[int, int], bytes] = {}
         self.types: list[tuple[int, bytes, int]] = []  # (device index, name, data type)
         self.properties: dict[str, str | None] = {}
+        self.tables: set[bytes] = set()  # the table-model tables (format 4's table schemas)
         self.parsed = 0  # bytes of index regions walked: bounds the walk to the file
         self.named = 0  # bytes of names compared with chunk headers: bounds those reads
 
@@ -327,7 +331,7 @@ class _Walk:
                 table = cur.var_bytes()
                 roots.append((self._node_body(cur, device_level=True), table))
             for _ in range(cur.count(2)):  # table name -> table schema
-                cur.var_bytes()
+                self.tables.add(cur.var_bytes())
                 self._table_schema(cur)
         self.meta_offset = cur.i64()
         if cur.left():
@@ -639,11 +643,16 @@ class _Walk:
             types,
         )
 
-    @staticmethod
-    def _device_name(device: DeviceKey) -> str:
+    def _device_name(self, device: DeviceKey) -> str:
+        """Format 3's string; format 4's segments joined by dots, a null one as
+        ``null``, or for a device of a table-model table (one the file has a schema of)
+        the table plus its tags, unambiguously (:mod:`.table_device`)."""
         if isinstance(device, bytes):
             return utf8(device, "device id")
-        return ".".join("null" if s is None else utf8(s, "device id") for s in device)
+        parts = [None if s is None else utf8(s, "device id") for s in device]
+        if device[0] in self.tables:
+            return table_device.name(parts)
+        return ".".join("null" if s is None else s for s in parts)
 
 
 def _text(raw: bytes) -> str:

@@ -341,20 +341,26 @@ public final class PathPattern {
    * answer a line on stdout ({@code true}, {@code false} or {@code refuse}).
    */
   public static void main(String[] args) throws IOException {
+    answerEach(
+        line -> {
+          String[] f = line.split("\t", -1);
+          try {
+            String[] nodes = f[0].equals(RULES_012) ? split012(f[1]) : split(f[1]);
+            return String.valueOf(matches(f[0], nodes, f[2], f[3], "here"));
+          } catch (IOException e) {
+            return "refuse";
+          }
+        });
+  }
+
+  /** For the shared tests' mains: each line of stdin answered by one line on stdout. */
+  static void answerEach(java.util.function.UnaryOperator<String> answer) throws IOException {
     BufferedReader in =
         new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     StringBuilder out = new StringBuilder();
     String line;
     while ((line = in.readLine()) != null) {
-      String[] f = line.split("\t", -1);
-      String answer;
-      try {
-        String[] nodes = f[0].equals(RULES_012) ? split012(f[1]) : split(f[1]);
-        answer = String.valueOf(matches(f[0], nodes, f[2], f[3], "here"));
-      } catch (IOException e) {
-        answer = "refuse";
-      }
-      out.append(answer).append('\n');
+      out.append(answer.apply(line)).append('\n');
     }
     System.out.print(out);
     System.out.flush();

@@ -54,14 +54,27 @@ public final class TsFilePoints implements AutoCloseable {
    * the chunks whose header starts below {@code below} (IoTDB 0.12-1.x compare the deletion's file
    * offset with the chunk's: points written to the file after the DELETE stay; {@code
    * Long.MAX_VALUE}: every chunk). {@code where} names its line or byte for messages.
+   *
+   * <p>Or a table-model deletion ({@code sealsync.formats.deletion.TableDeletion}, its nodes
+   * starting with {@link #WIRE_TABLE}, as {@code deletion.to_wire} writes them): the points of
+   * the fields it names (none: every field) of each device of its table whose segments meet every
+   * condition (a segment equal to a value, null for a NULL tag, a segment past the last one being
+   * null; or the whole device equal to one), with {@code since <= time <= until}. A table-model
+   * device is matched only by these, a tree device only by tree deletions.
    */
   public static final class Deletion implements java.io.Serializable {
-    private static final long serialVersionUID = 2L;
+    private static final long serialVersionUID = 3L;
+    static final String WIRE_TABLE = "\u0000table";
     final String[] pattern;
     final long since;
     final long until;
     final long below;
     final String where;
+    private String table; // null: a tree deletion
+    private List<String> fields;
+    private final List<Integer> segmentIndex = new ArrayList<>();
+    private final List<String> segmentValue = new ArrayList<>();
+    private final List<List<String>> devices = new ArrayList<>();
 
     public Deletion(String[] pattern, long since, long until, long below, String where) {
       this.pattern = pattern;
@@ -69,18 +82,77 @@ public final class TsFilePoints implements AutoCloseable {
       this.until = until;
       this.below = below;
       this.where = where;
+      if (pattern.length > 0 && WIRE_TABLE.equals(pattern[0])) {
+        readTable();
+      }
     }
 
-    boolean covers(String device, String measurement) throws IOException {
-      return PathPattern.matches(pattern, device, measurement, where);
+    private void readTable() {
+      try {
+        table = pattern[1];
+        int count = Integer.parseInt(pattern[2]);
+        int at = 3 + count;
+        if (count < 0 || at > pattern.length) {
+          throw new IllegalArgumentException("measurement count " + count);
+        }
+        fields = Arrays.asList(Arrays.copyOfRange(pattern, 3, at));
+        while (at < pattern.length) {
+          if ("s".equals(pattern[at])) {
+            segmentIndex.add(Integer.parseInt(pattern[at + 1]));
+            segmentValue.add(pattern[at + 2]);
+            at += 3;
+          } else if ("d".equals(pattern[at])) {
+            int n = Integer.parseInt(pattern[at + 1]);
+            if (n < 1 || at + 2 + n > pattern.length) {
+              throw new IllegalArgumentException("segment count " + n);
+            }
+            devices.add(Arrays.asList(Arrays.copyOfRange(pattern, at + 2, at + 2 + n)));
+            at += 2 + n;
+          } else {
+            throw new IllegalArgumentException(pattern[at]);
+          }
+        }
+      } catch (RuntimeException e) {
+        throw new IllegalArgumentException(
+            where + ": a table-model deletion that does not read back", e);
+      }
+    }
+
+    /**
+     * Whether this covers series {@code measurement} of {@code device}: a table-model device
+     * when {@code segments} (its table, then its tags; trailing nulls dropped) is not null.
+     */
+    boolean covers(String device, String[] segments, String measurement) throws IOException {
+      if (table == null) {
+        return segments == null && PathPattern.matches(pattern, device, measurement, where);
+      }
+      if (segments == null || !table.equals(segments[0])) {
+        return false;
+      }
+      if (!fields.isEmpty() && !fields.contains(measurement)) {
+        return false;
+      }
+      for (int i = 0; i < segmentIndex.size(); i++) {
+        int index = segmentIndex.get(i);
+        String value = index < segments.length ? segments[index] : null;
+        if (!java.util.Objects.equals(value, segmentValue.get(i))) {
+          return false;
+        }
+      }
+      for (List<String> d : devices) {
+        if (!d.equals(Arrays.asList(segments))) {
+          return false;
+        }
+      }
+      return true;
     }
   }
 
-  private static List<Deletion> covering(List<Deletion> deletions, String device, String name)
-      throws IOException {
+  private static List<Deletion> covering(
+      List<Deletion> deletions, String device, String[] segments, String name) throws IOException {
     List<Deletion> out = new ArrayList<>();
     for (Deletion d : deletions) {
-      if (d.covers(device, name)) {
+      if (d.covers(device, segments, name)) {
         out.add(d);
       }
     }
@@ -220,11 +292,12 @@ public final class TsFilePoints implements AutoCloseable {
     }
     Pair<IDeviceID, Boolean> next = devices.next();
     IDeviceID id = next.left;
-    String device = id.toString();
+    String[] segments = tableSegments(id);
+    String device = segments == null ? id.toString() : TableDevice.name(segments);
     List<Series> series =
         Boolean.TRUE.equals(next.right)
-            ? aligned(id, device, deletions)
-            : nonAligned(id, device, deletions);
+            ? aligned(id, device, segments, deletions)
+            : nonAligned(id, device, segments, deletions);
     List<Series> kept = new ArrayList<>(series.size());
     for (Series s : series) {
       s.settle();
@@ -235,7 +308,33 @@ public final class TsFilePoints implements AutoCloseable {
     return merge(device, kept, columns, new Object[width], sink);
   }
 
-  private List<Series> nonAligned(IDeviceID device, String path, List<Deletion> deletions)
+  private java.util.Set<String> tables;
+
+  /**
+   * A table-model device's segments (its table, then its tags, trailing nulls dropped), or null
+   * for a tree-model one: a device is table-model when the file holds a schema of its table.
+   */
+  private String[] tableSegments(IDeviceID id) throws IOException {
+    if (format != 4) {
+      return null;
+    }
+    if (tables == null) {
+      Map<String, ?> schemas = reader.getTableSchemaMap(); // the file metadata keeps none cached
+      tables = schemas == null ? java.util.Set.of() : new java.util.HashSet<>(schemas.keySet());
+    }
+    if (!tables.contains(id.getTableName())) {
+      return null;
+    }
+    Object[] raw = id.getSegments();
+    String[] out = new String[raw.length];
+    for (int i = 0; i < raw.length; i++) {
+      out[i] = raw[i] == null ? null : raw[i].toString();
+    }
+    return out;
+  }
+
+  private List<Series> nonAligned(
+      IDeviceID device, String path, String[] segments, List<Deletion> deletions)
       throws IOException {
     List<Series> out = new ArrayList<>();
     for (TimeseriesMetadata meta : reader.getDeviceTimeseriesMetadata(device)) {
@@ -243,7 +342,7 @@ public final class TsFilePoints implements AutoCloseable {
         continue;
       }
       Series s = new Series(meta.getMeasurementId(), meta.getTsDataType());
-      List<Deletion> hits = covering(deletions, path, s.name);
+      List<Deletion> hits = covering(deletions, path, segments, s.name);
       List<ChunkMetadata> chunks = new ArrayList<>(reader.readChunkMetaDataList(meta));
       chunks.sort((a, b) -> Long.compare(a.getOffsetOfChunkHeader(), b.getOffsetOfChunkHeader()));
       for (ChunkMetadata chunk : chunks) {
@@ -260,7 +359,8 @@ public final class TsFilePoints implements AutoCloseable {
     return out;
   }
 
-  private List<Series> aligned(IDeviceID device, String path, List<Deletion> deletions)
+  private List<Series> aligned(
+      IDeviceID device, String path, String[] segments, List<Deletion> deletions)
       throws IOException {
     List<Series> out = new ArrayList<>();
     for (TimeseriesMetadata meta : reader.getDeviceTimeseriesMetadataWithoutChunkMetadata(device)) {
@@ -272,7 +372,7 @@ public final class TsFilePoints implements AutoCloseable {
     List<List<Deletion>> hits = new ArrayList<>(out.size());
     for (Series s : out) {
       types.add(s.type);
-      hits.add(covering(deletions, path, s.name));
+      hits.add(covering(deletions, path, segments, s.name));
     }
     int[] from = new int[out.size()];
     List<AbstractAlignedChunkMetadata> chunks =
