@@ -1,7 +1,7 @@
 """The canary: the newest releases of every writer and reader sealsync depends on, through
 the chain, before a user meets them.
 
-    python -m tests.canary [--cache DIR]
+    python -m tests.canary [--cache DIR] [--tsfile RELEASE] [--tsfile-java RELEASE]
 
 Installs, in a virtual environment of its own (``<cache>/venv``; the project's ``.venv``
 is never touched), the newest ``tsfile`` package on PyPI (past pyproject.toml's bound:
@@ -21,6 +21,8 @@ Central or pip unreachable or refusing: the line names which; nothing was tried)
 69 no Java or Maven; 130/143 interrupted. Everything it fetches is cached (pip's cache,
 ``~/.m2``, Spark's ivy cache, the jar and the corpus under ``<cache>``, default
 ``~/.cache/sealsync/canary``), so a run when nothing new was released installs nothing.
+``--tsfile`` and ``--tsfile-java`` try a given release in place of the newest (one about
+to be pinned, or an older one to see what the chain says of it).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ CPP_WRITER, JAVA_LIBRARY, SPARK, DELTA = (
     "pyspark",
     "delta-spark",
 )
+COMPONENTS = (CPP_WRITER, JAVA_LIBRARY, SPARK, DELTA)
 PYPI_COMPONENTS = (CPP_WRITER, SPARK, DELTA)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -220,27 +223,36 @@ def inside(cache: Path, tsfile_version: str, result: Path) -> None:
     from spark_loader import jvm
     from spark_loader.spark_session import create_session
 
-    found: dict[str, Any] = {"problems": {}, "unresolved": None}
+    found: dict[str, Any] = {"problems": {}, "unresolved": None, "done": False}
+
+    def step(component: str, what: str) -> None:
+        """Recorded before it starts: a writer's crash takes this process down with it."""
+        found["doing"] = [component, what]
+        result.write_text(json.dumps(found), encoding="utf-8")
+
     try:
         try:
+            step(JAVA_LIBRARY, "building the loader's jar against it")
             jar = _jar(cache, tsfile_version)
         except RuntimeError as exc:  # Maven could not fetch the release
             raise Unresolved(str(exc).splitlines()[0]) from None
         except subprocess.CalledProcessError:
-            found["problems"] = _not_run(
-                "the loader's Java sources do not compile against it (javac's errors above)"
-            )
+            why = "the loader's Java sources do not compile against it (javac's errors above)"
+            found["problems"] = _not_run(JAVA_LIBRARY, why)
             return
         try:
+            step(JAVA_LIBRARY, "building the corpus generator with it")
             corpus = tsfile_corpus.build_release(tsfile_version, cache / "corpus")
         except tsfile_corpus.CorpusBuildError as exc:
-            found["problems"] = _not_run(f"the corpus generator: {exc}".splitlines()[0])
+            why = f"the corpus generator: {exc}".splitlines()[0]
+            found["problems"] = _not_run(JAVA_LIBRARY, why)
             return
         jvm.use_tsfile(tsfile_version, jar)
+        step(SPARK, "starting Spark")
         spark = create_session("local[2]", cache / "spark-logs")
         try:
             with tempfile.TemporaryDirectory(prefix="sealsync-canary-") as work:
-                outcome = canary_chain.run_chain(spark, Path(work), corpus)
+                outcome = canary_chain.run_chain(spark, Path(work), corpus, step)
         finally:
             spark.stop()
         found["problems"] = outcome.problems
@@ -249,13 +261,23 @@ def inside(cache: Path, tsfile_version: str, result: Path) -> None:
     except Unresolved as exc:
         found["unresolved"] = str(exc)
     finally:
+        found["done"] = True
         result.write_text(json.dumps(found), encoding="utf-8")
 
 
-def _not_run(why: str) -> dict[str, list[str]]:
-    """The Java library's problem ``why``, which left the chain unrun for the others."""
-    others = {n: ["not run: the Java library failed first"] for n in (CPP_WRITER, SPARK, DELTA)}
-    return {JAVA_LIBRARY: [why], **others}
+def _not_run(component: str, why: str) -> dict[str, list[str]]:
+    """``component``'s problem ``why``, which left the chain unrun for the others."""
+    others = {n: [f"not run: {component} failed first"] for n in COMPONENTS if n != component}
+    return {component: [why], **others}
+
+
+def outcome_of(found: dict[str, Any], returncode: int) -> dict[str, Any]:
+    """What the chain's process left in its result: complete, or the step it died in."""
+    if found.get("done"):
+        return found
+    component, what = found.get("doing") or [SPARK, "starting"]
+    why = f"the chain's process ended (exit {returncode}) while {what} (see above)"
+    return {**found, "problems": _not_run(component, why)}
 
 
 # ------------------------------------------------------------------ the report
@@ -268,10 +290,11 @@ def verdict_lines(
     each problem indented under its component."""
     found: dict[str, list[str]] = getattr(problems, "problems", problems)
     lines, details = [], []
-    for name in (CPP_WRITER, JAVA_LIBRARY, SPARK, DELTA):
+    for name in COMPONENTS:
         mine = found.get(name, [])
         note = (notes or {}).get(name)
-        verdict = "FAIL" if mine else "PASS"
+        skipped = mine and all(p.startswith("not run:") for p in mine)
+        verdict = "NOT RUN" if skipped else "FAIL" if mine else "PASS"
         lines.append(f"{name} {versions.get(name, '?')} {verdict}" + (f" ({note})" if note else ""))
         details.extend(f"  {name}: {p}" for p in mine)
     return lines + details
@@ -281,7 +304,7 @@ def _notes(python: Path, versions: dict[str, str]) -> dict[str, str]:
     """Where the newest release and pyproject.toml's range part."""
     notes = {}
     if allowed(CPP_WRITER, versions[CPP_WRITER]) is False:
-        notes[CPP_WRITER] = "newer than pyproject.toml's range: raise its bound once this passes"
+        notes[CPP_WRITER] = "outside pyproject.toml's range"
     for name in (SPARK, DELTA):
         newest = newest_on_pypi(python, name)
         if newest != versions[name]:
@@ -300,17 +323,27 @@ def main(argv: list[str] | None = None) -> int:
         "Delta, through the receiver's check and the loader; one line per component.",
     )
     parser.add_argument("--cache", type=Path, default=cache_root(), help="(default: %(default)s)")
+    parser.add_argument(
+        "--tsfile", metavar="RELEASE", help="this release of the tsfile package, not the newest"
+    )
+    parser.add_argument(
+        "--tsfile-java",
+        metavar="RELEASE",
+        help="this release of org.apache.tsfile:tsfile, not the newest",
+    )
     parser.add_argument("--inside", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--tsfile-java", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cache = args.cache.resolve()
+    for given in (args.tsfile, args.tsfile_java):
+        if given is not None and not re.fullmatch(r"[0-9][0-9A-Za-z.\-]*", given):
+            parser.error(f"{given!r} is no release (a version such as 2.4.0)")
     if args.inside is not None:
         inside(cache, args.tsfile_java, args.inside)
         return 0
     signal.signal(signal.SIGTERM, _stop)
     started = time.monotonic()
     try:
-        return _canary(cache, started)
+        return _canary(cache, started, args.tsfile, args.tsfile_java)
     except Unresolved as exc:
         print(f"canary: could not resolve the newest releases: {exc}", file=sys.stderr)
         return EXIT_UNRESOLVED
@@ -325,24 +358,24 @@ def main(argv: list[str] | None = None) -> int:
         return 143
 
 
-def _canary(cache: Path, started: float) -> int:
+def _canary(cache: Path, started: float, tsfile: str | None, tsfile_java: str | None) -> int:
     _tools()
     python = environment(cache)
-    newest = newest_on_pypi(python, CPP_WRITER)
-    versions = install(python, requirements(newest))
+    versions = install(python, requirements(tsfile or newest_on_pypi(python, CPP_WRITER)))
     notes = _notes(python, versions)
-    versions[JAVA_LIBRARY] = newest_on_maven()
+    versions[JAVA_LIBRARY] = tsfile_java or newest_on_maven()
     result = cache / "result.json"
     result.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [str(python), "-m", "tests.canary", "--cache", str(cache), "--inside", str(result)]
     # Unbounded here: CI bounds the whole canary (``timeout``, which signals the process
     # group: this process, the chain's and its Spark JVM).
-    subprocess.run([*cmd, "--tsfile-java", versions[JAVA_LIBRARY]], cwd=ROOT, env=env)
+    ran = subprocess.run([*cmd, "--tsfile-java", versions[JAVA_LIBRARY]], cwd=ROOT, env=env)
     try:
         found = json.loads(result.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        found = {"problems": {SPARK: ["the chain's process ended without a result (see above)"]}}
+        found = {}
+    found = outcome_of(found, ran.returncode)
     if found.get("unresolved"):
         raise Unresolved(found["unresolved"])
     lines = verdict_lines(versions, found["problems"], notes)

@@ -149,3 +149,17 @@ def test_the_jar_build_fetches_the_release_it_is_asked_for(
     asked.clear()
     jvm.tsfile_jars(tmp_path)
     assert asked[0] == f"org.apache.tsfile:tsfile:{jvm.TSFILE_VERSION}"
+
+
+def test_a_chain_that_died_is_charged_to_the_step_it_was_in() -> None:
+    died = {"problems": {}, "done": False, "doing": [CPP_WRITER, "writing its files"]}
+    found = canary.outcome_of(died, -6)
+    assert found["problems"][CPP_WRITER] == [
+        "the chain's process ended (exit -6) while writing its files (see above)"
+    ]
+    assert found["problems"][SPARK] == ["not run: tsfile failed first"]
+    lines = canary.verdict_lines({}, found["problems"])
+    assert lines[:2] == ["tsfile ? FAIL", "org.apache.tsfile:tsfile ? NOT RUN"]
+    assert canary.outcome_of({}, 1)["problems"][SPARK][0].startswith("the chain's process")
+    done = {"problems": {CPP_WRITER: []}, "done": True}
+    assert canary.outcome_of(done, 0) is done
