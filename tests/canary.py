@@ -36,7 +36,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 import urllib.error
@@ -221,8 +220,9 @@ def inside(cache: Path, tsfile_version: str, result: Path) -> None:
     import tsfile_corpus
 
     from spark_loader import jvm
-    from spark_loader.spark_session import create_session
+    from spark_loader.spark_session import create_session, py4j_logs_to
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the canary ignores it for us
     found: dict[str, Any] = {"problems": {}, "unresolved": None, "done": False}
 
     def step(component: str, what: str) -> None:
@@ -249,10 +249,12 @@ def inside(cache: Path, tsfile_version: str, result: Path) -> None:
             return
         jvm.use_tsfile(tsfile_version, jar)
         step(SPARK, "starting Spark")
-        spark = create_session("local[2]", cache / "spark-logs")
+        logs = cache / "spark-logs"
+        spark = create_session("local[2]", logs)
         try:
-            with tempfile.TemporaryDirectory(prefix="sealsync-canary-") as work:
-                outcome = canary_chain.run_chain(spark, Path(work), corpus, step)
+            # py4j's reports of a call Ctrl-C broke go to the log, not the terminal
+            with py4j_logs_to(logs / "py4j.log", verbose=False):
+                outcome = canary_chain.run_chain(spark, _emptied(cache / "work"), corpus, step)
         finally:
             spark.stop()
         found["problems"] = outcome.problems
@@ -260,9 +262,18 @@ def inside(cache: Path, tsfile_version: str, result: Path) -> None:
         found["rows"] = outcome.loaded_rows
     except Unresolved as exc:
         found["unresolved"] = str(exc)
+    except KeyboardInterrupt:
+        found["interrupted"] = True
     finally:
         found["done"] = True
         result.write_text(json.dumps(found), encoding="utf-8")
+
+
+def _emptied(folder: Path) -> Path:
+    """``folder``, emptied of what an earlier run left (a writer's crash leaves it)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 def _not_run(component: str, why: str) -> dict[str, list[str]]:
@@ -345,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _canary(cache, started, args.tsfile, args.tsfile_java)
     except Unresolved as exc:
-        print(f"canary: could not resolve the newest releases: {exc}", file=sys.stderr)
+        said = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # Maven's colours
+        print(f"canary: could not resolve or install the releases: {said}", file=sys.stderr)
         return EXIT_UNRESOLVED
     except MissingTool as exc:
         print(f"canary: {exc}", file=sys.stderr)
@@ -370,11 +382,19 @@ def _canary(cache: Path, started: float, tsfile: str | None, tsfile_java: str | 
     cmd = [str(python), "-m", "tests.canary", "--cache", str(cache), "--inside", str(result)]
     # Unbounded here: CI bounds the whole canary (``timeout``, which signals the process
     # group: this process, the chain's and its Spark JVM).
-    ran = subprocess.run([*cmd, "--tsfile-java", versions[JAVA_LIBRARY]], cwd=ROOT, env=env)
+    # Ctrl-C reaches the chain's process too (one process group): it stops its Spark
+    # session and says so in its result.
+    ignoring = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ran = subprocess.run([*cmd, "--tsfile-java", versions[JAVA_LIBRARY]], cwd=ROOT, env=env)
+    finally:
+        signal.signal(signal.SIGINT, ignoring)
     try:
         found = json.loads(result.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         found = {}
+    if found.get("interrupted"):
+        raise KeyboardInterrupt
     found = outcome_of(found, ran.returncode)
     if found.get("unresolved"):
         raise Unresolved(found["unresolved"])
