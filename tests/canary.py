@@ -58,7 +58,6 @@ CPP_WRITER, JAVA_LIBRARY, SPARK, DELTA = (
 COMPONENTS = (CPP_WRITER, JAVA_LIBRARY, SPARK, DELTA)
 PYPI_COMPONENTS = (CPP_WRITER, SPARK, DELTA)
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 EXIT_UNRESOLVED = 3
 EXIT_NO_TOOL = 69
 PIP_TIMEOUT = 900
@@ -168,7 +167,10 @@ def environment(cache: Path) -> Path:
             return python
         shutil.rmtree(venv)  # its base Python is gone: made again
     cache.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+    if made.returncode != 0:
+        said = (made.stdout + made.stderr).strip().splitlines()[-1:] or ["?"]
+        raise MissingTool(f"{sys.executable} -m venv failed ({said[0][:300]}): install venv")
     return python
 
 
@@ -198,9 +200,12 @@ def _tools() -> None:
 def _jar(cache: Path, tsfile_version: str) -> Path:
     """The loader's jar built against ``tsfile_version`` and this PySpark and Delta,
     kept under ``cache/jars`` (one per sources and releases)."""
+    import importlib.metadata
+
     from spark_loader import jvm
 
-    h = hashlib.sha256(f"{tsfile_version} {jvm.hadoop_version()} {jvm.delta_version()}".encode())
+    spark = importlib.metadata.version("pyspark")
+    h = hashlib.sha256(f"{tsfile_version} {spark} {jvm.delta_version()}".encode())
     for source in sorted(jvm.SOURCES.rglob("*.java")):
         h.update(source.read_bytes())
     jar = cache / "jars" / f"sealsync-spark-{tsfile_version}-{h.hexdigest()[:12]}.jar"
@@ -264,6 +269,10 @@ def inside(cache: Path, tsfile_version: str, result: Path) -> None:
         found["unresolved"] = str(exc)
     except KeyboardInterrupt:
         found["interrupted"] = True
+    except Exception as exc:  # what a new release breaks, charged to the step it broke
+        component, what = found["doing"]
+        line = canary_chain.first_line(exc)
+        found["problems"] = _not_run(component, f"{what} failed: {line}")
     finally:
         found["done"] = True
         result.write_text(json.dumps(found), encoding="utf-8")
@@ -285,6 +294,8 @@ def _not_run(component: str, why: str) -> dict[str, list[str]]:
 def outcome_of(found: dict[str, Any], returncode: int) -> dict[str, Any]:
     """What the chain's process left in its result: complete, or the step it died in."""
     if found.get("done"):
+        if not any(found.get("problems", {}).values()) and not found.get("files"):
+            return {**found, "problems": {SPARK: ["the chain ran no file"]}}
         return found
     component, what = found.get("doing") or [SPARK, "starting"]
     why = f"the chain's process ended (exit {returncode}) while {what} (see above)"
@@ -349,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         if given is not None and not re.fullmatch(r"[0-9][0-9A-Za-z.\-]*", given):
             parser.error(f"{given!r} is no release (a version such as 2.4.0)")
     if args.inside is not None:
+        if args.tsfile_java is None:
+            parser.error("--inside needs --tsfile-java")
         inside(cache, args.tsfile_java, args.inside)
         return 0
     signal.signal(signal.SIGTERM, _stop)

@@ -135,7 +135,7 @@ def run_chain(
         try:
             cases.extend(_made(make))
         except Exception as exc:  # a writer of a new release may fail any way
-            outcome.add(component, f"writing the corpus failed: {_first_line(exc)}")
+            outcome.add(component, f"writing the corpus failed: {first_line(exc)}")
     recv = Receiver(work / "receiver")
     placed: dict[str, tuple[Case, Path]] = {}
     for i, case in enumerate(cases):
@@ -156,7 +156,7 @@ def run_chain(
     try:
         report = run_load(config, spark=spark)
     except Exception as exc:  # Spark, Delta or the reader of a new release
-        outcome.add(SPARK, f"the load failed: {_first_line(exc)}")
+        outcome.add(SPARK, f"the load failed: {first_line(exc)}")
         return outcome
     step(DELTA, "reading the table back")
     columns = {**measurement_columns(config.table_path)}
@@ -165,7 +165,7 @@ def run_chain(
         frame = spark.read.format("delta").load(str(config.table_path))
         by_delta = _table_rows([r.asDict() for r in frame.collect()], columns)
     except Exception as exc:
-        outcome.add(DELTA, f"Delta's reader could not read the table: {_first_line(exc)}")
+        outcome.add(DELTA, f"Delta's reader could not read the table: {first_line(exc)}")
         by_delta = None
     outcome.loaded_rows = sum(len(rows) for rows in by_arrow.values())
     for sender, (case, target) in placed.items():
@@ -206,6 +206,6 @@ def _check_verdict(outcome: Outcome, case: Case, verdict: str | None) -> None:
         )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     return text.splitlines()[0][:500]

@@ -161,5 +161,7 @@ def test_a_chain_that_died_is_charged_to_the_step_it_was_in() -> None:
     lines = canary.verdict_lines({}, found["problems"])
     assert lines[:2] == ["tsfile ? FAIL", "org.apache.tsfile:tsfile ? NOT RUN"]
     assert canary.outcome_of({}, 1)["problems"][SPARK][0].startswith("the chain's process")
-    done = {"problems": {CPP_WRITER: []}, "done": True}
+    done = {"problems": {CPP_WRITER: []}, "done": True, "files": {CPP_WRITER: 18}}
     assert canary.outcome_of(done, 0) is done
+    empty = {"problems": {CPP_WRITER: []}, "done": True}
+    assert canary.outcome_of(empty, 0)["problems"] == {SPARK: ["the chain ran no file"]}
