@@ -104,7 +104,7 @@ def test_the_requirements_take_the_newest_tsfile_and_pyprojects_ranges() -> None
 
 
 @pytest.mark.slow  # a process
-def test_a_typo_in_an_option_is_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_a_typo_in_an_option_is_exit_2_without_a_traceback_or_a_venv(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.canary", "--cahce", str(tmp_path)],
         cwd=canary.ROOT,
