@@ -73,6 +73,21 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
+def use_tsfile(version: str, jar: Path) -> None:
+    """This process's sessions read with TsFile ``version`` and the loader's classes from
+    ``jar`` (built against that release by :func:`build`), in place of the project's.
+
+    How the canary (``tests/canary.py``) tries a newer release of the library without a
+    change to the project; every session started afterwards takes both.
+    """
+    global TSFILE_VERSION, TSFILE_PACKAGE, JAR
+    if not jar.is_file():
+        raise FileNotFoundError(f"{jar}: no such jar; build it with spark_loader.jvm.build")
+    TSFILE_VERSION = version
+    TSFILE_PACKAGE = f"org.apache.tsfile:tsfile:{version}"
+    JAR = jar
+
+
 def _joined(conf: dict[str, str], key: str, value: str, sep: str) -> dict[str, str]:
     current = conf.get(key)
     if current and value in current.split(sep):
@@ -260,14 +275,16 @@ def delta_version() -> str:
     return delta_package().rsplit(":", 1)[1]
 
 
-def tsfile_jars(into: Path, mvn: str = "mvn") -> list[Path]:
+def tsfile_jars(into: Path, mvn: str = "mvn", tsfile_version: str | None = None) -> list[Path]:
     """The jars the sources compile against besides PySpark's: the TsFile library (it
-    and ``common``) and Delta's log store interface (``delta-storage``), fetched by
-    Maven into ``~/.m2`` and copied into ``into``."""
+    and ``common``, of ``tsfile_version``, else :data:`TSFILE_VERSION`) and Delta's log
+    store interface (``delta-storage``), fetched by Maven into ``~/.m2`` and copied into
+    ``into``."""
+    version = tsfile_version or TSFILE_VERSION
     out = []
     for coords in (
-        f"org.apache.tsfile:tsfile:{TSFILE_VERSION}",
-        f"org.apache.tsfile:common:{TSFILE_VERSION}",
+        f"org.apache.tsfile:tsfile:{version}",
+        f"org.apache.tsfile:common:{version}",
         f"io.delta:delta-storage:{delta_version()}",
     ):
         done = subprocess.run(
@@ -292,14 +309,16 @@ def tsfile_jars(into: Path, mvn: str = "mvn") -> list[Path]:
     return out
 
 
-def build(jar: Path = JAR, javac: str = "javac") -> None:
-    """Compile ``java/`` into ``jar`` (Java 17 bytecode), entries in a fixed order and time."""
+def build(jar: Path = JAR, javac: str = "javac", tsfile_version: str | None = None) -> None:
+    """Compile ``java/`` into ``jar`` (Java 17 bytecode), entries in a fixed order and time,
+    against the TsFile library ``tsfile_version`` (else :data:`TSFILE_VERSION`)."""
     sources = sorted(SOURCES.rglob("*.java"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         libs = out / "lib"
         libs.mkdir()
-        classpath = os.pathsep.join([str(spark_jars() / "*"), *map(str, tsfile_jars(libs))])
+        found = tsfile_jars(libs, tsfile_version=tsfile_version)
+        classpath = os.pathsep.join([str(spark_jars() / "*"), *map(str, found)])
         classes = out / "classes"
         subprocess.run(
             [

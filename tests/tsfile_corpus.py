@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,9 @@ V3_IMPORTS = (
     ("import org.apache.tsfile.", "import org.apache.iotdb.tsfile."),
 )
 GENERATE_TIMEOUT = 600
+# The line whose pom takes its library's release as a property (``-Dtsfile.version``):
+# the canary (tests/canary.py) writes it with the newest TsFile release.
+VERSIONED_LINE = "tsfile-2"
 
 EXIT_BUILD_FAILED = 3
 EXIT_NO_TOOL = 4
@@ -165,9 +168,10 @@ def source_for_013(source: Path) -> str:
     return text
 
 
-def _compile(line: str, build: Path) -> str:
+def _compile(line: str, build: Path, tsfile_version: str | None = None) -> str:
     """Copies one generator project (symlinks resolved) into ``build`` and compiles it with
-    Maven; returns the class path of its dependencies (in ~/.m2)."""
+    Maven (with ``tsfile_version``, the library release of :data:`VERSIONED_LINE`'s pom);
+    returns the class path of its dependencies (in ~/.m2)."""
     mvn = _tool("mvn", "install Maven 3 (apt-get install maven) and Java 17")
     project = build / line
     shutil.copytree(FIXTURES / line, project, symlinks=False)
@@ -175,8 +179,9 @@ def _compile(line: str, build: Path) -> str:
         for source in V3_SOURCES:
             target = project / "src" / "main" / "java" / source.name
             target.write_text(source_for_013(source), encoding="utf-8")
+    release = [f"-Dtsfile.version={tsfile_version}"] if tsfile_version else []
     _run(
-        [mvn, "-B", "-q", "-Dstyle.color=never", "compile"],
+        [mvn, "-B", "-q", "-Dstyle.color=never", *release, "compile"],
         project,
         MAVEN_TIMEOUT,
         f"building the {line} generator with Maven (needs Maven Central or ~/.m2)",
@@ -202,10 +207,10 @@ def _generate(line: str, classpath: str, args: list[str], build: Path) -> None:
     )
 
 
-def _merge_manifests(out: Path) -> None:
+def _merge_manifests(out: Path, written: tuple[str, ...] = LINES) -> None:
     lines: dict[str, Any] = {}
     files: list[Any] = []
-    for line in LINES:
+    for line in written:
         m = json.loads((out / line / "manifest.json").read_text(encoding="utf-8"))
         files.extend(m.pop("files"))
         lines[line] = m
@@ -226,13 +231,39 @@ def _build_into(out: Path) -> None:
 
 
 def build(root: Path | None = None) -> Path:
-    """The corpus folder for the current generators, built first if not cached yet.
+    """The corpus folder for the current generators, built first if not cached yet."""
+    root = root or cache_root()
+    return _cached(root, root / source_hash(), _build_into)
+
+
+def _build_line_into(out: Path, tsfile_version: str) -> None:
+    """:data:`VERSIONED_LINE`'s generator built with TsFile ``tsfile_version`` and run into
+    the empty folder ``out``, with a manifest of its files alone."""
+    build = out / "_build"
+    build.mkdir(parents=True)
+    line = VERSIONED_LINE
+    (build / f"{line}.classpath").write_text(_compile(line, build, tsfile_version))
+    _generate(line, _classpath(build, line), [str(out)], build)
+    _merge_manifests(out, (line,))
+
+
+def build_release(tsfile_version: str, root: Path | None = None) -> Path:
+    """The corpus of :data:`VERSIONED_LINE` alone, written and read back by the TsFile
+    library ``tsfile_version`` (any 2.x release), built once per generators and release
+    and cached beside the full corpus."""
+    if not re.fullmatch(r"[0-9A-Za-z.\-]+", tsfile_version):
+        raise CorpusBuildError(f"{tsfile_version!r} is no TsFile release")
+    root = root or cache_root()
+    final = root / f"{source_hash()}-tsfile-{tsfile_version}"
+    return _cached(root, final, lambda out: _build_line_into(out, tsfile_version))
+
+
+def _cached(root: Path, final: Path, fill: Callable[[Path], None]) -> Path:
+    """``final``, filled by ``fill(folder)`` first if not complete yet.
 
     Built in a temporary folder beside the cache entry and renamed into place, so a
     cached corpus is always complete; a lock keeps two test runs from building it twice.
     """
-    root = root or cache_root()
-    final = root / source_hash()
     if (final / "manifest.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
@@ -241,7 +272,7 @@ def build(root: Path | None = None) -> Path:
             return final
         tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", suffix=".tmp", dir=root))
         try:
-            _build_into(tmp)
+            fill(tmp)
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
@@ -252,12 +283,16 @@ def build(root: Path | None = None) -> Path:
     return final
 
 
+# A cache entry's name: the generators' hash, a release's corpus, or a build in progress.
+_CACHED = r"[0-9a-f]{16}(-tsfile-[0-9A-Za-z.\-]+?)?(\..*\.tmp)?"
+
+
 def _prune(root: Path, keep: Path) -> None:
     """Removes cached corpora of older generators, and builds a killed run left behind,
     once unused for a week (a test run elsewhere may still read a recent one)."""
     now = time.time()
     for path in root.iterdir():
-        if path == keep or not re.fullmatch(r"[0-9a-f]{16}(\..*\.tmp)?", path.name):
+        if path == keep or not re.fullmatch(_CACHED, path.name):
             continue
         try:
             if path.is_dir() and now - path.stat().st_mtime > STALE_SECONDS:

@@ -113,6 +113,12 @@ TYPES = (
 )
 
 
+#: The files of :func:`build` the receiver and the loader refuse, each for what its line
+#: names: RLBE on FLOAT and DOUBLE, SPRINTZ and CAMEL (format 4: C++ and Java encode them
+#: apart), LZO (no Java reader decompresses it); every other file loads.
+REFUSED_FILES = {f"tree-{x}.tsfile": x for x in ("RLBE", "SPRINTZ", "CAMEL", "LZO")}
+
+
 @dataclass
 class Written:
     """One file the writer wrote, and what it was given."""
