@@ -120,7 +120,10 @@ def _cluster_nodes() -> tuple[Node, ...]:
             main_class="org.apache.iotdb.db.service.DataNode",
             args=("-s",),
             heap="768m",
-            direct="256m",
+            # Each database's schema region (Ratis) takes its buffers from direct
+            # memory, about 50 MiB: 256 MiB held five databases, and a module's tests
+            # sharing one server create more ("no available SchemaRegionGroup").
+            direct="1g",
         ),
     )
 
