@@ -40,6 +40,7 @@ def test_the_shipped_jar_is_built_from_the_shipped_source(tmp_path: Path) -> Non
         "io/sealsync/spark/TsFileRows.class",
         "io/sealsync/tsfile/PathPattern.class",
         "io/sealsync/tsfile/Rules.class",
+        "io/sealsync/tsfile/TableDevice.class",
         "io/sealsync/tsfile/TimeRanges.class",
         *(f"io/sealsync/tsfile/TsFilePoints{c}.class" for c in ("$1", "$Deletion", "$Series")),
         "io/sealsync/tsfile/TsFilePoints$Sink.class",
