@@ -5,17 +5,9 @@ reader); a malformed file that crashes or hangs it must cost a worker, never the
 host server the receiver runs in. So ``formats.inspect`` (the service uses
 ``formats.verify``) runs in a process pool.
 
-Workers are started with ``forkserver`` (``spawn`` where that is unavailable):
-forking a multi-threaded server process (paramiko threads, loader threads) can
-copy a lock held by another thread into the child and deadlock it. As with any
-such pool, the host's main module must be importable without side effects (the
-``if __name__ == "__main__":`` idiom): workers import it.
-
-Those start methods run ``python -c``, which puts the working directory first on
-``sys.path``: a receiver started from a folder holding a checkout of the project (or
-anything named like one of its packages) had workers import that instead of the
-installed code, and die. Workers therefore start with ``PYTHONSAFEPATH`` set, so they
-import exactly what the receiver itself imports, wherever it was started.
+Workers are started by :mod:`.worker_context` (a fork server, importing the readers
+once). As with any such pool, the host's main module must be importable without side
+effects (the ``if __name__ == "__main__":`` idiom): workers import it.
 
 Every check is bounded, whatever the file: a worker's address space may grow by
 :data:`MEMORY_BUDGET` past what it holds when it starts (``RLIMIT_AS``; over it a
@@ -56,10 +48,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import forkserver
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from receiver import worker_context
 from sealsync.errors import FormatError
 from sealsync.printable import single_line
 
@@ -91,9 +83,6 @@ TASK_BUDGET = 16.0
 long another sender's files can wait for a worker, at most, once it is their turn."""
 RECHECK_AFTER = 30.0
 """Seconds after a failed worker start before workers are tried again."""
-PRELOAD = ("sealsync.formats", "tsfile")
-"""What the fork server imports once, for every worker (see ``_context``)."""
-
 
 _NO_START = (BrokenProcessPool, OSError, EOFError)
 """What starting a worker raises when it cannot be started: a dead pool, a failed
@@ -348,49 +337,6 @@ def _exit_with_host(host: int) -> None:
     threading.Thread(target=watch, name="sealsync-host-watch", daemon=True).start()
 
 
-_ENV_LOCK = threading.Lock()
-
-
-_WORKER_ENV = {"PYTHONSAFEPATH": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}
-"""What a worker (and the fork server) starts with: no working directory on its
-``sys.path`` (see the module's docstring), and pyarrow allocating with the C library
-rather than its own allocator, which reserves a gigabyte of address space at a time
-and so fails under a worker's ``RLIMIT_AS`` on files that need little."""
-
-
-@contextlib.contextmanager
-def _safe_path() -> Iterator[None]:
-    """:data:`_WORKER_ENV` set while a worker process (or the fork server) starts, and
-    put back after, while the host's own environment, which its other children
-    inherit, stays as the host set it."""
-    with _ENV_LOCK:
-        before = {name: os.environ.get(name) for name in _WORKER_ENV}
-        os.environ.update(_WORKER_ENV)
-        try:
-            yield
-        finally:
-            for name, value in before.items():
-                if value is None:
-                    del os.environ[name]
-                else:
-                    os.environ[name] = value
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    methods = multiprocessing.get_all_start_methods()
-    if "forkserver" in methods:
-        ctx = multiprocessing.get_context("forkserver")
-        # Import the readers once in the fork server, so each worker forks ready; with
-        # them the TsFile package, which the reader imports only on first use (pandas
-        # and a C++ library: a worker's first file would pay for them). A module that
-        # cannot be imported is skipped by the fork server.
-        ctx.set_forkserver_preload(list(PRELOAD))
-        with _safe_path():  # workers fork from it, its sys.path theirs
-            forkserver.ensure_running()
-        return ctx
-    return multiprocessing.get_context("spawn")
-
-
 def _start_failure(target: Callable[[str], Any]) -> str:
     """Why a worker dies as it starts, in one line: what a worker imports, done in a
     process of its own started the same way (same interpreter, environment, working
@@ -399,7 +345,7 @@ def _start_failure(target: Callable[[str], Any]) -> str:
     code = "\n".join(
         [
             "import sys",
-            f"for name in {list(PRELOAD)!r}:",
+            f"for name in {list(worker_context.PRELOAD)!r}:",
             "    try:",
             "        __import__(name)",
             "    except ImportError:",
@@ -431,7 +377,7 @@ def _new_pool(
 ) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=_context(),
+        mp_context=worker_context.context(),
         initializer=_worker_start,
         initargs=(os.getpid(), memory_budget, cpu_base, marks),
     )
@@ -506,10 +452,11 @@ def run_bounded(
 
 
 REAP_WAIT = 1.0
-"""Seconds to wait for a pool's dead worker to become a reapable zombie: the pool
+"""Seconds to wait for a pool's dead worker's exit status: a spawned worker's pool
 learns of a death when the worker's pipes close, which the kernel does a moment
-before the exit status can be collected, and without the status the file whose check
-the kernel ended would be checked a second time."""
+before the status can be collected (a fork-server worker's comes with the news,
+:mod:`.worker_context`), and without the status the file whose check the kernel ended
+would be checked a second time."""
 
 
 def _reap(procs: Iterable[multiprocessing.process.BaseProcess]) -> None:
