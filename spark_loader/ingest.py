@@ -554,10 +554,9 @@ class Ingest:
     def _clear_partitions(self, group: list[Prepared]) -> None:
         """Take out of the run's view any files these files' partitions have (a job of
         this run that failed after some of its files had moved in): a partition is
-        written whole by one job."""
+        written whole by one job. The run's view knows them: no request to the store."""
         for item in group:
-            if self.table.store.is_dir(item.partition.path):
-                self.table.delete(item.partition)
+            self.table.delete(item.partition)
 
     # ------------------------------------------------------------------ resolve
 

@@ -299,7 +299,8 @@ class Table:
                 targets = [
                     self.store.join(partition.path, f"part-empty-{uuid.uuid4().hex}.parquet")
                 ]
-            self.store.mkdirs(partition.path)
+            if not self._here(folder):  # an upload's create makes its folders
+                self.store.mkdirs(partition.path)
             planned.append((files, targets, partition, self._here(folder)))
         self._name_uncommitted([t for _, targets, _, _ in planned for t in targets])
         uploads = [

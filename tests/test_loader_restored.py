@@ -111,7 +111,7 @@ def test_a_restored_storage_is_matched_by_content_not_ingested_again(
     changed = run_load(config, spark=spark)
 
     assert changed.ok, changed.to_dict()
-    assert (changed.ingested, changed.removed, changed.restored) == (1, 1, 1)
+    assert (changed.ingested, changed.removed, changed.restored) == (1, 1, 1), changed.to_dict()
     assert changed.unchanged == 3
     assert table_versions(config.table_path) == [*versions, versions[-1] + 1]
     assert table_rows(config.table_path) == rows == source_rows(recv)
