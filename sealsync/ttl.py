@@ -12,6 +12,15 @@ one, else the rule of the longest ``P.**`` with ``P`` a proper prefix of it, els
 TTL (IoTDB's ``getClosestTTL``). ``INF`` sets no expiry: it overrides a shorter
 pattern's TTL, as IoTDB's does. IoTDB 0.12/0.13's per storage group TTL
 (``SET TTL TO root.sg 3600000``) is the rule ``root.sg.**``.
+
+**Table model** (IoTDB 2.x): a TTL is a property of a database (``CREATE DATABASE db
+WITH (TTL=...)``) and of a table (``ALTER TABLE t SET PROPERTIES TTL=...``), a table
+without its own taking its database's. The rule ``db`` is a database's, ``db.t`` a
+table's (a table whose name holds a dot written backquoted, as its device names write
+it, :mod:`sealsync.formats.table_device`); a table's rule wins over its database's, and
+``INF`` is a table's ``TTL='INF'``. A table-model row is matched by its *TTL path*,
+``<database>.<device>``, its device being its table and tags: the database is the
+folder IoTDB keeps the file in (:func:`database_of`), for no device name holds it.
 """
 
 from __future__ import annotations
@@ -58,12 +67,34 @@ def parse_duration(value: object) -> int | None:
     return ms
 
 
+_DATABASE = re.compile(r"[A-Za-z0-9_]+")
+"""A table-model database's name (IoTDB refuses a dot or a wildcard in one)."""
+_TABLE_ROOTS = ("sequence", "unsequence")
+
+
+def database_of(name: str) -> str | None:
+    """The table-model database a received file belongs to, from its relative name
+    (IoTDB keeps a file in ``sequence/<database>/<region>/<partition>/``); None for a
+    tree-model file (its folder is a storage group or database path, ``root.…``)."""
+    parts = name.split("/")
+    if len(parts) < 3 or parts[0] not in _TABLE_ROOTS or parts[1].startswith("root."):
+        return None
+    return parts[1] if _DATABASE.fullmatch(parts[1]) else None
+
+
+def ttl_path(device: str, database: str | None) -> str:
+    """What a row's rule is found by (module docstring): a tree device's path, or a
+    table-model device's database and device."""
+    return device if database is None else f"{database}.{device}"
+
+
 def parse_pattern(text: str) -> str:
     """A TTL path pattern as IoTDB accepts it, or ValueError: nodes separated by dots
-    from ``root``, no wildcard but a last ``**``."""
+    from ``root``, no wildcard but a last ``**``; or a table-model ``database`` or
+    ``database.table``."""
     nodes = text.split(".")
     if nodes[0] != "root":
-        raise ValueError(f"{text!r} does not start with root.")
+        return _parse_table_pattern(text)
     if any(not n for n in nodes):
         raise ValueError(f"{text!r} has an empty node")
     inner = nodes[:-1] if nodes[-1] == WILDCARD else nodes
@@ -77,16 +108,43 @@ def parse_pattern(text: str) -> str:
     return text
 
 
+def _parse_table_pattern(text: str) -> str:
+    database, dot, table = text.partition(".")
+    if not _DATABASE.fullmatch(database):
+        raise ValueError(
+            f"{text!r} is neither a path from root. (a tree-model device or root.db.**) nor "
+            "a table-model database or database.table"
+        )
+    if dot and (not table or "*" in table):
+        raise ValueError(f"{text!r} names no table: write {database} or {database}.<table>")
+    return text
+
+
 @dataclass(frozen=True)
 class Rule:
     pattern: str
     ms: int | None  # None: INF
 
     @property
+    def table_model(self) -> bool:
+        """A database's or a table's rule (``db``, ``db.t``): it matches its own TTL
+        path and every one below it."""
+        return not self.pattern.startswith("root.")
+
+    @property
     def prefix(self) -> str | None:
-        """What every device the ``P.**`` pattern matches starts with (``P.``); None
-        for a device path."""
+        """What every path the rule matches below its own starts with (``P.`` of
+        ``P.**``, ``db.`` of a database's); None for a device path."""
+        if self.table_model:
+            return self.pattern + "."
         return self.pattern[: -len(WILDCARD)] if self.pattern.endswith(WILDCARD) else None
+
+    def matches(self, path: str) -> bool:
+        """Whether the device with this TTL path (:func:`ttl_path`) falls under it."""
+        prefix = self.prefix
+        if prefix is None:
+            return path == self.pattern
+        return path.startswith(prefix) or (self.table_model and path == self.pattern)
 
 
 @dataclass(frozen=True)
@@ -98,7 +156,8 @@ class TtlRules:
     @classmethod
     def of(cls, rules: Iterable[Rule]) -> TtlRules:
         def order(r: Rule) -> tuple[int, int, str]:
-            # a device's own path first, then the longest prefix: the first that matches wins
+            # a device's own path first, then the longest prefix (a table's before its
+            # database's): the first that matches wins
             return (0 if r.prefix is None else 1, -len(r.pattern), r.pattern)
 
         return cls(tuple(sorted(rules, key=order)))
@@ -106,26 +165,27 @@ class TtlRules:
     def __bool__(self) -> bool:
         return any(r.ms is not None for r in self.rules)
 
-    def rule_for(self, device: str) -> Rule | None:
-        """The rule IoTDB applies to ``device``, None if none."""
+    def rule_for(self, path: str) -> Rule | None:
+        """The rule IoTDB applies to the device with TTL path ``path``
+        (:func:`ttl_path`), None if none."""
         for r in self.rules:
-            prefix = r.prefix
-            if device == r.pattern if prefix is None else device.startswith(prefix):
+            if r.matches(path):
                 return r
         return None
 
-    def ttl_ms(self, device: str) -> int | None:
+    def ttl_ms(self, path: str) -> int | None:
         """The device's TTL in milliseconds, None if its points never expire."""
-        found = self.rule_for(device)
+        found = self.rule_for(path)
         return None if found is None else found.ms
 
     def may_match(self, rule: Rule, low: str, high: str) -> bool:
-        """Whether a device in ``[low, high]`` may take ``rule`` (a cheap over-answer:
-        a more specific rule may still take all of them)."""
+        """Whether a device whose TTL path is in ``[low, high]`` may take ``rule`` (a
+        cheap over-answer: a more specific rule may still take all of them)."""
         prefix = rule.prefix
         if prefix is None:
             return low <= rule.pattern <= high
-        return low[: len(prefix)] <= prefix <= high
+        start = rule.pattern if rule.table_model else prefix
+        return low[: len(prefix)] <= prefix <= high or low <= start <= high
 
     def fingerprint(self, precision: str) -> str:
         """A short digest of the rules and the precision, for the table's tags."""

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN
-from sealsync.ttl import PRECISIONS, TtlRules
+from sealsync.ttl import PRECISIONS, TtlRules, database_of, ttl_path
 from spark_loader.discovery import SourceFile
 from spark_loader.resolve import Bounds, read_member
 from spark_loader.table import Partition
+from spark_loader.table_layout import KEY_COLUMN
 
 #: The tag of a data file written under TTL rules: ``{"rules": digest, "now": n}``.
 TTL_TAG = "sealsync.ttl"
@@ -69,9 +70,10 @@ class Expiry:
             return {}
         return {TTL_TAG: json.dumps({"rules": self.fingerprint, "now": self.now})}
 
-    def due(self, tags: dict[str, str], bounds: Bounds | None) -> bool:
+    def due(self, tags: dict[str, str], bounds: Bounds | None, database: str | None = None) -> bool:
         """Whether a partition with these tags and bounds must be rewritten for the
-        rows to be what IoTDB answers at the run's ``now``."""
+        rows to be what IoTDB answers at the run's ``now``; ``database``: its file's
+        table-model database (:func:`sealsync.ttl.database_of`)."""
         written = _written(tags.get(TTL_TAG))
         if written is None and TTL_TAG in tags:
             return True  # a tag this release cannot read: filter again
@@ -82,6 +84,7 @@ class Expiry:
         if bounds is None:
             return False  # no points
         low, high, first, last = bounds
+        low, high = ttl_path(low, database), ttl_path(high, database)
         one = self.rules.rule_for(low) if low == high else None  # one device: its rule
         for rule in self.rules.rules if low != high else [one] if one else []:
             if rule.ms is None or not self.rules.may_match(rule, low, high):
@@ -95,17 +98,28 @@ class Expiry:
                 return True
         return False
 
-    def keep(self, frame: Any) -> Any:
-        """``frame`` without the rows the rules have expired at the run's ``now``."""
+    def keep(self, frame: Any, databases: dict[int, str] | None = None) -> Any:
+        """``frame`` without the rows the rules have expired at the run's ``now``;
+        ``databases``: the table-model database of each file (by its key) that has one."""
         if not self.active:
             return frame
         from pyspark.sql import functions as F
 
-        device = F.col(DEVICE_COLUMN)
+        path = device = F.col(DEVICE_COLUMN)
+        if databases and any(rule.table_model for rule in self.rules.rules):
+            database = None
+            for key, name in sorted(databases.items()):
+                test = F.col(KEY_COLUMN) == F.lit(key)
+                database = F.when(test, name) if database is None else database.when(test, name)
+            assert database is not None
+            path = F.coalesce(F.concat(database, F.lit("."), device), device)
         cutoff = None
         for rule in self.rules.rules:  # most specific first: the first match decides
             prefix = rule.prefix
-            test = device == F.lit(rule.pattern) if prefix is None else device.startswith(prefix)
+            test = path == F.lit(rule.pattern)
+            if prefix is not None:
+                below = path.startswith(prefix)
+                test = (test | below) if rule.table_model else below
             value = F.lit(None if rule.ms is None else self.cutoff(rule.ms)).cast("long")
             cutoff = F.when(test, value) if cutoff is None else cutoff.when(test, value)
         assert cutoff is not None
@@ -127,7 +141,7 @@ def due_partitions(
         tags = partition.tags
         if not expiry.active and TTL_TAG not in tags:
             continue  # no rules, never filtered: nothing to read
-        if expiry.due(tags, read_member(source, partition).bounds):
+        if expiry.due(tags, read_member(source, partition).bounds, database_of(source.name)):
             due.add(fid)
     return frozenset(due)
 

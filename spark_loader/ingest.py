@@ -64,6 +64,7 @@ import pyarrow as pa
 from sealsync.errors import FormatError
 from sealsync.formats import deletion, mods, mods2
 from sealsync.formats.common import TIME_COLUMN
+from sealsync.ttl import database_of
 from spark_loader import arrow_write, jvm, localfs, resolve
 from spark_loader import schema as schemas
 from spark_loader.columns import MAX_NEW_COLUMNS_PER_RUN, Assigner, kind_of
@@ -101,6 +102,16 @@ KEYED_FORMAT = "io.sealsync.spark.KeyedParquetFileFormat"
 def _sender(item: Prepared) -> str:
     """Whose file it is: a failing job is split by sender first (failure.SplitRetry)."""
     return item.source.sender
+
+
+def _databases(items: list[Prepared]) -> dict[int, str]:
+    """key -> table-model database of the batch's files that have one (their TTL)."""
+    out = {}
+    for item in items:
+        database = database_of(item.source.name)
+        if database is not None and item.key is not None:
+            out[item.key] = database
+    return out
 
 
 def read_deletions(source: SourceFile) -> list[deletion.Deletion] | None:
@@ -447,7 +458,7 @@ class Ingest:
         if rest:  # first: Spark's write makes the staging folder, which must not exist
             frame = self._frame(rest, target)
             if self.expiry is not None:
-                frame = self.expiry.keep(frame)
+                frame = self.expiry.keep(frame, _databases(rest))
             spark_write(self.spark, frame, target, staging, ranks, local)
         if arrowed and not local:  # the files are here, the table and executors are not
             assert compression is not None

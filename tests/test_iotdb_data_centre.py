@@ -48,7 +48,7 @@ from test_table_model_java import _java_rows
 
 from sealsync.formats import mods2, resource, table_device, tsfile_meta
 from sealsync.formats.deletion import MAX_TIME, MIN_TIME, TableDeletion
-from sealsync.ttl import Rule, TtlRules
+from sealsync.ttl import Rule, TtlRules, parse_duration
 from spark_loader import run_load
 
 pytestmark = pytest.mark.slow
@@ -114,7 +114,7 @@ def _table(server: IoTDBServer, statements: list[str]) -> list[list[list[Any]]]:
         "s.open(False)\n"
         "for line in sys.stdin:\n"
         "    sql = json.loads(line)\n"
-        "    if sql.upper().startswith('SELECT'):\n"
+        "    if sql.upper().startswith(('SELECT', 'SHOW')):\n"
         "        ds = s.execute_query_statement(sql)\n"
         "        rows = []\n"
         "        while ds.has_next():\n"
@@ -432,3 +432,84 @@ def test_the_table_answers_as_the_edge_under_a_ttl(
     assert devices.count("root.w8.d2") == len(times)  # no TTL: every point
     assert 5 <= devices.count("root.w8.d1") <= 7  # the last hour's
     assert table_rows(Path(str(config.table_path))) == want
+
+
+def test_a_table_model_edge_s_table_ttls_answer_as_the_edge(
+    v2: tuple[IoTDBServer, IoTDBServer], tmp_path: Path, spark: Any
+) -> None:
+    """Table model: each table's TTL property, as ``SHOW TABLES DETAILS`` lists it. A
+    table takes its database's TTL when it is created, not when the database's changes
+    (t11 stays INF). The receiver's copies are taken before the TTLs are set (IoTDB
+    refuses to insert a point already expired); the table, told the rules the edge
+    lists, answers what ``SELECT`` on the edge answers at the same moment."""
+    edge, _ = v2
+    minute, hour = 60_000, 3_600_000
+    tables = ("t9", "t10", "t11")
+    now_ms = int(time.time() * 1000)
+    times = list(range(now_ms - 2 * hour + 5 * minute, now_ms, 10 * minute))
+    rows = ", ".join(f"({t}, '{r}', {t % 997})" for t in times for r in ("north", "south"))
+    _table(
+        edge,
+        [
+            "CREATE DATABASE db9",
+            "USE db9",
+            *(f"CREATE TABLE {t} (region STRING TAG, s1 INT64 FIELD)" for t in tables),
+            *(f"INSERT INTO {t}(time, region, s1) VALUES {rows}" for t in tables),
+            "FLUSH",
+        ],
+    )
+    files = {rel: p for rel, p in sealed_files(edge.data_dir).items() if "/db9/" in rel}
+    assert files, sealed_files(edge.data_dir)
+    recv, sender = Receiver(tmp_path), str(uuid.UUID(int=0xF))
+    for rel, path in files.items():
+        data, _, sidecar = rel.partition(".tsfile")
+        target = recv.storage.target(recv.data_dirs[0], sender, data + ".tsfile")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, f"{target}{sidecar}")
+    listed, *answers = _table(
+        edge,
+        [
+            "USE db9",
+            "ALTER TABLE t9 SET PROPERTIES TTL=3600000",
+            "ALTER DATABASE db9 SET PROPERTIES TTL=5400000",
+            "ALTER TABLE t10 SET PROPERTIES TTL=5400000",
+            "SHOW TABLES DETAILS",
+            *(f"SELECT time, region, s1 FROM {t}" for t in tables),
+        ],
+    )
+    asked = time.time()
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    want = {}
+    for table, answer in zip(tables, answers, strict=True):
+        for t0, region, value in answer:
+            ms = (dt.datetime.fromisoformat(t0) - epoch) // dt.timedelta(milliseconds=1)
+            want[(table_device.name([table, region]), ms)] = {"s1": int(value)}
+    # the rules as the edge lists them: table, TTL(ms), status
+    assert sorted((name, ttl) for name, ttl, _ in listed) == [
+        ("t10", "5400000"),
+        ("t11", "INF"),
+        ("t9", "3600000"),
+    ]
+    rules = TtlRules.of(Rule(f"db9.{name}", parse_duration(ttl)) for name, ttl, _ in listed)
+    config = recv.config(tmp_path)
+
+    report = run_load(replace(config, ttl=rules), spark=spark, sync=False, now=asked)
+
+    assert report.ok, report.skipped
+    counts = {t: sum(1 for d, _ in want if d.startswith(f"{t}.")) for t in tables}
+    assert 2 * 5 <= counts["t9"] <= 2 * 7  # the last hour's, of two devices
+    assert 2 * 8 <= counts["t10"] <= 2 * 10  # 90 minutes'
+    assert counts["t11"] == 2 * len(times)  # INF: every point
+    assert table_rows(Path(str(config.table_path))) == want
+
+    # half an hour on, a run removes what expired since, each table by its own rule
+    later = run_load(replace(config, ttl=rules), spark=spark, sync=False, now=asked + 1800)
+    assert later.ok and later.expired, later.to_dict()
+    limit = {"t9": hour, "t10": 90 * minute, "t11": None}
+    alive = {
+        (device, t): v
+        for (device, t), v in want.items()
+        if (ttl := limit[device.split(".")[0]]) is None or t >= int((asked + 1800) * 1000) - ttl
+    }
+    assert len(alive) < len(want)
+    assert table_rows(Path(str(config.table_path))) == alive

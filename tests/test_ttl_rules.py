@@ -10,7 +10,7 @@ import pytest
 
 from sealsync.config import LoaderConfig
 from sealsync.errors import ConfigError
-from sealsync.ttl import Rule, TtlRules, parse_duration, parse_pattern
+from sealsync.ttl import Rule, TtlRules, database_of, parse_duration, parse_pattern, ttl_path
 from spark_loader.expiry import TTL_TAG, Expiry
 
 HOUR = 3_600_000
@@ -40,6 +40,51 @@ def test_precedence_is_iotdbs_closest_rule() -> None:
     assert TtlRules.of([Rule("root.a.**", HOUR)]).ttl_ms("root.b.d") is None
     assert not TtlRules.of([Rule("root.a.**", None)])  # only INF: nothing expires
     assert not TtlRules()
+
+
+def test_a_table_s_rule_wins_over_its_database_s() -> None:
+    """IoTDB 2.x's table model: a table's TTL property, else its database's."""
+    rules = TtlRules.of(
+        [
+            Rule("db9", 2 * HOUR),
+            Rule("db9.t9", HOUR),
+            Rule("db9.keep", None),  # TTL='INF': its database's does not apply
+            Rule("root.**", 5 * HOUR),  # the tree model's, apart
+        ]
+    )
+    assert rules.ttl_ms(ttl_path("t9.north", "db9")) == HOUR
+    assert rules.ttl_ms(ttl_path("t9", "db9")) == HOUR  # a table without tags
+    assert rules.ttl_ms(ttl_path("t90.north", "db9")) == 2 * HOUR  # a name, not a prefix
+    assert rules.ttl_ms(ttl_path("keep.north", "db9")) is None
+    assert rules.ttl_ms(ttl_path("t9.north", "db90")) is None
+    assert rules.ttl_ms(ttl_path("root.db9.t9", None)) == 5 * HOUR
+    assert rules.ttl_ms(ttl_path("t9.north", None)) is None  # no database: not db9's
+
+
+@pytest.mark.parametrize(
+    ("name", "database"),
+    [
+        ("sequence/db9/3/2880/1-1-0-0.tsfile", "db9"),
+        ("unsequence/db_9/3/2880/1-1-0-0.tsfile", "db_9"),
+        ("sequence/root.sg1/0/0/1-1-0-0.tsfile", None),  # a tree-model storage group
+        ("sequence/root.db.g1/3/2880/1-1-0-0.tsfile", None),
+        ("sequence/1-1-0-0.tsfile", None),
+        ("other/db9/3/2880/1-1-0-0.tsfile", None),
+    ],
+)
+def test_a_file_s_database_is_the_folder_iotdb_keeps_it_in(name: str, database: str | None) -> None:
+    assert database_of(name) == database
+
+
+@pytest.mark.parametrize("text", ["db9", "db9.t9", "db_9.`a.b`"])
+def test_table_model_keys(text: str) -> None:
+    assert parse_pattern(text) == text
+
+
+@pytest.mark.parametrize("text", ["db9.", "db-9", "db9.t*", "db9.**", "*", "db.9.*"])
+def test_table_model_keys_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_pattern(text)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +146,9 @@ def test_config_reads_quoted_and_dotted_patterns(tmp_path: Path) -> None:
     assert config.ttl.ttl_ms("root.w3t.d1") is None
     assert config.timestamp_precision == "us"
     assert not _config(tmp_path, {}).ttl
+    tables = _config(tmp_path, {"db9": "2h", "db9.t9": "1h"})  # quoted keys in TOML
+    assert tables.ttl.ttl_ms("db9.t9.north") == HOUR
+    assert tables.ttl.ttl_ms("db9.t1.north") == 2 * HOUR
 
 
 @pytest.mark.parametrize(
@@ -167,6 +215,17 @@ def test_due_when_rows_may_have_expired_since() -> None:
     assert expiry.due({TTL_TAG: "not json"}, span)
     assert expiry.tags() == _tags(expiry)
     assert none.tags() == {}
+
+
+def test_a_table_model_partition_is_due_by_its_database_s_rules() -> None:
+    now = 10 * HOUR
+    expiry = Expiry(TtlRules.of([Rule("db9.t9", HOUR)]), "ms", now)
+    span = ("t9.north", "t9.south", now - 2 * HOUR, now)
+    assert expiry.due({}, span, "db9")
+    assert not expiry.due({}, span, "db8")  # another database's t9
+    assert not expiry.due({}, span)  # a tree-model file
+    assert expiry.due({}, ("t9", "t9", 0, now), "db9")  # one device, no tags
+    assert not expiry.due({}, ("t90.a", "t90.b", 0, now), "db9")
 
 
 def test_check_says_which_rules_apply(tmp_path: Path) -> None:
