@@ -313,6 +313,12 @@ def main() -> int:
         help="also load as many rows as format 3 TsFiles written by IoTDB 1.3's writer",
     )
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="unmeasured runs of each first (a JVM's copy keeps speeding up for a few)",
+    )
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--workdir", type=Path, default=None)
@@ -388,19 +394,20 @@ def run(args: argparse.Namespace, work: Path, root: str | None, conf: dict[str, 
         phases.report(t + took)
         return took, report.rows_written
 
-    # Warm-up: one unmeasured run of each, so all measure a JIT-compiled JVM. A store
+    # Warm-up: unmeasured runs of each, so all measure a JIT-compiled JVM. A store
     # makes files durable as it closes them: no fsync variant, no plain Parquet loader.
     variants = ["plain"] + (["plain+fsync"] if root is None else []) + ["loader"]
     variants += ["tree"] if tree_dir is not None else []
     variants += ["v3"] if v3_dir is not None else []
-    plain(-1)
-    if root is None:
-        plain_durable(-1)
-    loader(-1)
-    if tree_dir is not None:
-        loader(-1, tree_dir)
-    if v3_dir is not None:
-        loader(-1, v3_dir)
+    for w in range(-args.warmup, 0):
+        plain(w)
+        if root is None:
+            plain_durable(w)
+        loader(w)
+        if tree_dir is not None:
+            loader(w, tree_dir)
+        if v3_dir is not None:
+            loader(w, v3_dir)
     plain_times: list[float] = []
     durable_times: list[float] = []
     loader_times: list[float] = []

@@ -24,7 +24,7 @@ from typing import Any
 
 from sealsync import durable
 from sealsync.errors import LockHeld, SealsyncError
-from spark_loader import jar_cache, jvm
+from spark_loader import hdfs_close, jar_cache, jvm
 from spark_loader import jars_dir as jars_dir_module
 from spark_loader.failure import describe, last_error_line
 from spark_loader.javacheck import check_java
@@ -187,7 +187,7 @@ def create_session(
         # sealsync); PySpark starts ``python3`` from the PATH, maybe another one.
         os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = SparkSession.builder.master(master)
-    merged = {**settings, **(conf or {})}
+    merged = {**settings, **hdfs_close.session_settings(conf or {}), **(conf or {})}
     merged.update(jvm.session_conf(master, merged, jars, s3=s3))
     merged, resolving = jar_cache.apply(master, merged)
     for key, value in merged.items():

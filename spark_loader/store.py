@@ -29,6 +29,13 @@ import pyarrow.parquet as pq
 
 from sealsync import durable
 from sealsync.crashpoints import crash_point
+from spark_loader.hdfs_close import (
+    CLOSE_DELAY_KEY,
+    CLOSE_RETRIES_KEY,
+    DELAY_DEFAULT,
+    RETRIES_DEFAULT,
+    quick_close,
+)
 
 #: Schemes of object stores: a file appears whole when its writer closes it (an
 #: atomic PUT), and a rename is a copy.
@@ -40,29 +47,6 @@ _FOOTER_GUESS = 64 * 1024
 #: time, 5.7 s thirty-two at a time, and no less with more (docs/performance.md).
 UPLOADS = 32
 _COPY_BUFFER = 1 << 20
-#: HDFS's client asks the NameNode whether a closed file is complete, and if its block
-#: is not reported yet, asks again after ``initial.delay.ms`` (400 by default), then
-#: after twice that, ``retries`` times (5): made for large files, where a close is rare
-#: and the first answer usually yes. The loader closes one small file per received
-#: file, and on a busy cluster the first answer is often "not yet": most of an upload
-#: was that first 400 ms wait. Its uploads ask first after :data:`CLOSE_FIRST_ASK_MS`
-#: and retry as long in all as the configured pair would (:func:`quick_close`).
-CLOSE_FIRST_ASK_MS = 25
-_CLOSE_DELAY_KEY = "dfs.client.block.write.locateFollowingBlock.initial.delay.ms"
-_CLOSE_RETRIES_KEY = "dfs.client.block.write.locateFollowingBlock.retries"
-
-
-def quick_close(delay_ms: int, retries: int) -> tuple[int, int] | None:
-    """The (first wait, retries) an upload's close uses in place of the configured
-    ``(delay_ms, retries)``: a first ask after :data:`CLOSE_FIRST_ASK_MS`, doubling,
-    waiting at least as long in all; None if the configured first wait is no longer."""
-    if delay_ms <= CLOSE_FIRST_ASK_MS:
-        return None
-    patience = delay_ms * ((1 << max(retries, 0)) - 1)
-    tries = max(retries, 0)
-    while CLOSE_FIRST_ASK_MS * ((1 << tries) - 1) < patience:
-        tries += 1
-    return CLOSE_FIRST_ASK_MS, tries
 
 
 class Entry(NamedTuple):
@@ -356,18 +340,20 @@ class HadoopStore(Store):
                 fs.close()
 
     def _upload_fs(self) -> Any:
-        """The session's file system, or on HDFS one of its own whose closes ask first
-        after :data:`CLOSE_FIRST_ASK_MS` (:func:`quick_close`), closed after its uploads."""
+        """The session's file system, or on HDFS, when the session's closes wait longer
+        (a session the loader was given), one of its own whose closes ask first after
+        :data:`.hdfs_close.CLOSE_FIRST_ASK_MS`, closed after its uploads."""
         if self.scheme != "hdfs":
             return self._fs
         quick = quick_close(
-            self._conf.getInt(_CLOSE_DELAY_KEY, 400), self._conf.getInt(_CLOSE_RETRIES_KEY, 5)
+            self._conf.getInt(CLOSE_DELAY_KEY, DELAY_DEFAULT),
+            self._conf.getInt(CLOSE_RETRIES_KEY, RETRIES_DEFAULT),
         )
         if quick is None:
             return self._fs
         conf = self._jvm.org.apache.hadoop.conf.Configuration(self._conf)
-        conf.setInt(_CLOSE_DELAY_KEY, quick[0])
-        conf.setInt(_CLOSE_RETRIES_KEY, quick[1])
+        conf.setInt(CLOSE_DELAY_KEY, quick[0])
+        conf.setInt(CLOSE_RETRIES_KEY, quick[1])
         try:
             return self._jvm.org.apache.hadoop.fs.FileSystem.newInstance(self._fs.getUri(), conf)
         except Exception as exc:

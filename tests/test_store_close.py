@@ -1,5 +1,5 @@
 """An upload to HDFS asks sooner whether its file is complete, and waits as long in all
-(spark_loader.store.quick_close): the loader closes one small file per received file,
+(spark_loader.hdfs_close): the loader closes one small file per received file,
 and HDFS's first ask after 400 ms was most of an upload's time. The real HDFS uploads
 are in tests/test_lake_load.py; the figures in docs/performance.md."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_loader.store import CLOSE_FIRST_ASK_MS, quick_close
+from spark_loader.hdfs_close import CLOSE_FIRST_ASK_MS, quick_close, session_settings
 
 
 def _patience(first: int, retries: int) -> int:
@@ -31,3 +31,13 @@ def test_hdfs_s_defaults_give_nine_retries_from_25_ms() -> None:
 @pytest.mark.parametrize("first", [CLOSE_FIRST_ASK_MS, 10, 0])
 def test_a_first_ask_already_as_soon_is_left_as_configured(first: int) -> None:
     assert quick_close(first, 5) is None
+
+
+def test_the_loader_s_session_closes_quickly_unless_the_operator_says_otherwise() -> None:
+    key = "spark.hadoop.dfs.client.block.write.locateFollowingBlock"
+    assert session_settings({}) == {
+        f"{key}.initial.delay.ms": "25",
+        f"{key}.retries": "9",
+    }
+    assert session_settings({f"{key}.retries": "3"}) == {}
+    assert session_settings({f"{key}.initial.delay.ms": "400"}) == {}
