@@ -1,7 +1,8 @@
 """Which sender folders have a round in flight, and their loaders (docs/design.md §4.2).
 
-One loader per sender folder lives as long as the service: it applies that
-folder's events in order on its own thread, across rounds. A round may start on a
+One loader per sender folder applies that folder's events in order on its own thread,
+across rounds; a round holds it, and once released and idle its thread ends
+(:data:`receiver.load.loader.IDLE_EXIT`), a later round starting another. A round may start on a
 folder only when nobody else is using it: no other session in a round on it, the
 loader idle, and the last round's logs recovered. Otherwise the sender is told
 *busy* and retries on its next run — never two writers on one ``sync.log``.
@@ -80,8 +81,13 @@ class Rounds:
 
     def _prepare(self, folder: SenderFolder, wait: float) -> FolderLoader:
         refuse_links(folder.data_dir, folder.data)  # before recovery or a write touches it
+        ended = None
         with self._lock:
             loader = self._loaders.get(folder)
+            if loader is not None and not loader.hold():  # it ended idle: all applied
+                ended, loader = self._loaders.pop(folder), None
+        if ended is not None:
+            ended.close()  # its thread is gone; its handle on load.log goes too
         if loader is not None and loader.pending():
             loader.finish(wait)  # the loads of an abandoned round: let them land first
             if loader.pending():
@@ -97,7 +103,7 @@ class Rounds:
         folder.data.mkdir(parents=True, exist_ok=True)
         sweep_temporaries(folder.data)
         if loader is None:
-            loader = FolderLoader(folder, self.storage, self.owners, self.inspect)
+            loader = FolderLoader(folder, self.storage, self.owners, self.inspect, held=True)
             with self._lock:
                 if self._closed:
                     loader.close()
@@ -119,7 +125,10 @@ class Rounds:
     def end(self, folder: SenderFolder) -> None:
         with self._lock:
             self._active.discard(folder)
+            loader = self._loaders.get(folder)
             self._freed.notify_all()
+        if loader is not None:
+            loader.release()
 
     def suspend(self, reason: str) -> None:
         """The storage is gone: no round starts and every loader stops (what it had not

@@ -319,3 +319,36 @@ def test_close_leaves_unapplied_events_for_recovery(tmp_path: Path) -> None:
     assert recover_folder(folder, storage, owners, inspect) is True
     assert storage.list(UUID_A) == set(new)
     assert_clean(folder)
+
+
+def test_a_loader_no_round_holds_ends_idle_and_the_next_round_gets_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread per sender for the life of the service does not scale to a fleet: a
+    released loader ends once idle, a held one never does, and the folder's next round
+    starts a new one that applies its events in order as the first did."""
+    from receiver import rounds as rounds_module
+    from receiver.load import loader as loader_module
+
+    monkeypatch.setattr(loader_module, "IDLE_EXIT", 0.2)
+    data_dir, storage, owners = make_env(tmp_path)
+    folder = SenderFolder(data_dir, "10.0.0.1", UUID_A)
+    rounds = rounds_module.Rounds(storage, owners, inspect)
+    try:
+        first = rounds.begin(folder)
+        time.sleep(0.6)  # held by its round: idle, but alive
+        assert first._thread.is_alive()
+        assert run_round(folder, first, new=names("root.sg0", 3)) is True
+        rounds.end(folder)
+        first._thread.join(5)
+        assert not first._thread.is_alive()  # released and idle: its thread ended
+
+        second = rounds.begin(folder)
+        assert second is not first and second._thread.is_alive()
+        gone = names("root.sg0", 3)[:2]
+        assert run_round(folder, second, new=names("root.sg1", 2), deleted=gone) is True
+        rounds.end(folder)
+        assert storage.list(UUID_A) == {*names("root.sg0", 3)[2:], *names("root.sg1", 2)}
+        assert_clean(folder)
+    finally:
+        rounds.close()
