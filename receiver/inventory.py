@@ -34,9 +34,7 @@ def held_files(data_dirs: list[Path], sender: str, md5: bool = True) -> dict[str
     held: dict[str, Entry] = {}
     for data_dir in data_dirs:
         for root in received.ROOTS:
-            for folder, _dirs, files in os.walk(data_dir / root):
-                if os.path.basename(folder) != sender:
-                    continue  # the cheap test first: most folders are not this sender's
+            for folder, files in received.sender_folders(data_dir / root, sender):
                 rel = Path(folder).relative_to(data_dir).parts
                 if received.sender_of_folder(rel) != sender:
                     continue

@@ -309,10 +309,7 @@ class DirectoryStorage(Storage):
         total = 0
         for data_dir in self.data_dirs:
             for root in received.ROOTS:
-                top = data_dir / root
-                for folder, _dirs, files in os.walk(top):
-                    if os.path.basename(folder) != sender or folder == str(top):
-                        continue
+                for folder, files in received.sender_folders(data_dir / root, sender):
                     for file in files:
                         try:
                             total += os.lstat(os.path.join(folder, file)).st_size
