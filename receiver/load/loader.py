@@ -35,7 +35,7 @@ IDLE_EXIT = 10.0
 """Seconds a loader no round holds waits for an event before its thread ends: a fleet
 of thousands of edges keeps threads for the few folders in or just out of a round, not
 one per sender for the life of the service (10,000 idle threads kept one receiver core
-busy in the kernel, and rounds slowed twentyfold)."""
+busy in the kernel)."""
 
 
 class FolderLoaderClosed(SealsyncError):
