@@ -15,9 +15,10 @@ pattern's TTL, as IoTDB's does. IoTDB 0.12/0.13's per storage group TTL
 
 **Table model** (IoTDB 2.x): a TTL is a property of a database (``CREATE DATABASE db
 WITH (TTL=...)``) and of a table (``ALTER TABLE t SET PROPERTIES TTL=...``), a table
-without its own taking its database's. The rule ``db`` is a database's, ``db.t`` a
-table's (a table whose name holds a dot written backquoted, as its device names write
-it, :mod:`sealsync.formats.table_device`); a table's rule wins over its database's, and
+taking its database's when it is created (docs/design.md §6.3.1). The rule ``db.t`` is a
+table's as ``SHOW TABLES DETAILS`` lists it, ``db`` every table of ``db`` without one, a
+table whose name holds a dot written backquoted, as its device names write it
+(:mod:`sealsync.formats.table_device`); a table's rule wins over its database's, and
 ``INF`` is a table's ``TTL='INF'``. A table-model row is matched by its *TTL path*,
 ``<database>.<device>``, its device being its table and tags: the database is the
 folder IoTDB keeps the file in (:func:`database_of`), for no device name holds it.
