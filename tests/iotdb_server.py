@@ -395,6 +395,13 @@ def _cluster_properties(home: Path, ports: dict[str, int]) -> dict[str, str]:
         "pipe_air_gap_receiver_port": str(ports["air_gap"]),
         "dn_metric_prometheus_reporter_port": str(ports["dn_metric"]),
         "cn_metric_prometheus_reporter_port": str(ports["cn_metric"]),
+        # A test's files stay as the test wrote them whatever the machine's disk: 2.x
+        # rewrites every file that has a .mods2 ("settle" compaction, and then any test
+        # reading the file finds it gone) once free space falls under
+        # disk_space_warning_threshold + this redundancy (0.05 + 0.05 by default), and
+        # turns read-only under the threshold alone.
+        "disk_space_warning_threshold": "0.01",
+        "inner_compaction_task_selection_disk_redundancy": "0",
     }
 
 
