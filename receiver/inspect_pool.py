@@ -249,7 +249,8 @@ def _inspect_each(target: Callable[[str], FileInfo], paths: list[str]) -> list[A
 
 def _warm_up() -> None:
     """Runs in a new worker: pay the format readers' import before the first file."""
-    import sealsync.formats  # noqa: F401
+    import sealsync.formats.parquet
+    import sealsync.formats.tsfile  # noqa: F401
 
 
 HOST_CHECK_INTERVAL = 1.0

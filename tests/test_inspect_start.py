@@ -86,6 +86,27 @@ def test_serve_started_beside_a_checkout_verifies_good_files(tmp_path: Path) -> 
 BROKEN_TSFILE = 'raise OSError("libtsfile.so: cannot open shared object file")\n'
 
 
+def test_the_receivers_own_process_never_loads_the_format_libraries(tmp_path: Path) -> None:
+    """The workers read the files; the receiver's process only unpickles their findings.
+    Loading pyarrow and numpy for that cost its first round after a start their import
+    on the CPU it was receiving on, and kept them in its memory."""
+    dep = make_deployment(tmp_path / "site")
+    sender = dep.senders[0]
+    names = populate(sender.edge, groups=1, files=3)
+    serve_from(dep, cwd=tmp_path)
+    try:
+        result = sender.send()
+        assert result.returncode == 0, (result.stderr, dep.log())
+        # every file verified by the workers, their findings read here
+        assert dep.loaded_hashes(sender) == sender.sealed_hashes()
+        assert len(dep.loaded_hashes(sender)) == len(names)
+        assert dep.proc is not None
+        mapped = Path(f"/proc/{dep.proc.pid}/maps").read_text()
+        assert "/pyarrow/" not in mapped and "/numpy/" not in mapped
+    finally:
+        assert dep.stop_receiver() == 0
+
+
 def test_workers_that_cannot_start_are_the_receivers_fault(tmp_path: Path) -> None:
     assert SCRIPT.exists(), "the console script is installed by the README's pip install"
     dep = make_deployment(tmp_path / "site")

@@ -33,7 +33,7 @@ from receiver.storage import directory as storage_module
 from receiver.writer import BackgroundWriter
 from sealsync import durable, formats
 from sealsync.errors import FormatError
-from sealsync.formats import parquet
+from sealsync.formats import parquet, tsfile
 from sealsync.protocol import Chunk, FileBegin, FileEnd, ReadBuffer, encode, receive
 
 
@@ -195,7 +195,7 @@ def test_verify_reads_devices_from_metadata_and_refuses_garbage(tmp_path: Path) 
     bad.write_bytes(b"TsFile" + b"\xff" * 64 + b"TsFile")
     with pytest.raises(FormatError):
         formats.verify(bad)
-    table = formats.tsfile.to_arrow(good)
+    table = tsfile.to_arrow(good)
     pq_path = tmp_path / "g.parquet"
     parquet.write_arrow(pq_path, table)
     assert formats.verify(pq_path) == parquet.inspect(pq_path)

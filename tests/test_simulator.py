@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from sealsync import formats
-from sealsync.formats import FileInfo, mods2, resource
+from sealsync.formats import FileInfo, mods2, parquet, resource, tsfile
 from sealsync.formats.deletion import MIN_TIME
 from sealsync.simulator import EdgeInstance, expected_table, point_value
 
@@ -80,7 +80,7 @@ def test_write_file_options_place_files(tmp_path: Path) -> None:
     assert unseq == f"unsequence/{G}/1/0/custom.tsfile"
     assert _files_under(edge.data_dirs[0]) == set()
     assert _files_under(edge.data_dirs[1]) == {unseq, unseq + ".resource"}
-    assert formats.tsfile.to_arrow(edge.path(unseq, 1)).column_names == [
+    assert tsfile.to_arrow(edge.path(unseq, 1)).column_names == [
         "time",
         "device",
         "a",
@@ -173,7 +173,7 @@ def test_merge_keeps_every_row_and_removes_inputs(tmp_path: Path) -> None:
         ),
     ]
     total = sum(formats.inspect(edge.path(r)).rows for r in rels)
-    expected = pa.concat_tables([formats.tsfile.to_arrow(edge.path(r)) for r in rels])
+    expected = pa.concat_tables([tsfile.to_arrow(edge.path(r)) for r in rels])
     new = edge.merge(rels, G, 0)
     # a cross compaction (both spaces): the first sequence input's name, cross + 1
     first = _fields(rels[0])
@@ -182,7 +182,7 @@ def test_merge_keeps_every_row_and_removes_inputs(tmp_path: Path) -> None:
     assert edge.sealed_files() == [new]
     assert formats.inspect(edge.path(new)) == FileInfo(devices=(D1, D2), rows=total)
     sort = [("device", "ascending"), ("time", "ascending")]
-    assert formats.tsfile.to_arrow(edge.path(new)).equals(expected.sort_by(sort))
+    assert tsfile.to_arrow(edge.path(new)).equals(expected.sort_by(sort))
     again = edge.merge([new], G, 0)
     # an inner compaction: inner + 1, the rest kept
     assert again == f"sequence/{G}/1/0/{first[0]}-{first[1]}-1-1.tsfile"
@@ -212,7 +212,7 @@ def test_merge_applies_mods_and_later_file_wins_ties(tmp_path: Path) -> None:
     # unsequence inputs: the first in name order (time, then version), inner + 1
     first = min(_fields(old), _fields(newer))
     assert merged == f"unsequence/{G}/1/1/{first[0]}-{first[1]}-1-0.parquet"
-    table = formats.parquet.to_arrow(edge.path(merged))
+    table = parquet.to_arrow(edge.path(merged))
     assert table.num_rows == 10 - 2
     rows = {(r["device"], r["time"]): (r["s1"], r["s2"]) for r in table.to_pylist()}
     assert (D1, T0) not in rows and (D1, T0 + 1000) not in rows

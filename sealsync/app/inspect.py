@@ -34,12 +34,12 @@ def describe(path: str) -> dict[str, Any]:
     # about 50 MB), and the command line that registers this command also runs every
     # ``sealsync send`` from cron.
     from sealsync import formats
-    from sealsync.formats import tsfile_meta
+    from sealsync.formats import tsfile, tsfile_meta
 
     found: dict[str, Any] = {"file": path}
     try:
         module = formats.format_for(path)
-        if module is formats.tsfile:  # what verify reads, once
+        if module is tsfile:  # what verify reads, once
             summary = tsfile_meta.read(path)
             found.update(
                 format="TsFile",

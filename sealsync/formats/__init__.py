@@ -18,15 +18,21 @@ format:
 A *row* is one (time, device) pair with one column per measurement, the unit
 Spark sees. TsFile readers are native code: run ``inspect`` on untrusted files
 in a worker process (see :mod:`sealsync.formats.tsfile`).
+
+The format modules are imported on first use, not with this package: a process that
+only unpickles a :class:`FileInfo` (the receiver, from its inspection workers) or reads
+a sidecar (``mods``, ``resource``) never loads pyarrow, numpy or a native reader. The
+receiver's first result after a start otherwise paid that import on the CPU it was
+receiving on, and kept the libraries in memory for good.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sealsync.errors import FormatError
-from sealsync.formats import parquet, tsfile
 from sealsync.formats.common import DEVICE_COLUMN, TIME_COLUMN, FileInfo
 
 __all__ = [
@@ -37,15 +43,13 @@ __all__ = [
     "format_for",
     "inspect",
     "is_complete",
-    "parquet",
-    "tsfile",
     "verify",
 ]
 
 
 class DataFormat(Protocol):
     """What a format module provides (the module docstring above); ``tsfile`` and
-    ``parquet`` are checked against it where they fill ``_BY_SUFFIX``."""
+    ``parquet`` are checked against it below."""
 
     SUFFIX: str
 
@@ -64,7 +68,13 @@ class DataFormat(Protocol):
     def write_arrow(self, path: str | os.PathLike[str], table: Any) -> None: ...
 
 
-_BY_SUFFIX: dict[str, DataFormat] = {tsfile.SUFFIX: tsfile, parquet.SUFFIX: parquet}
+if TYPE_CHECKING:
+    from sealsync.formats import parquet, tsfile
+
+    _CHECKED: tuple[DataFormat, ...] = (tsfile, parquet)
+
+_BY_SUFFIX = {".tsfile": "tsfile", ".parquet": "parquet"}
+"""Each data-file suffix's format module (its ``SUFFIX``), by name."""
 
 
 def format_for(name: str | os.PathLike[str]) -> DataFormat:
@@ -72,7 +82,7 @@ def format_for(name: str | os.PathLike[str]) -> DataFormat:
     text = os.fspath(name)
     for suffix, module in _BY_SUFFIX.items():
         if text.endswith(suffix) and len(os.path.basename(text)) > len(suffix):
-            return module
+            return importlib.import_module(f"{__name__}.{module}")
     raise FormatError(f"{text}: not a data file (expected a .tsfile or .parquet name)")
 
 
