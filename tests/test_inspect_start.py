@@ -64,19 +64,24 @@ def checkout_copy(parent: Path) -> Path:
     return top
 
 
+def sends_and_loads(dep: Deployment) -> None:
+    """The deployment's first sender ships a few files and every one of them is loaded."""
+    sender = dep.senders[0]
+    names = populate(sender.edge, groups=1, files=3)
+    result = sender.send()
+    assert result.returncode == 0, (result.stderr, dep.log())
+    assert dep.loaded_hashes(sender) == sender.sealed_hashes()
+    assert len(dep.loaded_hashes(sender)) == len(names)
+
+
 def test_serve_started_beside_a_checkout_verifies_good_files(tmp_path: Path) -> None:
     assert SCRIPT.exists(), "the console script is installed by the README's pip install"
     dep = make_deployment(tmp_path / "site")
-    sender = dep.senders[0]
-    names = populate(sender.edge, groups=1, files=3)
     ops = tmp_path / "ops"  # the operator's folder: it holds a checkout
     checkout_copy(ops)
     serve_from(dep, cwd=ops)
     try:
-        result = sender.send()
-        assert result.returncode == 0, (result.stderr, dep.log())
-        assert dep.loaded_hashes(sender) == sender.sealed_hashes()
-        assert len(dep.loaded_hashes(sender)) == len(names)
+        sends_and_loads(dep)
         assert "crashed the format reader" not in dep.log()
         assert "Traceback" not in dep.log()
     finally:
@@ -91,15 +96,9 @@ def test_the_receivers_own_process_never_loads_the_format_libraries(tmp_path: Pa
     Loading pyarrow and numpy for that cost its first round after a start their import
     on the CPU it was receiving on, and kept them in its memory."""
     dep = make_deployment(tmp_path / "site")
-    sender = dep.senders[0]
-    names = populate(sender.edge, groups=1, files=3)
     serve_from(dep, cwd=tmp_path)
     try:
-        result = sender.send()
-        assert result.returncode == 0, (result.stderr, dep.log())
-        # every file verified by the workers, their findings read here
-        assert dep.loaded_hashes(sender) == sender.sealed_hashes()
-        assert len(dep.loaded_hashes(sender)) == len(names)
+        sends_and_loads(dep)  # verified by the workers, their findings read here
         assert dep.proc is not None
         mapped = Path(f"/proc/{dep.proc.pid}/maps").read_text()
         assert "/pyarrow/" not in mapped and "/numpy/" not in mapped
