@@ -71,3 +71,17 @@ def test_a_worker_still_running_is_answered_at_once() -> None:
         joiner.join(10)
     assert not joiner.is_alive()
     assert proc.exitcode == -signal.SIGKILL
+
+
+def test_a_worker_starts_with_the_readers_the_fork_server_imported() -> None:
+    """sealsync's readers, pyarrow and the TsFile package are imported once, in the fork
+    server, and every worker has them from its start (their pages shared) instead of
+    importing them itself. The worker's exit status says what it found."""
+    found = (
+        "import sys; wanted = ('sealsync.formats.tsfile', 'sealsync.formats.parquet', "
+        "'pyarrow', 'tsfile'); sys.exit(sum(m not in sys.modules for m in wanted))"
+    )
+    proc = worker_context.context().Process(target=exec, args=(found,))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == 0, f"{proc.exitcode} of the readers not imported"
