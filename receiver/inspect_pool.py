@@ -249,8 +249,12 @@ def _inspect_each(target: Callable[[str], FileInfo], paths: list[str]) -> list[A
 
 def _warm_up() -> None:
     """Runs in a new worker: pay the format readers' import before the first file."""
-    import sealsync.formats.parquet
-    import sealsync.formats.tsfile  # noqa: F401
+    import importlib
+
+    from sealsync import formats
+
+    for module in formats.MODULES:
+        importlib.import_module(module)
 
 
 HOST_CHECK_INTERVAL = 1.0

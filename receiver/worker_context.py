@@ -32,7 +32,9 @@ from collections.abc import Iterator
 from multiprocessing import forkserver, popen_forkserver
 from typing import Any
 
-PRELOAD = ("sealsync.formats.tsfile", "sealsync.formats.parquet", "tsfile")
+from sealsync import formats
+
+PRELOAD = (*formats.MODULES, "tsfile")
 """What the fork server imports once, for every worker: the readers, and with them the
 TsFile package, which the reader imports only on first use (pandas and a C++ library:
 a worker's first file would pay for them). A module that cannot be imported is skipped

@@ -40,6 +40,7 @@ __all__ = [
     "TIME_COLUMN",
     "DataFormat",
     "FileInfo",
+    "MODULES",
     "format_for",
     "inspect",
     "is_complete",
@@ -75,6 +76,9 @@ if TYPE_CHECKING:
 
 _BY_SUFFIX = {".tsfile": "tsfile", ".parquet": "parquet"}
 """Each data-file suffix's format module (its ``SUFFIX``), by name."""
+MODULES = tuple(f"{__name__}.{module}" for module in _BY_SUFFIX.values())
+"""The format modules' full names: what a process that reads data files imports
+ahead (the check workers' fork server)."""
 
 
 def format_for(name: str | os.PathLike[str]) -> DataFormat:
